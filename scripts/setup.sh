@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package slimfit needs to build, test and run. Idempotent: when everything is
+# already installed it only checks (a second or two) and touches nothing.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap bazel-rules-java
+  g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev
+  libtorch-dev libopenblas0-pthread
+  libgtest-dev libgmock-dev
+  nlohmann-json3-dev libsqlite3-dev
+  python3-torch
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "setup: done"
