@@ -1,0 +1,72 @@
+// The gradient engine: the exact gradient of a causal Performer LM on a packed token stream,
+// either by ordinary back-propagation over the whole sequence (Plan::slice == 0, the reference) or
+// by the sliced low-memory algorithm of seed 000 (Algorithms 1–2) for any slice size 1 ≤ C ≤ L:
+//
+//   forward sweep (no autograd graph): for n = 1..N run slice n from the front U(n−1), keep only
+//     U(n) — plus, depending on the front policy, the fronts the backward sweep cannot recover;
+//   backward sweep: for n = N..1 obtain U(n−1) (by subtraction, eq. 9, or from a kept front),
+//     rebuild slice n with autograd from U(n−1) as a leaf, and back-propagate
+//     Φ(n) = loss(n) + Σ_r ⟨G(n)_r, U(n)_r⟩, which accumulates ∇θ and yields G(n−1) = ∇U(n−1) Φ(n).
+//
+// Memory stays that of a length-C computation plus the parameters, their gradients and a few
+// fronts; the loss and gradient equal the full ones up to rounding for every C. Documents restart
+// the prefix state, so a slice containing a document start cannot be walked back by subtraction:
+// its incoming front is kept during the forward sweep (one front per such slice).
+//
+// Example:
+//   Plan plan; plan.slice = 256;
+//   absl::StatusOr<GradientResult> result = ComputeGradient(model, batch, plan, {});
+//
+// Thread safety: ComputeGradient never modifies the model and may run concurrently on one model;
+// peak memory is process-wide though (memory_tracker.h), and Plan::threads > 0 sets LibTorch's
+// process-wide intra-op thread count.
+#ifndef SLIMFIT_PERFORMER_GRADIENT_ENGINE_H_
+#define SLIMFIT_PERFORMER_GRADIENT_ENGINE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/status/statusor.h"
+#include "performer/packed_batch.h"
+#include "performer/performer_model.h"
+#include "performer/plan.h"
+
+namespace slimfit::performer {
+
+struct GradientOptions {
+  // The loss is loss_sum / loss_normalizer; 0 means the batch's own predicted-token count. A
+  // coordinator splitting one batch across workers passes the whole batch's count so shard
+  // gradients add up to the batch gradient.
+  int64_t loss_normalizer = 0;
+  // FAVOR+ random features are drawn from this seed (SampleFavorProjections) once per call and
+  // reused in every recomputation.
+  uint64_t feature_seed = 0;
+  // Explicit FAVOR+ projections, one [heads, head_dim, M] per layer, instead of the seed.
+  std::vector<at::Tensor> favor_projections;
+};
+
+struct GradientResult {
+  std::vector<at::Tensor> gradients;  // ∇θ (loss_sum / normalizer), in model.names() order
+  double loss_sum = 0;                // Σ cross-entropy over predicted tokens
+  int64_t token_count = 0;            // predicted tokens in the batch
+  int64_t normalizer = 0;             // what loss_sum was divided by
+  int64_t peak_bytes = 0;             // tensor bytes at the call's high-water mark (parameters too)
+  double seconds = 0;                 // wall time of the call
+  int64_t slice_forwards = 0;         // slice computations run (forward sweep + rebuilds)
+  int64_t stored_fronts_peak = 0;     // most fronts held at once by the front policy
+
+  double loss() const { return token_count == 0 ? 0.0 : loss_sum / static_cast<double>(normalizer); }
+};
+
+// Errors: INVALID_ARGUMENT for a bad batch (empty, token outside the vocabulary, bad document
+// starts), a bad plan (C ≤ 0 with slicing, C > L, …), a plan dtype other than the model's, or bad
+// FAVOR+ projections; RESOURCE_EXHAUSTED when the device runs out of memory; INTERNAL for other
+// LibTorch failures, with context.
+absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, const PackedBatch& batch,
+                                               const Plan& plan, const GradientOptions& options);
+
+}  // namespace slimfit::performer
+
+#endif  // SLIMFIT_PERFORMER_GRADIENT_ENGINE_H_

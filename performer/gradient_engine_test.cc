@@ -1,0 +1,278 @@
+#include "performer/gradient_engine.h"
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace slimfit::performer {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelConfig SmallConfig(FeatureMap map, LayerNormPlacement ln) {
+  ModelConfig config;
+  config.vocab = 37;
+  config.d_model = 16;
+  config.layers = 2;
+  config.heads = 2;
+  config.d_ff = 24;
+  config.feature_map = map;
+  config.feature_multiplier = map == FeatureMap::kFavor ? 2 : 1;
+  config.layernorm = ln;
+  return config;
+}
+
+// 40 tokens in five documents, one of a single token; boundaries fall inside slices for most C.
+PackedBatch PackedStream(int64_t vocab) {
+  PackedBatch batch;
+  for (int64_t i = 0; i < 40; ++i) batch.tokens.push_back((i * 7 + 3 * (i / 5)) % vocab);
+  batch.doc_starts = {0, 11, 12, 20, 30};
+  return batch;
+}
+
+double NormOfAll(const std::vector<at::Tensor>& tensors) {
+  double sum = 0;
+  for (const at::Tensor& t : tensors) sum += t.to(at::kDouble).pow(2).sum().item<double>();
+  return std::sqrt(sum);
+}
+
+double RelativeDiscrepancy(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+  std::vector<at::Tensor> diff;
+  for (size_t i = 0; i < got.size(); ++i) diff.push_back(got[i].to(at::kDouble) - want[i].to(at::kDouble));
+  return NormOfAll(diff) / NormOfAll(want);
+}
+
+GradientResult MustCompute(const PerformerModel& model, const PackedBatch& batch, const Plan& plan,
+                           const GradientOptions& options = {}) {
+  absl::StatusOr<GradientResult> result = ComputeGradient(model, batch, plan, options);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? *std::move(result) : GradientResult{};
+}
+
+using SliceCase = std::tuple<FeatureMap, LayerNormPlacement, PrefixMode, DType>;
+
+class SlicedEqualsFullTest : public ::testing::TestWithParam<SliceCase> {};
+
+TEST_P(SlicedEqualsFullTest, EveryCGivesTheFullGradientAndLoss) {
+  const auto [map, ln, mode, dtype] = GetParam();
+  const ModelConfig config = SmallConfig(map, ln);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, at::kCPU, /*seed=*/7);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const PackedBatch batch = PackedStream(config.vocab);
+  const int64_t length = batch.size();
+  const double tolerance = dtype == DType::kFloat64 ? 1e-10 : 1e-5;
+
+  Plan full;
+  full.dtype = dtype;
+  full.prefix_mode = mode;
+  full.block = 4;
+  GradientOptions options;
+  options.feature_seed = 11;
+  const GradientResult reference = MustCompute(*model, batch, full, options);
+  ASSERT_EQ(reference.token_count, length - 5);
+  ASSERT_GT(NormOfAll(reference.gradients), 0.0);
+
+  for (int64_t slice : {int64_t{1}, int64_t{3}, int64_t{7}, length / 2, length}) {
+    // Blocks that divide C and blocks that do not.
+    for (int64_t block : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{8}}) {
+      if (mode == PrefixMode::kCumsum && block != 1) continue;  // block is unused by cumsum
+      Plan plan = full;
+      plan.slice = slice;
+      plan.block = block;
+      const GradientResult sliced = MustCompute(*model, batch, plan, options);
+      const int64_t slices = (length + slice - 1) / slice;
+      EXPECT_EQ(sliced.slice_forwards, 2 * slices);
+      EXPECT_LE(RelativeDiscrepancy(sliced.gradients, reference.gradients), tolerance)
+          << "C=" << slice << " block=" << block;
+      EXPECT_NEAR(sliced.loss_sum, reference.loss_sum, tolerance * std::abs(reference.loss_sum))
+          << "C=" << slice << " block=" << block;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllConfigurations, SlicedEqualsFullTest,
+    ::testing::Combine(::testing::Values(FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr,
+                                         FeatureMap::kFavor),
+                       ::testing::Values(LayerNormPlacement::kPost, LayerNormPlacement::kPre),
+                       ::testing::Values(PrefixMode::kCumsum, PrefixMode::kChunked),
+                       ::testing::Values(DType::kFloat64, DType::kFloat32)),
+    [](const ::testing::TestParamInfo<SliceCase>& info) {
+      std::string name = absl::StrCat(std::string(FeatureMapName(std::get<0>(info.param))), "_",
+                                      LayerNormPlacementName(std::get<1>(info.param)), "_",
+                                      PrefixModeName(std::get<2>(info.param)), "_",
+                                      DTypeName(std::get<3>(info.param)));
+      for (char& c : name) {
+        if (c == '+') c = 'p';
+      }
+      return name;
+    });
+
+TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {
+  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);
+  ASSERT_TRUE(model.ok());
+  PackedBatch batch = PackedStream(config.vocab);
+  const GradientResult reference = MustCompute(*model, batch, Plan{.dtype = DType::kFloat64});
+  for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync}) {
+    Plan plan;
+    plan.dtype = DType::kFloat64;
+    plan.slice = 3;
+    plan.front_policy = policy;
+    plan.resync_every = 4;
+    const GradientResult sliced = MustCompute(*model, batch, plan);
+    EXPECT_LE(RelativeDiscrepancy(sliced.gradients, reference.gradients), 1e-10)
+        << FrontPolicyName(policy);
+  }
+}
+
+TEST(GradientEngineTest, ReverseKeepsOnlyTheFrontsOfSlicesWithDocumentStarts) {
+  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);
+  ASSERT_TRUE(model.ok());
+  PackedBatch one_document = PackedStream(config.vocab);
+  one_document.doc_starts = {0};
+  Plan plan{.slice = 4, .dtype = DType::kFloat64};
+  EXPECT_EQ(MustCompute(*model, one_document, plan).stored_fronts_peak, 0);
+  plan.front_policy = FrontPolicy::kStore;
+  EXPECT_EQ(MustCompute(*model, one_document, plan).stored_fronts_peak, 9);  // slices 2..10
+  // Starts at 11 (slice 2), 12 and 20 (starting slices 3 and 5: their incoming front still has to
+  // be kept for walking back the slice before) and 30 (slice 7).
+  plan.front_policy = FrontPolicy::kReverse;
+  EXPECT_EQ(MustCompute(*model, PackedStream(config.vocab), plan).stored_fronts_peak, 4);
+}
+
+TEST(GradientEngineTest, PackedGradientIsTheTokenWeightedSumOfDocumentGradients) {
+  const ModelConfig config = SmallConfig(FeatureMap::kElu1, LayerNormPlacement::kPre);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 5);
+  ASSERT_TRUE(model.ok());
+  const PackedBatch packed = PackedStream(config.vocab);
+  const Plan plan{.slice = 6, .dtype = DType::kFloat64};
+  const GradientResult whole = MustCompute(*model, packed, plan);
+
+  std::vector<at::Tensor> weighted_sum;
+  double loss_sum = 0;
+  std::vector<int64_t> starts = packed.doc_starts;
+  starts.push_back(packed.size());
+  for (size_t d = 0; d + 1 < starts.size(); ++d) {
+    PackedBatch document;
+    document.tokens.assign(packed.tokens.begin() + starts[d], packed.tokens.begin() + starts[d + 1]);
+    Plan document_plan = plan;
+    document_plan.slice = std::min<int64_t>(plan.slice, document.size());
+    const GradientResult part = MustCompute(*model, document, document_plan);
+    loss_sum += part.loss_sum;
+    for (size_t i = 0; i < part.gradients.size(); ++i) {
+      const at::Tensor contribution = part.gradients[i] * static_cast<double>(part.normalizer);
+      if (weighted_sum.size() <= i) {
+        weighted_sum.push_back(contribution);
+      } else {
+        weighted_sum[i] = weighted_sum[i] + contribution;
+      }
+    }
+  }
+  for (at::Tensor& g : weighted_sum) g = g / static_cast<double>(whole.token_count);
+  EXPECT_LE(RelativeDiscrepancy(whole.gradients, weighted_sum), 1e-10);
+  EXPECT_NEAR(whole.loss_sum, loss_sum, 1e-10 * loss_sum);
+}
+
+TEST(GradientEngineTest, LossNormalizerScalesTheGradient) {
+  const ModelConfig config = SmallConfig(FeatureMap::kRelu, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 9);
+  ASSERT_TRUE(model.ok());
+  const PackedBatch batch = PackedStream(config.vocab);
+  const Plan plan{.slice = 5, .dtype = DType::kFloat64};
+  const GradientResult mean = MustCompute(*model, batch, plan);
+  GradientOptions options;
+  options.loss_normalizer = 1;
+  const GradientResult sum = MustCompute(*model, batch, plan, options);
+  std::vector<at::Tensor> scaled;
+  for (const at::Tensor& g : mean.gradients) scaled.push_back(g * static_cast<double>(mean.token_count));
+  EXPECT_LE(RelativeDiscrepancy(sum.gradients, scaled), 1e-12);
+}
+
+TEST(GradientEngineTest, ReportsPeakMemoryAndTime) {
+  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 1);
+  ASSERT_TRUE(model.ok());
+  const GradientResult result = MustCompute(*model, PackedStream(config.vocab), Plan{.slice = 8});
+  // Parameters and their gradients are alive at the peak.
+  EXPECT_GE(result.peak_bytes, 2 * model->parameter_bytes());
+  EXPECT_GT(result.seconds, 0.0);
+}
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_ = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+    absl::StatusOr<PerformerModel> model = PerformerModel::Create(config_, DType::kFloat32, at::kCPU, 1);
+    ASSERT_TRUE(model.ok());
+    model_.emplace(*std::move(model));
+  }
+  absl::Status Run(const PackedBatch& batch, const Plan& plan, const GradientOptions& options = {}) {
+    return ComputeGradient(*model_, batch, plan, options).status();
+  }
+  ModelConfig config_;
+  std::optional<PerformerModel> model_;
+};
+
+TEST_F(BadInputTest, EmptySequence) {
+  const absl::Status s = Run(PackedBatch{}, Plan{});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("empty"));
+}
+
+TEST_F(BadInputTest, TokenOutsideVocabulary) {
+  PackedBatch batch = PackedStream(config_.vocab);
+  batch.tokens[17] = config_.vocab;
+  const absl::Status s = Run(batch, Plan{.slice = 4});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("token 37 at position 17 is outside the vocabulary [0, 37)"));
+  batch.tokens[17] = -1;
+  EXPECT_EQ(Run(batch, Plan{.slice = 4}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BadInputTest, NegativeSlice) {
+  const absl::Status s = Run(PackedStream(config_.vocab), Plan{.slice = -3});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("slice size C must be at least 1"));
+}
+
+TEST_F(BadInputTest, SliceLongerThanSequence) {
+  const absl::Status s = Run(PackedStream(config_.vocab), Plan{.slice = 41});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("C = 41 exceeds the sequence length L = 40"));
+}
+
+TEST_F(BadInputTest, BadDocumentStarts) {
+  PackedBatch batch = PackedStream(config_.vocab);
+  batch.doc_starts = {0, 20, 20};
+  EXPECT_EQ(Run(batch, Plan{}).code(), absl::StatusCode::kInvalidArgument);
+  batch.doc_starts = {3, 20};
+  EXPECT_EQ(Run(batch, Plan{}).code(), absl::StatusCode::kInvalidArgument);
+  batch.doc_starts = {0, 40};
+  EXPECT_EQ(Run(batch, Plan{}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BadInputTest, DTypeMismatchAndBadBlock) {
+  EXPECT_EQ(Run(PackedStream(config_.vocab), Plan{.dtype = DType::kFloat64}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Run(PackedStream(config_.vocab), Plan{.block = 0}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelCreationTest, DModelNotDivisibleByHeads) {
+  ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  config.heads = 3;
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 1);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("d_model (16) must be divisible by heads (3)"));
+}
+
+}  // namespace
+}  // namespace slimfit::performer

@@ -1,0 +1,139 @@
+#include "performer/memory_tracker.h"
+
+#include <atomic>
+#include <cstdint>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#ifdef SLIMFIT_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace slimfit::performer {
+namespace {
+
+// Counts bytes of every CPU allocation and forwards to the allocator it replaced.
+//
+// LibTorch's raw_allocate()/raw_deallocate() require the DataPtr's context to be the data pointer
+// itself and a raw deleter taking that pointer, so each allocation carries a small header in front
+// of the data holding its size and how to free the underlying block. The header keeps the 64-byte
+// alignment of LibTorch's CPU allocations.
+class TrackingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit TrackingCpuAllocator(c10::Allocator* inner) : inner_(inner) {}
+
+  c10::DataPtr allocate(size_t n) const override {
+    c10::DataPtr block = inner_->allocate(n + kHeaderBytes);
+    const c10::Device device = block.device();
+    auto* base = static_cast<char*>(block.get());
+    const c10::DeleterFnPtr deleter = block.get_deleter();
+    void* context = block.release_context();
+    new (base) Header{static_cast<int64_t>(n), deleter, context};
+    Count(static_cast<int64_t>(n));
+    void* data = base + kHeaderBytes;
+    return c10::DataPtr(data, data, &Release, device);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &Release; }
+
+  MemoryStats Stats() const {
+    return MemoryStats{current_.load(std::memory_order_relaxed),
+                       peak_.load(std::memory_order_relaxed)};
+  }
+  void ResetPeak() { peak_.store(current_.load(std::memory_order_relaxed)); }
+
+  static TrackingCpuAllocator* Instance();
+
+ private:
+  struct Header {
+    int64_t bytes;
+    c10::DeleterFnPtr deleter;
+    void* context;
+  };
+  static constexpr size_t kHeaderBytes = 64;
+  static_assert(sizeof(Header) <= kHeaderBytes, "header must fit in front of the data");
+
+  static void Release(void* data) {
+    if (data == nullptr) return;
+    auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
+    Instance()->current_.fetch_sub(header->bytes, std::memory_order_relaxed);
+    const c10::DeleterFnPtr deleter = header->deleter;
+    void* context = header->context;
+    if (deleter != nullptr) deleter(context);
+  }
+
+  void Count(int64_t bytes) const {
+    const int64_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    int64_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+
+  c10::Allocator* inner_;
+  mutable std::atomic<int64_t> current_{0};
+  mutable std::atomic<int64_t> peak_{0};
+};
+
+TrackingCpuAllocator* TrackingCpuAllocator::Instance() {
+  // Never destroyed: tensors may be freed during static destruction.
+  static TrackingCpuAllocator* tracker = [] {
+    auto* created = new TrackingCpuAllocator(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(created, /*priority=*/100);
+    return created;
+  }();
+  return tracker;
+}
+
+// Install before main(), so every tensor of the process is counted.
+const bool kInstalled = (TrackingCpuAllocator::Instance(), true);
+
+}  // namespace
+
+bool CpuTrackingActive() { return c10::GetCPUAllocator() == TrackingCpuAllocator::Instance(); }
+
+absl::StatusOr<MemoryStats> GetMemoryStats(const c10::Device& device) {
+  if (device.is_cpu()) return TrackingCpuAllocator::Instance()->Stats();
+  if (device.is_cuda()) {
+#ifdef SLIMFIT_WITH_CUDA
+    const int index = device.has_index() ? device.index() : 0;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    constexpr size_t kAggregate = 0;
+    return MemoryStats{stats.allocated_bytes[kAggregate].current,
+                       stats.allocated_bytes[kAggregate].peak};
+#else
+    return absl::UnimplementedError(
+        "this binary was built without CUDA support (build with --config=cuda against a CUDA "
+        "LibTorch to measure CUDA memory)");
+#endif
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("no memory accounting for device ", device.str()));
+}
+
+absl::Status ResetPeakMemory(const c10::Device& device) {
+  if (device.is_cpu()) {
+    TrackingCpuAllocator::Instance()->ResetPeak();
+    return absl::OkStatus();
+  }
+  if (device.is_cuda()) {
+#ifdef SLIMFIT_WITH_CUDA
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
+    return absl::OkStatus();
+#endif
+  }
+  return GetMemoryStats(device).status();
+}
+
+MemoryScope::MemoryScope(const c10::Device& device)
+    : device_(device), reset_status_(ResetPeakMemory(device)) {}
+
+absl::StatusOr<int64_t> MemoryScope::PeakBytes() const {
+  if (!reset_status_.ok()) return reset_status_;
+  absl::StatusOr<MemoryStats> stats = GetMemoryStats(device_);
+  if (!stats.ok()) return stats.status();
+  return stats->peak_bytes;
+}
+
+}  // namespace slimfit::performer

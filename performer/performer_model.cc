@@ -1,0 +1,266 @@
+#include "performer/performer_model.h"
+
+#include <cmath>
+#include <utility>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace slimfit::performer {
+namespace {
+
+constexpr int kLayerParameterCount = 14;
+constexpr double kLayerNormEps = 1e-5;
+constexpr double kDenominatorEps = 1e-16;  // as the reference: num / (den + 1e-16)
+
+std::string ShapeString(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+}  // namespace
+
+at::ScalarType ToScalarType(DType dtype) {
+  return dtype == DType::kFloat32 ? at::kFloat : at::kDouble;
+}
+
+std::vector<std::string> ParameterNames(const ModelConfig& config) {
+  std::vector<std::string> names = {"input_map.weight"};
+  for (int64_t r = 0; r < config.layers; ++r) {
+    const std::string p = absl::StrCat("layers.", r, ".");
+    for (const char* name :
+         {"attention.q_map.weight", "attention.q_map.bias", "attention.k_map.weight",
+          "attention.k_map.bias", "attention.v_map.weight", "attention.v_map.bias",
+          "U_map.weight", "U_map.bias", "V_map.weight", "V_map.bias", "layernorm1.weight",
+          "layernorm1.bias", "layernorm2.weight", "layernorm2.bias"}) {
+      names.push_back(p + name);
+    }
+  }
+  names.push_back("output_logit_map.weight");
+  names.push_back("output_logit_map.bias");
+  return names;
+}
+
+std::vector<std::vector<int64_t>> ParameterShapes(const ModelConfig& config) {
+  const int64_t d = config.d_model;
+  const int64_t f = config.d_ff;
+  std::vector<std::vector<int64_t>> shapes = {{config.vocab, d / 2}};
+  for (int64_t r = 0; r < config.layers; ++r) {
+    for (int i = 0; i < 3; ++i) {
+      shapes.push_back({d, d});
+      shapes.push_back({d});
+    }
+    shapes.insert(shapes.end(), {{f, d}, {f}, {d, f}, {d}, {d}, {d}, {d}, {d}});
+  }
+  shapes.push_back({config.vocab, d});
+  shapes.push_back({config.vocab});
+  return shapes;
+}
+
+ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor>& p) {
+  ModelWeights weights;
+  weights.embedding = p[0];
+  for (int64_t r = 0; r < config.layers; ++r) {
+    const size_t o = 1 + r * kLayerParameterCount;
+    weights.layers.push_back(LayerWeights{p[o], p[o + 1], p[o + 2], p[o + 3], p[o + 4], p[o + 5],
+                                          p[o + 6], p[o + 7], p[o + 8], p[o + 9], p[o + 10],
+                                          p[o + 11], p[o + 12], p[o + 13]});
+  }
+  weights.output_weight = p[p.size() - 2];
+  weights.output_bias = p[p.size() - 1];
+  return weights;
+}
+
+PerformerModel::PerformerModel(ModelConfig config, DType dtype, at::Device device,
+                               std::vector<at::Tensor> parameters)
+    : config_(std::move(config)),
+      dtype_(dtype),
+      device_(device),
+      names_(ParameterNames(config_)),
+      parameters_(std::move(parameters)) {}
+
+absl::StatusOr<PerformerModel> PerformerModel::Create(const ModelConfig& config, DType dtype,
+                                                      const at::Device& device, uint64_t seed) {
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+  try {
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const auto cpu64 = at::TensorOptions().dtype(at::kDouble);
+    const auto target = at::TensorOptions().dtype(ToScalarType(dtype)).device(device);
+    const std::vector<std::string> names = ParameterNames(config);
+    const std::vector<std::vector<int64_t>> shapes = ParameterShapes(config);
+    std::vector<at::Tensor> parameters;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string& name = names[i];
+      at::Tensor t;
+      if (name == "input_map.weight") {
+        t = at::normal(0.0, 1.0, shapes[i], generator, cpu64);
+      } else if (absl::StrContains(name, "layernorm")) {
+        t = absl::EndsWith(name, ".weight") ? at::ones(shapes[i], cpu64) : at::zeros(shapes[i], cpu64);
+      } else {
+        // Linear layers: weight [out, in] and bias [out] both uniform in ±1/sqrt(in).
+        const std::vector<int64_t>& weight_shape = absl::EndsWith(name, ".weight") ? shapes[i] : shapes[i - 1];
+        const double bound = 1.0 / std::sqrt(static_cast<double>(weight_shape[1]));
+        t = at::empty(shapes[i], cpu64).uniform_(-bound, bound, generator);
+      }
+      parameters.push_back(t.to(target));
+    }
+    return PerformerModel(config, dtype, device, std::move(parameters));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("initialising the model failed: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<PerformerModel> PerformerModel::FromTensors(
+    const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors, DType dtype,
+    const at::Device& device, const std::vector<std::string>& ignored_prefixes) {
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+  const std::vector<std::string> names = ParameterNames(config);
+  const std::vector<std::vector<int64_t>> shapes = ParameterShapes(config);
+  std::vector<at::Tensor> parameters;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = tensors.find(names[i]);
+    if (it == tensors.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint has no tensor '", names[i], "' (expected shape ", ShapeString(shapes[i]),
+          ") for a model with ", config.DebugString()));
+    }
+    const at::Tensor& t = it->second;
+    if (t.sizes() != at::IntArrayRef(shapes[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint tensor '", names[i], "' has shape ", ShapeString(t.sizes()), " but a model with ",
+          config.DebugString(), " needs ", ShapeString(shapes[i])));
+    }
+    if (!at::isFloatingType(t.scalar_type())) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor '", names[i], "' has dtype ",
+                                                     c10::toString(t.scalar_type()),
+                                                     "; parameters must be floating point"));
+    }
+    try {
+      parameters.push_back(
+          t.to(at::TensorOptions().dtype(ToScalarType(dtype)).device(device), /*non_blocking=*/false,
+               /*copy=*/true));
+    } catch (const c10::Error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot move checkpoint tensor '", names[i],
+                                                     "' to ", device.str(), ": ",
+                                                     e.what_without_backtrace()));
+    }
+  }
+  for (const auto& [name, tensor] : tensors) {
+    (void)tensor;
+    if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+    bool ignored = false;
+    for (const std::string& prefix : ignored_prefixes) ignored = ignored || absl::StartsWith(name, prefix);
+    if (!ignored) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint tensor '", name, "' is not a parameter of a model with ", config.DebugString(),
+          " (a checkpoint of another architecture or depth?)"));
+    }
+  }
+  return PerformerModel(config, dtype, device, std::move(parameters));
+}
+
+int64_t PerformerModel::parameter_bytes() const {
+  int64_t bytes = 0;
+  for (const at::Tensor& p : parameters_) bytes += p.numel() * p.element_size();
+  return bytes;
+}
+
+std::map<std::string, at::Tensor> PerformerModel::StateDict() const {
+  std::map<std::string, at::Tensor> state;
+  for (size_t i = 0; i < names_.size(); ++i) state.emplace(names_[i], parameters_[i]);
+  return state;
+}
+
+std::vector<at::Tensor> SampleFavorProjections(const ModelConfig& config, uint64_t seed,
+                                               const at::TensorOptions& options) {
+  std::vector<at::Tensor> projections;
+  if (config.feature_map != FeatureMap::kFavor) return projections;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const int64_t d = config.head_dim();
+  const auto cpu64 = at::TensorOptions().dtype(at::kDouble);
+  for (int64_t r = 0; r < config.layers; ++r) {
+    std::vector<at::Tensor> heads;
+    for (int64_t h = 0; h < config.heads; ++h) {
+      std::vector<at::Tensor> blocks;
+      for (int64_t b = 0; b < config.feature_multiplier; ++b) {
+        const at::Tensor gaussian = at::normal(0.0, 1.0, {d, d}, generator, cpu64);
+        auto [q, r_factor] = at::linalg_qr(gaussian);
+        blocks.push_back(q * at::sign(r_factor.diagonal()).unsqueeze(0));
+      }
+      heads.push_back(at::cat(blocks, 1));
+    }
+    projections.push_back((at::stack(heads, 0) * std::sqrt(static_cast<double>(d))).to(options));
+  }
+  return projections;
+}
+
+at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights,
+                       const at::Tensor& tokens, const at::Tensor& positions) {
+  const int64_t half = config.d_model / 2;
+  const auto options = weights.embedding.options().requires_grad(false);
+  const at::Tensor frequencies =
+      at::exp(at::arange(0, half, 2, options) * (-std::log(10000.0) / static_cast<double>(half)));
+  const at::Tensor angles = positions.to(options).unsqueeze(1) * frequencies.unsqueeze(0);
+  return at::cat({at::embedding(weights.embedding, tokens), at::sin(angles), at::cos(angles)}, 1);
+}
+
+namespace {
+
+at::Tensor SplitHeads(const at::Tensor& x, int64_t heads) {
+  return x.view({x.size(0), heads, x.size(1) / heads}).transpose(0, 1);  // [k, S, d]
+}
+
+at::Tensor Features(const ModelConfig& config, const at::Tensor& x, const at::Tensor& projection) {
+  switch (config.feature_map) {
+    case FeatureMap::kRelu: return at::relu(x).contiguous();
+    case FeatureMap::kElu1: return (at::elu(x) + 1).contiguous();
+    case FeatureMap::kSqr: return (x * x).contiguous();
+    case FeatureMap::kFavor: {
+      const at::Tensor scaled = x * std::pow(static_cast<double>(config.head_dim()), -0.25);
+      return at::exp(at::matmul(scaled, projection) - 0.5 * (scaled * scaled).sum(2, true));
+    }
+  }
+  return x;
+}
+
+}  // namespace
+
+AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,
+                       const at::Tensor& favor_projection) {
+  const at::Tensor h = config.layernorm == LayerNormPlacement::kPre
+                           ? at::layer_norm(x, {config.d_model}, w.norm1_weight, w.norm1_bias, kLayerNormEps)
+                           : x;
+  AttentionInputs inputs;
+  inputs.phi_q = Features(config, SplitHeads(at::linear(h, w.q_weight, w.q_bias), config.heads), favor_projection);
+  inputs.phi_k = Features(config, SplitHeads(at::linear(h, w.k_weight, w.k_bias), config.heads), favor_projection);
+  inputs.v = SplitHeads(at::linear(h, w.v_weight, w.v_bias), config.heads).contiguous();
+  inputs.residual = x;
+  return inputs;
+}
+
+at::Tensor LayerG(const ModelConfig& config, const LayerWeights& w, const at::Tensor& numerator,
+                  const at::Tensor& denominator, const at::Tensor& residual) {
+  const int64_t rows = residual.size(0);
+  at::Tensor attention = (numerator / (denominator.unsqueeze(2) + kDenominatorEps))
+                             .transpose(0, 1)
+                             .reshape({rows, config.d_model});
+  const bool post = config.layernorm == LayerNormPlacement::kPost;
+  if (post) attention = at::layer_norm(attention, {config.d_model}, w.norm1_weight, w.norm1_bias, kLayerNormEps);
+  const at::Tensor x = residual + attention;
+  const at::Tensor ffn_input =
+      post ? x : at::layer_norm(x, {config.d_model}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
+  at::Tensor ffn = at::linear(at::gelu(at::linear(ffn_input, w.ffn_in_weight, w.ffn_in_bias)),
+                              w.ffn_out_weight, w.ffn_out_bias);
+  if (post) ffn = at::layer_norm(ffn, {config.d_model}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
+  return x + ffn;
+}
+
+at::Tensor CrossEntropySum(const ModelWeights& weights, const at::Tensor& x,
+                           const at::Tensor& target_rows, const at::Tensor& targets) {
+  if (target_rows.numel() == 0) return at::zeros({}, x.options());
+  const at::Tensor logits = at::linear(x.index_select(0, target_rows), weights.output_weight, weights.output_bias);
+  return at::nll_loss(at::log_softmax(logits, 1), targets, {}, at::Reduction::Sum);
+}
+
+}  // namespace slimfit::performer

@@ -1,0 +1,128 @@
+// PerformerModel: the parameters of a byte-level causal Performer language model and the row-wise
+// pieces of its forward pass, laid out as seed 000 §3.1 writes a layer: a row-wise map F before the
+// prefix sum and a row-wise map G after it,
+//   T, Γ = F(X);  U = PS(T);  X' = G(U, Γ).
+// The full-sequence reference gradient and the sliced engine both call these same functions on
+// stretches of rows, so they share one implementation.
+//
+// Architecture (the reference google-research SLiM Performer, generalised to packed documents):
+//   x0 = [E(token) (d/2) | sin(pos·f) (d/4) | cos(pos·f) (d/4)], positions restart per document;
+//   per layer: q, k, v = Linear(d→d) with bias, heads split, features φ(q), φ(k); no output
+//   projection; a = num / (den + 1e-16);
+//     post-LN: x += LN1(a(x)); x += LN2(FFN(x))      pre-LN: x += a(LN1(x)); x += FFN(LN2(x))
+//   FFN = Linear(d→d_ff) – GELU – Linear(d_ff→d); logits = Linear(d→vocab).
+// Parameter names follow the reference's state_dict (`input_map.weight`,
+// `layers.0.attention.q_map.weight`, `layers.0.U_map.bias`, `layers.0.layernorm1.weight`,
+// `output_logit_map.weight`, …) so checkpoints move both ways.
+//
+// Thread safety: a PerformerModel is immutable after construction and safe to share across
+// threads; the free functions are pure.
+#ifndef SLIMFIT_PERFORMER_PERFORMER_MODEL_H_
+#define SLIMFIT_PERFORMER_PERFORMER_MODEL_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/status/statusor.h"
+#include "performer/model_config.h"
+#include "performer/plan.h"
+
+namespace slimfit::performer {
+
+struct LayerWeights {
+  at::Tensor q_weight, q_bias, k_weight, k_bias, v_weight, v_bias;  // attention.{q,k,v}_map
+  at::Tensor ffn_in_weight, ffn_in_bias;                             // U_map: d → d_ff
+  at::Tensor ffn_out_weight, ffn_out_bias;                           // V_map: d_ff → d
+  at::Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;     // layernorm1, layernorm2
+};
+
+// A view of a parameter list as the model's named pieces (tensors share storage with the list).
+struct ModelWeights {
+  at::Tensor embedding;  // input_map.weight [vocab, d/2]
+  std::vector<LayerWeights> layers;
+  at::Tensor output_weight, output_bias;  // output_logit_map
+};
+
+// Canonical parameter names and shapes, in the model's order.
+std::vector<std::string> ParameterNames(const ModelConfig& config);
+std::vector<std::vector<int64_t>> ParameterShapes(const ModelConfig& config);
+
+// REQUIRES: `parameters` in the order of ParameterNames(config) with matching shapes.
+ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor>& parameters);
+
+at::ScalarType ToScalarType(DType dtype);
+
+class PerformerModel {
+ public:
+  // A freshly initialised model, as PyTorch initialises the reference's modules (Linear: uniform
+  // ±1/sqrt(fan_in); Embedding: N(0, 1); LayerNorm: ones and zeros), from `seed`.
+  static absl::StatusOr<PerformerModel> Create(const ModelConfig& config, DType dtype,
+                                               const at::Device& device, uint64_t seed);
+
+  // A model from named tensors (a checkpoint). Every parameter must be present with its exact
+  // shape; extra names are an error unless they start with one of `ignored_prefixes`. Tensors of
+  // another floating dtype are converted to `dtype`. INVALID_ARGUMENT names the tensor.
+  static absl::StatusOr<PerformerModel> FromTensors(
+      const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors, DType dtype,
+      const at::Device& device, const std::vector<std::string>& ignored_prefixes = {});
+
+  const ModelConfig& config() const { return config_; }
+  DType dtype() const { return dtype_; }
+  const at::Device& device() const { return device_; }
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  int64_t parameter_bytes() const;
+
+  // Named copies-free view of the parameters.
+  std::map<std::string, at::Tensor> StateDict() const;
+
+ private:
+  PerformerModel(ModelConfig config, DType dtype, at::Device device,
+                 std::vector<at::Tensor> parameters);
+
+  ModelConfig config_;
+  DType dtype_;
+  at::Device device_;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> parameters_;
+};
+
+// FAVOR+ projections, one [heads, head_dim, M] tensor per layer: orthogonal head_dim×head_dim
+// blocks (QR of a Gaussian, sign-fixed) times sqrt(head_dim), drawn from `seed` on the CPU in
+// float64 so every device and dtype sees the same features. Empty for deterministic feature maps.
+std::vector<at::Tensor> SampleFavorProjections(const ModelConfig& config, uint64_t seed,
+                                               const at::TensorOptions& options);
+
+// ---- Row-wise pieces of the forward pass; each works on a stretch of S rows. ----
+
+// x0 for tokens [S] (int64) at document positions [S] (int64): [S, d_model].
+at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights,
+                       const at::Tensor& tokens, const at::Tensor& positions);
+
+// F: what goes into the prefix sum (φk, v) and what skips it (φq and the residual input x).
+struct AttentionInputs {
+  at::Tensor phi_q;  // [k, S, M]
+  at::Tensor phi_k;  // [k, S, M]
+  at::Tensor v;      // [k, S, d]
+  at::Tensor residual;  // [S, d_model], the layer's input
+};
+AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& x,
+                       const at::Tensor& favor_projection);
+
+// G: attention output from the prefix-sum results, residual adds and the feed-forward block.
+at::Tensor LayerG(const ModelConfig& config, const LayerWeights& weights,
+                  const at::Tensor& numerator, const at::Tensor& denominator,
+                  const at::Tensor& residual);
+
+// Σ cross-entropy of rows `target_rows` of the logits of x [S, d_model] against `targets`
+// (both int64 [P]); a zero scalar when P = 0.
+at::Tensor CrossEntropySum(const ModelWeights& weights, const at::Tensor& x,
+                           const at::Tensor& target_rows, const at::Tensor& targets);
+
+}  // namespace slimfit::performer
+
+#endif  // SLIMFIT_PERFORMER_PERFORMER_MODEL_H_

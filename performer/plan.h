@@ -1,0 +1,68 @@
+// Plan: how one gradient call trades memory for time (DESIGN.md, "Plan"). A plain value type that
+// the planner produces, the service carries and the engine executes; free of LibTorch.
+//
+// Example: slices of 256 tokens, chunked prefix sums in blocks of 64, fronts walked back by
+// subtraction:
+//   Plan plan;
+//   plan.slice = 256; plan.prefix_mode = PrefixMode::kChunked; plan.block = 64;
+//   plan.front_policy = FrontPolicy::kReverse;
+//
+// Thread safety: a plain value type.
+#ifndef SLIMFIT_PERFORMER_PLAN_H_
+#define SLIMFIT_PERFORMER_PLAN_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace slimfit::performer {
+
+// How one stretch of tokens computes its causal prefix sums.
+enum class PrefixMode {
+  kCumsum,   // materialise every prefix state (S·k·M·d values): most memory
+  kChunked,  // blocks of `block` tokens; saves only q, k, v and the start front
+};
+
+// How the backward sweep obtains the front entering slice n, U(n−1).
+enum class FrontPolicy {
+  kReverse,  // subtract slice n's contributions from U(n) (seed 000, eq. 9); O(1) memory
+  kStore,    // keep every front from the forward sweep; N fronts of memory
+  kResync,   // reverse, but keep every `resync_every`-th front so drift is reset
+};
+
+enum class DType { kFloat32, kFloat64 };
+
+absl::string_view PrefixModeName(PrefixMode mode);
+absl::StatusOr<PrefixMode> ParsePrefixMode(absl::string_view name);
+absl::string_view FrontPolicyName(FrontPolicy policy);
+absl::StatusOr<FrontPolicy> ParseFrontPolicy(absl::string_view name);
+absl::string_view DTypeName(DType dtype);  // "float32", "float64"
+absl::StatusOr<DType> ParseDType(absl::string_view name);
+int64_t DTypeBytes(DType dtype);
+
+struct Plan {
+  // Slice size C in tokens; 0 means ordinary full-sequence back-propagation (no slicing).
+  int64_t slice = 0;
+  PrefixMode prefix_mode = PrefixMode::kChunked;
+  int64_t block = 64;  // tokens per block in chunked mode
+  FrontPolicy front_policy = FrontPolicy::kReverse;
+  int64_t resync_every = 0;  // kResync: keep the front entering every r-th slice
+  DType dtype = DType::kFloat32;
+  int threads = 0;  // intra-op threads; 0 leaves the process setting alone
+
+  // Filled in by the planner; informational for the engine.
+  int64_t predicted_peak_bytes = 0;
+  double predicted_time_s = 0;
+  std::string reason;
+
+  // INVALID_ARGUMENT naming the field when the plan cannot run on a sequence of `seq_len` tokens.
+  absl::Status Validate(int64_t seq_len) const;
+  std::string DebugString() const;
+};
+
+}  // namespace slimfit::performer
+
+#endif  // SLIMFIT_PERFORMER_PLAN_H_

@@ -1,0 +1,176 @@
+#include "performer/prefix_attention.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace slimfit::performer {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Rows [begin, end) of a [k, S, ...] tensor.
+at::Tensor Rows(const at::Tensor& t, int64_t begin, int64_t end) { return t.narrow(1, begin, end - begin); }
+
+// Causal prefix attention for one document segment in blocks of `block` rows.
+//
+// Forward, for block j with rows Q, K, V and block-start front (R, Z):
+//   A = tril(Q Kᵀ);  num = Q R + A V;  den = Q Z + A·1;  R += Kᵀ V;  Z += Kᵀ·1.
+// Backward walks the blocks in reverse with dR, dZ the gradients of the front after block j:
+//   dA = tril(gN Vᵀ + gD·1ᵀ);  dQ = gN Rᵀ + gD Zᵀ + dA K;  dK = dAᵀ Q + V dRᵀ + 1·dZᵀ;
+//   dV = Aᵀ gN + K dR;  then dR += Qᵀ gN, dZ += Qᵀ gD (the gradient of the block-start front).
+// The block-start fronts are rebuilt forwards from the saved start front (exact, no subtraction).
+class ChunkedPrefixFunction : public torch::autograd::Function<ChunkedPrefixFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& v, const at::Tensor& r0, const at::Tensor& z0,
+                               int64_t block) {
+    ctx->save_for_backward({q, k, v, r0, z0});
+    ctx->saved_data["block"] = block;
+    at::Tensor r = r0;
+    at::Tensor z = z0;
+    const int64_t rows = q.size(1);
+    std::vector<at::Tensor> numerators;
+    std::vector<at::Tensor> denominators;
+    for (int64_t begin = 0; begin < rows; begin += block) {
+      const int64_t end = std::min(rows, begin + block);
+      const at::Tensor qb = Rows(q, begin, end);
+      const at::Tensor kb = Rows(k, begin, end);
+      const at::Tensor vb = Rows(v, begin, end);
+      const at::Tensor scores = at::bmm(qb, kb.transpose(1, 2)).tril_();
+      numerators.push_back(at::baddbmm(at::bmm(qb, r), scores, vb));
+      denominators.push_back(at::bmm(qb, z.unsqueeze(2)).squeeze(2) + scores.sum(2));
+      r = at::baddbmm(r, kb.transpose(1, 2), vb);
+      z = z + kb.sum(1);
+    }
+    return {at::cat(numerators, 1), at::cat(denominators, 1), r, z};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& q = saved[0];
+    const at::Tensor& k = saved[1];
+    const at::Tensor& v = saved[2];
+    const int64_t block = ctx->saved_data["block"].toInt();
+    const int64_t rows = q.size(1);
+
+    auto defined_or_zeros = [](const at::Tensor& g, const at::Tensor& like) {
+      return g.defined() ? g : at::zeros_like(like);
+    };
+    const at::Tensor grad_num = defined_or_zeros(grads[0], v);
+    const at::Tensor grad_den = defined_or_zeros(grads[1], q.select(2, 0));
+    at::Tensor dr = defined_or_zeros(grads[2], saved[3]).clone();
+    at::Tensor dz = defined_or_zeros(grads[3], saved[4]).clone();
+
+    // Block-start fronts, rebuilt forwards.
+    std::vector<std::pair<at::Tensor, at::Tensor>> starts;
+    {
+      at::Tensor r = saved[3];
+      at::Tensor z = saved[4];
+      for (int64_t begin = 0; begin < rows; begin += block) {
+        const int64_t end = std::min(rows, begin + block);
+        starts.emplace_back(r, z);
+        const at::Tensor kb = Rows(k, begin, end);
+        r = at::baddbmm(r, kb.transpose(1, 2), Rows(v, begin, end));
+        z = z + kb.sum(1);
+      }
+    }
+
+    at::Tensor dq = at::empty_like(q);
+    at::Tensor dk = at::empty_like(k);
+    at::Tensor dv = at::empty_like(v);
+    for (int64_t j = static_cast<int64_t>(starts.size()) - 1; j >= 0; --j) {
+      const int64_t begin = j * block;
+      const int64_t end = std::min(rows, begin + block);
+      const at::Tensor qb = Rows(q, begin, end);
+      const at::Tensor kb = Rows(k, begin, end);
+      const at::Tensor vb = Rows(v, begin, end);
+      const at::Tensor gn = Rows(grad_num, begin, end);
+      const at::Tensor gd = Rows(grad_den, begin, end);
+      const auto& [r, z] = starts[j];
+
+      const at::Tensor scores = at::bmm(qb, kb.transpose(1, 2)).tril_();
+      const at::Tensor dscores = at::bmm(gn, vb.transpose(1, 2)).add_(gd.unsqueeze(2)).tril_();
+      // dQ = gN Rᵀ + gD Zᵀ + dA K
+      at::Tensor dqb = at::baddbmm(at::bmm(gn, r.transpose(1, 2)), dscores, kb);
+      dqb.add_(gd.unsqueeze(2) * z.unsqueeze(1));
+      // dK = dAᵀ Q + V dRᵀ + dZ
+      at::Tensor dkb = at::baddbmm(at::bmm(dscores.transpose(1, 2), qb), vb, dr.transpose(1, 2));
+      dkb.add_(dz.unsqueeze(1));
+      // dV = Aᵀ gN + K dR
+      const at::Tensor dvb = at::baddbmm(at::bmm(scores.transpose(1, 2), gn), kb, dr);
+      Rows(dq, begin, end).copy_(dqb);
+      Rows(dk, begin, end).copy_(dkb);
+      Rows(dv, begin, end).copy_(dvb);
+      dr.baddbmm_(qb.transpose(1, 2), gn);
+      dz.add_(at::bmm(qb.transpose(1, 2), gd.unsqueeze(2)).squeeze(2));
+    }
+    return {dq, dk, dv, dr, dz, at::Tensor()};
+  }
+};
+
+// Prefix attention for one segment by materialising every prefix state.
+PrefixAttentionResult CumsumSegment(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const Front& start) {
+  // states[h, l] = R_start + Σ_{l' ≤ l} k_l' ⊗ v_l'   : [k, S, M, d]
+  const at::Tensor states =
+      at::cumsum(k.unsqueeze(3) * v.unsqueeze(2), 1) + start.numerator.unsqueeze(1);
+  const at::Tensor norms = at::cumsum(k, 1) + start.denominator.unsqueeze(1);  // [k, S, M]
+  PrefixAttentionResult result;
+  result.numerator = at::matmul(q.unsqueeze(2), states).squeeze(2);
+  result.denominator = (q * norms).sum(2);
+  const int64_t last = q.size(1) - 1;
+  result.end = Front{states.select(1, last), norms.select(1, last)};
+  return result;
+}
+
+PrefixAttentionResult RunSegment(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const Front& start, PrefixMode mode, int64_t block) {
+  if (mode == PrefixMode::kCumsum) return CumsumSegment(q, k, v, start);
+  variable_list out =
+      ChunkedPrefixFunction::apply(q, k, v, start.numerator, start.denominator, block);
+  return PrefixAttentionResult{out[0], out[1], Front{out[2], out[3]}};
+}
+
+}  // namespace
+
+Front ZeroFront(int64_t heads, int64_t features, int64_t head_dim,
+                const at::TensorOptions& options) {
+  return Front{at::zeros({heads, features, head_dim}, options), at::zeros({heads, features}, options)};
+}
+
+Front FrontContribution(const at::Tensor& phi_k, const at::Tensor& v) {
+  return Front{at::bmm(phi_k.transpose(1, 2), v), phi_k.sum(1)};
+}
+
+PrefixAttentionResult CausalPrefixAttention(const at::Tensor& phi_q, const at::Tensor& phi_k,
+                                            const at::Tensor& v, const Front& start,
+                                            const std::vector<Segment>& segments,
+                                            PrefixMode mode, int64_t block) {
+  if (segments.size() == 1) {
+    const Front origin = segments[0].continues_front
+                             ? start
+                             : Front{at::zeros_like(start.numerator), at::zeros_like(start.denominator)};
+    return RunSegment(phi_q, phi_k, v, origin, mode, block);
+  }
+  std::vector<at::Tensor> numerators;
+  std::vector<at::Tensor> denominators;
+  Front end;
+  for (const auto& segment : segments) {
+    const Front origin =
+        segment.continues_front
+            ? start
+            : Front{at::zeros_like(start.numerator), at::zeros_like(start.denominator)};
+    PrefixAttentionResult part =
+        RunSegment(Rows(phi_q, segment.begin, segment.end), Rows(phi_k, segment.begin, segment.end),
+                Rows(v, segment.begin, segment.end), origin, mode, block);
+    numerators.push_back(std::move(part.numerator));
+    denominators.push_back(std::move(part.denominator));
+    end = std::move(part.end);
+  }
+  return PrefixAttentionResult{at::cat(numerators, 1), at::cat(denominators, 1), std::move(end)};
+}
+
+}  // namespace slimfit::performer

@@ -1,0 +1,59 @@
+// Causal linear attention through prefix sums: the only place where the Performer passes signal
+// along the sequence (seed 000, eq. 2–3 and 5). For one stretch of S tokens and k heads it computes,
+// for every row l and head h,
+//   numerator_l   = (R_start + Σ_{l' ≤ l, same document} φk_l' ⊗ v_l')ᵀ φq_l      (d values)
+//   denominator_l = (Z_start + Σ_{l' ≤ l, same document} φk_l')ᵀ φq_l             (1 value)
+// where (R_start, Z_start) is the incoming front, used only by a first segment that continues a
+// document from before the stretch; every other segment starts from zero. It also returns the
+// front after the stretch, so slices can be chained and the whole sequence is one call.
+//
+// Two prefix modes with identical results:
+//  - kCumsum materialises every prefix state R_l (S·k·M·d values) with ordinary autograd;
+//  - kChunked walks blocks of b tokens with matrix products (intra-block causal scores plus the
+//    block-start front) inside a custom autograd function that saves only φq, φk, v and the
+//    incoming front, and rebuilds the block fronts during its backward.
+//
+// Shapes: φq, φk: [k, S, M]; v: [k, S, d]; Front numerator [k, M, d], denominator [k, M].
+// All functions are differentiable with respect to φq, φk, v and the incoming front.
+// Thread safety: pure functions of their tensors.
+#ifndef SLIMFIT_PERFORMER_PREFIX_ATTENTION_H_
+#define SLIMFIT_PERFORMER_PREFIX_ATTENTION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "performer/packed_batch.h"
+#include "performer/plan.h"
+
+namespace slimfit::performer {
+
+// The prefix-sum state of one layer between two stretches: U in seed 000's notation.
+struct Front {
+  at::Tensor numerator;    // [k, M, d]: Σ φk ⊗ v
+  at::Tensor denominator;  // [k, M]:    Σ φk
+};
+
+struct PrefixAttentionResult {
+  at::Tensor numerator;    // [k, S, d]
+  at::Tensor denominator;  // [k, S]
+  Front end;               // the front after the last row
+};
+
+// REQUIRES: segments cover [0, S) in order with coordinates relative to the stretch; only the
+// first may have continues_front; block > 0 for kChunked.
+PrefixAttentionResult CausalPrefixAttention(const at::Tensor& phi_q, const at::Tensor& phi_k,
+                                            const at::Tensor& v, const Front& start,
+                                            const std::vector<Segment>& segments,
+                                            PrefixMode mode, int64_t block);
+
+// Σ over the rows of φk ⊗ v and of φk: what a stretch without document starts adds to the front.
+Front FrontContribution(const at::Tensor& phi_k, const at::Tensor& v);
+
+// A zero front for one layer.
+Front ZeroFront(int64_t heads, int64_t features, int64_t head_dim, const at::TensorOptions& options);
+
+}  // namespace slimfit::performer
+
+#endif  // SLIMFIT_PERFORMER_PREFIX_ATTENTION_H_

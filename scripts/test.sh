@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds and runs every test of the workspace offline (Bazel 4.2.3 from Debian), tuned for a 2-core
+# CI machine. Works from any directory. Prints a final line "N passed, N failed" and exits non-zero
+# if any test failed or anything failed to build. Extra arguments are passed to `bazel test`
+# (e.g. scripts/test.sh --test_filter=Foo.*).
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+
+bash scripts/setup.sh
+
+log="$(mktemp "${TMPDIR:-/tmp}/slimfit-test.XXXXXX.log")"
+trap 'rm -f "$log"' EXIT
+
+flags=(
+  --jobs=2
+  --local_cpu_resources=HOST_CPUS
+  --local_ram_resources=HOST_RAM*.6
+  --keep_going
+  --test_output=errors
+  --test_summary=short
+  --color=no
+  --curses=no
+  --show_progress_rate_limit=15
+)
+
+set +e
+bazel test "${flags[@]}" "$@" -- //... 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+
+# Per-target summary lines look like
+#   //pkg:name          PASSED in 0.1s        //pkg:name     (cached) PASSED in 0.1s
+#   //pkg:name          FAILED in 2.0s        //pkg:name     NO STATUS / TIMEOUT in 300.0s
+#   //pkg:name          FAILED TO BUILD       //pkg:name     FLAKY, failed in 1 out of 2 ...
+summary_re='^//[^[:space:]]+[[:space:]]+(\(cached\)[[:space:]]+)?'
+passed=$(grep -cE "${summary_re}(PASSED|FLAKY)" "$log" || true)
+failed=$(grep -cE "${summary_re}(FAILED|NO STATUS|TIMEOUT|INCOMPLETE|REMOTE FAILURE)" "$log" || true)
+
+if [ "$rc" -eq 4 ] && grep -q 'No test targets were found' "$log"; then
+  # Bazel's "no tests" exit code: nothing to run yet is not a failure.
+  echo "test.sh: no test targets found under //..."
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+
+if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+  echo "test.sh: bazel exited with code $rc (build or analysis errors above)"
+fi
+echo "${passed} passed, ${failed} failed"
+if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then
+  exit 1
+fi
+exit 0
