@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "performer/cpu_runtime.h"
 #include "performer/memory_tracker.h"
 #include "performer/prefix_attention.h"
 
@@ -205,6 +206,7 @@ double SlicedGradient(const Context& ctx, const PackedBatch& batch, const Plan& 
     ModelFront exit;
     const at::Tensor x = RunStretch(ctx, stretch, entry_for_layer, &exit, /*need_output=*/true);
     ++*slice_forwards;
+    front = std::move(entry_values);  // U(n) is no longer needed: release it before back-propagating
     const at::Tensor loss = CrossEntropySum(ctx.weights, x, stretch.target_rows, stretch.targets);
 
     // A slice whose rows all end documents predicts nothing: only its fronts carry gradient.
@@ -236,7 +238,6 @@ double SlicedGradient(const Context& ctx, const PackedBatch& batch, const Plan& 
                                   gd.defined() ? gd : at::zeros_like(zero.denominator)});
       }
     }
-    front = std::move(entry_values);
     if (kept_it != kept.end()) {
       onset = std::move(kept_it->second.onset);
       kept.erase(kept_it);
@@ -263,23 +264,36 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
   const absl::Time start = absl::Now();
   const at::Device device = model.device();
   MemoryScope memory(device);
+  absl::StatusOr<MemoryStats> start_memory = GetMemoryStats(device);
   GradientResult result;
   result.token_count = token_count;
   result.normalizer = normalizer;
   try {
-    if (plan.threads > 0) at::set_num_threads(plan.threads);
+    if (plan.threads > 0 && device.is_cpu()) {
+      if (absl::Status s = ConfigureCpuThreads(plan.threads); !s.ok()) return s;
+    }
     at::AutoGradMode enable_grad(true);
     const at::TensorOptions tensor_options = model.parameters().front().options();
 
-    // Leaves sharing the model's storage: gradients accumulate in their .grad, the model is untouched.
+    // Leaves sharing the model's storage, in compute layout: gradients accumulate in their .grad
+    // and the model is untouched.
     std::vector<at::Tensor> leaves;
-    for (const at::Tensor& p : model.parameters()) leaves.push_back(p.detach().requires_grad_(true));
+    for (const at::Tensor& p : ToComputeLayout(model.names(), model.parameters())) {
+      leaves.push_back(p.detach().requires_grad_(true));
+    }
+    // The linear maps and the embedding add their gradients straight into these buffers (see
+    // LayerWeights::gradient_sink): no temporary weight gradient per slice, no extra pass to add it.
+    std::vector<at::Tensor> sink_tensors;
+    for (const at::Tensor& leaf : leaves) sink_tensors.push_back(at::zeros(leaf.sizes(), leaf.options()));
+    const ModelWeights sink = BindWeights(config, sink_tensors);
     Context ctx{config, BindWeights(config, leaves),
                 options.favor_projections.empty()
                     ? SampleFavorProjections(config, options.feature_seed, tensor_options)
                     : options.favor_projections,
                 plan.prefix_mode, plan.block};
     for (at::Tensor& projection : ctx.projections) projection = projection.to(tensor_options);
+    ctx.weights.gradient_sink = &sink;
+    for (size_t r = 0; r < ctx.weights.layers.size(); ++r) ctx.weights.layers[r].gradient_sink = &sink.layers[r];
 
     if (plan.slice == 0) {
       result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, &result.slice_forwards);
@@ -287,8 +301,11 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       result.loss_sum = SlicedGradient(ctx, batch, plan, leaves, device, tensor_options, normalizer,
                                        &result.slice_forwards, &result.stored_fronts_peak);
     }
-    for (const at::Tensor& leaf : leaves) {
-      result.gradients.push_back(leaf.grad().defined() ? leaf.grad() : at::zeros_like(leaf));
+    // Parameters without a sink (the LayerNorms) accumulated in .grad as usual.
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      at::Tensor grad = sink_tensors[i];
+      if (leaves[i].grad().defined()) grad.add_(leaves[i].grad());
+      result.gradients.push_back(IsLinearWeight(model.names()[i]) ? grad.t() : grad);
     }
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
@@ -301,6 +318,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
   }
   absl::StatusOr<int64_t> peak = memory.PeakBytes();
   result.peak_bytes = peak.ok() ? *peak : -1;
+  result.start_bytes = start_memory.ok() ? start_memory->current_bytes : -1;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return result;
 }

@@ -53,6 +53,7 @@ struct GradientResult {
   int64_t token_count = 0;            // predicted tokens in the batch
   int64_t normalizer = 0;             // what loss_sum was divided by
   int64_t peak_bytes = 0;             // tensor bytes at the call's high-water mark (parameters too)
+  int64_t start_bytes = 0;            // tensor bytes allocated when the call began (parameters, ...)
   double seconds = 0;                 // wall time of the call
   int64_t slice_forwards = 0;         // slice computations run (forward sweep + rebuilds)
   int64_t stored_fronts_peak = 0;     // most fronts held at once by the front policy

@@ -5,6 +5,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,55 @@ namespace {
 constexpr int kLayerParameterCount = 14;
 constexpr double kLayerNormEps = 1e-5;
 constexpr double kDenominatorEps = 1e-16;  // as the reference: num / (den + 1e-16)
+
+// y = x · W + b whose backward adds xᵀ·g and Σg into the sink tensors in place and returns no
+// gradient for W and b (their .grad stays untouched). W and b still enter as inputs so the node
+// is part of the graph whenever they require grad.
+class LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& weight_t, const at::Tensor& bias,
+                            const at::Tensor& sink_weight_t, const at::Tensor& sink_bias) {
+    ctx->save_for_backward({x, weight_t});
+    ctx->saved_data["sink_weight_t"] = sink_weight_t;
+    ctx->saved_data["sink_bias"] = sink_bias;
+    return at::addmm(bias, x, weight_t);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& g = grads[0];
+    at::Tensor sink_weight_t = ctx->saved_data["sink_weight_t"].toTensor();
+    at::Tensor sink_bias = ctx->saved_data["sink_bias"].toTensor();
+    sink_weight_t.addmm_(saved[0].t(), g);
+    sink_bias.add_(g.sum(0));
+    const at::Tensor grad_x = saved[0].requires_grad() ? at::mm(g, saved[1].t()) : at::Tensor();
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Embedding lookup whose backward adds the rows' gradients into the sink in place.
+class EmbeddingIntoSink : public torch::autograd::Function<EmbeddingIntoSink> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& weight,
+                            const at::Tensor& tokens, const at::Tensor& sink) {
+    ctx->save_for_backward({tokens});
+    ctx->saved_data["sink"] = sink;
+    return at::embedding(weight, tokens);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    at::Tensor sink = ctx->saved_data["sink"].toTensor();
+    sink.index_add_(0, ctx->get_saved_variables()[0], grads[0]);
+    return {at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight_t, const at::Tensor& bias,
+                  const at::Tensor* sink_weight_t, const at::Tensor* sink_bias) {
+  if (sink_weight_t == nullptr) return at::addmm(bias, x, weight_t);
+  return LinearIntoSink::apply(x, weight_t, bias, *sink_weight_t, *sink_bias);
+}
 
 std::string ShapeString(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
@@ -58,6 +108,19 @@ std::vector<std::vector<int64_t>> ParameterShapes(const ModelConfig& config) {
   return shapes;
 }
 
+bool IsLinearWeight(const std::string& name) {
+  return absl::EndsWith(name, ".weight") && !absl::StrContains(name, "layernorm") && name != "input_map.weight";
+}
+
+std::vector<at::Tensor> ToComputeLayout(const std::vector<std::string>& names,
+                                        const std::vector<at::Tensor>& parameters) {
+  std::vector<at::Tensor> layout;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    layout.push_back(IsLinearWeight(names[i]) ? parameters[i].t() : parameters[i]);
+  }
+  return layout;
+}
+
 ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor>& p) {
   ModelWeights weights;
   weights.embedding = p[0];
@@ -67,7 +130,7 @@ ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor
                                           p[o + 6], p[o + 7], p[o + 8], p[o + 9], p[o + 10],
                                           p[o + 11], p[o + 12], p[o + 13]});
   }
-  weights.output_weight = p[p.size() - 2];
+  weights.output_weight_t = p[p.size() - 2];
   weights.output_bias = p[p.size() - 1];
   return weights;
 }
@@ -202,7 +265,10 @@ at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights,
   const at::Tensor frequencies =
       at::exp(at::arange(0, half, 2, options) * (-std::log(10000.0) / static_cast<double>(half)));
   const at::Tensor angles = positions.to(options).unsqueeze(1) * frequencies.unsqueeze(0);
-  return at::cat({at::embedding(weights.embedding, tokens), at::sin(angles), at::cos(angles)}, 1);
+  const at::Tensor embedded = weights.gradient_sink == nullptr
+                                  ? at::embedding(weights.embedding, tokens)
+                                  : EmbeddingIntoSink::apply(weights.embedding, tokens, weights.gradient_sink->embedding);
+  return at::cat({embedded, at::sin(angles), at::cos(angles)}, 1);
 }
 
 namespace {
@@ -232,9 +298,20 @@ AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& w, const a
                            ? at::layer_norm(x, {config.d_model}, w.norm1_weight, w.norm1_bias, kLayerNormEps)
                            : x;
   AttentionInputs inputs;
-  inputs.phi_q = Features(config, SplitHeads(at::linear(h, w.q_weight, w.q_bias), config.heads), favor_projection);
-  inputs.phi_k = Features(config, SplitHeads(at::linear(h, w.k_weight, w.k_bias), config.heads), favor_projection);
-  inputs.v = SplitHeads(at::linear(h, w.v_weight, w.v_bias), config.heads).contiguous();
+  const LayerWeights* sink = w.gradient_sink;
+  auto linear = [&](const at::Tensor& weight_t, const at::Tensor& bias, const at::Tensor LayerWeights::*sink_weight,
+                    const at::Tensor LayerWeights::*sink_bias) {
+    return sink == nullptr ? Linear(h, weight_t, bias, nullptr, nullptr)
+                           : Linear(h, weight_t, bias, &(sink->*sink_weight), &(sink->*sink_bias));
+  };
+  inputs.phi_q = Features(
+      config, SplitHeads(linear(w.q_weight_t, w.q_bias, &LayerWeights::q_weight_t, &LayerWeights::q_bias), config.heads),
+      favor_projection);
+  inputs.phi_k = Features(
+      config, SplitHeads(linear(w.k_weight_t, w.k_bias, &LayerWeights::k_weight_t, &LayerWeights::k_bias), config.heads),
+      favor_projection);
+  inputs.v = SplitHeads(linear(w.v_weight_t, w.v_bias, &LayerWeights::v_weight_t, &LayerWeights::v_bias), config.heads)
+                 .contiguous();
   inputs.residual = x;
   return inputs;
 }
@@ -250,8 +327,11 @@ at::Tensor LayerG(const ModelConfig& config, const LayerWeights& w, const at::Te
   const at::Tensor x = residual + attention;
   const at::Tensor ffn_input =
       post ? x : at::layer_norm(x, {config.d_model}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
-  at::Tensor ffn = at::linear(at::gelu(at::linear(ffn_input, w.ffn_in_weight, w.ffn_in_bias)),
-                              w.ffn_out_weight, w.ffn_out_bias);
+  const LayerWeights* sink = w.gradient_sink;
+  const at::Tensor hidden = at::gelu(Linear(ffn_input, w.ffn_in_weight_t, w.ffn_in_bias,
+                                            sink ? &sink->ffn_in_weight_t : nullptr, sink ? &sink->ffn_in_bias : nullptr));
+  at::Tensor ffn = Linear(hidden, w.ffn_out_weight_t, w.ffn_out_bias, sink ? &sink->ffn_out_weight_t : nullptr,
+                          sink ? &sink->ffn_out_bias : nullptr);
   if (post) ffn = at::layer_norm(ffn, {config.d_model}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
   return x + ffn;
 }
@@ -259,7 +339,9 @@ at::Tensor LayerG(const ModelConfig& config, const LayerWeights& w, const at::Te
 at::Tensor CrossEntropySum(const ModelWeights& weights, const at::Tensor& x,
                            const at::Tensor& target_rows, const at::Tensor& targets) {
   if (target_rows.numel() == 0) return at::zeros({}, x.options());
-  const at::Tensor logits = at::linear(x.index_select(0, target_rows), weights.output_weight, weights.output_bias);
+  const ModelWeights* sink = weights.gradient_sink;
+  const at::Tensor logits = Linear(x.index_select(0, target_rows), weights.output_weight_t, weights.output_bias,
+                                   sink ? &sink->output_weight_t : nullptr, sink ? &sink->output_bias : nullptr);
   return at::nll_loss(at::log_softmax(logits, 1), targets, {}, at::Reduction::Sum);
 }
 

@@ -33,25 +33,42 @@
 
 namespace slimfit::performer {
 
+// Linear weights are held transposed, [in, out], so a linear map is one addmm whose weight
+// operand is the tensor itself: when that tensor is an autograd leaf its gradient is accumulated
+// as soon as it is computed, instead of waiting behind a transpose node until the end of the
+// backward pass (which would keep every weight gradient of a slice alive at once).
 struct LayerWeights {
-  at::Tensor q_weight, q_bias, k_weight, k_bias, v_weight, v_bias;  // attention.{q,k,v}_map
-  at::Tensor ffn_in_weight, ffn_in_bias;                             // U_map: d → d_ff
-  at::Tensor ffn_out_weight, ffn_out_bias;                           // V_map: d_ff → d
-  at::Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;     // layernorm1, layernorm2
+  at::Tensor q_weight_t, q_bias, k_weight_t, k_bias, v_weight_t, v_bias;  // attention.{q,k,v}_map
+  at::Tensor ffn_in_weight_t, ffn_in_bias;                                 // U_map: d → d_ff
+  at::Tensor ffn_out_weight_t, ffn_out_bias;                               // V_map: d_ff → d
+  at::Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;           // layernorm1, layernorm2
+  // When set, the gradients of the linear maps are added straight into these tensors (same
+  // layout) during back-propagation, with one addmm_ and no temporary gradient per weight, instead
+  // of flowing to the weights' .grad. The gradient engine uses this to accumulate over slices.
+  const LayerWeights* gradient_sink = nullptr;
 };
 
-// A view of a parameter list as the model's named pieces (tensors share storage with the list).
+// The model's named pieces over a parameter list in compute layout (tensors share storage).
 struct ModelWeights {
   at::Tensor embedding;  // input_map.weight [vocab, d/2]
   std::vector<LayerWeights> layers;
-  at::Tensor output_weight, output_bias;  // output_logit_map
+  at::Tensor output_weight_t, output_bias;  // output_logit_map
+  // As LayerWeights::gradient_sink, for the embedding and the output map.
+  const ModelWeights* gradient_sink = nullptr;
 };
 
 // Canonical parameter names and shapes, in the model's order.
 std::vector<std::string> ParameterNames(const ModelConfig& config);
 std::vector<std::vector<int64_t>> ParameterShapes(const ModelConfig& config);
 
-// REQUIRES: `parameters` in the order of ParameterNames(config) with matching shapes.
+// True for the parameters that are linear-map weights ([out, in] in checkpoints).
+bool IsLinearWeight(const std::string& name);
+
+// The parameters in compute layout: linear weights transposed to [in, out] (views, no copies).
+std::vector<at::Tensor> ToComputeLayout(const std::vector<std::string>& names,
+                                        const std::vector<at::Tensor>& parameters);
+
+// REQUIRES: `parameters` in compute layout, in the order of ParameterNames(config).
 ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor>& parameters);
 
 at::ScalarType ToScalarType(DType dtype);

@@ -1,0 +1,242 @@
+// gradient_bench: time and peak memory of one gradient of a causal Performer LM, full
+// back-propagation against the sliced engine, one JSON object per configuration on stdout.
+//
+//   bazel run -c opt //bench:gradient_bench -- --seq_len=4096 --slice=0,1024,256,64,16 --check_full
+//
+// --seq_len and --slice take comma-separated lists; every (seq_len, slice) pair is one
+// configuration (pairs with slice > seq_len are skipped). Tokens are random bytes from --seed
+// unless --tokens names a file whose raw bytes are the sequence. --check_full also runs the full
+// gradient and reports the relative discrepancy ‖g_C − g_full‖ / ‖g_full‖. Times are medians over
+// --repeats runs after one warm-up run.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "performer/cpu_runtime.h"
+#include "performer/gradient_engine.h"
+#include "performer/model_checkpoint.h"
+#include "performer/performer_model.h"
+
+ABSL_FLAG(std::string, seq_len, "4096", "sequence lengths L, comma-separated");
+ABSL_FLAG(int64_t, d_model, 256, "model width");
+ABSL_FLAG(int64_t, layers, 2, "layers");
+ABSL_FLAG(int64_t, heads, 4, "attention heads");
+ABSL_FLAG(int64_t, d_ff, 1024, "feed-forward width");
+ABSL_FLAG(int64_t, vocab, 256, "vocabulary size");
+ABSL_FLAG(std::string, features, "sqr", "feature map: relu, elu+1, sqr, favor+");
+ABSL_FLAG(int64_t, feature_multiplier, 1, "favor+ features per head, in multiples of head_dim");
+ABSL_FLAG(std::string, ln, "post", "LayerNorm placement: post or pre");
+ABSL_FLAG(std::string, slice, "0", "slice sizes C, comma-separated; 0 = full back-propagation");
+ABSL_FLAG(std::string, prefix_mode, "chunked", "cumsum or chunked");
+ABSL_FLAG(int64_t, block, 64, "block size of the chunked prefix mode");
+ABSL_FLAG(std::string, front_policy, "reverse", "reverse, store or resync");
+ABSL_FLAG(int64_t, resync_every, 0, "resync: keep every r-th front");
+ABSL_FLAG(std::string, dtype, "float32", "float32 or float64");
+ABSL_FLAG(int, threads, 2, "compute threads (given to the BLAS; see performer/cpu_runtime.h)");
+ABSL_FLAG(int, repeats, 3, "timed runs per configuration (median reported)");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda:N");
+ABSL_FLAG(uint64_t, seed, 1, "seed for the model, the tokens and the FAVOR+ features");
+ABSL_FLAG(bool, check_full, false, "also compute the full gradient and report the discrepancy");
+ABSL_FLAG(std::string, init, "", "initial model (.safetensors with its config in the metadata)");
+ABSL_FLAG(std::string, tokens, "", "file whose raw bytes are the token sequence");
+ABSL_FLAG(std::string, dump_grad, "", "write the (last) gradient as safetensors under the parameter names");
+
+namespace slimfit::performer {
+namespace {
+
+absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> values;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(part, &value)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", part, "' is not an integer"));
+    }
+    values.push_back(value);
+  }
+  if (values.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  return values;
+}
+
+absl::StatusOr<PackedBatch> MakeTokens(int64_t length, int64_t vocab, uint64_t seed) {
+  PackedBatch batch;
+  const std::string path = absl::GetFlag(FLAGS_tokens);
+  if (!path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot open --tokens file ", path));
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (static_cast<int64_t>(bytes.size()) < length) {
+      return absl::InvalidArgumentError(absl::StrFormat("--tokens file %s holds %d bytes; --seq_len needs %d",
+                                                        path, bytes.size(), length));
+    }
+    for (int64_t i = 0; i < length; ++i) batch.tokens.push_back(static_cast<unsigned char>(bytes[i]));
+    return batch;
+  }
+  std::mt19937_64 generator(seed);
+  for (int64_t i = 0; i < length; ++i) batch.tokens.push_back(static_cast<int64_t>(generator() % vocab));
+  return batch;
+}
+
+double Norm(const std::vector<at::Tensor>& tensors) {
+  double sum = 0;
+  for (const at::Tensor& t : tensors) sum += t.to(at::kDouble).pow(2).sum().item<double>();
+  return std::sqrt(sum);
+}
+
+double Discrepancy(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+  std::vector<at::Tensor> diff;
+  for (size_t i = 0; i < got.size(); ++i) diff.push_back(got[i].to(at::kDouble) - want[i].to(at::kDouble));
+  return Norm(diff) / Norm(want);
+}
+
+// Floating-point operations of one full gradient (forward + backward ≈ 3× forward) counting the
+// matrix products: dense layers and logits 2·L·(params), attention per the chunked mode.
+double GradientFlops(const ModelConfig& c, int64_t length, int64_t block) {
+  const double dense = static_cast<double>(c.layers) * (3.0 * c.d_model * c.d_model + 2.0 * c.d_model * c.d_ff) +
+                       static_cast<double>(c.d_model) * c.vocab;
+  const double m = static_cast<double>(c.features_per_head());
+  const double d = static_cast<double>(c.head_dim());
+  const double b = static_cast<double>(std::min(block, length));
+  // Per token and head: scores b·M, scores·V b·d, Q·R M·d, front update M·d (each 2 flops / MAC).
+  const double attention = static_cast<double>(c.layers) * c.heads * (b * m + b * d + 2 * m * d);
+  return 3.0 * 2.0 * static_cast<double>(length) * (dense + attention);
+}
+
+absl::Status Run() {
+  ModelConfig config;
+  config.vocab = absl::GetFlag(FLAGS_vocab);
+  config.d_model = absl::GetFlag(FLAGS_d_model);
+  config.layers = absl::GetFlag(FLAGS_layers);
+  config.heads = absl::GetFlag(FLAGS_heads);
+  config.d_ff = absl::GetFlag(FLAGS_d_ff);
+  config.feature_multiplier = absl::GetFlag(FLAGS_feature_multiplier);
+  absl::StatusOr<FeatureMap> map = ParseFeatureMap(absl::GetFlag(FLAGS_features));
+  if (!map.ok()) return map.status();
+  config.feature_map = *map;
+  absl::StatusOr<LayerNormPlacement> ln = ParseLayerNormPlacement(absl::GetFlag(FLAGS_ln));
+  if (!ln.ok()) return ln.status();
+  config.layernorm = *ln;
+
+  Plan base;
+  absl::StatusOr<PrefixMode> mode = ParsePrefixMode(absl::GetFlag(FLAGS_prefix_mode));
+  if (!mode.ok()) return mode.status();
+  base.prefix_mode = *mode;
+  base.block = absl::GetFlag(FLAGS_block);
+  absl::StatusOr<FrontPolicy> policy = ParseFrontPolicy(absl::GetFlag(FLAGS_front_policy));
+  if (!policy.ok()) return policy.status();
+  base.front_policy = *policy;
+  base.resync_every = absl::GetFlag(FLAGS_resync_every);
+  absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  base.dtype = *dtype;
+  base.threads = absl::GetFlag(FLAGS_threads);
+  RetainFreedHeapMemory();
+  if (absl::Status s = ConfigureCpuThreads(base.threads); !s.ok()) return s;
+
+  at::Device device(at::kCPU);
+  try {
+    device = at::Device(absl::GetFlag(FLAGS_device));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("--device: ", e.what_without_backtrace()));
+  }
+  const uint64_t seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<PerformerModel> model =
+      absl::GetFlag(FLAGS_init).empty()
+          ? PerformerModel::Create(config, base.dtype, device, seed)
+          : LoadModel(absl::GetFlag(FLAGS_init), base.dtype, device);
+  if (!model.ok()) return model.status();
+  config = model->config();
+
+  absl::StatusOr<std::vector<int64_t>> lengths = ParseList("seq_len", absl::GetFlag(FLAGS_seq_len));
+  if (!lengths.ok()) return lengths.status();
+  absl::StatusOr<std::vector<int64_t>> slices = ParseList("slice", absl::GetFlag(FLAGS_slice));
+  if (!slices.ok()) return slices.status();
+  const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  GradientOptions options;
+  options.feature_seed = seed;
+
+  for (int64_t length : *lengths) {
+    absl::StatusOr<PackedBatch> batch = MakeTokens(length, config.vocab, seed);
+    if (!batch.ok()) return batch.status();
+    std::vector<at::Tensor> full_gradient;
+    if (absl::GetFlag(FLAGS_check_full)) {
+      Plan full = base;
+      full.slice = 0;
+      absl::StatusOr<GradientResult> reference = ComputeGradient(*model, *batch, full, options);
+      if (!reference.ok()) return reference.status();
+      full_gradient = reference->gradients;
+    }
+    for (int64_t slice : *slices) {
+      if (slice > length) continue;
+      Plan plan = base;
+      plan.slice = slice;
+      std::vector<double> times;
+      GradientResult last;
+      for (int run = 0; run <= repeats; ++run) {  // run 0 warms up
+        last = GradientResult();  // release the previous gradient before measuring the next
+        absl::StatusOr<GradientResult> result = ComputeGradient(*model, *batch, plan, options);
+        if (!result.ok()) return result.status();
+        if (run > 0) times.push_back(result->seconds);
+        last = *std::move(result);
+      }
+      std::sort(times.begin(), times.end());
+      const double median = times[times.size() / 2];
+      const int64_t param_bytes = model->parameter_bytes();
+      std::string json = absl::StrFormat(
+          R"({"seq_len": %d, "slice": %d, "prefix_mode": "%s", "block": %d, "front_policy": "%s", )"
+          R"("dtype": "%s", "threads": %d, "blas_threads": %d, "d_model": %d, "layers": %d, "heads": %d, "d_ff": %d, )"
+          R"("features": "%s", "ln": "%s", "time_s": %.6f, "time_min_s": %.6f, "peak_bytes": %d, )"
+          R"("start_bytes": %d, "param_bytes": %d, "grad_bytes": %d, "working_bytes": %d, "loss": %.9g, "tokens": %d, )"
+          R"("slice_forwards": %d, "stored_fronts": %d, "gflops": %.2f)",
+          length, slice, PrefixModeName(plan.prefix_mode), plan.block, FrontPolicyName(plan.front_policy),
+          DTypeName(plan.dtype), at::get_num_threads(), BlasThreads(), config.d_model, config.layers, config.heads, config.d_ff,
+          FeatureMapName(config.feature_map), LayerNormPlacementName(config.layernorm), median, times.front(),
+          last.peak_bytes, last.start_bytes, param_bytes, param_bytes,
+          last.peak_bytes - last.start_bytes - param_bytes, last.loss(),
+          last.token_count, last.slice_forwards, last.stored_fronts_peak,
+          GradientFlops(config, length, plan.block) / median / 1e9);
+      if (!full_gradient.empty()) {
+        absl::StrAppendFormat(&json, R"(, "rel_discrepancy": %.3e)", Discrepancy(last.gradients, full_gradient));
+      }
+      std::cout << json << "}" << std::endl;
+      if (!absl::GetFlag(FLAGS_dump_grad).empty()) {
+        if (absl::Status s = SaveNamedTensors(absl::GetFlag(FLAGS_dump_grad), model->names(), last.gradients,
+                                              ConfigToMetadata(config));
+            !s.ok()) {
+          return s;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace slimfit::performer
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Times one exact gradient of a causal Performer LM for several slice sizes.");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = slimfit::performer::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "gradient_bench: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

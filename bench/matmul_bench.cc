@@ -1,0 +1,47 @@
+// matmul_bench: the machine's float32 matrix-multiply throughput through LibTorch (the BLAS it
+// links), the yardstick BENCHMARKS.md compares the gradient's FLOP rate against.
+//
+//   bazel run -c opt //bench:matmul_bench -- --threads=2 --sizes=512,1024,2048
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+ABSL_FLAG(int, threads, 2, "intra-op threads");
+ABSL_FLAG(std::string, sizes, "512,1024,2048", "square matrix sizes n, comma-separated");
+ABSL_FLAG(int, repeats, 5, "timed products per size (median reported)");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n <= 0) {
+      std::fprintf(stderr, "matmul_bench: --sizes: '%s' is not a positive integer\n", std::string(part).c_str());
+      return 1;
+    }
+    const at::Tensor a = at::randn({n, n});
+    const at::Tensor b = at::randn({n, n});
+    at::Tensor c = at::mm(a, b);  // warm-up
+    std::vector<double> seconds;
+    for (int i = 0; i < absl::GetFlag(FLAGS_repeats); ++i) {
+      const absl::Time start = absl::Now();
+      at::mm_out(c, a, b);
+      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    std::sort(seconds.begin(), seconds.end());
+    const double median = seconds[seconds.size() / 2];
+    std::printf("{\"n\": %lld, \"threads\": %d, \"time_s\": %.6f, \"gflops\": %.2f}\n", static_cast<long long>(n),
+                at::get_num_threads(), median, 2.0 * n * n * n / median / 1e9);
+  }
+  return 0;
+}

@@ -1,0 +1,50 @@
+#include "performer/cpu_runtime.h"
+
+#include <dlfcn.h>
+#include <malloc.h>
+
+#include <ATen/Parallel.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace slimfit::performer {
+namespace {
+
+using SetThreadsFn = void (*)(int);
+using GetThreadsFn = int (*)();
+
+// OpenBLAS is loaded by LibTorch; look its controls up at run time so other BLAS builds still link.
+SetThreadsFn OpenBlasSetThreads() {
+  return reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+}
+GetThreadsFn OpenBlasGetThreads() {
+  return reinterpret_cast<GetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+}
+
+}  // namespace
+
+absl::Status ConfigureCpuThreads(int threads) {
+  if (threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads must be at least 1, got ", threads));
+  if (SetThreadsFn set = OpenBlasSetThreads(); set != nullptr) {
+    set(threads);
+    at::set_num_threads(1);
+  } else {
+    at::set_num_threads(threads);
+  }
+  return absl::OkStatus();
+}
+
+void RetainFreedHeapMemory() {
+  constexpr int kLargest = 1 << 30;  // glibc clamps the mmap threshold to its own maximum
+  mallopt(M_MMAP_THRESHOLD, kLargest);
+  mallopt(M_TRIM_THRESHOLD, kLargest);
+}
+
+int BlasThreads() {
+  GetThreadsFn get = OpenBlasGetThreads();
+  return get == nullptr ? -1 : get();
+}
+
+std::string BlasName() { return OpenBlasGetThreads() == nullptr ? "unknown" : "openblas"; }
+
+}  // namespace slimfit::performer

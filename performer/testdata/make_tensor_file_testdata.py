@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""Writes the fixtures that performer/tensor_file_test.cc reads.
+
+Run with Debian's Python, which has torch 1.13 (the `python3` on PATH may not):
+
+    /usr/bin/python3 performer/testdata/make_tensor_file_testdata.py
+
+The safetensors file is written by hand with struct + json, independently of the
+C++ writer, so the test can check byte-exact compatibility. Layout (see
+https://github.com/huggingface/safetensors): u64 little-endian header length N,
+N bytes of compact UTF-8 JSON ("__metadata__" first, then tensors sorted by
+name, each {"dtype", "shape", "data_offsets"}) padded with spaces to a multiple
+of 8, then the tensors' bytes back to back in name order. All values are
+deterministic, so rerunning the script reproduces the files.
+"""
+
+import collections
+import json
+import os
+import struct
+
+import torch
+
+OUT_DIR = os.path.dirname(os.path.abspath(__file__))
+
+DTYPE_NAMES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+def write_safetensors(path, tensors, metadata):
+    header = {}
+    if metadata:
+        header["__metadata__"] = metadata
+    chunks = []
+    offset = 0
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        # Reinterpret as bytes; numpy has no bfloat16, so go through torch.
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {
+            "dtype": DTYPE_NAMES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for chunk in chunks:
+            f.write(chunk)
+
+
+def reference_tensors():
+    """Must match ReferenceTensors() in tensor_file_test.cc."""
+    return {
+        "f64": torch.tensor([1.5, -2.25, 1e300], dtype=torch.float64),
+        "f32": torch.arange(6, dtype=torch.float32).reshape(2, 3) / 4 - 0.5,
+        "f16": torch.tensor([[0.5, -1.0], [65504.0, 2.0 ** -24]], dtype=torch.float16),
+        "bf16": torch.tensor([1.0, -3.0, 0.0078125], dtype=torch.bfloat16),
+        "i64": torch.tensor([-(2 ** 63), 2 ** 63 - 1, 7], dtype=torch.int64),
+        "i32": torch.tensor([[-5], [2 ** 31 - 1]], dtype=torch.int32),
+        "i16": torch.tensor([-32768, 32767], dtype=torch.int16),
+        "i8": torch.tensor([-128, 0, 127], dtype=torch.int8),
+        "u8": torch.tensor([0, 200, 255], dtype=torch.uint8),
+        "bool": torch.tensor([True, False, True], dtype=torch.bool),
+        "scalar": torch.tensor(3.25, dtype=torch.float32),
+        "empty": torch.zeros(2, 0, 3, dtype=torch.float32),
+    }
+
+
+def state_dict():
+    """Must match the expectations of the ReadTorchStateDict tests."""
+    return {
+        "linear.weight": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+        "linear.bias": torch.tensor([0.5, -0.5], dtype=torch.float32),
+        "steps": torch.tensor(42, dtype=torch.int64),
+    }
+
+
+def main():
+    write_safetensors(
+        os.path.join(OUT_DIR, "reference.safetensors"),
+        reference_tensors(),
+        {"format": "pt", "note": "caf\u00e9 \"quoted\""},
+    )
+    sd = state_dict()
+    torch.save(sd, os.path.join(OUT_DIR, "state_dict_plain.pt"))
+    torch.save({"state_dict": sd, "epoch": 3}, os.path.join(OUT_DIR, "state_dict_nested.pt"))
+    torch.save(collections.OrderedDict(sd), os.path.join(OUT_DIR, "state_dict_ordered.pt"))
+    torch.save(sd, os.path.join(OUT_DIR, "state_dict_legacy.pt"),
+               _use_new_zipfile_serialization=False)
+    torch.save({"linear.weight": sd["linear.weight"], "lr": 0.1},
+               os.path.join(OUT_DIR, "state_dict_non_tensor.pt"))
+
+
+if __name__ == "__main__":
+    main()
