@@ -56,6 +56,7 @@ ABSL_FLAG(uint64_t, seed, 1, "seed for the model, the tokens and the FAVOR+ feat
 ABSL_FLAG(bool, check_full, false, "also compute the full gradient and report the discrepancy");
 ABSL_FLAG(std::string, init, "", "initial model (.safetensors with its config in the metadata)");
 ABSL_FLAG(std::string, tokens, "", "file whose raw bytes are the token sequence");
+ABSL_FLAG(std::string, format, "json", "json (one object per configuration) or table (for people)");
 ABSL_FLAG(std::string, dump_grad, "", "write the (last) gradient as safetensors under the parameter names");
 
 namespace slimfit::performer {
@@ -168,13 +169,23 @@ absl::Status Run() {
   absl::StatusOr<std::vector<int64_t>> slices = ParseList("slice", absl::GetFlag(FLAGS_slice));
   if (!slices.ok()) return slices.status();
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "json" && format != "table") {
+    return absl::InvalidArgumentError(absl::StrCat("--format must be json or table, got '", format, "'"));
+  }
+  if (format == "table") {
+    std::cout << absl::StrFormat("%-8s %-8s %10s %8s %11s %13s %10s %12s\n", "L", "C", "time_s", "x_full",
+                                 "peak_MiB", "working_MiB", "fronts", "discrepancy");
+  }
   GradientOptions options;
   options.feature_seed = seed;
 
+  int configurations = 0;
   for (int64_t length : *lengths) {
     absl::StatusOr<PackedBatch> batch = MakeTokens(length, config.vocab, seed);
     if (!batch.ok()) return batch.status();
     std::vector<at::Tensor> full_gradient;
+    double full_time = 0;
     if (absl::GetFlag(FLAGS_check_full)) {
       Plan full = base;
       full.slice = 0;
@@ -184,6 +195,7 @@ absl::Status Run() {
     }
     for (int64_t slice : *slices) {
       if (slice > length) continue;
+      ++configurations;
       Plan plan = base;
       plan.slice = slice;
       std::vector<double> times;
@@ -197,6 +209,7 @@ absl::Status Run() {
       }
       std::sort(times.begin(), times.end());
       const double median = times[times.size() / 2];
+      if (slice == 0) full_time = median;
       const int64_t param_bytes = model->parameter_bytes();
       std::string json = absl::StrFormat(
           R"({"seq_len": %d, "slice": %d, "prefix_mode": "%s", "block": %d, "front_policy": "%s", )"
@@ -211,10 +224,20 @@ absl::Status Run() {
           last.peak_bytes - last.start_bytes - param_bytes, last.loss(),
           last.token_count, last.slice_forwards, last.stored_fronts_peak,
           GradientFlops(config, length, plan.block) / median / 1e9);
-      if (!full_gradient.empty()) {
-        absl::StrAppendFormat(&json, R"(, "rel_discrepancy": %.3e)", Discrepancy(last.gradients, full_gradient));
+      const double discrepancy = full_gradient.empty() ? -1 : Discrepancy(last.gradients, full_gradient);
+      if (discrepancy >= 0) absl::StrAppendFormat(&json, R"(, "rel_discrepancy": %.3e)", discrepancy);
+      if (format == "table") {
+        constexpr double kMiB = 1024.0 * 1024.0;
+        std::cout << absl::StrFormat("%-8d %-8s %10.3f %8s %11.1f %13.2f %10d %12s", length,
+                                     slice == 0 ? "full" : absl::StrCat(slice), median,
+                                     full_time > 0 ? absl::StrFormat("%.2f", median / full_time) : "-",
+                                     last.peak_bytes / kMiB, (last.peak_bytes - last.start_bytes - param_bytes) / kMiB,
+                                     last.stored_fronts_peak,
+                                     discrepancy < 0 ? "-" : absl::StrFormat("%.1e", discrepancy))
+                  << std::endl;
+      } else {
+        std::cout << json << "}" << std::endl;
       }
-      std::cout << json << "}" << std::endl;
       if (!absl::GetFlag(FLAGS_dump_grad).empty()) {
         if (absl::Status s = SaveNamedTensors(absl::GetFlag(FLAGS_dump_grad), model->names(), last.gradients,
                                               ConfigToMetadata(config));
@@ -223,6 +246,9 @@ absl::Status Run() {
         }
       }
     }
+  }
+  if (configurations == 0) {
+    return absl::InvalidArgumentError("nothing to run: every --slice exceeds every --seq_len");
   }
   return absl::OkStatus();
 }
