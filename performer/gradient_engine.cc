@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -16,6 +17,7 @@
 #include "performer/cpu_runtime.h"
 #include "performer/memory_tracker.h"
 #include "performer/prefix_attention.h"
+#include "planner/bptt_schedule.h"
 
 namespace slimfit::performer {
 namespace {
@@ -119,18 +121,121 @@ double FullGradient(const Context& ctx, const PackedBatch& batch, const at::Devi
   return loss.item<double>();
 }
 
-// The sliced algorithm (seed 000, Algorithms 1–2) with the plan's front policy.
-double SlicedGradient(const Context& ctx, const PackedBatch& batch, const Plan& plan,
-                      const std::vector<at::Tensor>& leaves, const at::Device& device,
-                      const at::TensorOptions& options, int64_t normalizer,
-                      int64_t* slice_forwards, int64_t* stored_fronts_peak) {
-  const ModelConfig& c = ctx.config;
-  const int64_t length = batch.size();
-  const int64_t slice = plan.slice;
-  const int64_t slices = (length + slice - 1) / slice;
-  auto bounds = [&](int64_t n) { return std::make_pair(n * slice, std::min(length, (n + 1) * slice)); };
-  const Front zero = ZeroFront(c.heads, c.features_per_head(), c.head_dim(), options);
+// The pieces both sliced drivers are made of: run a slice without a graph, build a slice's
+// autograd graph from its incoming front, back-propagate a built graph.
+class SliceRunner {
+ public:
+  // A slice's autograd graph, from its incoming front (leaves) to its loss and outgoing front.
+  struct Graph {
+    int64_t slice = 0;
+    at::Tensor loss;                   // Σ cross-entropy of the slice's predictions
+    ModelFront exit;                   // outgoing front, part of the graph
+    ModelFront entry;                  // incoming front values (detached)
+    std::vector<at::Tensor> entry_leaves;  // [num_0, den_0, num_1, ...] when the slice reads its front
+  };
 
+  SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t slice, const std::vector<at::Tensor>& leaves,
+              const at::Device& device, const at::TensorOptions& options, int64_t normalizer)
+      : ctx_(ctx),
+        batch_(batch),
+        slice_(slice),
+        leaves_(leaves),
+        device_(device),
+        zero_(ZeroFront(ctx.config.heads, ctx.config.features_per_head(), ctx.config.head_dim(), options)),
+        loss_scale_(at::full({}, 1.0 / static_cast<double>(normalizer), options)) {}
+
+  int64_t slices() const { return (batch_.size() + slice_ - 1) / slice_; }
+  const Front& zero() const { return zero_; }
+  ModelFront ZeroModelFront() const { return ModelFront(ctx_.config.layers, zero_); }
+  Stretch StretchOf(int64_t n) const {
+    return MakeStretch(batch_, n * slice_, std::min(batch_.size(), (n + 1) * slice_), device_);
+  }
+  int64_t forwards() const { return forwards_; }
+  double loss_sum() const { return loss_sum_; }
+
+  // Runs slice n from `entry` without an autograd graph; returns its outgoing front.
+  ModelFront Advance(const Stretch& stretch, const ModelFront& entry) {
+    at::NoGradGuard no_grad;
+    ModelFront exit;
+    RunStretch(ctx_, stretch, [&](int64_t r, const AttentionInputs&) { return entry[r]; }, &exit,
+               /*need_output=*/false);
+    ++forwards_;
+    return exit;
+  }
+
+  // Builds slice n's graph; `entry_for_layer(r, F outputs)` supplies each layer's incoming front
+  // value once that layer's F has run (the reverse policy subtracts the slice's own φk ⊗ v).
+  template <typename EntryFn>
+  Graph Build(int64_t n, const Stretch& stretch, EntryFn&& entry_for_layer) {
+    Graph graph;
+    graph.slice = n;
+    graph.entry.resize(ctx_.config.layers);
+    const bool reads_entry = n > 0 && stretch.layout.segments.front().continues_front;
+    auto entry = [&](int64_t r, const AttentionInputs& in) -> Front {
+      const Front value = entry_for_layer(r, in);
+      graph.entry[r] = value;
+      if (!reads_entry) return value;
+      Front leaf{value.numerator.detach().requires_grad_(true), value.denominator.detach().requires_grad_(true)};
+      graph.entry_leaves.push_back(leaf.numerator);
+      graph.entry_leaves.push_back(leaf.denominator);
+      return leaf;
+    };
+    const at::Tensor x = RunStretch(ctx_, stretch, entry, &graph.exit, /*need_output=*/true);
+    graph.loss = CrossEntropySum(ctx_.weights, x, stretch.target_rows, stretch.targets);
+    ++forwards_;
+    return graph;
+  }
+
+  // Back-propagates loss/normaliser + ⟨exit_grad, exit⟩ through `graph` (releasing it); parameter
+  // gradients accumulate, and the gradient of the incoming front is returned (empty: zero).
+  ModelFront Backpropagate(Graph& graph, const ModelFront& exit_grad) {
+    // A slice whose rows all end documents predicts nothing: only its fronts carry gradient.
+    std::vector<at::Tensor> outputs;
+    std::vector<at::Tensor> output_grads;
+    if (graph.loss.requires_grad()) {
+      outputs.push_back(graph.loss);
+      output_grads.push_back(loss_scale_);
+    }
+    for (size_t r = 0; r < exit_grad.size(); ++r) {
+      outputs.push_back(graph.exit[r].numerator);
+      output_grads.push_back(exit_grad[r].numerator);
+      outputs.push_back(graph.exit[r].denominator);
+      output_grads.push_back(exit_grad[r].denominator);
+    }
+    std::vector<at::Tensor> inputs = leaves_;
+    inputs.insert(inputs.end(), graph.entry_leaves.begin(), graph.entry_leaves.end());
+    if (!outputs.empty()) {
+      torch::autograd::backward(outputs, output_grads, /*retain_graph=*/false, /*create_graph=*/false, inputs);
+    }
+    loss_sum_ += graph.loss.item<double>();
+    ModelFront entry_grad;
+    for (size_t i = 0; i + 1 < graph.entry_leaves.size(); i += 2) {
+      const at::Tensor& gn = graph.entry_leaves[i].grad();
+      const at::Tensor& gd = graph.entry_leaves[i + 1].grad();
+      entry_grad.push_back(Front{gn.defined() ? gn : at::zeros_like(zero_.numerator),
+                                 gd.defined() ? gd : at::zeros_like(zero_.denominator)});
+    }
+    graph = Graph();
+    return entry_grad;
+  }
+
+ private:
+  const Context& ctx_;
+  const PackedBatch& batch_;
+  const int64_t slice_;
+  const std::vector<at::Tensor>& leaves_;
+  const at::Device device_;
+  const Front zero_;
+  const at::Tensor loss_scale_;
+  int64_t forwards_ = 0;
+  double loss_sum_ = 0;
+};
+
+// Seed 000's Algorithms 1–2: a forward sweep keeping fronts, then a backward sweep that obtains
+// each U(n−1) by subtraction (reverse), from a kept front (store, resync) — and from a kept front
+// wherever a document starts, under every policy.
+void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, int64_t* stored_fronts_peak) {
+  const int64_t slices = runner.slices();
   // Features are non-negative, so a denominator component that is exactly zero stays zero until
   // some token of the document switches it on; relu features do this all the time. Subtraction
   // would turn such an exact zero into rounding noise, and noise over a zero denominator is not
@@ -138,112 +243,142 @@ double SlicedGradient(const Context& ctx, const PackedBatch& batch, const Plan& 
   // in which it first became non-zero within the current document ("onset"), and the backward
   // sweep restores those exact zeros. Costs one [k, M] integer tensor per layer.
   const int64_t never = slices;
-  std::vector<at::Tensor> onset(c.layers, at::full({c.heads, c.features_per_head()}, never,
-                                                   options.dtype(at::kLong)));
+  const at::TensorOptions long_options = runner.zero().denominator.options().dtype(at::kLong);
+  std::vector<at::Tensor> onset(c.layers, at::full({c.heads, c.features_per_head()}, never, long_options));
   struct Kept {
     ModelFront fronts;
     std::vector<at::Tensor> onset;
   };
   // Fronts entering slices, kept by the front policy or because a document starts in the slice.
   std::map<int64_t, Kept> kept;
-  ModelFront front(c.layers, zero);
-  {
+  ModelFront front = runner.ZeroModelFront();
+  for (int64_t n = 0; n < slices; ++n) {
+    const Stretch stretch = runner.StretchOf(n);
+    const bool keep = n > 0 && (plan.front_policy == FrontPolicy::kStore || !stretch.layout.reversible ||
+                                (plan.front_policy == FrontPolicy::kResync && n % plan.resync_every == 0));
+    if (keep) kept.emplace(n, Kept{front, onset});
+    *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
+    front = runner.Advance(stretch, front);
     at::NoGradGuard no_grad;
-    for (int64_t n = 0; n < slices; ++n) {
-      const auto [begin, end] = bounds(n);
-      const Stretch stretch = MakeStretch(batch, begin, end, device);
-      const bool keep = n > 0 && (plan.front_policy == FrontPolicy::kStore || !stretch.layout.reversible ||
-                                  (plan.front_policy == FrontPolicy::kResync && n % plan.resync_every == 0));
-      if (keep) kept.emplace(n, Kept{front, onset});
-      *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
-      ModelFront exit;
-      RunStretch(ctx, stretch, [&](int64_t r, const AttentionInputs&) { return front[r]; }, &exit,
-                 /*need_output=*/false);
-      for (int64_t r = 0; r < c.layers; ++r) {
-        const at::Tensor on = exit[r].denominator > 0;
-        const at::Tensor first_time = stretch.layout.reversible ? on & (onset[r] == never) : on;
-        onset[r] = at::where(first_time, at::full({}, n, onset[r].options()),
-                             stretch.layout.reversible ? onset[r] : at::full({}, never, onset[r].options()));
-      }
-      front = std::move(exit);
-      ++*slice_forwards;
+    for (int64_t r = 0; r < c.layers; ++r) {
+      const at::Tensor on = front[r].denominator > 0;
+      const at::Tensor first_time = stretch.layout.reversible ? on & (onset[r] == never) : on;
+      onset[r] = at::where(first_time, at::full({}, n, long_options),
+                           stretch.layout.reversible ? onset[r] : at::full({}, never, long_options));
     }
   }
 
   // `front` is now U(N); walk back. `exit_grad` is G(n) for the slice being rebuilt.
-  double loss_sum = 0;
   ModelFront exit_grad;  // empty: zero
-  const at::Tensor loss_scale = at::full({}, 1.0 / static_cast<double>(normalizer), options);
   for (int64_t n = slices - 1; n >= 0; --n) {
-    const auto [begin, end] = bounds(n);
-    const Stretch stretch = MakeStretch(batch, begin, end, device);
+    const Stretch stretch = runner.StretchOf(n);
     auto kept_it = kept.find(n);
-    const bool uses_entry = n > 0 && stretch.layout.segments.front().continues_front;
-    ModelFront entry_values(c.layers);
-    std::vector<at::Tensor> entry_leaves;
-    auto entry_for_layer = [&](int64_t r, const AttentionInputs& in) -> Front {
-      Front value;
-      if (n == 0) {
-        value = zero;
-      } else if (kept_it != kept.end()) {
-        value = kept_it->second.fronts[r];
-      } else {
-        // U(n−1) = U(n) − Σ_{l in slice n} φk_l ⊗ v_l (seed 000, eq. 9), with the components that
-        // switched on in slice n or later restored to exact zeros.
-        at::NoGradGuard no_grad;
-        const Front added = FrontContribution(in.phi_k.detach(), in.v.detach());
-        const at::Tensor off = onset[r] >= n;
-        value = Front{(front[r].numerator - added.numerator).masked_fill_(off.unsqueeze(2), 0),
-                      (front[r].denominator - added.denominator).masked_fill_(off, 0)};
-      }
-      entry_values[r] = value;
-      if (!uses_entry) return value;
-      Front leaf{value.numerator.detach().requires_grad_(true), value.denominator.detach().requires_grad_(true)};
-      entry_leaves.push_back(leaf.numerator);
-      entry_leaves.push_back(leaf.denominator);
-      return leaf;
-    };
-    ModelFront exit;
-    const at::Tensor x = RunStretch(ctx, stretch, entry_for_layer, &exit, /*need_output=*/true);
-    ++*slice_forwards;
-    front = std::move(entry_values);  // U(n) is no longer needed: release it before back-propagating
-    const at::Tensor loss = CrossEntropySum(ctx.weights, x, stretch.target_rows, stretch.targets);
-
-    // A slice whose rows all end documents predicts nothing: only its fronts carry gradient.
-    std::vector<at::Tensor> outputs;
-    std::vector<at::Tensor> output_grads;
-    if (loss.requires_grad()) {
-      outputs.push_back(loss);
-      output_grads.push_back(loss_scale);
-    }
-    for (size_t r = 0; r < exit_grad.size(); ++r) {
-      outputs.push_back(exit[r].numerator);
-      output_grads.push_back(exit_grad[r].numerator);
-      outputs.push_back(exit[r].denominator);
-      output_grads.push_back(exit_grad[r].denominator);
-    }
-    std::vector<at::Tensor> inputs = leaves;
-    inputs.insert(inputs.end(), entry_leaves.begin(), entry_leaves.end());
-    if (!outputs.empty()) {
-      torch::autograd::backward(outputs, output_grads, /*retain_graph=*/false, /*create_graph=*/false, inputs);
-    }
-    loss_sum += loss.item<double>();
-
-    exit_grad.clear();
-    if (uses_entry) {
-      for (int64_t r = 0; r < c.layers; ++r) {
-        const at::Tensor& gn = entry_leaves[2 * r].grad();
-        const at::Tensor& gd = entry_leaves[2 * r + 1].grad();
-        exit_grad.push_back(Front{gn.defined() ? gn : at::zeros_like(zero.numerator),
-                                  gd.defined() ? gd : at::zeros_like(zero.denominator)});
-      }
-    }
+    SliceRunner::Graph graph = runner.Build(n, stretch, [&](int64_t r, const AttentionInputs& in) -> Front {
+      if (n == 0) return runner.zero();
+      if (kept_it != kept.end()) return kept_it->second.fronts[r];
+      // U(n−1) = U(n) − Σ_{l in slice n} φk_l ⊗ v_l (seed 000, eq. 9), with the components that
+      // switched on in slice n or later restored to exact zeros.
+      at::NoGradGuard no_grad;
+      const Front added = FrontContribution(in.phi_k.detach(), in.v.detach());
+      const at::Tensor off = onset[r] >= n;
+      return Front{(front[r].numerator - added.numerator).masked_fill_(off.unsqueeze(2), 0),
+                   (front[r].denominator - added.denominator).masked_fill_(off, 0)};
+    });
+    front = graph.entry;  // U(n) is no longer needed: release it before back-propagating
+    exit_grad = runner.Backpropagate(graph, exit_grad);
     if (kept_it != kept.end()) {
       onset = std::move(kept_it->second.onset);
       kept.erase(kept_it);
     }
   }
-  return loss_sum;
+}
+
+// The dp front policy: executes an optimal schedule of seed 002 (planner/bptt_schedule.h) action
+// by action. Fronts are never recovered by subtraction, so the result is exact whatever N.
+absl::Status ScheduledGradient(SliceRunner& runner, const Plan& plan, int64_t* stored_fronts_peak) {
+  const int64_t slices = runner.slices();
+  absl::StatusOr<planner::Schedule> schedule =
+      planner::MakeSchedule(plan.schedule, slices, plan.slots, plan.alpha, plan.beta);
+  if (!schedule.ok()) {
+    return absl::Status(schedule.status().code(),
+                        absl::StrCat("dp schedule for ", slices, " slices: ", schedule.status().message()));
+  }
+  std::optional<ModelFront> cursor = runner.ZeroModelFront();
+  int64_t cursor_position = 0;
+  std::map<int64_t, ModelFront> kept_fronts;
+  std::map<int64_t, SliceRunner::Graph> kept_graphs;
+  ModelFront exit_grad;  // G of the next slice to back-propagate
+  auto broken = [&](const planner::ScheduleAction& action, absl::string_view why) {
+    return absl::InternalError(absl::StrCat("dp schedule action ", planner::ScheduleActionToString(action),
+                                            " cannot run: ", why));
+  };
+  auto detached = [](const ModelFront& fronts) {
+    ModelFront copy;
+    for (const Front& f : fronts) copy.push_back(Front{f.numerator.detach(), f.denominator.detach()});
+    return copy;
+  };
+  for (const planner::ScheduleAction& action : schedule->actions) {
+    const int64_t i = action.index;
+    using Type = planner::ScheduleAction::Type;
+    switch (action.type) {
+      case Type::kForward:
+        if (!cursor || cursor_position != i) return broken(action, "the cursor is not at the slice's front");
+        cursor = runner.Advance(runner.StretchOf(i), *cursor);
+        cursor_position = i + 1;
+        break;
+      case Type::kForwardKeepGraph:
+      case Type::kForwardBackward: {
+        if (!cursor || cursor_position != i) return broken(action, "the cursor is not at the slice's front");
+        const ModelFront entry = *cursor;
+        SliceRunner::Graph graph =
+            runner.Build(i, runner.StretchOf(i), [&](int64_t r, const AttentionInputs&) { return entry[r]; });
+        if (action.type == Type::kForwardBackward) {
+          cursor.reset();
+          exit_grad = runner.Backpropagate(graph, exit_grad);
+        } else {
+          cursor = detached(graph.exit);
+          cursor_position = i + 1;
+          kept_graphs.emplace(i, std::move(graph));
+        }
+        break;
+      }
+      case Type::kBackward: {
+        auto it = kept_graphs.find(i);
+        if (it == kept_graphs.end()) return broken(action, "the slice's graph was not kept");
+        cursor.reset();
+        exit_grad = runner.Backpropagate(it->second, exit_grad);
+        kept_graphs.erase(it);
+        break;
+      }
+      case Type::kKeepFront:
+        if (!cursor || cursor_position != i) return broken(action, "the cursor is not at that front");
+        kept_fronts[i] = *cursor;
+        break;
+      case Type::kFreeFront:
+        kept_fronts.erase(i);
+        break;
+      case Type::kRestore: {
+        if (auto it = kept_fronts.find(i); it != kept_fronts.end()) {
+          cursor = it->second;
+        } else if (auto graph = kept_graphs.find(i - 1); graph != kept_graphs.end()) {
+          cursor = detached(graph->second.exit);
+        } else if (auto graph_at = kept_graphs.find(i); graph_at != kept_graphs.end()) {
+          cursor = graph_at->second.entry;
+        } else if (i == 0) {
+          cursor = runner.ZeroModelFront();
+        } else {
+          return broken(action, "that front is neither kept nor held by a kept graph");
+        }
+        cursor_position = i;
+        break;
+      }
+    }
+    *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept_fronts.size() + kept_graphs.size());
+  }
+  if (!kept_graphs.empty() || !kept_fronts.empty()) {
+    return absl::InternalError("dp schedule ended with kept fronts or graphs");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -298,8 +433,14 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     if (plan.slice == 0) {
       result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, &result.slice_forwards);
     } else {
-      result.loss_sum = SlicedGradient(ctx, batch, plan, leaves, device, tensor_options, normalizer,
-                                       &result.slice_forwards, &result.stored_fronts_peak);
+      SliceRunner runner(ctx, batch, plan.slice, leaves, device, tensor_options, normalizer);
+      if (plan.front_policy == FrontPolicy::kDp) {
+        if (absl::Status s = ScheduledGradient(runner, plan, &result.stored_fronts_peak); !s.ok()) return s;
+      } else {
+        SweepGradient(runner, plan, config, &result.stored_fronts_peak);
+      }
+      result.loss_sum = runner.loss_sum();
+      result.slice_forwards = runner.forwards();
     }
     // Parameters without a sink (the LayerNorms) accumulated in .grad as usual.
     for (size_t i = 0; i < leaves.size(); ++i) {

@@ -140,6 +140,42 @@ TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {
   }
 }
 
+TEST(GradientEngineTest, DpRunsExactlyTheProgramsForwardsAndGivesTheFullGradient) {
+  const ModelConfig config = SmallConfig(FeatureMap::kRelu, LayerNormPlacement::kPre);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);
+  ASSERT_TRUE(model.ok());
+  const PackedBatch batch = PackedStream(config.vocab);
+  const GradientResult reference = MustCompute(*model, batch, SlicedPlan(0, DType::kFloat64));
+  struct Case {
+    planner::ScheduleKind kind;
+    int64_t slice, slots;
+    double alpha, beta;
+  };
+  for (const Case& c : {Case{planner::ScheduleKind::kHsm, 3, 1, 0, 0}, Case{planner::ScheduleKind::kHsm, 2, 3, 0, 0},
+                        Case{planner::ScheduleKind::kHsm, 1, 40, 0, 0}, Case{planner::ScheduleKind::kIsm, 3, 2, 0, 0},
+                        Case{planner::ScheduleKind::kIsm, 4, 10, 0, 0}, Case{planner::ScheduleKind::kMsm, 3, 6, 3, 2},
+                        Case{planner::ScheduleKind::kMsm, 5, 4, 2.5, 1.5}}) {
+    Plan plan = SlicedPlan(c.slice, DType::kFloat64);
+    plan.front_policy = FrontPolicy::kDp;
+    plan.schedule = c.kind;
+    plan.slots = c.slots;
+    plan.alpha = c.alpha;
+    plan.beta = c.beta;
+    const GradientResult result = MustCompute(*model, batch, plan);
+    const int64_t slices = (batch.size() + c.slice - 1) / c.slice;
+    absl::StatusOr<int64_t> predicted = planner::OptimalCost(c.kind, slices, c.slots, c.alpha, c.beta);
+    ASSERT_TRUE(predicted.ok()) << predicted.status();
+    EXPECT_EQ(result.slice_forwards, *predicted) << plan.DebugString();
+    EXPECT_LE(RelativeDiscrepancy(result.gradients, reference.gradients), 1e-10) << plan.DebugString();
+    EXPECT_NEAR(result.loss_sum, reference.loss_sum, 1e-10 * reference.loss_sum);
+  }
+  // One slot for 14 slices under HSM costs t(t+1)/2 forwards (seed 002).
+  Plan tight = SlicedPlan(3, DType::kFloat64);
+  tight.front_policy = FrontPolicy::kDp;
+  tight.slots = 1;
+  EXPECT_EQ(MustCompute(*model, batch, tight).slice_forwards, 14 * 15 / 2);
+}
+
 TEST(GradientEngineTest, ReverseKeepsOnlyTheFrontsOfSlicesWithDocumentStarts) {
   const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);

@@ -21,6 +21,7 @@ absl::string_view FrontPolicyName(FrontPolicy policy) {
     case FrontPolicy::kReverse: return "reverse";
     case FrontPolicy::kStore: return "store";
     case FrontPolicy::kResync: return "resync";
+    case FrontPolicy::kDp: return "dp";
   }
   return "unknown";
 }
@@ -29,8 +30,9 @@ absl::StatusOr<FrontPolicy> ParseFrontPolicy(absl::string_view name) {
   if (name == "reverse") return FrontPolicy::kReverse;
   if (name == "store") return FrontPolicy::kStore;
   if (name == "resync") return FrontPolicy::kResync;
+  if (name == "dp") return FrontPolicy::kDp;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown front policy '", name, "'; expected reverse, store or resync"));
+      absl::StrCat("unknown front policy '", name, "'; expected reverse, store, resync or dp"));
 }
 
 absl::string_view DTypeName(DType dtype) {
@@ -69,6 +71,17 @@ absl::Status Plan::Validate(int64_t seq_len) const {
     return absl::InvalidArgumentError(
         absl::StrCat("front policy resync needs resync_every >= 1, got ", resync_every));
   }
+  if (front_policy == FrontPolicy::kDp) {
+    if (slots < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("front policy dp needs slots >= 1, got ", slots));
+    }
+    if (schedule == planner::ScheduleKind::kMsm && !(alpha >= 1 && beta > 0 && beta <= alpha)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "dp with the msm program needs slice-graph sizes 1 <= alpha and 0 < beta <= alpha (in "
+          "fronts), got alpha=%g beta=%g",
+          alpha, beta));
+    }
+  }
   if (threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", threads));
   }
@@ -81,6 +94,10 @@ std::string Plan::DebugString() const {
   if (prefix_mode == PrefixMode::kChunked) absl::StrAppend(&text, " block=", block);
   absl::StrAppend(&text, " front=", FrontPolicyName(front_policy));
   if (front_policy == FrontPolicy::kResync) absl::StrAppend(&text, " resync_every=", resync_every);
+  if (front_policy == FrontPolicy::kDp) {
+    absl::StrAppend(&text, " schedule=", planner::ScheduleKindName(schedule), " slots=", slots);
+    if (schedule == planner::ScheduleKind::kMsm) absl::StrAppendFormat(&text, " alpha=%g beta=%g", alpha, beta);
+  }
   absl::StrAppend(&text, " dtype=", DTypeName(dtype));
   if (threads > 0) absl::StrAppend(&text, " threads=", threads);
   return text;
