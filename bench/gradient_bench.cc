@@ -46,10 +46,17 @@ ABSL_FLAG(std::string, ln, "post", "LayerNorm placement: post or pre");
 ABSL_FLAG(std::string, slice, "0", "slice sizes C, comma-separated; 0 = full back-propagation");
 ABSL_FLAG(std::string, prefix_mode, "chunked", "cumsum or chunked");
 ABSL_FLAG(int64_t, block, 64, "block size of the chunked prefix mode");
-ABSL_FLAG(std::string, front_policy, "reverse", "reverse, store or resync");
+ABSL_FLAG(std::string, front_policy, "reverse", "reverse, store, resync or dp");
 ABSL_FLAG(int64_t, resync_every, 0, "resync: keep every r-th front");
+ABSL_FLAG(std::string, schedule, "hsm", "dp: seed-002 program hsm, ism or msm");
+ABSL_FLAG(int64_t, slots, 0, "dp: memory budget in fronts");
+ABSL_FLAG(double, alpha, 0, "dp msm: slice-graph size with its input front, in fronts");
+ABSL_FLAG(double, beta, 0, "dp msm: slice-graph size when its input front is held anyway, in fronts");
 ABSL_FLAG(std::string, dtype, "float32", "float32 or float64");
 ABSL_FLAG(int, threads, 2, "compute threads (given to the BLAS; see performer/cpu_runtime.h)");
+ABSL_FLAG(int, torch_threads, 0,
+          "override LibTorch's intra-op threads after the split of --threads (0 = keep the split); "
+          "for measuring the thread-pool contention documented in BENCHMARKS.md");
 ABSL_FLAG(int, repeats, 3, "timed runs per configuration (median reported)");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda:N");
 ABSL_FLAG(uint64_t, seed, 1, "seed for the model, the tokens and the FAVOR+ features");
@@ -143,12 +150,20 @@ absl::Status Run() {
   if (!policy.ok()) return policy.status();
   base.front_policy = *policy;
   base.resync_every = absl::GetFlag(FLAGS_resync_every);
+  absl::StatusOr<planner::ScheduleKind> schedule = planner::ParseScheduleKind(absl::GetFlag(FLAGS_schedule));
+  if (!schedule.ok()) return schedule.status();
+  base.schedule = *schedule;
+  base.slots = absl::GetFlag(FLAGS_slots);
+  base.alpha = absl::GetFlag(FLAGS_alpha);
+  base.beta = absl::GetFlag(FLAGS_beta);
   absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return dtype.status();
   base.dtype = *dtype;
   base.threads = absl::GetFlag(FLAGS_threads);
   RetainFreedHeapMemory();
   if (absl::Status s = ConfigureCpuThreads(base.threads); !s.ok()) return s;
+  if (absl::GetFlag(FLAGS_torch_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_torch_threads));
+  base.threads = 0;  // configured here once; the engine leaves the process setting alone
 
   at::Device device(at::kCPU);
   try {
