@@ -1,0 +1,226 @@
+#include "performer/calibration.h"
+
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "performer/cpu_runtime.h"
+#include "performer/gradient_engine.h"
+#include "performer/performer_model.h"
+#include "planner/cost_model.h"
+
+namespace slimfit::performer {
+namespace {
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    }
+  }
+  return "unknown CPU";
+}
+
+int64_t PhysicalMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t value = 0;
+  while (in >> key >> value >> unit) {
+    if (key == "MemTotal:") return value * 1024;
+  }
+  return 0;
+}
+
+// Least squares for y ≈ X·w with w ≥ 0 over small dense problems: solves the normal equations on
+// every subset of columns and keeps the best non-negative solution (at most 2^3 subsets here).
+template <size_t K>
+std::array<double, K> NonNegativeLeastSquares(const std::vector<std::array<double, K>>& x,
+                                              const std::vector<double>& y) {
+  std::array<double, K> best{};
+  double best_error = INFINITY;
+  for (unsigned mask = 1; mask < (1u << K); mask += 2) {
+    std::vector<size_t> columns;
+    for (size_t j = 0; j < K; ++j) {
+      if (mask & (1u << j)) columns.push_back(j);
+    }
+    const size_t n = columns.size();
+    // Normal equations (XᵀX) w = Xᵀy by Gaussian elimination with partial pivoting.
+    std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0));
+    for (size_t r = 0; r < x.size(); ++r) {
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j) a[i][j] += x[r][columns[i]] * x[r][columns[j]];
+        a[i][n] += x[r][columns[i]] * y[r];
+      }
+    }
+    bool singular = false;
+    for (size_t i = 0; i < n && !singular; ++i) {
+      size_t pivot = i;
+      for (size_t k = i + 1; k < n; ++k) {
+        if (std::abs(a[k][i]) > std::abs(a[pivot][i])) pivot = k;
+      }
+      std::swap(a[i], a[pivot]);
+      if (std::abs(a[i][i]) < 1e-300) {
+        singular = true;
+        break;
+      }
+      for (size_t k = 0; k < n; ++k) {
+        if (k == i) continue;
+        const double factor = a[k][i] / a[i][i];
+        for (size_t j = i; j <= n; ++j) a[k][j] -= factor * a[i][j];
+      }
+    }
+    if (singular) continue;
+    std::array<double, K> w{};
+    bool feasible = true;
+    for (size_t i = 0; i < n; ++i) {
+      w[columns[i]] = a[i][n] / a[i][i];
+      feasible = feasible && w[columns[i]] >= 0;
+    }
+    if (!feasible) continue;
+    // Relative error: probes span orders of magnitude.
+    double error = 0;
+    for (size_t r = 0; r < x.size(); ++r) {
+      double predicted = 0;
+      for (size_t j = 0; j < K; ++j) predicted += x[r][j] * w[j];
+      error += std::pow((predicted - y[r]) / y[r], 2);
+    }
+    if (error < best_error) {
+      best_error = error;
+      best = w;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+ModelConfig ProbeModel(int64_t d_model) {
+  ModelConfig config;
+  config.d_model = d_model;
+  config.layers = 2;
+  config.heads = 4;
+  config.d_ff = 4 * d_model;
+  return config;
+}
+
+absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
+  if (options.threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("threads must be at least 1, got ", options.threads));
+  }
+  if (options.models.empty()) return absl::InvalidArgumentError("calibration needs at least one probe model");
+  if (options.slices.size() * options.models.size() < 3) {
+    return absl::InvalidArgumentError("calibration needs at least three probes (slice sizes)");
+  }
+  c10::optional<c10::Device> device;
+  try {
+    device = c10::Device(options.device);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown device '", options.device, "': ", e.what_without_backtrace()));
+  }
+  if (device->is_cpu()) {
+    RetainFreedHeapMemory();
+    if (absl::Status s = ConfigureCpuThreads(options.threads); !s.ok()) return s;
+  }
+  CalibrationResult result;
+  planner::DeviceProfile& profile = result.profile;
+  profile.device = options.device;
+  profile.device_name = device->is_cpu() ? CpuName() : options.device;
+  profile.threads = options.threads;
+  profile.total_memory_bytes = device->is_cpu() ? PhysicalMemoryBytes() : 0;
+
+  std::vector<std::array<double, 2>> memory_x;
+  std::vector<double> memory_y;
+  std::vector<std::array<double, 4>> time_x;
+  std::vector<double> time_y;
+  for (const ModelConfig& probe_model : options.models) {
+    absl::StatusOr<PerformerModel> model =
+        PerformerModel::Create(probe_model, options.dtype, *device, options.seed);
+    if (!model.ok()) return model.status();
+    PackedBatch batch;
+    std::mt19937_64 generator(options.seed);
+    for (int64_t i = 0; i < options.seq_len; ++i) {
+      batch.tokens.push_back(static_cast<int64_t>(generator() % probe_model.vocab));
+    }
+    for (int64_t slice : options.slices) {
+      Plan plan;
+      plan.slice = slice;
+      plan.dtype = options.dtype;
+      std::vector<double> seconds;
+      GradientResult last;
+      for (int run = 0; run <= options.repeats; ++run) {
+        last = GradientResult();
+        absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, batch, plan, {});
+        if (!gradient.ok()) return gradient.status();
+        if (run > 0) seconds.push_back(gradient->seconds);
+        last = *std::move(gradient);
+      }
+      std::sort(seconds.begin(), seconds.end());
+      ProbeResult probe{plan, seconds[seconds.size() / 2],
+                        last.peak_bytes - last.start_bytes - model->parameter_bytes()};
+      result.probes.push_back(probe);
+
+      // Memory: working = scale · elements · dtype + overhead (+ the sweep's own fronts).
+      const int64_t tokens = slice == 0 ? options.seq_len : slice;
+      const double elements =
+          planner::SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block) * tokens;
+      const double fronts = slice == 0 ? 0 : 4.0 * planner::FrontBytes(probe_model, options.dtype);
+      memory_x.push_back({elements * DTypeBytes(options.dtype), 1.0});
+      memory_y.push_back(std::max(1.0, static_cast<double>(probe.working_bytes) - fronts));
+
+      // Time: Σ over computations w · [(F + h·H)/R + e · elements + o · layers] (cost_model.h),
+      // w = 1 for forwards and backward_factor for backwards: linear in 1/R, h/R, e and o.
+      const double backward = profile.backward_factor;
+      double flops = 0, size_weighted = 0, elements_touched = 0, computations = 0;
+      auto add = [&](int64_t rows, bool with_output, double weight, double count) {
+        const planner::MatmulCost cost =
+            planner::SliceMatmulCost(probe_model, rows, plan.prefix_mode, plan.block, with_output);
+        flops += weight * count * cost.flops;
+        size_weighted += weight * count * cost.size_weighted_flops;
+        computations += weight * count * static_cast<double>(probe_model.layers);
+      elements_touched += weight * count * static_cast<double>(rows) *
+                          planner::SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block);
+      };
+      if (slice == 0) {
+        add(options.seq_len, true, 1 + backward, 1);
+      } else {
+        const int64_t n = (options.seq_len + slice - 1) / slice;
+        const int64_t last_rows = options.seq_len - (n - 1) * slice;
+        add(slice, false, 1, static_cast<double>(n));
+        add(slice, true, 1 + backward, static_cast<double>(n - 1));
+        add(last_rows, true, 1 + backward, 1);
+      }
+      time_x.push_back({flops, size_weighted, elements_touched, computations});
+      time_y.push_back(probe.seconds);
+    }
+  }
+
+  const std::array<double, 2> memory = NonNegativeLeastSquares<2>(memory_x, memory_y);
+  profile.activation_scale = memory[0] > 0 ? memory[0] : 1.0;
+  profile.activation_overhead_bytes = static_cast<int64_t>(std::llround(memory[1]));
+  const std::array<double, 4> time = NonNegativeLeastSquares<4>(time_x, time_y);
+  if (!(time[0] > 0)) {
+    return absl::InternalError("calibration could not fit a FLOP rate to the probes' times");
+  }
+  profile.flops_per_second = 1.0 / time[0];
+  profile.half_rate_rows = time[1] / time[0];
+  profile.seconds_per_element = time[2];
+  profile.layer_overhead_s = time[3];
+  if (absl::Status s = profile.Validate(); !s.ok()) return s;
+  return result;
+}
+
+}  // namespace slimfit::performer

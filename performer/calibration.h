@@ -1,0 +1,66 @@
+// Calibration: short probes of the real gradient engine on a device, fitted into the constants of
+// the planner's cost model (planner/device_profile.h, planner/cost_model.h).
+//
+// Memory: the working bytes of sliced gradients at a few C (peak − start − gradient) against the
+// model's analytic saved elements give activation_scale and activation_overhead_bytes (least
+// squares). Time: the wall times of the same probes against their matrix-product FLOPs, their
+// size-weighted FLOPs, the elements they touch and their number of slice computations give
+// flops_per_second, half_rate_rows, seconds_per_element and layer_overhead_s (non-negative least
+// squares on relative errors). A worker runs this at start-up and caches the profile in its state directory.
+//
+// Example:
+//   CalibrationOptions options;
+//   options.threads = 2;
+//   absl::StatusOr<planner::DeviceProfile> profile = Calibrate(options);
+//
+// Thread safety: runs gradients on the device and sets the process's thread counts
+// (cpu_runtime.h); do not run other gradients concurrently.
+#ifndef SLIMFIT_PERFORMER_CALIBRATION_H_
+#define SLIMFIT_PERFORMER_CALIBRATION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "performer/model_config.h"
+#include "performer/plan.h"
+#include "planner/device_profile.h"
+
+namespace slimfit::performer {
+
+// A 2-layer, 4-head probe model of width d_model with d_ff = 4·d_model.
+ModelConfig ProbeModel(int64_t d_model);
+
+struct CalibrationOptions {
+  std::string device = "cpu";
+  int threads = 1;
+  DType dtype = DType::kFloat32;
+  // The probe models and sequence: small enough to run in seconds, two widths so the fit sees how
+  // matrix-product speed depends on every dimension, not only on the slice size.
+  std::vector<ModelConfig> models = {ProbeModel(128), ProbeModel(256), ProbeModel(512)};
+  int64_t seq_len = 1024;
+  std::vector<int64_t> slices = {16, 64, 256, 0};  // 0: full back-propagation
+  int repeats = 2;                                       // timed runs per probe (median)
+  uint64_t seed = 1;
+};
+
+// One probe's measurements, for reports and tests.
+struct ProbeResult {
+  Plan plan;
+  double seconds = 0;
+  int64_t working_bytes = 0;
+};
+
+struct CalibrationResult {
+  planner::DeviceProfile profile;
+  std::vector<ProbeResult> probes;
+};
+
+// INVALID_ARGUMENT for bad options (unknown device, threads < 1, fewer than three probes, …);
+// errors of the engine otherwise.
+absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options);
+
+}  // namespace slimfit::performer
+
+#endif  // SLIMFIT_PERFORMER_CALIBRATION_H_

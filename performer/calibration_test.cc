@@ -1,0 +1,45 @@
+#include "performer/calibration.h"
+
+#include <gtest/gtest.h>
+
+namespace slimfit::performer {
+namespace {
+
+CalibrationOptions Quick() {
+  CalibrationOptions options;
+  options.models = {ProbeModel(32), ProbeModel(64)};
+  options.seq_len = 128;
+  options.slices = {8, 32, 0};
+  options.repeats = 1;
+  return options;
+}
+
+TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
+  absl::StatusOr<CalibrationResult> result = Calibrate(Quick());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->profile.Validate().ok());
+  EXPECT_EQ(result->probes.size(), 6u);
+  EXPECT_EQ(result->profile.device, "cpu");
+  EXPECT_GT(result->profile.total_memory_bytes, 0);
+  EXPECT_GT(result->profile.flops_per_second, 0);
+  for (const ProbeResult& probe : result->probes) {
+    EXPECT_GT(probe.seconds, 0);
+    EXPECT_GT(probe.working_bytes, 0);
+  }
+}
+
+TEST(CalibrationTest, BadOptionsAreErrors) {
+  CalibrationOptions options = Quick();
+  options.threads = 0;
+  EXPECT_EQ(Calibrate(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = Quick();
+  options.device = "tpu:7";
+  EXPECT_EQ(Calibrate(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = Quick();
+  options.models = {ProbeModel(32)};
+  options.slices = {8, 0};
+  EXPECT_EQ(Calibrate(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace slimfit::performer

@@ -1,0 +1,176 @@
+#include "planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "planner/bptt_schedule.h"
+
+namespace slimfit::planner {
+
+using performer::DType;
+using performer::FeatureMap;
+using performer::FrontPolicy;
+using performer::LayerNormPlacement;
+using performer::ModelConfig;
+using performer::Plan;
+using performer::PrefixMode;
+
+double SavedElementsPerToken(const ModelConfig& c, PrefixMode mode, int64_t block) {
+  const double d = static_cast<double>(c.d_model);
+  const double f = static_cast<double>(c.d_ff);
+  const double k = static_cast<double>(c.heads);
+  const double m = static_cast<double>(c.features_per_head());
+  const double hd = static_cast<double>(c.head_dim());
+  // Per layer, counted from performer_model.cc and prefix_attention.cc:
+  //   F: layer input x (d), q and k projections kept by the feature map (2d), φq and φk (2kM),
+  //      v (d); pre-LN adds LN1's output (d) and statistics (2).
+  //   G: numerator (d) and denominator (k) kept by the division, the re-laid-out attention (d)
+  //      and its LayerNorm statistics, the residual sum (d), the FFN's two d_ff-wide activations
+  //      (2f) and its output (d) with LayerNorm statistics.
+  double layer = 4 * d + 2 * k * m + 4 * d + k + 2 * f + 4;
+  if (c.layernorm == LayerNormPlacement::kPre) layer += d + 2;
+  if (c.feature_map == FeatureMap::kFavor) layer += 2 * k * m;  // exp outputs next to φ
+  if (mode == PrefixMode::kCumsum) {
+    // Every prefix state R_l and Z_l is kept, and the outer products and the states' gradient
+    // are alive next to them at the peak.
+    layer += 3 * (k * m * hd + k * m);
+  } else {
+    // The chunked backward rebuilds one front per block: amortised over the block's tokens.
+    layer += k * m * (hd + 1) / static_cast<double>(std::max<int64_t>(block, 1)) + k * static_cast<double>(block);
+  }
+  // Output head: the selected rows, logits and log-probabilities.
+  const double head = d + 2.0 * static_cast<double>(c.vocab);
+  return static_cast<double>(c.layers) * layer + head;
+}
+
+int64_t FrontBytes(const ModelConfig& c, DType dtype) {
+  return c.layers * c.front_elements_per_layer() * performer::DTypeBytes(dtype);
+}
+
+MatmulCost SliceMatmulCost(const ModelConfig& c, int64_t tokens, PrefixMode mode, int64_t block, bool with_output) {
+  MatmulCost cost;
+  auto product = [&](double m, double k, double n, double count) {
+    const double f = 2 * m * k * n * count;
+    cost.flops += f;
+    cost.size_weighted_flops += f * (1 / m + 1 / k + 1 / n);
+  };
+  const double s = static_cast<double>(tokens);
+  const double d = static_cast<double>(c.d_model);
+  const double f = static_cast<double>(c.d_ff);
+  const double heads = static_cast<double>(c.heads);
+  const double m = static_cast<double>(c.features_per_head());
+  const double hd = static_cast<double>(c.head_dim());
+  const double b = static_cast<double>(std::min<int64_t>(block, tokens));
+  const double layers = static_cast<double>(c.layers);
+  product(s, d, d, 3 * layers);  // q, k, v
+  if (c.feature_map == FeatureMap::kFavor) product(s, hd, m, 2 * heads * layers);
+  if (mode == PrefixMode::kChunked) {
+    const double blocks = heads * std::ceil(s / b) * layers;
+    product(b, m, b, blocks);   // scores Q Kᵀ
+    product(b, b, hd, blocks);  // scores · V
+    product(b, m, hd, blocks);  // Q · R
+    product(m, b, hd, blocks);  // front update Kᵀ V
+  } else {
+    // Outer products, prefix states and their reads are element-wise, memory-bound work: count it
+    // as matrix products with a unit dimension so it runs at the element-wise speed.
+    product(s, m, hd, 3 * heads * layers);
+    product(s * m * hd, 1, 1, 3 * heads * layers);
+  }
+  const double ffn_layers = with_output ? layers : layers - 1;  // the forward sweep skips the last G
+  product(s, d, f, ffn_layers);
+  product(s, f, d, ffn_layers);
+  if (with_output) product(s, d, static_cast<double>(c.vocab), 1);
+  return cost;
+}
+
+double SliceSeconds(const ModelConfig& c, int64_t tokens, const Plan& plan, bool with_output,
+                    const DeviceProfile& p) {
+  const MatmulCost cost = SliceMatmulCost(c, tokens, plan.prefix_mode, plan.block, with_output);
+  const double elements = static_cast<double>(tokens) * SavedElementsPerToken(c, plan.prefix_mode, plan.block);
+  return (cost.flops + p.half_rate_rows * cost.size_weighted_flops) / p.flops_per_second +
+         p.seconds_per_element * elements + p.layer_overhead_s * static_cast<double>(c.layers);
+}
+
+int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, const DeviceProfile& profile) {
+  const double elements = SavedElementsPerToken(c, plan.prefix_mode, plan.block) * static_cast<double>(tokens);
+  return static_cast<int64_t>(std::ceil(profile.activation_scale * elements *
+                                        static_cast<double>(performer::DTypeBytes(plan.dtype)))) +
+         profile.activation_overhead_bytes;
+}
+
+absl::StatusOr<Prediction> Predict(const Workload& w, const Plan& plan, const DeviceProfile& profile) {
+  int64_t dp_forwards = 0;
+  if (plan.slice > 0 && plan.front_policy == FrontPolicy::kDp) {
+    if (absl::Status s = plan.Validate(w.seq_len); !s.ok()) return s;
+    const int64_t slices = (w.seq_len + plan.slice - 1) / plan.slice;
+    absl::StatusOr<int64_t> cost = OptimalCost(plan.schedule, slices, plan.slots, plan.alpha, plan.beta);
+    if (!cost.ok()) return cost.status();
+    dp_forwards = *cost;
+  }
+  return PredictWithForwards(w, plan, profile, dp_forwards);
+}
+
+absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& plan, const DeviceProfile& profile,
+                                               int64_t dp_forwards) {
+  if (absl::Status s = w.model.Validate(); !s.ok()) return s;
+  if (absl::Status s = plan.Validate(w.seq_len); !s.ok()) return s;
+  if (absl::Status s = profile.Validate(); !s.ok()) return s;
+  if (w.documents < 1 || w.documents > w.seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("documents must be between 1 and the sequence length ", w.seq_len, ", got ", w.documents));
+  }
+  const ModelConfig& c = w.model;
+  const int64_t dtype_bytes = performer::DTypeBytes(plan.dtype);
+  Prediction p;
+  p.parameter_bytes = c.parameter_count() * dtype_bytes;
+  p.gradient_bytes = p.parameter_bytes;
+  p.optimizer_bytes = c.parameter_count() * w.optimizer_bytes_per_parameter;
+  const int64_t front = FrontBytes(c, plan.dtype);
+
+  if (plan.slice == 0) {
+    p.working_bytes = SliceGraphBytes(c, w.seq_len, plan, profile);
+    p.seconds = SliceSeconds(c, w.seq_len, plan, /*with_output=*/true, profile) * (1.0 + profile.backward_factor);
+    p.slice_forwards = 1;
+  } else {
+    const int64_t slices = (w.seq_len + plan.slice - 1) / plan.slice;
+    const int64_t last = w.seq_len - (slices - 1) * plan.slice;
+    // Slices that contain a document start keep their incoming front (sweep policies).
+    const int64_t document_fronts = std::min(w.documents - 1, slices - 1);
+    int64_t kept_fronts = document_fronts;
+    int64_t kept_graphs = 0;
+    int64_t forwards = 2 * slices;
+    switch (plan.front_policy) {
+      case FrontPolicy::kReverse:
+        break;
+      case FrontPolicy::kStore:
+        kept_fronts = slices - 1;
+        break;
+      case FrontPolicy::kResync:
+        kept_fronts = std::min(slices - 1, (slices - 1) / plan.resync_every + document_fronts);
+        break;
+      case FrontPolicy::kDp:
+        forwards = dp_forwards;
+        kept_fronts = plan.schedule == ScheduleKind::kIsm ? 0 : plan.slots;  // MSM: units of one front
+        kept_graphs = plan.schedule == ScheduleKind::kIsm ? plan.slots : 0;
+        break;
+    }
+    const int64_t graph = SliceGraphBytes(c, plan.slice, plan, profile);
+    p.kept_bytes = kept_fronts * front + kept_graphs * (graph + front);
+    p.working_bytes = graph + 4 * front;
+    p.slice_forwards = forwards;
+
+    // Time: `slices` graph builds and backwards, the rest forwards without a graph.
+    auto phase_seconds = [&](int64_t tokens, bool with_output) {
+      return SliceSeconds(c, tokens, plan, with_output, profile);
+    };
+    const double build = (slices - 1) * phase_seconds(plan.slice, true) + phase_seconds(last, true);
+    const double advance_one = phase_seconds(plan.slice, false);
+    const int64_t advances = forwards - slices;
+    p.seconds = build * (1.0 + profile.backward_factor) + static_cast<double>(advances) * advance_one;
+  }
+  p.peak_bytes = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes + p.working_bytes;
+  return p;
+}
+
+}  // namespace slimfit::planner

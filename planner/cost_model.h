@@ -1,0 +1,90 @@
+// The planner's cost model: predicted peak memory and wall time of one gradient call of the
+// engine (performer/gradient_engine.h) for a model, a sequence, a Plan and a DeviceProfile.
+//
+// Memory, as the sum of its parts:
+//   parameters + gradients (+ optimizer state when asked)
+//   + fronts kept by the front policy and at document starts
+//   + (dp) kept slice graphs
+//   + the working set of one slice graph: activation_scale · saved elements · dtype bytes
+//     + activation_overhead_bytes, where the saved elements are counted from the engine's code
+//     (SavedElementsPerToken) — what autograd keeps per token and layer for each prefix mode
+//   + the handful of fronts the sliced sweep holds at once (U(n), U(n−1), G(n), G(n−1)).
+// Time: every slice computation (a forward without graph, a forward building the graph, the
+// backward of a graph) costs Σ over its matrix products of F/R · (1 + h/M + h/K + h/N) +
+// layer_overhead_s · layers, with F = 2·M·K·N the FLOPs of an (M×K)·(K×N) product, R =
+// flops_per_second and h = half_rate_rows: a product runs at half speed when one of its dimensions
+// is h (SliceMatmulCost; a backward costs backward_factor forwards, exactly 2 for matrix
+// products); the number of computations follows from the policy (dp: the program's exact count).
+// The constants come from calibration (performer/calibration.h).
+//
+// Thread safety: pure functions.
+#ifndef SLIMFIT_PLANNER_COST_MODEL_H_
+#define SLIMFIT_PLANNER_COST_MODEL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "performer/model_config.h"
+#include "performer/plan.h"
+#include "planner/device_profile.h"
+
+namespace slimfit::planner {
+
+struct Workload {
+  performer::ModelConfig model;
+  int64_t seq_len = 0;    // tokens in the packed stream
+  int64_t documents = 1;  // documents in it; each start may force a kept front
+  // Optimizer state held on the device next to the gradient (e.g. 8 for Adam in float32; 0: none).
+  int64_t optimizer_bytes_per_parameter = 0;
+};
+
+struct Prediction {
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t kept_bytes = 0;     // fronts and slice graphs kept by the policy and at document starts
+  int64_t working_bytes = 0;  // one slice graph and the sweep's own fronts
+  int64_t peak_bytes = 0;     // the sum of the above
+  double seconds = 0;
+  int64_t slice_forwards = 0;  // forward slice computations (0 for full back-propagation: 1)
+};
+
+// Elements autograd saves per token, summed over layers and the output head, for one slice graph.
+double SavedElementsPerToken(const performer::ModelConfig& model, performer::PrefixMode mode, int64_t block);
+
+// Bytes of one front for the whole model (every layer's numerator and denominator).
+int64_t FrontBytes(const performer::ModelConfig& model, performer::DType dtype);
+
+// The matrix products of a forward over S tokens (with the output head and the last layer's G
+// when `with_output`; the forward sweep skips them): their FLOPs F = Σ 2·M·K·N and their
+// size-weighted FLOPs H = Σ 2·M·K·N · (1/M + 1/K + 1/N), so that time = (F + h·H) / R.
+struct MatmulCost {
+  double flops = 0;
+  double size_weighted_flops = 0;
+};
+MatmulCost SliceMatmulCost(const performer::ModelConfig& model, int64_t tokens, performer::PrefixMode mode,
+                           int64_t block, bool with_output);
+
+// Seconds of one forward slice computation over `tokens` by the profile's time constants.
+double SliceSeconds(const performer::ModelConfig& model, int64_t tokens, const performer::Plan& plan,
+                    bool with_output, const DeviceProfile& profile);
+
+// Bytes of a slice graph over S tokens (working set), by the calibrated model.
+int64_t SliceGraphBytes(const performer::ModelConfig& model, int64_t tokens, const performer::Plan& plan,
+                        const DeviceProfile& profile);
+
+// INVALID_ARGUMENT for an invalid model, workload or plan (as Plan::Validate), or a dp schedule
+// the programs refuse.
+absl::StatusOr<Prediction> Predict(const Workload& workload, const performer::Plan& plan,
+                                   const DeviceProfile& profile);
+
+// As Predict, with the dp program's forward count supplied by the caller (a plan search asks one
+// BpttPolicy for many budgets instead of solving the program per candidate). For dp the kept
+// memory is bounded by the budget: `slots` fronts (HSM), slice graphs (ISM) or front units (MSM).
+absl::StatusOr<Prediction> PredictWithForwards(const Workload& workload, const performer::Plan& plan,
+                                               const DeviceProfile& profile, int64_t dp_forwards);
+
+}  // namespace slimfit::planner
+
+#endif  // SLIMFIT_PLANNER_COST_MODEL_H_

@@ -1,0 +1,111 @@
+#include "planner/cost_model.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "planner/bptt_schedule.h"
+
+namespace slimfit::planner {
+namespace {
+
+using performer::FrontPolicy;
+using performer::ModelConfig;
+using performer::Plan;
+
+ModelConfig ConfigA() {
+  ModelConfig c;
+  c.d_model = 256;
+  c.layers = 2;
+  c.heads = 4;
+  c.d_ff = 1024;
+  return c;
+}
+
+DeviceProfile Profile() {
+  DeviceProfile p;
+  p.activation_scale = 1.0;
+  p.activation_overhead_bytes = 1000;
+  p.flops_per_second = 1e11;
+  p.half_rate_rows = 30;
+  p.seconds_per_element = 1e-9;
+  p.layer_overhead_s = 1e-4;
+  return p;
+}
+
+Plan Sliced(int64_t c, FrontPolicy policy = FrontPolicy::kReverse) {
+  Plan plan;
+  plan.slice = c;
+  plan.front_policy = policy;
+  return plan;
+}
+
+TEST(CostModelTest, FrontBytesCountEveryLayersNumeratorAndDenominator) {
+  EXPECT_EQ(FrontBytes(ConfigA(), performer::DType::kFloat32), 2 * 4 * 64 * 65 * 4);
+  EXPECT_EQ(FrontBytes(ConfigA(), performer::DType::kFloat64), 2 * 4 * 64 * 65 * 8);
+}
+
+TEST(CostModelTest, PeakIsTheSumOfItsParts) {
+  const Workload w{ConfigA(), 4096};
+  absl::StatusOr<Prediction> p = Predict(w, Sliced(256), Profile());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->parameter_bytes, ConfigA().parameter_count() * 4);
+  EXPECT_EQ(p->gradient_bytes, p->parameter_bytes);
+  EXPECT_EQ(p->optimizer_bytes, 0);
+  EXPECT_EQ(p->kept_bytes, 0);
+  EXPECT_EQ(p->peak_bytes, p->parameter_bytes + p->gradient_bytes + p->working_bytes);
+  Workload adam = w;
+  adam.optimizer_bytes_per_parameter = 8;
+  EXPECT_EQ(Predict(adam, Sliced(256), Profile())->optimizer_bytes, ConfigA().parameter_count() * 8);
+}
+
+TEST(CostModelTest, MemoryFollowsTheSliceAndThePolicy) {
+  const Workload w{ConfigA(), 4096};
+  const int64_t front = FrontBytes(ConfigA(), performer::DType::kFloat32);
+  const int64_t reverse64 = Predict(w, Sliced(64), Profile())->peak_bytes;
+  EXPECT_LT(reverse64, Predict(w, Sliced(256), Profile())->peak_bytes);
+  EXPECT_LT(Predict(w, Sliced(256), Profile())->peak_bytes, Predict(w, Sliced(0), Profile())->peak_bytes);
+  // store keeps N − 1 fronts; resync every r-th.
+  EXPECT_EQ(Predict(w, Sliced(64, FrontPolicy::kStore), Profile())->kept_bytes, 63 * front);
+  Plan resync = Sliced(64, FrontPolicy::kResync);
+  resync.resync_every = 8;
+  EXPECT_EQ(Predict(w, resync, Profile())->kept_bytes, 7 * front);
+  // Each document start may force one kept front.
+  Workload packed = w;
+  packed.documents = 10;
+  EXPECT_EQ(Predict(packed, Sliced(64), Profile())->kept_bytes, 9 * front);
+}
+
+TEST(CostModelTest, DpCountsTheProgramsForwards) {
+  const Workload w{ConfigA(), 4096};
+  Plan plan = Sliced(64, FrontPolicy::kDp);
+  plan.slots = 4;
+  absl::StatusOr<Prediction> p = Predict(w, plan, Profile());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->slice_forwards, *OptimalCost(ScheduleKind::kHsm, 64, 4, 0, 0));
+  EXPECT_EQ(p->kept_bytes, 4 * FrontBytes(ConfigA(), performer::DType::kFloat32));
+  EXPECT_GT(p->seconds, Predict(w, Sliced(64), Profile())->seconds);
+}
+
+TEST(CostModelTest, TimeGrowsAsSlicesShrink) {
+  const Workload w{ConfigA(), 4096};
+  double previous = Predict(w, Sliced(0), Profile())->seconds;
+  for (int64_t c : {1024, 256, 64, 16, 4}) {
+    const double t = Predict(w, Sliced(c), Profile())->seconds;
+    EXPECT_GT(t, previous) << c;
+    previous = t;
+  }
+}
+
+TEST(CostModelTest, BadInputIsRejected) {
+  EXPECT_EQ(Predict(Workload{ConfigA(), 100}, Sliced(200), Profile()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  Workload w{ConfigA(), 100};
+  w.documents = 0;
+  EXPECT_EQ(Predict(w, Sliced(10), Profile()).status().code(), absl::StatusCode::kInvalidArgument);
+  DeviceProfile bad = Profile();
+  bad.flops_per_second = 0;
+  EXPECT_EQ(Predict(Workload{ConfigA(), 100}, Sliced(10), bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace slimfit::planner

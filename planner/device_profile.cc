@@ -1,0 +1,29 @@
+#include "planner/device_profile.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace slimfit::planner {
+
+absl::Status DeviceProfile::Validate() const {
+  auto positive = [](const char* field, double value) -> absl::Status {
+    if (std::isfinite(value) && value > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("device profile: ", field, " must be positive, got ", value));
+  };
+  for (auto [field, value] : {std::pair<const char*, double>{"activation_scale", activation_scale},
+                              {"flops_per_second", flops_per_second},
+                              {"backward_factor", backward_factor},
+                              {"threads", static_cast<double>(threads)}}) {
+    if (absl::Status s = positive(field, value); !s.ok()) return s;
+  }
+  if (!(half_rate_rows >= 0) || !(layer_overhead_s >= 0) || !(seconds_per_element >= 0) || activation_overhead_bytes < 0 ||
+      total_memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        "device profile: half_rate_rows, seconds_per_element, layer_overhead_s, activation_overhead_bytes and "
+        "total_memory_bytes must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace slimfit::planner

@@ -1,0 +1,45 @@
+// DeviceProfile: what the planner knows about one device — its memory and how fast it runs the
+// engine — as constants of the cost model (planner/cost_model.h). Produced by calibration
+// (performer/calibration.h: short probes of the real engine), stored as a text-format proto
+// (proto/device_profile.proto) by `slimfit calibrate` and by workers in their state directory.
+//
+// Thread safety: a plain value type.
+#ifndef SLIMFIT_PLANNER_DEVICE_PROFILE_H_
+#define SLIMFIT_PLANNER_DEVICE_PROFILE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace slimfit::planner {
+
+struct DeviceProfile {
+  std::string device = "cpu";  // as given to --device: "cpu", "cuda:0"
+  std::string device_name;     // e.g. the CPU model or GPU name
+  int threads = 1;
+  int64_t total_memory_bytes = 0;  // physical memory of the device (0: unknown)
+
+  // Memory. Working bytes of one slice graph of S tokens =
+  //   activation_scale · (analytic saved elements of S tokens) · dtype bytes + activation_overhead_bytes.
+  double activation_scale = 1.0;
+  int64_t activation_overhead_bytes = 0;
+
+  // Time (planner/cost_model.h). One slice computation over S tokens takes
+  //   Σ_products F/flops_per_second · (1 + h/M + h/K + h/N)   (h = half_rate_rows)
+  //   + seconds_per_element · S · saved elements per token     (element-wise work)
+  //   + layer_overhead_s · layers.
+  double flops_per_second = 1e10;
+  double half_rate_rows = 16;
+  double seconds_per_element = 0;
+  double layer_overhead_s = 1e-4;
+  // Backward of a slice graph relative to its forward.
+  double backward_factor = 2.0;
+
+  // INVALID_ARGUMENT naming the field when a constant is out of range.
+  absl::Status Validate() const;
+};
+
+}  // namespace slimfit::planner
+
+#endif  // SLIMFIT_PLANNER_DEVICE_PROFILE_H_

@@ -1,0 +1,100 @@
+#include "planner/plan_search.h"
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace slimfit::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+PlanSearchRequest ConfigA(int64_t budget_mib) {
+  PlanSearchRequest request;
+  request.workload.model.d_model = 256;
+  request.workload.model.layers = 2;
+  request.workload.model.heads = 4;
+  request.workload.model.d_ff = 1024;
+  request.workload.seq_len = 4096;
+  request.memory_budget_bytes = budget_mib << 20;
+  return request;
+}
+
+DeviceProfile Profile() {
+  DeviceProfile p;
+  p.flops_per_second = 3e11;
+  p.half_rate_rows = 50;
+  p.seconds_per_element = 1e-9;
+  p.layer_overhead_s = 2e-4;
+  return p;
+}
+
+TEST(PlanSearchTest, ChosenPlanFitsTheBudgetAndIsTheFastestThatDoes) {
+  for (int64_t budget : {16, 24, 32, 64, 256}) {
+    const PlanSearchRequest request = ConfigA(budget);
+    absl::StatusOr<PlanSearchResult> result = SearchPlans(request, Profile());
+    ASSERT_TRUE(result.ok()) << budget << ": " << result.status();
+    const double usable = 0.9 * static_cast<double>(request.memory_budget_bytes);
+    EXPECT_LE(result->chosen.prediction.peak_bytes, usable);
+    for (const PlanCandidate& c : result->frontier) {
+      if (c.prediction.peak_bytes <= usable) EXPECT_GE(c.prediction.seconds, result->chosen.prediction.seconds);
+    }
+    EXPECT_EQ(result->chosen.plan.predicted_peak_bytes, result->chosen.prediction.peak_bytes);
+    EXPECT_THAT(result->reason, HasSubstr("fastest plan"));
+  }
+  // A generous budget runs ordinary back-propagation.
+  EXPECT_EQ(SearchPlans(ConfigA(1024), Profile())->chosen.plan.slice, 0);
+}
+
+TEST(PlanSearchTest, FrontierIsParetoOptimal) {
+  absl::StatusOr<PlanSearchResult> result = SearchPlans(ConfigA(64), Profile());
+  ASSERT_TRUE(result.ok());
+  ASSERT_GE(result->frontier.size(), 3u);
+  for (size_t i = 1; i < result->frontier.size(); ++i) {
+    EXPECT_GT(result->frontier[i].prediction.peak_bytes, result->frontier[i - 1].prediction.peak_bytes);
+    EXPECT_LT(result->frontier[i].prediction.seconds, result->frontier[i - 1].prediction.seconds);
+  }
+  EXPECT_GT(result->candidates_considered, static_cast<int64_t>(result->frontier.size()));
+  EXPECT_EQ(result->full_backprop.plan.slice, 0);
+}
+
+TEST(PlanSearchTest, MemoryObjectivePicksTheLeastPeak) {
+  PlanSearchRequest request = ConfigA(64);
+  request.objective = Objective::kMemory;
+  absl::StatusOr<PlanSearchResult> result = SearchPlans(request, Profile());
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->chosen.prediction.peak_bytes, result->frontier.front().prediction.peak_bytes);
+}
+
+TEST(PlanSearchTest, NothingFitsSaysWhatDominates) {
+  absl::StatusOr<PlanSearchResult> result = SearchPlans(ConfigA(8), Profile());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("parameters and gradients alone need 11.8 MiB"));
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("the budget allows 7.2 MiB (8.0 MiB less a 10% margin)"));
+  // Just above parameters and gradients: the least plan itself does not fit.
+  PlanSearchRequest tight = ConfigA(0);
+  tight.memory_budget_bytes = static_cast<int64_t>(11.9 * (1 << 20) / 0.9);
+  result = SearchPlans(tight, Profile());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("needs at least"));
+}
+
+TEST(PlanSearchTest, BadRequestsAreRejected) {
+  PlanSearchRequest request = ConfigA(64);
+  request.memory_budget_bytes = 0;
+  EXPECT_EQ(SearchPlans(request, Profile()).status().code(), absl::StatusCode::kInvalidArgument);
+  request = ConfigA(64);
+  request.safety_margin = 1.5;
+  EXPECT_EQ(SearchPlans(request, Profile()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseObjective("speed").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlanSearchTest, HumanBytes) {
+  EXPECT_EQ(HumanBytes(512), "512 B");
+  EXPECT_EQ(HumanBytes(37.5 * 1024 * 1024), "37.5 MiB");
+  EXPECT_EQ(HumanBytes(2.0 * 1024 * 1024 * 1024), "2.0 GiB");
+}
+
+}  // namespace
+}  // namespace slimfit::planner
