@@ -48,6 +48,7 @@ ABSL_FLAG(std::string, prefix_mode, "chunked", "cumsum or chunked");
 ABSL_FLAG(int64_t, block, 64, "block size of the chunked prefix mode");
 ABSL_FLAG(std::string, front_policy, "reverse", "reverse, store, resync or dp");
 ABSL_FLAG(int64_t, resync_every, 0, "resync: keep every r-th front");
+ABSL_FLAG(std::string, recompute, "none", "none, or layers: keep only each layer's input in a slice graph");
 ABSL_FLAG(std::string, schedule, "hsm", "dp: seed-002 program hsm, ism or msm");
 ABSL_FLAG(int64_t, slots, 0, "dp: memory budget in fronts");
 ABSL_FLAG(double, alpha, 0, "dp msm: slice-graph size with its input front, in fronts");
@@ -154,6 +155,9 @@ absl::Status Run() {
   if (!schedule.ok()) return schedule.status();
   base.schedule = *schedule;
   base.slots = absl::GetFlag(FLAGS_slots);
+  absl::StatusOr<LayerRecompute> recompute = ParseLayerRecompute(absl::GetFlag(FLAGS_recompute));
+  if (!recompute.ok()) return recompute.status();
+  base.recompute = *recompute;
   base.alpha = absl::GetFlag(FLAGS_alpha);
   base.beta = absl::GetFlag(FLAGS_beta);
   absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
@@ -204,6 +208,7 @@ absl::Status Run() {
     if (absl::GetFlag(FLAGS_check_full)) {
       Plan full = base;
       full.slice = 0;
+      full.recompute = LayerRecompute::kNone;
       absl::StatusOr<GradientResult> reference = ComputeGradient(*model, *batch, full, options);
       if (!reference.ok()) return reference.status();
       full_gradient = reference->gradients;
@@ -213,6 +218,7 @@ absl::Status Run() {
       ++configurations;
       Plan plan = base;
       plan.slice = slice;
+      if (slice == 0) plan.recompute = LayerRecompute::kNone;  // full back-propagation keeps every activation
       std::vector<double> times;
       GradientResult last;
       for (int run = 0; run <= repeats; ++run) {  // run 0 warms up
@@ -227,12 +233,13 @@ absl::Status Run() {
       if (slice == 0) full_time = median;
       const int64_t param_bytes = model->parameter_bytes();
       std::string json = absl::StrFormat(
-          R"({"seq_len": %d, "slice": %d, "prefix_mode": "%s", "block": %d, "front_policy": "%s", )"
+          R"({"seq_len": %d, "slice": %d, "prefix_mode": "%s", "block": %d, "front_policy": "%s", "recompute": "%s", )"
           R"("dtype": "%s", "threads": %d, "blas_threads": %d, "d_model": %d, "layers": %d, "heads": %d, "d_ff": %d, )"
           R"("features": "%s", "ln": "%s", "time_s": %.6f, "time_min_s": %.6f, "peak_bytes": %d, )"
           R"("start_bytes": %d, "param_bytes": %d, "grad_bytes": %d, "working_bytes": %d, "loss": %.9g, "tokens": %d, )"
           R"("slice_forwards": %d, "stored_fronts": %d, "gflops": %.2f)",
           length, slice, PrefixModeName(plan.prefix_mode), plan.block, FrontPolicyName(plan.front_policy),
+          LayerRecomputeName(plan.recompute),
           DTypeName(plan.dtype), at::get_num_threads(), BlasThreads(), config.d_model, config.layers, config.heads, config.d_ff,
           FeatureMapName(config.feature_map), LayerNormPlacementName(config.layernorm), median, times.front(),
           last.peak_bytes, last.start_bytes, param_bytes, param_bytes,

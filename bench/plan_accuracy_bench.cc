@@ -123,6 +123,9 @@ int Run() {
           plan.front_policy = performer::FrontPolicy::kDp;
           plan.slots = 4;
           plans.emplace_back("dp", plan);
+          plan.front_policy = performer::FrontPolicy::kReverse;
+          plan.recompute = performer::LayerRecompute::kLayers;
+          plans.emplace_back("recompute", plan);
         }
       }
       for (auto& [label, plan] : plans) {

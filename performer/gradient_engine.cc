@@ -64,21 +64,30 @@ struct Context {
 // sweep recovers fronts by subtraction this way). Fills `exit` with each layer's outgoing front and
 // returns the last layer's output, or an undefined tensor when `need_output` is false (the forward
 // sweep needs only fronts, so it skips the last G and the logits).
+// Runs layer r over one stretch: F, the prefix sums from the front `entry_for_layer` supplies
+// once F's outputs are known, and (when `need_output`) G. Sets *exit to the outgoing front.
+template <typename EntryFn>
+at::Tensor RunLayer(const Context& ctx, int64_t r, const Stretch& stretch, const at::Tensor& x,
+                    EntryFn&& entry_for_layer, Front* exit, bool need_output) {
+  const LayerWeights& w = ctx.weights.layers[r];
+  const at::Tensor projection = ctx.projections.empty() ? at::Tensor() : ctx.projections[r];
+  AttentionInputs in = LayerF(ctx.config, w, x, projection);
+  const Front entry = entry_for_layer(r, in);
+  PrefixAttentionResult prefix =
+      CausalPrefixAttention(in.phi_q, in.phi_k, in.v, entry, stretch.layout.segments, ctx.mode, ctx.block);
+  *exit = std::move(prefix.end);
+  if (!need_output) return at::Tensor();
+  return LayerG(ctx.config, w, prefix.numerator, prefix.denominator, in.residual);
+}
+
 template <typename EntryFn>
 at::Tensor RunStretch(const Context& ctx, const Stretch& stretch, EntryFn&& entry_for_layer,
                       ModelFront* exit, bool need_output) {
   at::Tensor x = EmbedTokens(ctx.config, ctx.weights, stretch.tokens, stretch.positions);
   exit->resize(ctx.config.layers);
   for (int64_t r = 0; r < ctx.config.layers; ++r) {
-    const LayerWeights& w = ctx.weights.layers[r];
-    const at::Tensor projection = ctx.projections.empty() ? at::Tensor() : ctx.projections[r];
-    AttentionInputs in = LayerF(ctx.config, w, x, projection);
-    const Front entry = entry_for_layer(r, in);
-    PrefixAttentionResult prefix = CausalPrefixAttention(in.phi_q, in.phi_k, in.v, entry,
-                                                         stretch.layout.segments, ctx.mode, ctx.block);
-    (*exit)[r] = std::move(prefix.end);
-    if (r + 1 == ctx.config.layers && !need_output) return at::Tensor();
-    x = LayerG(ctx.config, w, prefix.numerator, prefix.denominator, in.residual);
+    const bool last = r + 1 == ctx.config.layers;
+    x = RunLayer(ctx, r, stretch, x, entry_for_layer, &(*exit)[r], need_output || !last);
   }
   return x;
 }
@@ -132,13 +141,24 @@ class SliceRunner {
     ModelFront exit;                   // outgoing front, part of the graph
     ModelFront entry;                  // incoming front values (detached)
     std::vector<at::Tensor> entry_leaves;  // [num_0, den_0, num_1, ...] when the slice reads its front
+    // Layer recomputation: only each layer's input is kept (detached); the layers are rebuilt one
+    // at a time during Backpropagate. `embedded` is x0 with its (embedding-only) graph, `top` the
+    // last layer's output as a leaf under the loss's graph.
+    bool recomputed = false;
+    Stretch stretch;
+    at::Tensor embedded;
+    std::vector<at::Tensor> layer_inputs;
+    at::Tensor top;
+    bool reads_entry = false;
   };
 
-  SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t slice, const std::vector<at::Tensor>& leaves,
-              const at::Device& device, const at::TensorOptions& options, int64_t normalizer)
+  SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t slice, LayerRecompute recompute,
+              const std::vector<at::Tensor>& leaves, const at::Device& device, const at::TensorOptions& options,
+              int64_t normalizer)
       : ctx_(ctx),
         batch_(batch),
         slice_(slice),
+        recompute_(recompute),
         leaves_(leaves),
         device_(device),
         zero_(ZeroFront(ctx.config.heads, ctx.config.features_per_head(), ctx.config.head_dim(), options)),
@@ -167,6 +187,7 @@ class SliceRunner {
   // value once that layer's F has run (the reverse policy subtracts the slice's own φk ⊗ v).
   template <typename EntryFn>
   Graph Build(int64_t n, const Stretch& stretch, EntryFn&& entry_for_layer) {
+    if (recompute_ == LayerRecompute::kLayers) return BuildRecomputed(n, stretch, entry_for_layer);
     Graph graph;
     graph.slice = n;
     graph.entry.resize(ctx_.config.layers);
@@ -189,6 +210,7 @@ class SliceRunner {
   // Back-propagates loss/normaliser + ⟨exit_grad, exit⟩ through `graph` (releasing it); parameter
   // gradients accumulate, and the gradient of the incoming front is returned (empty: zero).
   ModelFront Backpropagate(Graph& graph, const ModelFront& exit_grad) {
+    if (graph.recomputed) return BackpropagateRecomputed(graph, exit_grad);
     // A slice whose rows all end documents predicts nothing: only its fronts carry gradient.
     std::vector<at::Tensor> outputs;
     std::vector<at::Tensor> output_grads;
@@ -220,9 +242,88 @@ class SliceRunner {
   }
 
  private:
+  // Layer recomputation (seed 003 at layer granularity): the forward keeps each layer's input and
+  // the loss's graph over the last layer's output; Backpropagate rebuilds layer r with autograd
+  // from its input and incoming front, back-propagates it, and moves on to layer r − 1.
+  template <typename EntryFn>
+  Graph BuildRecomputed(int64_t n, const Stretch& stretch, EntryFn&& entry_for_layer) {
+    Graph graph;
+    graph.slice = n;
+    graph.recomputed = true;
+    graph.stretch = stretch;
+    graph.reads_entry = n > 0 && stretch.layout.segments.front().continues_front;
+    graph.entry.resize(ctx_.config.layers);
+    graph.exit.resize(ctx_.config.layers);
+    graph.embedded = EmbedTokens(ctx_.config, ctx_.weights, stretch.tokens, stretch.positions);
+    at::Tensor x;
+    {
+      at::NoGradGuard no_grad;
+      x = graph.embedded.detach();
+      for (int64_t r = 0; r < ctx_.config.layers; ++r) {
+        graph.layer_inputs.push_back(x);
+        auto entry = [&](int64_t layer, const AttentionInputs& in) {
+          graph.entry[layer] = entry_for_layer(layer, in);
+          return graph.entry[layer];
+        };
+        x = RunLayer(ctx_, r, stretch, x, entry, &graph.exit[r], /*need_output=*/true);
+      }
+    }
+    graph.top = x.detach().requires_grad_(true);
+    graph.loss = CrossEntropySum(ctx_.weights, graph.top, stretch.target_rows, stretch.targets);
+    ++forwards_;
+    return graph;
+  }
+
+  ModelFront BackpropagateRecomputed(Graph& graph, const ModelFront& exit_grad) {
+    const ModelConfig& c = ctx_.config;
+    std::vector<at::Tensor> inputs = leaves_;
+    inputs.push_back(graph.top);
+    if (graph.loss.requires_grad()) {
+      torch::autograd::backward({graph.loss}, {loss_scale_}, /*retain_graph=*/false, /*create_graph=*/false, inputs);
+    }
+    loss_sum_ += graph.loss.item<double>();
+    at::Tensor g = graph.top.grad().defined() ? graph.top.grad() : at::zeros_like(graph.top);
+    ModelFront entry_grad(graph.reads_entry ? c.layers : 0);
+    for (int64_t r = c.layers - 1; r >= 0; --r) {
+      const at::Tensor x = graph.layer_inputs[r].detach().requires_grad_(true);
+      std::vector<at::Tensor> entry_leaves;
+      auto entry = [&](int64_t layer, const AttentionInputs&) -> Front {
+        if (!graph.reads_entry) return graph.entry[layer];
+        Front leaf{graph.entry[layer].numerator.detach().requires_grad_(true),
+                   graph.entry[layer].denominator.detach().requires_grad_(true)};
+        entry_leaves = {leaf.numerator, leaf.denominator};
+        return leaf;
+      };
+      Front exit;
+      const at::Tensor out = RunLayer(ctx_, r, graph.stretch, x, entry, &exit, /*need_output=*/true);
+      std::vector<at::Tensor> outputs = {out};
+      std::vector<at::Tensor> grads = {g};
+      if (!exit_grad.empty()) {
+        outputs.insert(outputs.end(), {exit.numerator, exit.denominator});
+        grads.insert(grads.end(), {exit_grad[r].numerator, exit_grad[r].denominator});
+      }
+      std::vector<at::Tensor> layer_inputs = leaves_;
+      layer_inputs.push_back(x);
+      layer_inputs.insert(layer_inputs.end(), entry_leaves.begin(), entry_leaves.end());
+      torch::autograd::backward(outputs, grads, /*retain_graph=*/false, /*create_graph=*/false, layer_inputs);
+      g = x.grad().defined() ? x.grad() : at::zeros_like(x);
+      if (graph.reads_entry) {
+        const at::Tensor& gn = entry_leaves[0].grad();
+        const at::Tensor& gd = entry_leaves[1].grad();
+        entry_grad[r] = Front{gn.defined() ? gn : at::zeros_like(zero_.numerator),
+                              gd.defined() ? gd : at::zeros_like(zero_.denominator)};
+      }
+      graph.layer_inputs[r] = at::Tensor();
+    }
+    torch::autograd::backward({graph.embedded}, {g}, /*retain_graph=*/false, /*create_graph=*/false, leaves_);
+    graph = Graph();
+    return entry_grad;
+  }
+
   const Context& ctx_;
   const PackedBatch& batch_;
   const int64_t slice_;
+  const LayerRecompute recompute_;
   const std::vector<at::Tensor>& leaves_;
   const at::Device device_;
   const Front zero_;
@@ -433,7 +534,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     if (plan.slice == 0) {
       result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, &result.slice_forwards);
     } else {
-      SliceRunner runner(ctx, batch, plan.slice, leaves, device, tensor_options, normalizer);
+      SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer);
       if (plan.front_policy == FrontPolicy::kDp) {
         if (absl::Status s = ScheduledGradient(runner, plan, &result.stored_fronts_peak); !s.ok()) return s;
       } else {

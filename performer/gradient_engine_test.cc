@@ -176,6 +176,33 @@ TEST(GradientEngineTest, DpRunsExactlyTheProgramsForwardsAndGivesTheFullGradient
   EXPECT_EQ(MustCompute(*model, batch, tight).slice_forwards, 14 * 15 / 2);
 }
 
+TEST(GradientEngineTest, LayerRecomputationGivesTheFullGradientUnderEveryPolicy) {
+  for (auto [map, ln] : {std::pair{FeatureMap::kRelu, LayerNormPlacement::kPre},
+                         std::pair{FeatureMap::kFavor, LayerNormPlacement::kPost}}) {
+    const ModelConfig config = SmallConfig(map, ln);
+    absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 13);
+    ASSERT_TRUE(model.ok());
+    const PackedBatch batch = PackedStream(config.vocab);
+    const GradientResult reference = MustCompute(*model, batch, SlicedPlan(0, DType::kFloat64));
+    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kDp}) {
+      for (int64_t slice : {int64_t{1}, int64_t{7}, int64_t{40}}) {
+        Plan plan = SlicedPlan(slice, DType::kFloat64);
+        plan.recompute = LayerRecompute::kLayers;
+        plan.front_policy = policy;
+        plan.slots = 2;
+        plan.schedule = planner::ScheduleKind::kIsm;
+        plan.block = 3;
+        const GradientResult result = MustCompute(*model, batch, plan);
+        EXPECT_LE(RelativeDiscrepancy(result.gradients, reference.gradients), 1e-10) << plan.DebugString();
+        EXPECT_NEAR(result.loss_sum, reference.loss_sum, 1e-10 * reference.loss_sum) << plan.DebugString();
+      }
+    }
+  }
+  Plan full = SlicedPlan(0, DType::kFloat64);
+  full.recompute = LayerRecompute::kLayers;
+  EXPECT_EQ(full.Validate(40).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(GradientEngineTest, ReverseKeepsOnlyTheFrontsOfSlicesWithDocumentStarts) {
   const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);

@@ -35,6 +35,16 @@ absl::StatusOr<FrontPolicy> ParseFrontPolicy(absl::string_view name) {
       absl::StrCat("unknown front policy '", name, "'; expected reverse, store, resync or dp"));
 }
 
+absl::string_view LayerRecomputeName(LayerRecompute recompute) {
+  return recompute == LayerRecompute::kNone ? "none" : "layers";
+}
+
+absl::StatusOr<LayerRecompute> ParseLayerRecompute(absl::string_view name) {
+  if (name == "none") return LayerRecompute::kNone;
+  if (name == "layers") return LayerRecompute::kLayers;
+  return absl::InvalidArgumentError(absl::StrCat("unknown recompute '", name, "'; expected none or layers"));
+}
+
 absl::string_view DTypeName(DType dtype) {
   return dtype == DType::kFloat32 ? "float32" : "float64";
 }
@@ -82,6 +92,10 @@ absl::Status Plan::Validate(int64_t seq_len) const {
           alpha, beta));
     }
   }
+  if (recompute == LayerRecompute::kLayers && slice == 0) {
+    return absl::InvalidArgumentError(
+        "layer recomputation applies to sliced plans; use slice = L for one slice over the whole sequence");
+  }
   if (threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", threads));
   }
@@ -98,6 +112,7 @@ std::string Plan::DebugString() const {
     absl::StrAppend(&text, " schedule=", planner::ScheduleKindName(schedule), " slots=", slots);
     if (schedule == planner::ScheduleKind::kMsm) absl::StrAppendFormat(&text, " alpha=%g beta=%g", alpha, beta);
   }
+  if (recompute != LayerRecompute::kNone) absl::StrAppend(&text, " recompute=", LayerRecomputeName(recompute));
   absl::StrAppend(&text, " dtype=", DTypeName(dtype));
   if (threads > 0) absl::StrAppend(&text, " threads=", threads);
   return text;

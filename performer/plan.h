@@ -35,12 +35,20 @@ enum class FrontPolicy {
   kDp,       // keep at most `slots` fronts/slice graphs, following an optimal seed-002 schedule
 };
 
+// What one slice's autograd graph keeps (seed 003's trade at layer granularity).
+enum class LayerRecompute {
+  kNone,    // every activation of every layer
+  kLayers,  // only each layer's input; a layer is recomputed during its backward
+};
+
 enum class DType { kFloat32, kFloat64 };
 
 absl::string_view PrefixModeName(PrefixMode mode);
 absl::StatusOr<PrefixMode> ParsePrefixMode(absl::string_view name);
 absl::string_view FrontPolicyName(FrontPolicy policy);
 absl::StatusOr<FrontPolicy> ParseFrontPolicy(absl::string_view name);
+absl::string_view LayerRecomputeName(LayerRecompute recompute);  // "none", "layers"
+absl::StatusOr<LayerRecompute> ParseLayerRecompute(absl::string_view name);
 absl::string_view DTypeName(DType dtype);  // "float32", "float64"
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 int64_t DTypeBytes(DType dtype);
@@ -59,6 +67,7 @@ struct Plan {
   int64_t slots = 0;
   double alpha = 0;
   double beta = 0;
+  LayerRecompute recompute = LayerRecompute::kNone;  // sliced plans only
   DType dtype = DType::kFloat32;
   int threads = 0;  // intra-op threads; 0 leaves the process setting alone
 

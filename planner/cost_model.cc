@@ -93,7 +93,14 @@ double SliceSeconds(const ModelConfig& c, int64_t tokens, const Plan& plan, bool
 }
 
 int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, const DeviceProfile& profile) {
-  const double elements = SavedElementsPerToken(c, plan.prefix_mode, plan.block) * static_cast<double>(tokens);
+  double per_token = SavedElementsPerToken(c, plan.prefix_mode, plan.block);
+  if (plan.recompute == performer::LayerRecompute::kLayers) {
+    // Each layer's input, the head's graph, and one layer rebuilt at a time during the backward.
+    const double head = static_cast<double>(c.d_model) + 2.0 * static_cast<double>(c.vocab);
+    const double layer = (per_token - head) / static_cast<double>(c.layers);
+    per_token = static_cast<double>(c.layers * c.d_model) + head + layer;
+  }
+  const double elements = per_token * static_cast<double>(tokens);
   return static_cast<int64_t>(std::ceil(profile.activation_scale * elements *
                                         static_cast<double>(performer::DTypeBytes(plan.dtype)))) +
          profile.activation_overhead_bytes;
@@ -167,7 +174,11 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     const double build = (slices - 1) * phase_seconds(plan.slice, true) + phase_seconds(last, true);
     const double advance_one = phase_seconds(plan.slice, false);
     const int64_t advances = forwards - slices;
-    p.seconds = build * (1.0 + profile.backward_factor) + static_cast<double>(advances) * advance_one;
+    // Layer recomputation runs every graph build's forward twice: once keeping layer inputs, once
+    // layer by layer with autograd during the backward.
+    const double build_passes =
+        1.0 + profile.backward_factor + (plan.recompute == performer::LayerRecompute::kLayers ? 1.0 : 0.0);
+    p.seconds = build * build_passes + static_cast<double>(advances) * advance_one;
   }
   p.peak_bytes = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes + p.working_bytes;
   return p;

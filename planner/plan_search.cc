@@ -61,32 +61,36 @@ std::vector<Plan> Candidates(const PlanSearchRequest& request, const DeviceProfi
   plans.push_back(base);  // full back-propagation
   const double front = static_cast<double>(FrontBytes(model, request.dtype));
   for (int64_t c : slices) {
-    Plan plan = base;
-    plan.slice = c;
-    plan.block = std::min<int64_t>(64, c);
-    const int64_t n = (length + c - 1) / c;
-    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
-      plan.front_policy = policy;
-      plans.push_back(plan);
-    }
-    plan.front_policy = FrontPolicy::kResync;
-    for (int64_t r : {int64_t{8}, int64_t{32}, int64_t{128}}) {
-      if (r >= n) continue;
-      plan.resync_every = r;
-      plans.push_back(plan);
-    }
-    plan.resync_every = 0;
-    plan.front_policy = FrontPolicy::kDp;
-    if (n < 2 || n > kMaxDpSlices) continue;
-    const double graph = static_cast<double>(SliceGraphBytes(model, c, plan, profile));
-    for (ScheduleKind kind : {ScheduleKind::kHsm, ScheduleKind::kIsm, ScheduleKind::kMsm}) {
-      plan.schedule = kind;
-      plan.alpha = kind == ScheduleKind::kMsm ? (graph + front) / front : 0;
-      plan.beta = kind == ScheduleKind::kMsm ? std::max(graph / front, 1e-3) : 0;
-      if (kind == ScheduleKind::kMsm && plan.alpha > 16) continue;
-      for (int64_t slots = 1; slots < n && slots <= kMaxDpSlots; slots *= 2) {
-        plan.slots = slots;
+    for (performer::LayerRecompute recompute :
+         {performer::LayerRecompute::kNone, performer::LayerRecompute::kLayers}) {
+      Plan plan = base;
+      plan.slice = c;
+      plan.block = std::min<int64_t>(64, c);
+      plan.recompute = recompute;
+      const int64_t n = (length + c - 1) / c;
+      for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
+        plan.front_policy = policy;
         plans.push_back(plan);
+      }
+      plan.front_policy = FrontPolicy::kResync;
+      for (int64_t r : {int64_t{8}, int64_t{32}, int64_t{128}}) {
+        if (r >= n) continue;
+        plan.resync_every = r;
+        plans.push_back(plan);
+      }
+      plan.resync_every = 0;
+      plan.front_policy = FrontPolicy::kDp;
+      if (n < 2 || n > kMaxDpSlices) continue;
+      const double graph = static_cast<double>(SliceGraphBytes(model, c, plan, profile));
+      for (ScheduleKind kind : {ScheduleKind::kHsm, ScheduleKind::kIsm, ScheduleKind::kMsm}) {
+        plan.schedule = kind;
+        plan.alpha = kind == ScheduleKind::kMsm ? (graph + front) / front : 0;
+        plan.beta = kind == ScheduleKind::kMsm ? std::max(graph / front, 1e-3) : 0;
+        if (kind == ScheduleKind::kMsm && plan.alpha > 16) continue;
+        for (int64_t slots = 1; slots < n && slots <= kMaxDpSlots; slots *= 2) {
+          plan.slots = slots;
+          plans.push_back(plan);
+        }
       }
     }
   }
@@ -102,6 +106,7 @@ std::string Describe(const Plan& plan) {
   if (plan.front_policy == FrontPolicy::kDp) {
     absl::StrAppend(&text, " ", ScheduleKindName(plan.schedule), " ", plan.slots, " slots");
   }
+  if (plan.recompute == performer::LayerRecompute::kLayers) absl::StrAppend(&text, ", layers recomputed");
   return text;
 }
 
@@ -111,13 +116,16 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
   if (absl::Status s = request.workload.model.Validate(); !s.ok()) return s;
   if (absl::Status s = profile.Validate(); !s.ok()) return s;
   if (request.workload.seq_len < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("sequence length must be positive, got ", request.workload.seq_len));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence length must be positive, got ", request.workload.seq_len));
   }
   if (request.memory_budget_bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("memory budget must be positive, got ", request.memory_budget_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory budget must be positive, got ", request.memory_budget_bytes));
   }
   if (!(request.safety_margin >= 0 && request.safety_margin < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("safety margin must be in [0, 1), got ", request.safety_margin));
+    return absl::InvalidArgumentError(
+        absl::StrCat("safety margin must be in [0, 1), got ", request.safety_margin));
   }
   const double usable = static_cast<double>(request.memory_budget_bytes) * (1.0 - request.safety_margin);
 
@@ -132,8 +140,10 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
       const auto key = std::make_tuple(plan.schedule, slices, plan.alpha, plan.beta);
       auto it = policies.find(key);
       if (it == policies.end()) {
-        it = policies.emplace(key, BpttPolicy::Create(plan.schedule, slices, std::min(slices, kMaxDpSlots), plan.alpha,
-                                                        plan.beta)).first;
+        it = policies
+                 .emplace(key, BpttPolicy::Create(plan.schedule, slices, std::min(slices, kMaxDpSlots),
+                                                  plan.alpha, plan.beta))
+                 .first;
       }
       if (!it->second.ok()) continue;
       absl::StatusOr<int64_t> cost = it->second->Cost(slices, plan.slots);
@@ -159,7 +169,8 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
   // Pareto frontier: by increasing peak, keep those strictly faster than every smaller one.
   std::vector<PlanCandidate> sorted = all;
   std::sort(sorted.begin(), sorted.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
-    if (a.prediction.peak_bytes != b.prediction.peak_bytes) return a.prediction.peak_bytes < b.prediction.peak_bytes;
+    if (a.prediction.peak_bytes != b.prediction.peak_bytes)
+      return a.prediction.peak_bytes < b.prediction.peak_bytes;
     return a.prediction.seconds < b.prediction.seconds;
   });
   double best_time = INFINITY;
@@ -174,16 +185,17 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
   if (static_cast<double>(least.prediction.peak_bytes) > usable) {
     const Prediction& p = least.prediction;
     const int64_t fixed = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes;
-    const std::string budget = absl::StrFormat("the budget allows %s (%s less a %.0f%% margin)", HumanBytes(usable),
-                                               HumanBytes(static_cast<double>(request.memory_budget_bytes)),
-                                               100 * request.safety_margin);
+    const std::string budget = absl::StrFormat(
+        "the budget allows %s (%s less a %.0f%% margin)", HumanBytes(usable),
+        HumanBytes(static_cast<double>(request.memory_budget_bytes)), 100 * request.safety_margin);
     if (static_cast<double>(fixed) > usable) {
       return absl::ResourceExhaustedError(absl::StrCat(
           p.optimizer_bytes > 0 ? "parameters, gradients and optimizer state" : "parameters and gradients",
           " alone need ", HumanBytes(static_cast<double>(fixed)), "; ", budget));
     }
-    return absl::ResourceExhaustedError(absl::StrCat("needs at least ", HumanBytes(static_cast<double>(p.peak_bytes)),
-                                                     " (", Describe(least.plan), "); ", budget));
+    return absl::ResourceExhaustedError(absl::StrCat("needs at least ",
+                                                     HumanBytes(static_cast<double>(p.peak_bytes)), " (",
+                                                     Describe(least.plan), "); ", budget));
   }
 
   const PlanCandidate* chosen = nullptr;
@@ -198,7 +210,8 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
   result.chosen = *chosen;
   const double full_time = result.full_backprop.prediction.seconds;
   result.reason = absl::StrFormat(
-      "%s under %s usable (%s budget less %.0f%%): %s, predicted %s and %.3g s (%.2fx full back-propagation, which "
+      "%s under %s usable (%s budget less %.0f%%): %s, predicted %s and %.3g s (%.2fx full back-propagation, "
+      "which "
       "needs %s)",
       request.objective == Objective::kTime ? "fastest plan" : "least memory", HumanBytes(usable),
       HumanBytes(static_cast<double>(request.memory_budget_bytes)), 100 * request.safety_margin,
