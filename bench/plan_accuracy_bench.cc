@@ -31,7 +31,8 @@ ABSL_FLAG(std::string, budgets_mib, "24,48,96,256", "memory budgets in MiB, comm
 ABSL_FLAG(std::string, models, "small,medium,large", "model sizes: small (d128 f512), medium (d256 f1024), large (d512 f2048)");
 ABSL_FLAG(bool, fixed_policies, true, "also run reverse/store/resync/dp plans at C=64 and C=256");
 ABSL_FLAG(int, repeats, 1, "timed runs per plan (median)");
-ABSL_FLAG(bool, quick, false, "small grid (what the unit test runs)");
+ABSL_FLAG(bool, above_fixed, false,
+          "budgets are working memory above parameters and gradients (added to each budget)");
 
 namespace slimfit {
 namespace {
@@ -100,7 +101,8 @@ int Run() {
       for (int64_t budget_mib : Ints(absl::GetFlag(FLAGS_budgets_mib))) {
         planner::PlanSearchRequest request;
         request.workload = workload;
-        request.memory_budget_bytes = budget_mib << 20;
+        request.memory_budget_bytes =
+            (budget_mib << 20) + (absl::GetFlag(FLAGS_above_fixed) ? 2 * model->parameter_bytes() : 0);
         absl::StatusOr<planner::PlanSearchResult> search = planner::SearchPlans(request, profile);
         if (!search.ok()) {
           std::cout << absl::StrFormat(R"({"model": "%s", "seq_len": %d, "budget_mib": %d, "refused": "%s"})",
@@ -108,7 +110,7 @@ int Run() {
                     << std::endl;
           continue;
         }
-        plans.emplace_back(absl::StrCat("budget:", budget_mib), search->chosen.plan);
+        plans.emplace_back(absl::StrCat("budget:", request.memory_budget_bytes), search->chosen.plan);
       }
       if (absl::GetFlag(FLAGS_fixed_policies)) {
         for (int64_t c : {int64_t{64}, int64_t{256}}) {
@@ -156,7 +158,7 @@ int Run() {
                          (predicted->peak_bytes - measured_peak) / static_cast<double>(measured_peak),
                          predicted->seconds, measured_time, (predicted->seconds - measured_time) / measured_time,
                          absl::StartsWith(label, "budget:")
-                             ? (measured_peak <= (std::stoll(label.substr(7)) << 20) ? "true" : "false")
+                             ? (measured_peak <= std::stoll(label.substr(7)) ? "true" : "false")
                              : "null")
                   << std::endl;
       }

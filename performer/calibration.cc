@@ -199,7 +199,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       } else {
         const int64_t n = (options.seq_len + slice - 1) / slice;
         const int64_t last_rows = options.seq_len - (n - 1) * slice;
-        add(slice, false, 1, static_cast<double>(n));
+        add(slice, false, 1, static_cast<double>(n - 1));
         add(slice, true, 1 + backward, static_cast<double>(n - 1));
         add(last_rows, true, 1 + backward, 1);
       }

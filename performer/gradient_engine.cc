@@ -352,13 +352,17 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
   };
   // Fronts entering slices, kept by the front policy or because a document starts in the slice.
   std::map<int64_t, Kept> kept;
+  // The forward sweep stops before the last slice: the backward sweep starts by rebuilding slice
+  // N from U(N−1), which the sweep ends with, so U(N) itself is never needed.
   ModelFront front = runner.ZeroModelFront();
   for (int64_t n = 0; n < slices; ++n) {
     const Stretch stretch = runner.StretchOf(n);
-    const bool keep = n > 0 && (plan.front_policy == FrontPolicy::kStore || !stretch.layout.reversible ||
-                                (plan.front_policy == FrontPolicy::kResync && n % plan.resync_every == 0));
+    const bool keep = n > 0 && n + 1 < slices &&
+                      (plan.front_policy == FrontPolicy::kStore || !stretch.layout.reversible ||
+                       (plan.front_policy == FrontPolicy::kResync && n % plan.resync_every == 0));
     if (keep) kept.emplace(n, Kept{front, onset});
     *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
+    if (n + 1 == slices) break;
     front = runner.Advance(stretch, front);
     at::NoGradGuard no_grad;
     for (int64_t r = 0; r < c.layers; ++r) {
@@ -369,7 +373,8 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
     }
   }
 
-  // `front` is now U(N); walk back. `exit_grad` is G(n) for the slice being rebuilt.
+  // `front` is now U(N−1), the last slice's incoming front; walk back. `exit_grad` is G(n) for the
+  // slice being rebuilt, and `front` the front leaving it.
   ModelFront exit_grad;  // empty: zero
   for (int64_t n = slices - 1; n >= 0; --n) {
     const Stretch stretch = runner.StretchOf(n);
@@ -377,6 +382,7 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
     SliceRunner::Graph graph = runner.Build(n, stretch, [&](int64_t r, const AttentionInputs& in) -> Front {
       if (n == 0) return runner.zero();
       if (kept_it != kept.end()) return kept_it->second.fronts[r];
+      if (n + 1 == slices) return front[r];
       // U(n−1) = U(n) − Σ_{l in slice n} φk_l ⊗ v_l (seed 000, eq. 9), with the components that
       // switched on in slice n or later restored to exact zeros.
       at::NoGradGuard no_grad;

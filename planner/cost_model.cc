@@ -146,15 +146,15 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     const int64_t document_fronts = std::min(w.documents - 1, slices - 1);
     int64_t kept_fronts = document_fronts;
     int64_t kept_graphs = 0;
-    int64_t forwards = 2 * slices;
+    int64_t forwards = 2 * slices - 1;  // the forward sweep stops before the last slice
     switch (plan.front_policy) {
       case FrontPolicy::kReverse:
         break;
       case FrontPolicy::kStore:
-        kept_fronts = slices - 1;
+        kept_fronts = std::max<int64_t>(slices - 2, 0);  // entering slices 1..N−2; N−1's is the cursor
         break;
       case FrontPolicy::kResync:
-        kept_fronts = std::min(slices - 1, (slices - 1) / plan.resync_every + document_fronts);
+        kept_fronts = std::min(std::max<int64_t>(slices - 2, 0), (slices - 2) / plan.resync_every + document_fronts);
         break;
       case FrontPolicy::kDp:
         forwards = dp_forwards;

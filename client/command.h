@@ -1,0 +1,60 @@
+// What every `slimfit` command shares: its signature, the exit status a result maps to, and the
+// one-line error format.
+//
+// A command receives the arguments after its name (`slimfit schedule --steps=8` → {"--steps=8"}),
+// writes its result to `out` (a table for people, or JSON with --json) and returns OK, or returns
+// an error (RunCli then discards whatever the command wrote). RunCli prints an error as one line
+// "slimfit: <message>" on stderr and exits with ExitCodeForStatus. With --help a command writes its help to
+// `out` and returns OK.
+//
+// Exit statuses (documented in README.md, "CLI reference"):
+//   0  success
+//   1  the request was understood but could not be carried out: nothing fits the memory budget
+//      (RESOURCE_EXHAUSTED), a file could not be written, calibration failed, …
+//   2  usage or input error: unknown command or flag, a malformed or out-of-range value, a missing
+//      or unparsable input file (INVALID_ARGUMENT, OUT_OF_RANGE, NOT_FOUND)
+//
+// Thread safety: plain functions and values.
+#ifndef SLIMFIT_CLIENT_COMMAND_H_
+#define SLIMFIT_CLIENT_COMMAND_H_
+
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace slimfit::client {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// kExitOk for OK; kExitUsage for INVALID_ARGUMENT, OUT_OF_RANGE and NOT_FOUND; kExitFailure for
+// every other code.
+int ExitCodeForStatus(const absl::Status& status);
+
+// "slimfit: <message>\n" with every line break and tab in the message turned into a space, so an
+// error is always exactly one line.
+std::string FormatErrorLine(absl::string_view message);
+
+using CommandFunction = std::function<absl::Status(absl::Span<const std::string> args, std::ostream& out)>;
+
+struct Command {
+  std::string name;     // the word after `slimfit`
+  std::string summary;  // one line for `slimfit help`
+  CommandFunction run;
+};
+
+// Runs `slimfit` with `args` = argv[1..] over `commands`: dispatches to the named command, or
+// handles `help` / `help <command>` / `--help` / `-h` itself (the list of commands, or the
+// command's own --help). Writes results to `out` and errors (one line, FormatErrorLine) to `err`;
+// returns the exit status. No command word, or an unknown one, is a usage error.
+int RunCli(absl::Span<const std::string> args, absl::Span<const Command> commands, std::ostream& out,
+           std::ostream& err);
+
+}  // namespace slimfit::client
+
+#endif  // SLIMFIT_CLIENT_COMMAND_H_

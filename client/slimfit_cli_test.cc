@@ -1,0 +1,239 @@
+// End-to-end tests of the built `slimfit` binary: run it as a user would and check exit statuses,
+// stdout and the one-line errors on stderr.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+extern char** environ;
+
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using Json = nlohmann::json;
+
+std::string Runfile(absl::string_view path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/slimfit/", path);
+}
+
+std::string TempPath(absl::string_view name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs client/slimfit with `args`, stdout and stderr captured in files.
+Result Slimfit(const std::vector<std::string>& args) {
+  static int counter = 0;
+  const std::string out_path = TempPath(absl::StrCat("stdout.", counter));
+  const std::string err_path = TempPath(absl::StrCat("stderr.", counter++));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  const std::string binary = Runfile("client/slimfit");
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(binary.c_str()));
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  Result result;
+  const int spawned = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) {
+    ADD_FAILURE() << "cannot run " << binary << ": error " << spawned;
+    return result;
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) {
+    ADD_FAILURE() << "slimfit did not exit normally";
+    return result;
+  }
+  result.exit_code = WEXITSTATUS(status);
+  result.out = ReadAll(out_path);
+  result.err = ReadAll(err_path);
+  return result;
+}
+
+// Exactly one line "slimfit: ...\n" on stderr and nothing on stdout.
+void ExpectOneLineError(const Result& result) {
+  EXPECT_EQ(result.out, "");
+  EXPECT_THAT(result.err, StartsWith("slimfit: "));
+  EXPECT_THAT(result.err, EndsWith("\n"));
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+}
+
+TEST(SlimfitCliTest, Schedule) {
+  const Result result = Slimfit({"schedule", "--steps=1000", "--slots=8"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  EXPECT_THAT(result.out, HasSubstr("cost C(T,M)     5285 slice forwards\n"));
+  EXPECT_THAT(result.out, HasSubstr("overhead C - T  4285 (+428.5%)\n"));
+}
+
+TEST(SlimfitCliTest, ScheduleJsonWithActions) {
+  const Result result = Slimfit({"schedule", "--steps", "5", "--slots", "2", "--json", "--actions"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const Json json = Json::parse(result.out);
+  EXPECT_EQ(json["cost"], 11);
+  EXPECT_EQ(json["actions"].size(), json["action_count"].get<size_t>());
+}
+
+TEST(SlimfitCliTest, BadUsageExitsTwoWithOneLine) {
+  Result result = Slimfit({"schedule", "--steps=abc", "--slots=2"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr("--steps=abc: expected an integer"));
+
+  result = Slimfit({"schedule", "--slots=2"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr("missing --steps"));
+
+  result = Slimfit({"plan", "--seq_len=64", "--memory_budget=lots", "--profile=x"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr("--memory_budget=lots"));
+
+  result = Slimfit({});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+}
+
+TEST(SlimfitCliTest, PlannerErrorsKeepTheirMessage) {
+  const Result result = Slimfit({"schedule", "--steps=70000", "--slots=2"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr("70000"));
+}
+
+TEST(SlimfitCliTest, UnknownCommand) {
+  const Result result = Slimfit({"frobnicate", "--json"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_EQ(result.err,
+            "slimfit: unknown command 'frobnicate'; run 'slimfit help' for the list of commands\n");
+}
+
+TEST(SlimfitCliTest, Help) {
+  Result result = Slimfit({"help"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_EQ(result.err, "");
+  for (const char* command : {"schedule", "plan", "calibrate"}) {
+    EXPECT_THAT(result.out, HasSubstr(absl::StrCat("\n  ", command, " "))) << command;
+  }
+  result = Slimfit({"plan", "--help"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.out, StartsWith("usage: slimfit plan"));
+  result = Slimfit({"help", "calibrate"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.out, StartsWith("usage: slimfit calibrate"));
+}
+
+TEST(SlimfitCliTest, TransformerPlanFromALengthsFile) {
+  const std::string lengths = Runfile("client/testdata/lengths.txt");
+  Result result = Slimfit({"plan", "--arch=transformer", "--d_model=1024", "--layers=24", "--heads=16",
+                           absl::StrCat("--length_distribution=", lengths)});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("4 sequences from "));
+  EXPECT_THAT(result.out, HasSubstr("layout        recompute      activations"));
+  EXPECT_THAT(result.out, HasSubstr("\npadding-free  full "));
+
+  result = Slimfit({"plan", "--arch=transformer", "--d_model=1024", "--layers=24", "--heads=16",
+                    absl::StrCat("--length_distribution=", lengths), "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const Json json = Json::parse(result.out);
+  EXPECT_EQ(json["batch"]["tokens"], 5640.0);
+  EXPECT_EQ(json["baselines"].size(), 12u);
+}
+
+const std::vector<std::string> kTinyModel = {"plan",      "--d_model=32", "--layers=1",   "--heads=2",
+                                             "--d_ff=64", "--vocab=32",   "--seq_len=256"};
+
+std::vector<std::string> Tiny(std::vector<std::string> more) {
+  std::vector<std::string> args = kTinyModel;
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(SlimfitCliTest, PerformerPlanWithAProfile) {
+  const std::string profile = absl::StrCat("--profile=", Runfile("client/testdata/tiny_cpu.profile"));
+  Result result = Slimfit(Tiny({profile, "--memory_budget=4MiB"}));
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("\nchosen plan\n"));
+  EXPECT_THAT(result.out, HasSubstr("\nPareto frontier: "));
+
+  result = Slimfit(Tiny({profile, "--memory_budget=4MiB", "--json"}));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const Json json = Json::parse(result.out);
+  EXPECT_EQ(json["chosen"].size(), 9u);
+  EXPECT_LE(json["chosen"]["predicted_peak_bytes"].get<double>(), 0.9 * (4 << 20));
+}
+
+TEST(SlimfitCliTest, NothingFitsExitsOne) {
+  const Result result = Slimfit(Tiny(
+      {absl::StrCat("--profile=", Runfile("client/testdata/tiny_cpu.profile")), "--memory_budget=1KiB"}));
+  EXPECT_EQ(result.exit_code, 1);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, StartsWith("slimfit: no plan fits: "));
+}
+
+// The real engine: one calibration written to a file, then a plan from that file, then a plan
+// that calibrates by itself.
+TEST(SlimfitCliTest, CalibrateThenPlan) {
+  const std::string path = TempPath("cpu.profile");
+  Result result = Slimfit({"calibrate", "--device=cpu", "--threads=1", "--out", path});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, StartsWith("wrote the profile of cpu"));
+  EXPECT_THAT(result.out, HasSubstr(path));
+  EXPECT_THAT(ReadAll(path), HasSubstr("flops_per_second: "));
+
+  result = Slimfit(Tiny({absl::StrCat("--profile=", path), "--memory_budget=64MiB", "--json"}));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(Json::parse(result.out)["device"]["profile"]["threads"], 1);
+
+  result = Slimfit(Tiny({"--device=cpu", "--threads=1", "--memory_budget=64MiB", "--json"}));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const Json json = Json::parse(result.out);
+  EXPECT_EQ(json["device"]["source"], "calibrated");
+  EXPECT_GT(json["device"]["profile"]["flops_per_second"].get<double>(), 0);
+}
+
+TEST(SlimfitCliTest, CalibrateRejectsAnUnknownDevice) {
+  const Result result = Slimfit({"calibrate", "--device=nonsense"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr("nonsense"));
+}
+
+}  // namespace

@@ -1,0 +1,183 @@
+#include "planner/device_profile_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace slimfit::planner {
+namespace {
+
+// Keeps every error TextFormat reports, with 1-based positions (TextFormat's are 0-based).
+class CollectingErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    errors_.push_back(absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message));
+  }
+  const std::vector<std::string>& errors() const { return errors_; }
+
+ private:
+  std::vector<std::string> errors_;
+};
+
+// The directory part of `path` ("." when there is none), for the temporary file and the fsync.
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Distinguishes temporary files of concurrent writers within one process.
+std::atomic<uint64_t> temp_counter{0};
+
+}  // namespace
+
+v1::DeviceProfile DeviceProfileToProto(const DeviceProfile& profile) {
+  v1::DeviceProfile proto;
+  proto.set_device(profile.device);
+  proto.set_device_name(profile.device_name);
+  proto.set_threads(profile.threads);
+  proto.set_total_memory_bytes(profile.total_memory_bytes);
+  proto.set_activation_scale(profile.activation_scale);
+  proto.set_activation_overhead_bytes(profile.activation_overhead_bytes);
+  proto.set_flops_per_second(profile.flops_per_second);
+  proto.set_half_rate_rows(profile.half_rate_rows);
+  proto.set_layer_overhead_s(profile.layer_overhead_s);
+  proto.set_backward_factor(profile.backward_factor);
+  proto.set_seconds_per_element(profile.seconds_per_element);
+  return proto;
+}
+
+DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto) {
+  DeviceProfile profile;
+  if (proto.has_device()) profile.device = proto.device();
+  if (proto.has_device_name()) profile.device_name = proto.device_name();
+  if (proto.has_threads()) profile.threads = proto.threads();
+  if (proto.has_total_memory_bytes()) profile.total_memory_bytes = proto.total_memory_bytes();
+  if (proto.has_activation_scale()) profile.activation_scale = proto.activation_scale();
+  if (proto.has_activation_overhead_bytes()) {
+    profile.activation_overhead_bytes = proto.activation_overhead_bytes();
+  }
+  if (proto.has_flops_per_second()) profile.flops_per_second = proto.flops_per_second();
+  if (proto.has_half_rate_rows()) profile.half_rate_rows = proto.half_rate_rows();
+  if (proto.has_layer_overhead_s()) profile.layer_overhead_s = proto.layer_overhead_s();
+  if (proto.has_backward_factor()) profile.backward_factor = proto.backward_factor();
+  if (proto.has_seconds_per_element()) profile.seconds_per_element = proto.seconds_per_element();
+  return profile;
+}
+
+absl::StatusOr<DeviceProfile> ParseDeviceProfileText(absl::string_view text) {
+  v1::DeviceProfile proto;
+  CollectingErrorCollector errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  // TextFormat reports a message once with every error it found; the first is the one to fix.
+  if (!parser.ParseFromString(std::string(text), &proto)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device profile: ", errors.errors().empty()
+                                             ? std::string("not a text-format slimfit.v1.DeviceProfile")
+                                             : absl::StrJoin(errors.errors(), "; ")));
+  }
+  DeviceProfile profile = DeviceProfileFromProto(proto);
+  if (absl::Status valid = profile.Validate(); !valid.ok()) return valid;
+  return profile;
+}
+
+std::string DeviceProfileToText(const DeviceProfile& profile) {
+  std::string text;
+  google::protobuf::TextFormat::Printer printer;
+  // Printing a message we just built cannot fail.
+  printer.PrintToString(DeviceProfileToProto(profile), &text);
+  return text;
+}
+
+absl::StatusOr<DeviceProfile> ReadDeviceProfile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int error_number = errno;
+    return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": cannot open device profile"));
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) {
+    return absl::InternalError(absl::StrCat(path, ": cannot read device profile"));
+  }
+  absl::StatusOr<DeviceProfile> profile = ParseDeviceProfileText(contents.str());
+  if (!profile.ok()) {
+    return absl::Status(profile.status().code(), absl::StrCat(path, ": ", profile.status().message()));
+  }
+  return profile;
+}
+
+absl::Status WriteDeviceProfile(const std::string& path, const DeviceProfile& profile) {
+  if (absl::Status valid = profile.Validate(); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": refusing to write an invalid profile: ", valid.message()));
+  }
+  const std::string text = DeviceProfileToText(profile);
+  // A fresh name beside `path` (same file system, so the rename is atomic). O_EXCL makes a clash
+  // with another writer's temporary file an EEXIST, and the next name is tried. Mode 0644 less the
+  // umask, like any file the user creates.
+  std::string temp_path;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    temp_path = absl::StrCat(path, ".tmp.", getpid(), ".", temp_counter.fetch_add(1));
+    fd = open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    const int error_number = errno;
+    return absl::ErrnoToStatus(error_number,
+                               absl::StrCat(path, ": cannot create a temporary file beside it"));
+  }
+  // Everything below removes the temporary file on failure.
+  // errno is read before close() and unlink(), which may change it.
+  auto fail = [&](int error_number, absl::string_view what) {
+    unlink(temp_path.c_str());
+    return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": ", what));
+  };
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = write(fd, text.data() + written, text.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error_number = errno;
+      close(fd);
+      return fail(error_number, "cannot write the temporary file");
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    const int error_number = errno;
+    close(fd);
+    return fail(error_number, "cannot flush the temporary file to disk");
+  }
+  if (close(fd) != 0) return fail(errno, "cannot close the temporary file");
+  if (rename(temp_path.c_str(), path.c_str()) != 0) {
+    return fail(errno, "cannot rename the temporary file over it");
+  }
+  // Make the rename itself durable. Failing to open or sync the directory leaves a complete file
+  // in place, so it is not reported.
+  const int dir_fd = open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir_fd >= 0) {
+    fsync(dir_fd);
+    close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace slimfit::planner

@@ -1,0 +1,207 @@
+#include "planner/device_profile_io.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace slimfit::planner {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+DeviceProfile SampleProfile() {
+  DeviceProfile profile;
+  profile.device = "cuda:1";
+  profile.device_name = "NVIDIA H100 \"SXM\"";  // quotes must survive the text format
+  profile.threads = 16;
+  profile.total_memory_bytes = int64_t{80} << 30;
+  profile.activation_scale = 1.0 / 3.0;  // needs all 17 digits to round-trip
+  profile.activation_overhead_bytes = 12345678901;
+  profile.flops_per_second = 4.56789e14;
+  profile.half_rate_rows = 0;  // a zero that must still be written and read back
+  profile.layer_overhead_s = 2.5e-5;
+  profile.seconds_per_element = 7.25e-10;
+  profile.backward_factor = 2.0000000000000004;
+  return profile;
+}
+
+void ExpectSameProfile(const DeviceProfile& got, const DeviceProfile& want) {
+  EXPECT_EQ(got.device, want.device);
+  EXPECT_EQ(got.device_name, want.device_name);
+  EXPECT_EQ(got.threads, want.threads);
+  EXPECT_EQ(got.total_memory_bytes, want.total_memory_bytes);
+  EXPECT_EQ(got.activation_scale, want.activation_scale);
+  EXPECT_EQ(got.activation_overhead_bytes, want.activation_overhead_bytes);
+  EXPECT_EQ(got.flops_per_second, want.flops_per_second);
+  EXPECT_EQ(got.half_rate_rows, want.half_rate_rows);
+  EXPECT_EQ(got.seconds_per_element, want.seconds_per_element);
+  EXPECT_EQ(got.layer_overhead_s, want.layer_overhead_s);
+  EXPECT_EQ(got.backward_factor, want.backward_factor);
+}
+
+// As a std::string, so that failing matchers print text rather than characters.
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+std::string TempPath(absl::string_view name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+TEST(DeviceProfileIoTest, TextRoundTripIsExact) {
+  const DeviceProfile profile = SampleProfile();
+  const std::string text = DeviceProfileToText(profile);
+  absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << text;
+  ExpectSameProfile(*parsed, profile);
+  EXPECT_EQ(DeviceProfileToText(*parsed), text);
+}
+
+TEST(DeviceProfileIoTest, TextWritesEveryFieldOnePerLine) {
+  const std::string text = DeviceProfileToText(DeviceProfile());
+  EXPECT_THAT(text, HasSubstr("device: \"cpu\"\n"));
+  EXPECT_THAT(text, HasSubstr("device_name: \"\"\n"));
+  EXPECT_THAT(text, HasSubstr("threads: 1\n"));
+  EXPECT_THAT(text, HasSubstr("total_memory_bytes: 0\n"));
+  EXPECT_THAT(text, HasSubstr("activation_scale: 1\n"));
+  EXPECT_THAT(text, HasSubstr("activation_overhead_bytes: 0\n"));
+  EXPECT_THAT(text, HasSubstr("flops_per_second: 10000000000\n"));
+  EXPECT_THAT(text, HasSubstr("half_rate_rows: 16\n"));
+  EXPECT_THAT(text, HasSubstr("layer_overhead_s: 0.0001\n"));
+  EXPECT_THAT(text, HasSubstr("backward_factor: 2\n"));
+}
+
+TEST(DeviceProfileIoTest, ProtoConversionRoundTrips) {
+  const DeviceProfile profile = SampleProfile();
+  ExpectSameProfile(DeviceProfileFromProto(DeviceProfileToProto(profile)), profile);
+}
+
+TEST(DeviceProfileIoTest, MissingFieldsKeepTheStructDefaults) {
+  absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText(
+      "# only two fields\n"
+      "threads: 4\n"
+      "flops_per_second: 2e9\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  DeviceProfile want;
+  want.threads = 4;
+  want.flops_per_second = 2e9;
+  ExpectSameProfile(*parsed, want);
+
+  absl::StatusOr<DeviceProfile> empty = ParseDeviceProfileText("");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  ExpectSameProfile(*empty, DeviceProfile());
+}
+
+TEST(DeviceProfileIoTest, SyntaxErrorNamesLineAndColumn) {
+  absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText(
+      "device: \"cpu\"\n"
+      "threads: 2\n"
+      "flops_per_second 1e9\n");
+  ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  // TextFormat reports the token after the missing ':' — line 3, column 18 in 1-based terms.
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("line 3, column 18"));
+  EXPECT_THAT(Message(parsed.status()), StartsWith("device profile: "));
+}
+
+TEST(DeviceProfileIoTest, UnknownFieldNamesLineAndColumn) {
+  absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText("threads: 2\n  flops: 1e9\n");
+  ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  // TextFormat reports an unknown field where its name ends.
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("line 2, column 8"));
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("flops"));
+}
+
+TEST(DeviceProfileIoTest, WrongValueTypeNamesLineAndColumn) {
+  absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText("threads: \"two\"\n");
+  ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("line 1, column 10"));
+}
+
+TEST(DeviceProfileIoTest, InvalidValuesAreRejectedByValidate) {
+  absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText("flops_per_second: -1\n");
+  ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("flops_per_second"));
+
+  parsed = ParseDeviceProfileText("threads: 0\n");
+  ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("threads"));
+}
+
+TEST(DeviceProfileIoTest, WriteThenReadRoundTrips) {
+  const std::string path = TempPath("profile_roundtrip.txtpb");
+  const DeviceProfile profile = SampleProfile();
+  ASSERT_TRUE(WriteDeviceProfile(path, profile).ok());
+  absl::StatusOr<DeviceProfile> read = ReadDeviceProfile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSameProfile(*read, profile);
+  EXPECT_EQ(ReadAll(path), DeviceProfileToText(profile));
+}
+
+TEST(DeviceProfileIoTest, WriteReplacesAnExistingFileAndLeavesNoTemporaryFile) {
+  const std::string dir = TempPath("profile_replace");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const std::string path = dir + "/profile.txtpb";
+  { std::ofstream(path) << "old contents that are not a profile"; }
+  DeviceProfile profile;
+  profile.threads = 3;
+  ASSERT_TRUE(WriteDeviceProfile(path, profile).ok());
+  EXPECT_EQ(ReadAll(path), DeviceProfileToText(profile));
+  // Only the profile itself is left in the directory.
+  int entries = 0;
+  if (FILE* listing = popen(("ls -A " + dir).c_str(), "r")) {
+    char line[512];
+    while (fgets(line, sizeof(line), listing) != nullptr) ++entries;
+    pclose(listing);
+  }
+  EXPECT_EQ(entries, 1);
+}
+
+TEST(DeviceProfileIoTest, WriteRefusesAnInvalidProfileAndKeepsTheOldFile) {
+  const std::string path = TempPath("profile_invalid.txtpb");
+  DeviceProfile good;
+  ASSERT_TRUE(WriteDeviceProfile(path, good).ok());
+  DeviceProfile bad;
+  bad.backward_factor = 0;
+  absl::Status status = WriteDeviceProfile(path, bad);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status), HasSubstr("backward_factor"));
+  EXPECT_EQ(ReadAll(path), DeviceProfileToText(good));
+}
+
+TEST(DeviceProfileIoTest, WriteIntoMissingDirectoryIsNotFound) {
+  absl::Status status = WriteDeviceProfile(TempPath("no/such/dir/profile.txtpb"), DeviceProfile());
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(status), HasSubstr("no/such/dir/profile.txtpb"));
+}
+
+TEST(DeviceProfileIoTest, ReadMissingFileIsNotFound) {
+  absl::StatusOr<DeviceProfile> read = ReadDeviceProfile(TempPath("does_not_exist.txtpb"));
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(read.status()), HasSubstr("does_not_exist.txtpb"));
+}
+
+TEST(DeviceProfileIoTest, ReadErrorsStartWithThePathAndKeepThePosition) {
+  const std::string path = TempPath("profile_bad.txtpb");
+  { std::ofstream(path) << "threads: 2\nthreads 3\n"; }
+  absl::StatusOr<DeviceProfile> read = ReadDeviceProfile(path);
+  ASSERT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(read.status()), StartsWith(path + ": device profile: line 2, column 9"));
+}
+
+}  // namespace
+}  // namespace slimfit::planner
