@@ -37,11 +37,20 @@ at::Tensor LongTensor(const int64_t* data, int64_t n, const at::Device& device) 
 Stretch MakeStretch(const PackedBatch& batch, int64_t begin, int64_t end, const at::Device& device) {
   Stretch s;
   s.layout = LayoutStretch(batch, begin, end);
-  s.tokens = LongTensor(batch.tokens.data() + begin, end - begin, device);
-  s.positions = LongTensor(s.layout.positions.data(), end - begin, device);
+  const int64_t rows = end - begin;
   const int64_t predicted = static_cast<int64_t>(s.layout.targets.size());
-  s.target_rows = LongTensor(s.layout.target_rows.data(), predicted, device);
-  s.targets = LongTensor(s.layout.targets.data(), predicted, device);
+  // One host buffer and one copy to the device: tokens | positions | target rows | targets.
+  std::vector<int64_t> host;
+  host.reserve(2 * rows + 2 * predicted);
+  host.insert(host.end(), batch.tokens.begin() + begin, batch.tokens.begin() + end);
+  host.insert(host.end(), s.layout.positions.begin(), s.layout.positions.end());
+  host.insert(host.end(), s.layout.target_rows.begin(), s.layout.target_rows.end());
+  host.insert(host.end(), s.layout.targets.begin(), s.layout.targets.end());
+  const at::Tensor all = LongTensor(host.data(), static_cast<int64_t>(host.size()), device);
+  s.tokens = all.narrow(0, 0, rows);
+  s.positions = all.narrow(0, rows, rows);
+  s.target_rows = all.narrow(0, 2 * rows, predicted);
+  s.targets = all.narrow(0, 2 * rows + predicted, predicted);
   // Segments are relative to the stretch from here on.
   for (Segment& segment : s.layout.segments) {
     segment.begin -= begin;
@@ -343,6 +352,9 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
   // small (num / (den + 1e-16)). So the forward sweep records, per layer and component, the slice
   // in which it first became non-zero within the current document ("onset"), and the backward
   // sweep restores those exact zeros. Costs one [k, M] integer tensor per layer.
+  // Only relu produces exact zeros in practice (elu+1 and FAVOR+ features are positive, x² is zero
+  // only for an exactly zero projection), so only relu pays for the bookkeeping.
+  const bool track_onset = c.feature_map == FeatureMap::kRelu;
   const int64_t never = slices;
   const at::TensorOptions long_options = runner.zero().denominator.options().dtype(at::kLong);
   std::vector<at::Tensor> onset(c.layers, at::full({c.heads, c.features_per_head()}, never, long_options));
@@ -364,6 +376,7 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
     *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
     if (n + 1 == slices) break;
     front = runner.Advance(stretch, front);
+    if (!track_onset) continue;
     at::NoGradGuard no_grad;
     for (int64_t r = 0; r < c.layers; ++r) {
       const at::Tensor on = front[r].denominator > 0;
@@ -387,9 +400,13 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
       // switched on in slice n or later restored to exact zeros.
       at::NoGradGuard no_grad;
       const Front added = FrontContribution(in.phi_k.detach(), in.v.detach());
-      const at::Tensor off = onset[r] >= n;
-      return Front{(front[r].numerator - added.numerator).masked_fill_(off.unsqueeze(2), 0),
-                   (front[r].denominator - added.denominator).masked_fill_(off, 0)};
+      Front value{front[r].numerator - added.numerator, front[r].denominator - added.denominator};
+      if (track_onset) {
+        const at::Tensor off = onset[r] >= n;
+        value.numerator.masked_fill_(off.unsqueeze(2), 0);
+        value.denominator.masked_fill_(off, 0);
+      }
+      return value;
     });
     front = graph.entry;  // U(n) is no longer needed: release it before back-propagating
     exit_grad = runner.Backpropagate(graph, exit_grad);
