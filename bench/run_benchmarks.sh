@@ -25,7 +25,7 @@ for tt in 0 2; do
   $b/gradient_bench --seq_len=4096 --slice=0,64,16 --threads=2 --torch_threads=$tt --repeats=1
 done > "$out/threads.jsonl"
 $b/plan_accuracy_bench --threads=2 --models=small,medium,large --seq_lens=1024,4096,16384 \
-  --budgets_mib=16,24,48,96 > "$out/plan_accuracy.jsonl"
+  --budgets_mib=24,48,96,192 > "$out/plan_accuracy.jsonl"
 $b/plan_accuracy_bench --threads=2 --models=medium --seq_lens=4096 --budgets_mib=64,32,16 \
   --above_fixed --fixed_policies=false --repeats=3 > "$out/config_a_budgets.jsonl"
 echo "results in $out"

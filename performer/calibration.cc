@@ -177,7 +177,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       const int64_t tokens = slice == 0 ? options.seq_len : slice;
       const double elements =
           planner::SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block) * tokens;
-      const double fronts = slice == 0 ? 0 : 4.0 * planner::FrontBytes(probe_model, options.dtype);
+      const double fronts = (slice == 0 ? 0 : 4.0 * planner::FrontBytes(probe_model, options.dtype)) +
+                            static_cast<double>(probe_model.layers * 3 * probe_model.d_model *
+                                                (probe_model.d_model + 1) * DTypeBytes(options.dtype));
       memory_x.push_back({elements * DTypeBytes(options.dtype), 1.0});
       memory_y.push_back(std::max(1.0, static_cast<double>(probe.working_bytes) - fronts));
 

@@ -542,15 +542,34 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     }
     // The linear maps and the embedding add their gradients straight into these buffers (see
     // LayerWeights::gradient_sink): no temporary weight gradient per slice, no extra pass to add it.
-    std::vector<at::Tensor> sink_tensors;
-    for (const at::Tensor& leaf : leaves) sink_tensors.push_back(at::zeros(leaf.sizes(), leaf.options()));
-    const ModelWeights sink = BindWeights(config, sink_tensors);
+    // q, k and v run as one matrix product per layer (FuseAttentionProjections); their gradient
+    // buffers are views of one fused buffer per layer, so no per-parameter copy is needed.
+    std::vector<at::Tensor> sink_tensors(leaves.size());
+    std::vector<at::Tensor> fused_weight_sinks, fused_bias_sinks;
+    for (int64_t r = 0; r < config.layers; ++r) {
+      fused_weight_sinks.push_back(at::zeros({config.d_model, 3 * config.d_model}, tensor_options));
+      fused_bias_sinks.push_back(at::zeros({3 * config.d_model}, tensor_options));
+      const size_t first = FirstAttentionParameter(r);  // q weight, q bias, k weight, k bias, v weight, v bias
+      for (int64_t j = 0; j < 3; ++j) {
+        sink_tensors[first + 2 * j] = fused_weight_sinks[r].narrow(1, j * config.d_model, config.d_model);
+        sink_tensors[first + 2 * j + 1] = fused_bias_sinks[r].narrow(0, j * config.d_model, config.d_model);
+      }
+    }
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (!sink_tensors[i].defined()) sink_tensors[i] = at::zeros(leaves[i].sizes(), leaves[i].options());
+    }
+    ModelWeights sink = BindWeights(config, sink_tensors);
+    for (int64_t r = 0; r < config.layers; ++r) {
+      sink.layers[r].qkv_weight_t = fused_weight_sinks[r];
+      sink.layers[r].qkv_bias = fused_bias_sinks[r];
+    }
     Context ctx{config, BindWeights(config, leaves),
                 options.favor_projections.empty()
                     ? SampleFavorProjections(config, options.feature_seed, tensor_options)
                     : options.favor_projections,
                 plan.prefix_mode, plan.block};
     for (at::Tensor& projection : ctx.projections) projection = projection.to(tensor_options);
+    FuseAttentionProjections(&ctx.weights);
     ctx.weights.gradient_sink = &sink;
     for (size_t r = 0; r < ctx.weights.layers.size(); ++r) ctx.weights.layers[r].gradient_sink = &sink.layers[r];
 

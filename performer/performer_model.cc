@@ -108,6 +108,16 @@ std::vector<std::vector<int64_t>> ParameterShapes(const ModelConfig& config) {
   return shapes;
 }
 
+size_t FirstAttentionParameter(int64_t layer) { return 1 + static_cast<size_t>(layer) * kLayerParameterCount; }
+
+void FuseAttentionProjections(ModelWeights* weights) {
+  at::NoGradGuard no_grad;
+  for (LayerWeights& w : weights->layers) {
+    w.qkv_weight_t = at::cat({w.q_weight_t, w.k_weight_t, w.v_weight_t}, 1);
+    w.qkv_bias = at::cat({w.q_bias, w.k_bias, w.v_bias}, 0);
+  }
+}
+
 bool IsLinearWeight(const std::string& name) {
   return absl::EndsWith(name, ".weight") && !absl::StrContains(name, "layernorm") && name != "input_map.weight";
 }
@@ -125,12 +135,16 @@ ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor
   ModelWeights weights;
   weights.embedding = p[0];
   for (int64_t r = 0; r < config.layers; ++r) {
-    const size_t o = 1 + r * kLayerParameterCount;
+    const size_t o = FirstAttentionParameter(r);
     weights.layers.push_back(LayerWeights{p[o], p[o + 1], p[o + 2], p[o + 3], p[o + 4], p[o + 5],
                                           p[o + 6], p[o + 7], p[o + 8], p[o + 9], p[o + 10],
                                           p[o + 11], p[o + 12], p[o + 13]});
   }
   weights.output_weight_t = p[p.size() - 2];
+  const int64_t half = config.d_model / 2;
+  const auto options = p[0].options().requires_grad(false);
+  weights.position_frequencies =
+      at::exp(at::arange(0, half, 2, options) * (-std::log(10000.0) / static_cast<double>(half)));
   weights.output_bias = p[p.size() - 1];
   return weights;
 }
@@ -260,11 +274,8 @@ std::vector<at::Tensor> SampleFavorProjections(const ModelConfig& config, uint64
 
 at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights,
                        const at::Tensor& tokens, const at::Tensor& positions) {
-  const int64_t half = config.d_model / 2;
   const auto options = weights.embedding.options().requires_grad(false);
-  const at::Tensor frequencies =
-      at::exp(at::arange(0, half, 2, options) * (-std::log(10000.0) / static_cast<double>(half)));
-  const at::Tensor angles = positions.to(options).unsqueeze(1) * frequencies.unsqueeze(0);
+  const at::Tensor angles = positions.to(options).unsqueeze(1) * weights.position_frequencies.unsqueeze(0);
   const at::Tensor embedded = weights.gradient_sink == nullptr
                                   ? at::embedding(weights.embedding, tokens)
                                   : EmbeddingIntoSink::apply(weights.embedding, tokens, weights.gradient_sink->embedding);
@@ -274,7 +285,7 @@ at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights,
 namespace {
 
 at::Tensor SplitHeads(const at::Tensor& x, int64_t heads) {
-  return x.view({x.size(0), heads, x.size(1) / heads}).transpose(0, 1);  // [k, S, d]
+  return x.unflatten(1, {heads, x.size(1) / heads}).transpose(0, 1);  // [k, S, d]
 }
 
 at::Tensor Features(const ModelConfig& config, const at::Tensor& x, const at::Tensor& projection) {
@@ -304,14 +315,21 @@ AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& w, const a
     return sink == nullptr ? Linear(h, weight_t, bias, nullptr, nullptr)
                            : Linear(h, weight_t, bias, &(sink->*sink_weight), &(sink->*sink_bias));
   };
-  inputs.phi_q = Features(
-      config, SplitHeads(linear(w.q_weight_t, w.q_bias, &LayerWeights::q_weight_t, &LayerWeights::q_bias), config.heads),
-      favor_projection);
-  inputs.phi_k = Features(
-      config, SplitHeads(linear(w.k_weight_t, w.k_bias, &LayerWeights::k_weight_t, &LayerWeights::k_bias), config.heads),
-      favor_projection);
-  inputs.v = SplitHeads(linear(w.v_weight_t, w.v_bias, &LayerWeights::v_weight_t, &LayerWeights::v_bias), config.heads)
-                 .contiguous();
+  at::Tensor q, k, v;
+  if (w.qkv_weight_t.defined()) {
+    const at::Tensor qkv = linear(w.qkv_weight_t, w.qkv_bias, &LayerWeights::qkv_weight_t, &LayerWeights::qkv_bias);
+    const int64_t d = config.d_model;
+    q = qkv.narrow(1, 0, d);
+    k = qkv.narrow(1, d, d);
+    v = qkv.narrow(1, 2 * d, d);
+  } else {
+    q = linear(w.q_weight_t, w.q_bias, &LayerWeights::q_weight_t, &LayerWeights::q_bias);
+    k = linear(w.k_weight_t, w.k_bias, &LayerWeights::k_weight_t, &LayerWeights::k_bias);
+    v = linear(w.v_weight_t, w.v_bias, &LayerWeights::v_weight_t, &LayerWeights::v_bias);
+  }
+  inputs.phi_q = Features(config, SplitHeads(q, config.heads), favor_projection);
+  inputs.phi_k = Features(config, SplitHeads(k, config.heads), favor_projection);
+  inputs.v = SplitHeads(v, config.heads).contiguous();
   inputs.residual = x;
   return inputs;
 }

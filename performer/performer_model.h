@@ -42,6 +42,9 @@ struct LayerWeights {
   at::Tensor ffn_in_weight_t, ffn_in_bias;                                 // U_map: d → d_ff
   at::Tensor ffn_out_weight_t, ffn_out_bias;                               // V_map: d_ff → d
   at::Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;           // layernorm1, layernorm2
+  // Optional fused projections [d, 3d] and [3d] (q | k | v): when defined, F runs one matrix
+  // product instead of three (FuseAttentionProjections). The separate tensors are then unused.
+  at::Tensor qkv_weight_t, qkv_bias;
   // When set, the gradients of the linear maps are added straight into these tensors (same
   // layout) during back-propagation, with one addmm_ and no temporary gradient per weight, instead
   // of flowing to the weights' .grad. The gradient engine uses this to accumulate over slices.
@@ -53,6 +56,8 @@ struct ModelWeights {
   at::Tensor embedding;  // input_map.weight [vocab, d/2]
   std::vector<LayerWeights> layers;
   at::Tensor output_weight_t, output_bias;  // output_logit_map
+  // exp(−ln(10⁴)·2i/(d/2)) for the positional features; computed by BindWeights.
+  at::Tensor position_frequencies;
   // As LayerWeights::gradient_sink, for the embedding and the output map.
   const ModelWeights* gradient_sink = nullptr;
 };
@@ -70,6 +75,14 @@ std::vector<at::Tensor> ToComputeLayout(const std::vector<std::string>& names,
 
 // REQUIRES: `parameters` in compute layout, in the order of ParameterNames(config).
 ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor>& parameters);
+
+// Sets every layer's qkv_weight_t / qkv_bias to the concatenation of its q, k and v projections
+// (a copy: 3·d·(d + 1) values per layer).
+void FuseAttentionProjections(ModelWeights* weights);
+
+// Index of layer r's first attention parameter (q weight) in ParameterNames order; q bias, k
+// weight, k bias, v weight and v bias follow.
+size_t FirstAttentionParameter(int64_t layer);
 
 at::ScalarType ToScalarType(DType dtype);
 

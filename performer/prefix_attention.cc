@@ -45,6 +45,7 @@ class ChunkedPrefixFunction : public torch::autograd::Function<ChunkedPrefixFunc
       r = at::baddbmm(r, kb.transpose(1, 2), vb);
       z = z + kb.sum(1);
     }
+    if (numerators.size() == 1) return {numerators[0], denominators[0], r, z};  // no copy for one block
     return {at::cat(numerators, 1), at::cat(denominators, 1), r, z};
   }
 
@@ -149,7 +150,7 @@ PrefixAttentionResult CausalPrefixAttention(const at::Tensor& phi_q, const at::T
                                             const at::Tensor& v, const Front& start,
                                             const std::vector<Segment>& segments,
                                             PrefixMode mode, int64_t block) {
-  if (segments.size() == 1) {
+  if (segments.size() == 1) {  // the common case: one document across the stretch, no copies
     const Front origin = segments[0].continues_front
                              ? start
                              : Front{at::zeros_like(start.numerator), at::zeros_like(start.denominator)};

@@ -135,8 +135,10 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   p.optimizer_bytes = c.parameter_count() * w.optimizer_bytes_per_parameter;
   const int64_t front = FrontBytes(c, plan.dtype);
 
+  // The engine runs q, k and v as one product per layer from a fused copy of their weights.
+  const int64_t fused_projections = c.layers * 3 * c.d_model * (c.d_model + 1) * dtype_bytes;
   if (plan.slice == 0) {
-    p.working_bytes = SliceGraphBytes(c, w.seq_len, plan, profile);
+    p.working_bytes = SliceGraphBytes(c, w.seq_len, plan, profile) + fused_projections;
     p.seconds = SliceSeconds(c, w.seq_len, plan, /*with_output=*/true, profile) * (1.0 + profile.backward_factor);
     p.slice_forwards = 1;
   } else {
@@ -164,7 +166,7 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     }
     const int64_t graph = SliceGraphBytes(c, plan.slice, plan, profile);
     p.kept_bytes = kept_fronts * front + kept_graphs * (graph + front);
-    p.working_bytes = graph + 4 * front;
+    p.working_bytes = graph + 4 * front + fused_projections;
     p.slice_forwards = forwards;
 
     // Time: `slices` graph builds and backwards, the rest forwards without a graph.
