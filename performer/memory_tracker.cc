@@ -104,8 +104,8 @@ absl::StatusOr<MemoryStats> GetMemoryStats(const c10::Device& device) {
                        stats.allocated_bytes[kAggregate].peak};
 #else
     return absl::UnimplementedError(
-        "this binary was built without CUDA support (build with --config=cuda against a CUDA "
-        "LibTorch to measure CUDA memory)");
+        "this binary was built without CUDA support: CUDA memory statistics need a build against a "
+        "CUDA LibTorch with SLIMFIT_WITH_CUDA defined and c10_cuda linked");
 #endif
   }
   return absl::InvalidArgumentError(
