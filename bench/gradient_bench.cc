@@ -9,7 +9,6 @@
 // gradient and reports the relative discrepancy ‖g_C − g_full‖ / ‖g_full‖. Times are medians over
 // --repeats runs after one warm-up run.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -100,18 +99,6 @@ absl::StatusOr<PackedBatch> MakeTokens(int64_t length, int64_t vocab, uint64_t s
   std::mt19937_64 generator(seed);
   for (int64_t i = 0; i < length; ++i) batch.tokens.push_back(static_cast<int64_t>(generator() % vocab));
   return batch;
-}
-
-double Norm(const std::vector<at::Tensor>& tensors) {
-  double sum = 0;
-  for (const at::Tensor& t : tensors) sum += t.to(at::kDouble).pow(2).sum().item<double>();
-  return std::sqrt(sum);
-}
-
-double Discrepancy(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
-  std::vector<at::Tensor> diff;
-  for (size_t i = 0; i < got.size(); ++i) diff.push_back(got[i].to(at::kDouble) - want[i].to(at::kDouble));
-  return Norm(diff) / Norm(want);
 }
 
 // Floating-point operations of one full gradient (forward + backward ≈ 3× forward) counting the
@@ -246,7 +233,8 @@ absl::Status Run() {
           last.peak_bytes - last.start_bytes - param_bytes, last.loss(),
           last.token_count, last.slice_forwards, last.stored_fronts_peak,
           GradientFlops(config, length, plan.block) / median / 1e9);
-      const double discrepancy = full_gradient.empty() ? -1 : Discrepancy(last.gradients, full_gradient);
+      const double discrepancy =
+          full_gradient.empty() ? -1 : RelativeDiscrepancy(last.gradients, full_gradient);
       if (discrepancy >= 0) absl::StrAppendFormat(&json, R"(, "rel_discrepancy": %.3e)", discrepancy);
       if (format == "table") {
         constexpr double kMiB = 1024.0 * 1024.0;

@@ -2,8 +2,6 @@
 
 #include <ATen/Context.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,26 +13,17 @@
 #include "nlohmann/json.hpp"
 #include "planner/device_profile.h"
 #include "planner/device_profile_io.h"
+#include "tests/test_util.h"
 
 namespace slimfit::client {
 namespace {
 
+using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
 using Json = nlohmann::ordered_json;
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
-
-std::string TempPath(absl::string_view name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 // Stands in for the engine, whose own calibration is tested in performer/ and end to end in
 // slimfit_cli_test; here only the command's flags, output and file handling are under test.
@@ -107,7 +96,9 @@ TEST_F(CalibrateCommandTest, JsonHasProfileOutAndProbes) {
   EXPECT_EQ(json["probes"][1]["slice"], 32);
   EXPECT_EQ(json["probes"][1]["seconds"], 0.25);
   EXPECT_EQ(json["probes"][1]["working_bytes"], 4000);
-  EXPECT_FALSE(ReadAll(path).empty());
+  absl::StatusOr<std::string> written = ReadFileToString(path);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_FALSE(written->empty());
 
   text = RunCalibrate({"--threads=1", "--json"});
   ASSERT_TRUE(text.ok()) << text.status();

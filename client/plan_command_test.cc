@@ -1,6 +1,5 @@
 #include "client/plan_command.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -15,10 +14,12 @@
 #include "planner/device_profile_io.h"
 #include "planner/plan_search.h"
 #include "planner/transformer_baselines.h"
+#include "tests/test_util.h"
 
 namespace slimfit::client {
 namespace {
 
+using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using Json = nlohmann::ordered_json;
@@ -26,17 +27,7 @@ using Json = nlohmann::ordered_json;
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
 // The hand-written profile in testdata: fixed constants, so nothing here depends on timing.
-std::string ProfilePath() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/", workspace != nullptr ? workspace : "slimfit",
-                      "/client/testdata/tiny_cpu.profile");
-}
-
-std::string TempPath(absl::string_view name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
+std::string ProfilePath() { return testing_util::RunfilePath("client/testdata/tiny_cpu.profile"); }
 
 // A calibrator that must not be called (the --profile path).
 absl::StatusOr<CalibrationOutcome> NoCalibration(const CalibrationRequest&) {

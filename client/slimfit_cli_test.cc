@@ -6,10 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -17,32 +15,19 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_util.h"
 
 extern char** environ;
 
 namespace {
 
+using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::testing_util::RunfilePath;
+using ::slimfit::testing_util::TempPath;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using Json = nlohmann::json;
-
-std::string Runfile(absl::string_view path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/slimfit/", path);
-}
-
-std::string TempPath(absl::string_view name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 struct Result {
   int exit_code = -1;
@@ -61,7 +46,7 @@ Result Slimfit(const std::vector<std::string>& args) {
                                    0644);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                    0644);
-  const std::string binary = Runfile("client/slimfit");
+  const std::string binary = RunfilePath("client/slimfit");
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(binary.c_str()));
   for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -80,8 +65,14 @@ Result Slimfit(const std::vector<std::string>& args) {
     return result;
   }
   result.exit_code = WEXITSTATUS(status);
-  result.out = ReadAll(out_path);
-  result.err = ReadAll(err_path);
+  absl::StatusOr<std::string> out = ReadFileToString(out_path);
+  absl::StatusOr<std::string> err = ReadFileToString(err_path);
+  if (!out.ok() || !err.ok()) {
+    ADD_FAILURE() << "cannot read what slimfit printed: " << out.status() << "; " << err.status();
+    return result;
+  }
+  result.out = *std::move(out);
+  result.err = *std::move(err);
   return result;
 }
 
@@ -161,7 +152,7 @@ TEST(SlimfitCliTest, Help) {
 }
 
 TEST(SlimfitCliTest, TransformerPlanFromALengthsFile) {
-  const std::string lengths = Runfile("client/testdata/lengths.txt");
+  const std::string lengths = RunfilePath("client/testdata/lengths.txt");
   Result result = Slimfit({"plan", "--arch=transformer", "--d_model=1024", "--layers=24", "--heads=16",
                            absl::StrCat("--length_distribution=", lengths)});
   EXPECT_EQ(result.exit_code, 0) << result.err;
@@ -187,7 +178,7 @@ std::vector<std::string> Tiny(std::vector<std::string> more) {
 }
 
 TEST(SlimfitCliTest, PerformerPlanWithAProfile) {
-  const std::string profile = absl::StrCat("--profile=", Runfile("client/testdata/tiny_cpu.profile"));
+  const std::string profile = absl::StrCat("--profile=", RunfilePath("client/testdata/tiny_cpu.profile"));
   Result result = Slimfit(Tiny({profile, "--memory_budget=4MiB"}));
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("\nchosen plan\n"));
@@ -202,7 +193,7 @@ TEST(SlimfitCliTest, PerformerPlanWithAProfile) {
 
 TEST(SlimfitCliTest, NothingFitsExitsOne) {
   const Result result = Slimfit(Tiny(
-      {absl::StrCat("--profile=", Runfile("client/testdata/tiny_cpu.profile")), "--memory_budget=1KiB"}));
+      {absl::StrCat("--profile=", RunfilePath("client/testdata/tiny_cpu.profile")), "--memory_budget=1KiB"}));
   EXPECT_EQ(result.exit_code, 1);
   ExpectOneLineError(result);
   EXPECT_THAT(result.err, StartsWith("slimfit: no plan fits: "));
@@ -216,7 +207,9 @@ TEST(SlimfitCliTest, CalibrateThenPlan) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_THAT(result.out, StartsWith("wrote the profile of cpu"));
   EXPECT_THAT(result.out, HasSubstr(path));
-  EXPECT_THAT(ReadAll(path), HasSubstr("flops_per_second: "));
+  absl::StatusOr<std::string> written = ReadFileToString(path);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_THAT(*written, HasSubstr("flops_per_second: "));
 
   result = Slimfit(Tiny({absl::StrCat("--profile=", path), "--memory_budget=64MiB", "--json"}));
   ASSERT_EQ(result.exit_code, 0) << result.err;

@@ -1,6 +1,5 @@
 #include "client/transformer_plan_command.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -11,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "planner/transformer_baselines.h"
+#include "tests/test_util.h"
 
 namespace slimfit::client {
 namespace {
@@ -26,8 +26,7 @@ absl::StatusOr<std::string> RunCommand(std::vector<std::string> args) {
 }
 
 std::string WriteTempFile(absl::string_view name, absl::string_view contents) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+  const std::string path = testing_util::TempPath(name);
   std::ofstream(path) << contents;
   return path;
 }

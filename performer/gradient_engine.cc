@@ -1,6 +1,7 @@
 #include "performer/gradient_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <string>
@@ -605,6 +606,21 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
   result.start_bytes = start_memory.ok() ? start_memory->current_bytes : -1;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return result;
+}
+
+double RelativeDiscrepancy(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+  TORCH_CHECK(got.size() == want.size(), "RelativeDiscrepancy: ", got.size(), " tensors against ",
+              want.size());
+  double difference_squared = 0;
+  double want_squared = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    TORCH_CHECK(got[i].sizes() == want[i].sizes(), "RelativeDiscrepancy: tensor ", i, " has shape ",
+                got[i].sizes(), " against ", want[i].sizes());
+    const at::Tensor w = want[i].to(at::kDouble);
+    difference_squared += (got[i].to(at::kDouble) - w).pow(2).sum().item<double>();
+    want_squared += w.pow(2).sum().item<double>();
+  }
+  return std::sqrt(difference_squared) / std::sqrt(want_squared);
 }
 
 }  // namespace slimfit::performer

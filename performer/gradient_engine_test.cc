@@ -37,16 +37,11 @@ PackedBatch PackedStream(int64_t vocab) {
   return batch;
 }
 
+// ‖·‖₂ of all the tensors as one vector.
 double NormOfAll(const std::vector<at::Tensor>& tensors) {
   double sum = 0;
   for (const at::Tensor& t : tensors) sum += t.to(at::kDouble).pow(2).sum().item<double>();
   return std::sqrt(sum);
-}
-
-double RelativeDiscrepancy(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
-  std::vector<at::Tensor> diff;
-  for (size_t i = 0; i < got.size(); ++i) diff.push_back(got[i].to(at::kDouble) - want[i].to(at::kDouble));
-  return NormOfAll(diff) / NormOfAll(want);
 }
 
 Plan SlicedPlan(int64_t slice, DType dtype = DType::kFloat32) {
@@ -265,6 +260,25 @@ TEST(GradientEngineTest, LossNormalizerScalesTheGradient) {
   std::vector<at::Tensor> scaled;
   for (const at::Tensor& g : mean.gradients) scaled.push_back(g * static_cast<double>(mean.token_count));
   EXPECT_LE(RelativeDiscrepancy(sum.gradients, scaled), 1e-12);
+}
+
+TEST(RelativeDiscrepancyTest, IsTheNormOfTheDifferenceOverAllTensorsOverTheNormOfWant) {
+  // want = (0, 3 | 4), got − want = (1, 0 | 0): ‖got − want‖ = 1, ‖want‖ = 5.
+  const std::vector<at::Tensor> want = {at::tensor({0.0f, 3.0f}), at::tensor({{4.0f}})};
+  const std::vector<at::Tensor> got = {at::tensor({1.0f, 3.0f}), at::tensor({{4.0f}})};
+  EXPECT_DOUBLE_EQ(RelativeDiscrepancy(got, want), 0.2);
+  EXPECT_EQ(RelativeDiscrepancy(want, want), 0.0);
+  // In float64: a difference far below float32's resolution of 1 still counts.
+  const std::vector<at::Tensor> one = {at::tensor({1.0}, at::kDouble)};
+  const std::vector<at::Tensor> nudged = {at::tensor({1.0 + 1e-12}, at::kDouble)};
+  EXPECT_NEAR(RelativeDiscrepancy(nudged, one), 1e-12, 1e-15);
+  EXPECT_NEAR(RelativeDiscrepancy(nudged, {one[0].to(at::kFloat)}), 1e-12, 1e-15);
+}
+
+TEST(RelativeDiscrepancyTest, MismatchedCountsOrShapesThrow) {
+  const std::vector<at::Tensor> two = {at::zeros({2}), at::zeros({3})};
+  EXPECT_THROW(RelativeDiscrepancy({at::zeros({2})}, two), c10::Error);
+  EXPECT_THROW(RelativeDiscrepancy({at::zeros({2}), at::zeros({1})}, two), c10::Error);
 }
 
 TEST(GradientEngineTest, ReportsPeakMemoryAndTime) {

@@ -1,24 +1,19 @@
 #include "performer/model_checkpoint.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
 #include "performer/tensor_file.h"
+#include "tests/test_util.h"
 
 namespace slimfit::performer {
 namespace {
 
+using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir == nullptr ? "/tmp" : dir, "/", name);
-}
 
 ModelConfig Small() {
   ModelConfig config;

@@ -2,10 +2,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -16,30 +14,18 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace slimfit {
 namespace performer {
 namespace {
 
+using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
 
-std::string TestDataPath(const std::string& name) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir ? srcdir : ".", "/",
-                      workspace ? workspace : "slimfit", "/performer/testdata/",
-                      name);
-}
-
-std::string TempPath(const std::string& name) {
-  const char* tmpdir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(tmpdir ? tmpdir : "/tmp", "/", name);
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << path;
-  return std::string(std::istreambuf_iterator<char>(in), {});
+std::string TestDataPath(absl::string_view name) {
+  return testing_util::RunfilePath(absl::StrCat("performer/testdata/", name));
 }
 
 void WriteBytes(const std::string& path, const std::string& bytes) {
@@ -239,15 +225,19 @@ TEST(TensorFileTest, ReadsIndependentlyWrittenFile) {
   ExpectTensorsEqual(read->tensors, expected.tensors);
   EXPECT_EQ(read->metadata, expected.metadata);
 
-  absl::StatusOr<TensorFile> parsed = ParseSafetensors(ReadBytes(path));
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<TensorFile> parsed = ParseSafetensors(*bytes);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ExpectTensorsEqual(parsed->tensors, expected.tensors);
   EXPECT_EQ(parsed->metadata, expected.metadata);
 }
 
 TEST(TensorFileTest, WritesByteIdenticalFile) {
-  const std::string reference =
-      ReadBytes(TestDataPath("reference.safetensors"));
+  absl::StatusOr<std::string> read =
+      ReadFileToString(TestDataPath("reference.safetensors"));
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::string& reference = *read;
   absl::StatusOr<std::string> from_scratch =
       SerializeSafetensors(ReferenceFile());
   ASSERT_TRUE(from_scratch.ok()) << from_scratch.status();
@@ -261,7 +251,10 @@ TEST(TensorFileTest, WritesByteIdenticalFile) {
 }
 
 TEST(TensorFileTest, EveryTruncationIsAnErrorNeverACrash) {
-  const std::string bytes = ReadBytes(TestDataPath("reference.safetensors"));
+  absl::StatusOr<std::string> read =
+      ReadFileToString(TestDataPath("reference.safetensors"));
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::string& bytes = *read;
   ASSERT_GT(bytes.size(), 8u);
   const std::string path = TempPath("truncated.safetensors");
   for (size_t n = 0; n < bytes.size(); ++n) {
@@ -485,7 +478,9 @@ TEST(TensorFileTest, WriteIsAtomicAndReplacesExistingFile) {
   const TensorFile second = ReferenceFile();
   absl::Status written = WriteSafetensors(path, second);
   ASSERT_TRUE(written.ok()) << written;
-  EXPECT_EQ(ReadBytes(path), *SerializeSafetensors(second));
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, *SerializeSafetensors(second));
   absl::StatusOr<TensorFile> read = ReadSafetensors(path);
   ASSERT_TRUE(read.ok()) << read.status();
   ExpectTensorsEqual(read->tensors, second.tensors);
@@ -495,7 +490,9 @@ TEST(TensorFileTest, WriteIsAtomicAndReplacesExistingFile) {
   TensorFile invalid;
   invalid.tensors["c"] = at::zeros({2}, at::kComplexDouble);
   ExpectInvalid(WriteSafetensors(path, invalid), path);
-  EXPECT_EQ(ReadBytes(path), *SerializeSafetensors(second));
+  bytes = ReadFileToString(path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, *SerializeSafetensors(second));
 
   std::vector<std::string> names;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {

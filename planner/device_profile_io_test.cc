@@ -3,18 +3,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace slimfit::planner {
 namespace {
 
+using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -50,18 +50,6 @@ void ExpectSameProfile(const DeviceProfile& got, const DeviceProfile& want) {
 
 // As a std::string, so that failing matchers print text rather than characters.
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
-
-std::string TempPath(absl::string_view name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 TEST(DeviceProfileIoTest, TextRoundTripIsExact) {
   const DeviceProfile profile = SampleProfile();
@@ -149,7 +137,9 @@ TEST(DeviceProfileIoTest, WriteThenReadRoundTrips) {
   absl::StatusOr<DeviceProfile> read = ReadDeviceProfile(path);
   ASSERT_TRUE(read.ok()) << read.status();
   ExpectSameProfile(*read, profile);
-  EXPECT_EQ(ReadAll(path), DeviceProfileToText(profile));
+  absl::StatusOr<std::string> written = ReadFileToString(path);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(*written, DeviceProfileToText(profile));
 }
 
 TEST(DeviceProfileIoTest, WriteReplacesAnExistingFileAndLeavesNoTemporaryFile) {
@@ -160,7 +150,9 @@ TEST(DeviceProfileIoTest, WriteReplacesAnExistingFileAndLeavesNoTemporaryFile) {
   DeviceProfile profile;
   profile.threads = 3;
   ASSERT_TRUE(WriteDeviceProfile(path, profile).ok());
-  EXPECT_EQ(ReadAll(path), DeviceProfileToText(profile));
+  absl::StatusOr<std::string> written = ReadFileToString(path);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(*written, DeviceProfileToText(profile));
   // Only the profile itself is left in the directory.
   int entries = 0;
   if (FILE* listing = popen(("ls -A " + dir).c_str(), "r")) {
@@ -180,7 +172,9 @@ TEST(DeviceProfileIoTest, WriteRefusesAnInvalidProfileAndKeepsTheOldFile) {
   absl::Status status = WriteDeviceProfile(path, bad);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(status), HasSubstr("backward_factor"));
-  EXPECT_EQ(ReadAll(path), DeviceProfileToText(good));
+  absl::StatusOr<std::string> kept = ReadFileToString(path);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(*kept, DeviceProfileToText(good));
 }
 
 TEST(DeviceProfileIoTest, WriteIntoMissingDirectoryIsNotFound) {

@@ -2,7 +2,6 @@
 // implementation (tests/testdata/make_performer_fixture.py, quadratic masked attention in float64)
 // — loss and every gradient, for the full gradient and the sliced engine with both prefix modes.
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -14,13 +13,13 @@
 #include "performer/gradient_engine.h"
 #include "performer/model_checkpoint.h"
 #include "performer/tensor_file.h"
+#include "tests/test_util.h"
 
 namespace slimfit::performer {
 namespace {
 
-std::string TestDataPath(const std::string& name) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  return absl::StrCat(srcdir == nullptr ? "." : srcdir, "/slimfit/tests/testdata/", name);
+std::string TestDataPath(absl::string_view name) {
+  return testing_util::RunfilePath(absl::StrCat("tests/testdata/", name));
 }
 
 std::vector<int64_t> ToVector(const at::Tensor& t) {

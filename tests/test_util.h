@@ -1,0 +1,44 @@
+// Small helpers shared by the tests: where a test may write files ($TEST_TMPDIR), where Bazel put
+// its data files (runfiles under $TEST_SRCDIR), and reading a file back.
+//
+// Example:
+//   const std::string path = slimfit::testing_util::TempPath("profile.txtpb");
+//   ASSERT_TRUE(WriteDeviceProfile(path, profile).ok());
+//   absl::StatusOr<std::string> written = slimfit::testing_util::ReadFileToString(path);
+//   ASSERT_TRUE(written.ok()) << written.status();
+//
+//   const std::string profile = slimfit::testing_util::RunfilePath("client/testdata/tiny_cpu.profile");
+//
+// Test-only (testonly = 1). Thread safety: the path functions only read the environment and may
+// be called concurrently; ReadFileToString reads one file and keeps no state.
+#ifndef SLIMFIT_TESTS_TEST_UTIL_H_
+#define SLIMFIT_TESTS_TEST_UTIL_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace slimfit::testing_util {
+
+// `name` inside the test's private scratch directory, $TEST_TMPDIR (which `bazel test` sets and
+// empties for every run), or inside /tmp when that is unset (a test binary run by hand). Nothing
+// is created; `name` may contain sub-directories, and "" gives the directory itself followed by
+// "/".
+std::string TempPath(absl::string_view name);
+
+// The runfile at `workspace_relative_path` ("client/testdata/lengths.txt", a data dependency of
+// the test or a binary it runs): $TEST_SRCDIR/$TEST_WORKSPACE/<path>, where the workspace
+// defaults to "slimfit" and the source directory to "." when `bazel test` did not set them.
+// Does not check that the file exists.
+std::string RunfilePath(absl::string_view workspace_relative_path);
+
+// The whole contents of the file at `path`, bytes as they are (no newline translation).
+// Errors: the errno-derived code (NOT_FOUND for a missing file, PERMISSION_DENIED, ...) when it
+// cannot be opened, INTERNAL when reading fails part way; the message names the path. Callers
+// assert on the status, so that a missing file fails the test rather than reading as "".
+[[nodiscard]] absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+}  // namespace slimfit::testing_util
+
+#endif  // SLIMFIT_TESTS_TEST_UTIL_H_
