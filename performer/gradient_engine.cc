@@ -184,13 +184,21 @@ class SliceRunner {
   double loss_sum() const { return loss_sum_; }
 
   // Runs slice n from `entry` without an autograd graph; returns its outgoing front.
-  ModelFront Advance(const Stretch& stretch, const ModelFront& entry) {
+  // Runs `stretch` (one slice, or `slices_covered` consecutive slices) from `entry` without an
+  // autograd graph; returns its outgoing front.
+  ModelFront Advance(const Stretch& stretch, const ModelFront& entry, int64_t slices_covered = 1) {
     at::NoGradGuard no_grad;
     ModelFront exit;
     RunStretch(ctx_, stretch, [&](int64_t r, const AttentionInputs&) { return entry[r]; }, &exit,
                /*need_output=*/false);
-    ++forwards_;
+    forwards_ += slices_covered;
     return exit;
+  }
+  Stretch StretchOfSlices(int64_t first, int64_t end) const {
+    return MakeStretch(batch_, first * slice_, std::min(batch_.size(), end * slice_), device_);
+  }
+  bool Reversible(int64_t n) const {
+    return LayoutStretch(batch_, n * slice_, std::min(batch_.size(), (n + 1) * slice_)).reversible;
   }
 
   // Builds slice n's graph; `entry_for_layer(r, F outputs)` supplies each layer's incoming front
@@ -367,24 +375,38 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
   std::map<int64_t, Kept> kept;
   // The forward sweep stops before the last slice: the backward sweep starts by rebuilding slice
   // N from U(N−1), which the sweep ends with, so U(N) itself is never needed.
+  //
+  // Where no front inside it is needed, the sweep runs several slices as one stretch: the same
+  // arithmetic in fewer, larger matrix products. A graph-free forward holds about a third of what
+  // a slice graph holds per token, so kSweepSlices slices cost about the memory of one slice's
+  // graph. Relu's onset bookkeeping needs every slice boundary, so it sweeps slice by slice.
+  constexpr int64_t kSweepSlices = 3;
+  auto keep = [&](int64_t n) {
+    return n > 0 && n + 1 < slices &&
+           (plan.front_policy == FrontPolicy::kStore || !runner.Reversible(n) ||
+            (plan.front_policy == FrontPolicy::kResync && n % plan.resync_every == 0));
+  };
   ModelFront front = runner.ZeroModelFront();
-  for (int64_t n = 0; n < slices; ++n) {
-    const Stretch stretch = runner.StretchOf(n);
-    const bool keep = n > 0 && n + 1 < slices &&
-                      (plan.front_policy == FrontPolicy::kStore || !stretch.layout.reversible ||
-                       (plan.front_policy == FrontPolicy::kResync && n % plan.resync_every == 0));
-    if (keep) kept.emplace(n, Kept{front, onset});
+  int64_t n = 0;
+  while (n + 1 < slices) {
+    if (keep(n)) kept.emplace(n, Kept{front, onset});
     *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
-    if (n + 1 == slices) break;
-    front = runner.Advance(stretch, front);
-    if (!track_onset) continue;
-    at::NoGradGuard no_grad;
-    for (int64_t r = 0; r < c.layers; ++r) {
-      const at::Tensor on = front[r].denominator > 0;
-      const at::Tensor first_time = stretch.layout.reversible ? on & (onset[r] == never) : on;
-      onset[r] = at::where(first_time, at::full({}, n, long_options),
-                           stretch.layout.reversible ? onset[r] : at::full({}, never, long_options));
+    int64_t end = n + 1;
+    if (!track_onset) {
+      while (end < slices - 1 && end - n < kSweepSlices && !keep(end)) ++end;
     }
+    const Stretch stretch = runner.StretchOfSlices(n, end);
+    front = runner.Advance(stretch, front, end - n);
+    if (track_onset) {
+      at::NoGradGuard no_grad;
+      for (int64_t r = 0; r < c.layers; ++r) {
+        const at::Tensor on = front[r].denominator > 0;
+        const at::Tensor first_time = stretch.layout.reversible ? on & (onset[r] == never) : on;
+        onset[r] = at::where(first_time, at::full({}, n, long_options),
+                             stretch.layout.reversible ? onset[r] : at::full({}, never, long_options));
+      }
+    }
+    n = end;
   }
 
   // `front` is now U(N−1), the last slice's incoming front; walk back. `exit_grad` is G(n) for the

@@ -166,7 +166,11 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     }
     const int64_t graph = SliceGraphBytes(c, plan.slice, plan, profile);
     p.kept_bytes = kept_fronts * front + kept_graphs * (graph + front);
-    p.working_bytes = graph + 4 * front + fused_projections;
+    // The forward sweep (over up to three slices at once, no graph) and the backward sweep (one
+    // slice graph) do not overlap: the larger of the two counts.
+    const int64_t sweep_tokens = std::min<int64_t>(3 * plan.slice, w.seq_len);
+    const int64_t sweep = sweep_tokens * (2 * c.d_ff + 4 * c.d_model) * dtype_bytes;
+    p.working_bytes = std::max(graph, sweep) + 4 * front + fused_projections;
     p.slice_forwards = forwards;
 
     // Time: `slices` graph builds and backwards, the rest forwards without a graph.
