@@ -201,7 +201,11 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       } else {
         const int64_t n = (options.seq_len + slice - 1) / slice;
         const int64_t last_rows = options.seq_len - (n - 1) * slice;
-        add(slice, false, 1, static_cast<double>(n - 1));
+        // The forward sweep runs its n − 1 slices in stretches (planner::SweepSlicesPerStretch).
+        const int64_t per = planner::SweepSlicesPerStretch(probe_model, plan);
+        const int64_t stretches = (n - 1) / per;
+        if (stretches > 0) add(per * slice, false, 1, static_cast<double>(stretches));
+        if ((n - 1) % per > 0) add(((n - 1) % per) * slice, false, 1, 1);
         add(slice, true, 1 + backward, static_cast<double>(n - 1));
         add(last_rows, true, 1 + backward, 1);
       }

@@ -106,6 +106,12 @@ int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, 
          profile.activation_overhead_bytes;
 }
 
+int64_t SweepSlicesPerStretch(const ModelConfig& c, const Plan& plan) {
+  if (plan.front_policy == FrontPolicy::kStore || c.feature_map == FeatureMap::kRelu) return 1;
+  if (plan.front_policy == FrontPolicy::kResync) return std::min<int64_t>(3, plan.resync_every);
+  return 3;
+}
+
 absl::StatusOr<Prediction> Predict(const Workload& w, const Plan& plan, const DeviceProfile& profile) {
   int64_t dp_forwards = 0;
   if (plan.slice > 0 && plan.front_policy == FrontPolicy::kDp) {
@@ -168,8 +174,11 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     p.kept_bytes = kept_fronts * front + kept_graphs * (graph + front);
     // The forward sweep (over up to three slices at once, no graph) and the backward sweep (one
     // slice graph) do not overlap: the larger of the two counts.
-    const int64_t sweep_tokens = std::min<int64_t>(3 * plan.slice, w.seq_len);
-    const int64_t sweep = sweep_tokens * (2 * c.d_ff + 4 * c.d_model) * dtype_bytes;
+    const int64_t per_stretch = SweepSlicesPerStretch(c, plan);
+    const int64_t sweep_tokens = std::min<int64_t>(per_stretch * plan.slice, w.seq_len);
+    // Measured here: a graph-free layer forward peaks at about 2·d_ff + 7·d_model values per token
+    // (the FFN's hidden activation and its GELU, the fused q/k/v output, features, attention).
+    const int64_t sweep = sweep_tokens * (2 * c.d_ff + 7 * c.d_model) * dtype_bytes;
     p.working_bytes = std::max(graph, sweep) + 4 * front + fused_projections;
     p.slice_forwards = forwards;
 
@@ -178,8 +187,12 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
       return SliceSeconds(c, tokens, plan, with_output, profile);
     };
     const double build = (slices - 1) * phase_seconds(plan.slice, true) + phase_seconds(last, true);
-    const double advance_one = phase_seconds(plan.slice, false);
     const int64_t advances = forwards - slices;
+    // The sweep policies advance several slices per stretch (SweepSlicesPerStretch); dp advances
+    // slice by slice.
+    const int64_t per_advance = plan.front_policy == FrontPolicy::kDp ? 1 : per_stretch;
+    const double advance_one =
+        phase_seconds(std::min<int64_t>(per_advance * plan.slice, w.seq_len), false) / static_cast<double>(per_advance);
     // Layer recomputation runs every graph build's forward twice: once keeping layer inputs, once
     // layer by layer with autograd during the backward.
     const double build_passes =

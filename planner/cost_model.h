@@ -70,6 +70,11 @@ MatmulCost SliceMatmulCost(const performer::ModelConfig& model, int64_t tokens, 
 double SliceSeconds(const performer::ModelConfig& model, int64_t tokens, const performer::Plan& plan,
                     bool with_output, const DeviceProfile& profile);
 
+// Slices the engine's forward sweep runs per stretch under `plan` (gradient_engine.cc): 3 where no
+// front inside a stretch is needed, 1 for store and for relu's onset bookkeeping. Document starts
+// break stretches too; the model ignores that (a conservative choice for time).
+int64_t SweepSlicesPerStretch(const performer::ModelConfig& model, const performer::Plan& plan);
+
 // Bytes of a slice graph over S tokens (working set), by the calibrated model.
 int64_t SliceGraphBytes(const performer::ModelConfig& model, int64_t tokens, const performer::Plan& plan,
                         const DeviceProfile& profile);
