@@ -7,7 +7,6 @@
 #include <string>
 #include <utility>
 
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -198,7 +197,7 @@ class SliceRunner {
     return MakeStretch(batch_, first * slice_, std::min(batch_.size(), end * slice_), device_);
   }
   bool Reversible(int64_t n) const {
-    return LayoutStretch(batch_, n * slice_, std::min(batch_.size(), (n + 1) * slice_)).reversible;
+    return StretchIsReversible(batch_, n * slice_, std::min(batch_.size(), (n + 1) * slice_));
   }
 
   // Builds slice n's graph; `entry_for_layer(r, F outputs)` supplies each layer's incoming front

@@ -41,6 +41,13 @@ int64_t PredictedTokenCount(const PackedBatch& batch) {
   return batch.size() - docs;
 }
 
+bool StretchIsReversible(const PackedBatch& batch, int64_t begin, int64_t end) {
+  if (begin == 0) return false;  // the first document starts here
+  // The first document start at or after `begin` must lie beyond the stretch.
+  auto next = std::lower_bound(batch.doc_starts.begin(), batch.doc_starts.end(), begin);
+  return next == batch.doc_starts.end() || *next >= end;
+}
+
 StretchLayout LayoutStretch(const PackedBatch& batch, int64_t begin, int64_t end) {
   StretchLayout layout;
   static const std::vector<int64_t> kSingleDocument = {0};

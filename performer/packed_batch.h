@@ -52,6 +52,10 @@ struct StretchLayout {
   bool reversible = true;
 };
 
+// StretchLayout::reversible without building the layout: true when no document starts in
+// [begin, end). O(log documents). Same preconditions as LayoutStretch.
+bool StretchIsReversible(const PackedBatch& batch, int64_t begin, int64_t end);
+
 // REQUIRES: `batch` passed ValidatePackedBatch, 0 <= begin < end <= batch.size().
 StretchLayout LayoutStretch(const PackedBatch& batch, int64_t begin, int64_t end);
 

@@ -30,6 +30,16 @@ TEST(PackedBatchTest, LayoutSplitsAtDocumentStartsAndRestartsPositions) {
   EXPECT_TRUE(LayoutStretch(batch, 5, 7).reversible);
   // A stretch that begins exactly at a document start cannot be walked back either.
   EXPECT_FALSE(LayoutStretch(batch, 4, 6).reversible);
+  // The shortcut agrees with the layout on every stretch.
+  for (int64_t begin = 0; begin < batch.size(); ++begin) {
+    for (int64_t end = begin + 1; end <= batch.size(); ++end) {
+      EXPECT_EQ(StretchIsReversible(batch, begin, end), LayoutStretch(batch, begin, end).reversible)
+          << begin << ".." << end;
+    }
+  }
+  PackedBatch single{{1, 2, 3, 4}, {}};
+  EXPECT_TRUE(StretchIsReversible(single, 2, 4));
+  EXPECT_FALSE(StretchIsReversible(single, 0, 2));
 }
 
 TEST(PackedBatchTest, ValidationNamesTheProblem) {
