@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   bazel-bootstrap bazel-rules-java
   g++ pkg-config
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libabsl-dev
   libtorch-dev libopenblas0-pthread
   libgtest-dev libgmock-dev

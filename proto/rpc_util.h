@@ -1,0 +1,71 @@
+// What every slimfit gRPC edge shares (docs/PROTOCOL.md, "Authentication" and "Errors"):
+//   - bearer tokens: `authorization: Bearer <token>` in the call metadata, compared in constant time;
+//   - status conversion: absl::Status inside components, grpc::Status only at the RPC edge. An
+//     absl::Status may carry a slimfit.v1.ErrorDetail payload (AttachErrorDetail); at the edge it
+//     travels in the binary trailing metadata key `slimfit-error-bin`, and a client gets it back as
+//     the same payload (ErrorDetailOf).
+//   - client deadlines and contexts.
+//
+// Thread safety: free functions on caller-owned values.
+#ifndef SLIMFIT_PROTO_RPC_UTIL_H_
+#define SLIMFIT_PROTO_RPC_UTIL_H_
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "proto/slimfit.pb.h"
+
+namespace slimfit::rpc {
+
+inline constexpr char kAuthorizationKey[] = "authorization";
+inline constexpr char kErrorDetailKey[] = "slimfit-error-bin";
+// Payload type URL under which an absl::Status carries a serialised v1::ErrorDetail.
+inline constexpr char kErrorDetailTypeUrl[] = "type.googleapis.com/slimfit.v1.ErrorDetail";
+
+// Adds `authorization: Bearer <token>` to an outgoing call (nothing for an empty token).
+void AddBearerToken(grpc::ClientContext* context, absl::string_view token);
+
+// The token of an incoming call's `authorization: Bearer <token>` metadata; nullopt when the
+// header is missing or not a bearer token.
+std::optional<std::string> BearerToken(const grpc::ServerContext& context);
+
+// Equality that takes the same time for every pair of strings of a given length.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+// `status` with `detail` attached as its ErrorDetail payload.
+absl::Status AttachErrorDetail(absl::Status status, const v1::ErrorDetail& detail);
+// The ErrorDetail payload of `status`, if any.
+std::optional<v1::ErrorDetail> ErrorDetailOf(const absl::Status& status);
+
+// Server edge: the same code and message; an ErrorDetail payload goes to the trailing metadata of
+// `context` (when given).
+grpc::Status ToGrpcStatus(const absl::Status& status, grpc::ServerContext* context = nullptr);
+
+// Client edge: the same code and message prefixed with `what` ("GetJob: ..."); an ErrorDetail in
+// the trailing metadata of `context` (when given) comes back as the payload. An UNAVAILABLE
+// failure to connect says which address could not be reached.
+absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what,
+                            const grpc::ClientContext* context = nullptr);
+
+// A client context with the bearer token and a deadline `timeout` from now.
+std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::string_view token,
+                                                       std::chrono::milliseconds timeout);
+
+// An insecure channel to `address` (host:port) whose messages may be as large as the protocol
+// allows (the gRPC defaults already hold every slimfit message; this only disables retries of
+// non-idempotent calls by the channel itself).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// INVALID_ARGUMENT unless `address` looks like host:port with a port in 1..65535 ("[::1]:50051"
+// and "localhost:0" style included; port 0 only when `allow_port_zero`).
+absl::Status ValidateAddress(absl::string_view address, absl::string_view flag, bool allow_port_zero);
+
+}  // namespace slimfit::rpc
+
+#endif  // SLIMFIT_PROTO_RPC_UTIL_H_
