@@ -1,0 +1,119 @@
+// The coordinator's state machine behind its gRPC edge (coordinator_service.h): datasets and
+// uploads, job submission and validation, the job runners, worker registry and liveness, memory
+// plans, parameter publication and checkpoint export — everything durable under one state
+// directory:
+//
+//   <state_dir>/state.db                    SQLite (StateStore)
+//   <state_dir>/uploads/<id>                uploaded datasets and checkpoints, content-addressed
+//   <state_dir>/jobs/<job_id>/round-*.safetensors   checkpoints (+ .optimizer.safetensors)
+//
+// On Create, jobs left QUEUED or RUNNING by a previous process resume from their latest checkpoint.
+//
+// Thread safety: thread-safe; RPC handlers call in from gRPC's threads.
+#ifndef SLIMFIT_SERVER_COORDINATOR_H_
+#define SLIMFIT_SERVER_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "performer/model_config.h"
+#include "proto/slimfit.pb.h"
+#include "server/job_runner.h"
+#include "server/state_store.h"
+#include "server/worker_registry.h"
+
+namespace slimfit::server {
+
+struct CoordinatorOptions {
+  std::string state_dir;
+  std::string worker_token;  // presented to workers
+  RegistryOptions registry;
+  RunnerOptions runner;
+  int64_t upload_limit_bytes = int64_t{1} << 30;
+};
+
+// An upload in progress: bytes go to a temporary file while they are hashed.
+class UploadSink {
+ public:
+  virtual ~UploadSink() = default;
+  // INVALID_ARGUMENT for an empty or oversized chunk or more bytes than declared.
+  virtual absl::Status Write(const std::string& chunk) = 0;
+  // Verifies size and SHA-256, parses a dataset, stores it (content-addressed).
+  virtual absl::StatusOr<v1::DatasetInfo> Finish() = 0;
+};
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
+  ~Coordinator();
+
+  // Stops job runners (jobs stay RUNNING in the store and resume at the next start) and the
+  // liveness thread. Idempotent.
+  void Shutdown();
+
+  // Uploads. Begin validates the metadata; a stored upload with the same digest and type is
+  // returned at once (`existing`).
+  absl::StatusOr<std::unique_ptr<UploadSink>> BeginUpload(const v1::UploadMetadata& metadata,
+                                                          std::optional<v1::DatasetInfo>* existing);
+
+  absl::StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  absl::StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request);
+  // Streams the snapshot and events; `emit` returns false when the stream broke; `cancelled`
+  // says whether the client went away. UNAVAILABLE when the coordinator shuts down.
+  absl::Status WatchJob(const v1::WatchJobRequest& request, const std::function<bool(const v1::JobEvent&)>& emit,
+                        const std::function<bool()>& cancelled);
+
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request);
+  absl::StatusOr<v1::GetMemoryPlanResponse> GetMemoryPlan(const v1::GetMemoryPlanRequest& request);
+
+  // The checkpoint to export (the latest, or of `round`).
+  absl::StatusOr<CheckpointRecord> ExportCheckpoint(const v1::ExportModelRequest& request, v1::ExportHeader* header);
+
+  // The parameters a worker asks for.
+  absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> Parameters(const v1::FetchParametersRequest& request);
+
+  WorkerRegistry& registry() { return *registry_; }
+
+ private:
+  explicit Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
+  absl::Status ResumeJobs();
+  // Validates a spec; fills the model config and the job's data.
+  struct PreparedJob {
+    performer::ModelConfig config;
+    std::vector<at::Tensor> initial;  // empty for a fresh model (drawn from the seed)
+    std::optional<JobData> data;
+  };
+  absl::StatusOr<PreparedJob> PrepareJob(const v1::JobSpec& spec, bool load_initial);
+  absl::StatusOr<performer::ModelConfig> ModelOf(const v1::ModelSpec& model, std::vector<at::Tensor>* initial);
+  absl::StatusOr<JobData> LoadData(const v1::JobSpec& spec, const performer::ModelConfig& config);
+  absl::Status CheckSomeWorkerFits(const v1::JobSpec& spec, const performer::ModelConfig& config, int64_t documents);
+  absl::Status StartRunner(const v1::Job& job, PreparedJob prepared);
+  std::shared_ptr<JobRunner> Runner(const std::string& job_id);
+  void LivenessLoop();
+
+  const CoordinatorOptions options_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  WorkerLeases leases_;
+  EventSignal signal_;
+  std::atomic<bool> shutting_down_{false};
+  std::thread liveness_;
+
+  absl::Mutex mutex_;  // serialises submissions (request-id deduplication) and the runner table
+  std::map<std::string, std::shared_ptr<JobRunner>> runners_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_COORDINATOR_H_

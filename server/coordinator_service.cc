@@ -1,0 +1,204 @@
+#include "server/coordinator_service.h"
+
+#include <fstream>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "performer/tensor_chunks.h"
+#include "planner/plan_proto.h"
+#include "proto/rpc_util.h"
+#include "proto/sha256.h"
+
+namespace slimfit::server {
+
+CoordinatorService::CoordinatorService(Coordinator* coordinator, std::string client_token, std::string worker_token)
+    : coordinator_(coordinator), client_token_(std::move(client_token)), worker_token_(std::move(worker_token)) {}
+
+absl::Status CoordinatorService::Authorize(const grpc::ServerContext& context, Role role, absl::string_view rpc) const {
+  std::optional<std::string> token = rpc::BearerToken(context);
+  if (!token.has_value()) {
+    return absl::UnauthenticatedError(absl::StrCat(rpc, ": missing \"authorization: Bearer <token>\" metadata"));
+  }
+  const bool is_client = rpc::ConstantTimeEquals(*token, client_token_);
+  const bool is_worker = rpc::ConstantTimeEquals(*token, worker_token_);
+  if (!is_client && !is_worker) return absl::UnauthenticatedError(absl::StrCat(rpc, ": unknown token"));
+  if (role == Role::kClient && !is_client) {
+    return absl::PermissionDeniedError(absl::StrCat(rpc, ": a worker token cannot call client RPCs"));
+  }
+  if (role == Role::kWorker && !is_worker) {
+    return absl::PermissionDeniedError(absl::StrCat(rpc, ": a client token cannot call worker RPCs"));
+  }
+  return absl::OkStatus();
+}
+
+#define SLIMFIT_AUTHORIZE(role, rpc_name)                                          \
+  if (absl::Status auth = Authorize(*context, role, rpc_name); !auth.ok()) {       \
+    return rpc::ToGrpcStatus(auth, context);                                       \
+  }
+
+template <typename T>
+grpc::Status Answer(absl::StatusOr<T> result, T* response, grpc::ServerContext* context) {
+  if (!result.ok()) return rpc::ToGrpcStatus(result.status(), context);
+  *response = *std::move(result);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::UploadDataset(grpc::ServerContext* context,
+                                               grpc::ServerReader<v1::UploadDatasetRequest>* reader,
+                                               v1::DatasetInfo* response) {
+  SLIMFIT_AUTHORIZE(Role::kClient, "UploadDataset");
+  v1::UploadDatasetRequest message;
+  if (!reader->Read(&message)) {
+    return rpc::ToGrpcStatus(absl::InvalidArgumentError("UploadDataset: empty stream; send metadata first"), context);
+  }
+  if (!message.has_metadata()) {
+    return rpc::ToGrpcStatus(absl::InvalidArgumentError("UploadDataset: the first message must carry metadata"), context);
+  }
+  std::optional<v1::DatasetInfo> existing;
+  absl::StatusOr<std::unique_ptr<UploadSink>> sink = coordinator_->BeginUpload(message.metadata(), &existing);
+  if (!sink.ok()) return rpc::ToGrpcStatus(sink.status(), context);
+  if (existing.has_value()) {
+    *response = *existing;
+    return grpc::Status::OK;
+  }
+  while (reader->Read(&message)) {
+    if (message.has_metadata()) {
+      return rpc::ToGrpcStatus(absl::InvalidArgumentError("UploadDataset: metadata repeated"), context);
+    }
+    if (absl::Status written = (*sink)->Write(message.chunk()); !written.ok()) {
+      return rpc::ToGrpcStatus(written, context);
+    }
+  }
+  return Answer((*sink)->Finish(), response, context);
+}
+
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+                                           v1::Job* response) {
+  SLIMFIT_AUTHORIZE(Role::kClient, "SubmitJob");
+  return Answer(coordinator_->SubmitJob(*request), response, context);
+}
+
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                                        v1::Job* response) {
+  SLIMFIT_AUTHORIZE(Role::kClient, "GetJob");
+  return Answer(coordinator_->GetJob(request->job_id()), response, context);
+}
+
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                                          v1::ListJobsResponse* response) {
+  SLIMFIT_AUTHORIZE(Role::kClient, "ListJobs");
+  return Answer(coordinator_->ListJobs(*request), response, context);
+}
+
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+                                          grpc::ServerWriter<v1::JobEvent>* writer) {
+  SLIMFIT_AUTHORIZE(Role::kClient, "WatchJob");
+  absl::Status status = coordinator_->WatchJob(
+      *request, [&](const v1::JobEvent& event) { return writer->Write(event); },
+      [&] { return context->IsCancelled(); });
+  return rpc::ToGrpcStatus(status, context);
+}
+
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
+                                           v1::Job* response) {
+  SLIMFIT_AUTHORIZE(Role::kClient, "CancelJob");
+  return Answer(coordinator_->CancelJob(*request), response, context);
+}
+
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
+                                             v1::ListWorkersResponse* response) {
+  SLIMFIT_AUTHORIZE(Role::kClient, "ListWorkers");
+  return Answer(coordinator_->ListWorkers(*request), response, context);
+}
+
+grpc::Status CoordinatorService::GetMemoryPlan(grpc::ServerContext* context, const v1::GetMemoryPlanRequest* request,
+                                               v1::GetMemoryPlanResponse* response) {
+  SLIMFIT_AUTHORIZE(Role::kClient, "GetMemoryPlan");
+  return Answer(coordinator_->GetMemoryPlan(*request), response, context);
+}
+
+grpc::Status CoordinatorService::ExportModel(grpc::ServerContext* context, const v1::ExportModelRequest* request,
+                                             grpc::ServerWriter<v1::ExportModelResponse>* writer) {
+  SLIMFIT_AUTHORIZE(Role::kClient, "ExportModel");
+  v1::ExportModelResponse message;
+  absl::StatusOr<CheckpointRecord> checkpoint = coordinator_->ExportCheckpoint(*request, message.mutable_header());
+  if (!checkpoint.ok()) return rpc::ToGrpcStatus(checkpoint.status(), context);
+  std::ifstream in(checkpoint->model_path, std::ios::binary);
+  if (!in) {
+    return rpc::ToGrpcStatus(absl::DataLossError(absl::StrCat("checkpoint file ", checkpoint->model_path, " is missing")),
+                             context);
+  }
+  if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  rpc::Sha256Hasher hasher;
+  int64_t sent = 0;
+  std::string buffer(static_cast<size_t>(v1::LIMIT_MAX_CHUNK_BYTES), '\0');
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const std::streamsize got = in.gcount();
+    if (got <= 0) break;
+    message.Clear();
+    message.set_chunk(buffer.data(), static_cast<size_t>(got));
+    hasher.Update(message.chunk());
+    sent += got;
+    if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  }
+  message.Clear();
+  message.mutable_trailer()->set_total_bytes(sent);
+  message.mutable_trailer()->set_sha256(hasher.FinishHex());
+  writer->Write(message);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
+                                                v1::RegisterWorkerResponse* response) {
+  SLIMFIT_AUTHORIZE(Role::kWorker, "RegisterWorker");
+  return Answer(coordinator_->registry().Register(*request), response, context);
+}
+
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                                           v1::HeartbeatResponse* response) {
+  SLIMFIT_AUTHORIZE(Role::kWorker, "Heartbeat");
+  return Answer(coordinator_->registry().Heartbeat(*request), response, context);
+}
+
+grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext* context,
+                                                  const v1::DeregisterWorkerRequest* request,
+                                                  v1::DeregisterWorkerResponse* response) {
+  SLIMFIT_AUTHORIZE(Role::kWorker, "DeregisterWorker");
+  return rpc::ToGrpcStatus(coordinator_->registry().Deregister(*request), context);
+}
+
+grpc::Status CoordinatorService::FetchParameters(grpc::ServerContext* context,
+                                                 const v1::FetchParametersRequest* request,
+                                                 grpc::ServerWriter<v1::FetchParametersResponse>* writer) {
+  SLIMFIT_AUTHORIZE(Role::kWorker, "FetchParameters");
+  absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> snapshot = coordinator_->Parameters(*request);
+  if (!snapshot.ok()) return rpc::ToGrpcStatus(snapshot.status(), context);
+  const ParameterSnapshot& parameters = **snapshot;
+  v1::FetchParametersResponse message;
+  v1::ParameterManifest* manifest = message.mutable_manifest();
+  manifest->set_job_id(request->job_id());
+  manifest->set_parameter_version(parameters.version);
+  *manifest->mutable_config() = planner::ModelConfigToProto(parameters.config);
+  manifest->set_dtype(planner::DTypeToProto(parameters.dtype));
+  int64_t total = 0;
+  for (size_t i = 0; i < parameters.names.size(); ++i) {
+    performer::TensorSpec spec{parameters.names[i], parameters.tensors[i].sizes().vec()};
+    *manifest->add_tensors() = performer::ToTensorInfo(spec, parameters.dtype);
+    total += manifest->tensors(static_cast<int>(i)).bytes();
+  }
+  manifest->set_total_bytes(total);
+  manifest->set_feature_seed(parameters.feature_seed);
+  if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "worker went away");
+  absl::Status streamed = performer::ChunkTensors(parameters.names, parameters.tensors, parameters.dtype,
+                                                  [&](const v1::TensorChunk& chunk) {
+                                                    v1::FetchParametersResponse piece;
+                                                    *piece.mutable_chunk() = chunk;
+                                                    return writer->Write(piece);
+                                                  });
+  return rpc::ToGrpcStatus(streamed, context);
+}
+
+}  // namespace slimfit::server

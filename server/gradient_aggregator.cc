@@ -1,0 +1,88 @@
+#include "server/gradient_aggregator.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace slimfit::server {
+
+GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
+                                       std::vector<std::vector<int64_t>> shapes, bool evaluate_only)
+    : round_(round),
+      parameter_version_(parameter_version),
+      expected_tokens_(std::move(expected_tokens)),
+      shapes_(std::move(shapes)),
+      evaluate_only_(evaluate_only) {
+  counted_.assign(expected_tokens_.size(), false);
+  if (!evaluate_only_) {
+    for (const auto& shape : shapes_) sum_.push_back(at::zeros(shape, at::kDouble));
+  }
+}
+
+absl::Status GradientAggregator::Add(ShardResult result) {
+  const v1::GradientSummary& s = result.summary;
+  const std::string what = absl::StrCat("round ", round_, " shard ", s.shard_id(), ": ");
+  if (s.round() != round_ || s.parameter_version() != parameter_version_) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "result is for round ", s.round(), " version ",
+                                                   s.parameter_version(), ", expected round ", round_, " version ",
+                                                   parameter_version_));
+  }
+  if (s.shard_id() < 0 || s.shard_id() >= static_cast<int64_t>(expected_tokens_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "no such shard (", expected_tokens_.size(), " in the round)"));
+  }
+  if (s.token_count() != expected_tokens_[s.shard_id()]) {
+    return absl::InvalidArgumentError(absl::StrCat(what, s.token_count(), " predicted tokens, expected ",
+                                                   expected_tokens_[s.shard_id()]));
+  }
+  if (!std::isfinite(s.loss_sum())) return absl::InvalidArgumentError(absl::StrCat(what, "loss is not finite"));
+  if (!evaluate_only_) {
+    if (result.gradient.size() != shapes_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, result.gradient.size(), " gradient tensors, expected ", shapes_.size()));
+    }
+    for (size_t i = 0; i < shapes_.size(); ++i) {
+      if (!result.gradient[i].sizes().equals(shapes_[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " has the wrong shape"));
+      }
+      if (!result.gradient[i].isfinite().all().item<bool>()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " is not finite"));
+      }
+    }
+  }
+  absl::MutexLock lock(&mutex_);
+  if (counted_[s.shard_id()]) return absl::AlreadyExistsError(absl::StrCat(what, "already counted"));
+  counted_[s.shard_id()] = true;
+  ++shards_counted_;
+  loss_sum_ += s.loss_sum();
+  token_count_ += s.token_count();
+  for (size_t i = 0; i < sum_.size(); ++i) sum_[i].add_(result.gradient[i].to(at::kDouble));
+  return absl::OkStatus();
+}
+
+bool GradientAggregator::complete() const {
+  absl::MutexLock lock(&mutex_);
+  return shards_counted_ == static_cast<int64_t>(expected_tokens_.size());
+}
+
+int64_t GradientAggregator::shards_counted() const {
+  absl::MutexLock lock(&mutex_);
+  return shards_counted_;
+}
+
+std::vector<at::Tensor> GradientAggregator::gradient() const {
+  absl::MutexLock lock(&mutex_);
+  return sum_;
+}
+
+double GradientAggregator::loss_sum() const {
+  absl::MutexLock lock(&mutex_);
+  return loss_sum_;
+}
+
+int64_t GradientAggregator::token_count() const {
+  absl::MutexLock lock(&mutex_);
+  return token_count_;
+}
+
+}  // namespace slimfit::server

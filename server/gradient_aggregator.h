@@ -1,0 +1,66 @@
+// Aggregation of a round: the token-weighted sum of shard gradients. Every shard's gradient is
+// already ∇(its loss_sum / the round's predicted tokens) (the coordinator sends that normaliser),
+// so the plain sum over shards is the gradient of the round's mean loss — exactly the gradient of
+// the whole batch. Each result is validated before it counts: round and parameter version, a
+// shard id of this round not counted yet, token count as expected for the shard, finite loss and
+// gradient, names and shapes (the TensorAssembler already checked those on the wire). The sum is
+// kept in float64.
+//
+// Thread safety: thread-safe (shard results arrive from one thread per worker).
+#ifndef SLIMFIT_SERVER_GRADIENT_AGGREGATOR_H_
+#define SLIMFIT_SERVER_GRADIENT_AGGREGATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/slimfit.pb.h"
+
+namespace slimfit::server {
+
+struct ShardResult {
+  v1::GradientSummary summary;
+  std::vector<at::Tensor> gradient;  // empty for evaluation shards
+};
+
+class GradientAggregator {
+ public:
+  // `expected_tokens[shard_id]` is the predicted-token count of each shard of the round;
+  // `shapes` the parameters' shapes in model order (empty for an evaluation).
+  GradientAggregator(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
+                     std::vector<std::vector<int64_t>> shapes, bool evaluate_only);
+
+  // Counts the result once. ALREADY_EXISTS when the shard already counted (the result is dropped,
+  // harmless); INVALID_ARGUMENT (naming the problem) when it does not belong or is not finite.
+  absl::Status Add(ShardResult result);
+
+  bool complete() const;
+  int64_t shards_counted() const;
+  // REQUIRES: complete(). The summed gradient (float64), the loss sum and predicted tokens.
+  std::vector<at::Tensor> gradient() const;
+  double loss_sum() const;
+  int64_t token_count() const;
+
+ private:
+  const int64_t round_;
+  const uint64_t parameter_version_;
+  const std::vector<int64_t> expected_tokens_;
+  const std::vector<std::vector<int64_t>> shapes_;
+  const bool evaluate_only_;
+  mutable absl::Mutex mutex_;
+  std::vector<bool> counted_ ABSL_GUARDED_BY(mutex_);
+  int64_t shards_counted_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::vector<at::Tensor> sum_ ABSL_GUARDED_BY(mutex_);
+  double loss_sum_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t token_count_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_GRADIENT_AGGREGATOR_H_

@@ -1,0 +1,68 @@
+#include "server/gradient_aggregator.h"
+
+#include <limits>
+
+#include <torch/torch.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace slimfit::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+ShardResult Result(int64_t shard, int64_t tokens, double loss, float value) {
+  ShardResult r;
+  r.summary.set_round(3);
+  r.summary.set_parameter_version(9);
+  r.summary.set_shard_id(shard);
+  r.summary.set_token_count(tokens);
+  r.summary.set_loss_sum(loss);
+  r.gradient = {torch::full({2, 2}, value), torch::full({3}, value)};
+  return r;
+}
+
+TEST(GradientAggregatorTest, SumsEveryShardOnce) {
+  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false);
+  ASSERT_TRUE(aggregator.Add(Result(0, 10, 5.0, 1.5f)).ok());
+  EXPECT_FALSE(aggregator.complete());
+  EXPECT_EQ(aggregator.Add(Result(0, 10, 5.0, 1.5f)).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(aggregator.Add(Result(1, 20, 7.0, 0.25f)).ok());
+  ASSERT_TRUE(aggregator.complete());
+  EXPECT_DOUBLE_EQ(aggregator.loss_sum(), 12.0);
+  EXPECT_EQ(aggregator.token_count(), 30);
+  std::vector<at::Tensor> sum = aggregator.gradient();
+  EXPECT_EQ(sum[0].scalar_type(), at::kDouble);
+  EXPECT_DOUBLE_EQ(sum[1][2].item<double>(), 1.75);
+}
+
+TEST(GradientAggregatorTest, RejectsResultsThatDoNotBelong) {
+  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false);
+  ShardResult stale = Result(0, 10, 1, 1);
+  stale.summary.set_parameter_version(8);
+  EXPECT_THAT(aggregator.Add(stale).message(), HasSubstr("version 8"));
+  EXPECT_THAT(aggregator.Add(Result(2, 10, 1, 1)).message(), HasSubstr("no such shard"));
+  EXPECT_THAT(aggregator.Add(Result(0, 11, 1, 1)).message(), HasSubstr("11 predicted tokens, expected 10"));
+  EXPECT_THAT(aggregator.Add(Result(0, 10, 1, std::numeric_limits<float>::quiet_NaN())).message(),
+              HasSubstr("not finite"));
+  ShardResult shape = Result(0, 10, 1, 1);
+  shape.gradient[1] = torch::zeros({4});
+  EXPECT_THAT(aggregator.Add(shape).message(), HasSubstr("wrong shape"));
+  EXPECT_EQ(aggregator.shards_counted(), 0);
+}
+
+TEST(GradientAggregatorTest, EvaluationCountsLossOnly) {
+  GradientAggregator aggregator(0, 1, {4}, {}, true);
+  ShardResult r;
+  r.summary.set_round(0);
+  r.summary.set_parameter_version(1);
+  r.summary.set_token_count(4);
+  r.summary.set_loss_sum(2.0);
+  ASSERT_TRUE(aggregator.Add(r).ok());
+  EXPECT_TRUE(aggregator.complete());
+  EXPECT_TRUE(aggregator.gradient().empty());
+}
+
+}  // namespace
+}  // namespace slimfit::server

@@ -1,0 +1,100 @@
+// The token data of a job: datasets parsed into one packed document stream, cut into sequences of
+// L tokens (padding-free: a sequence may span documents; positions and prefix state restart at
+// every document start and at every sequence start), the last whole sequences held out for
+// evaluation, and a deterministic, seeded order of training sequences per round.
+//
+//   ParseDataset   bytes of an upload → tokens and document starts (separators dropped);
+//   JobData        the stream of a job's datasets → training / held-out sequences, round batches.
+//
+// Round r (1-based) trains on sequences_per_round = floor(tokens_per_round / L) training sequences:
+// positions (r−1)·S … r·S−1 of an endless sequence of epochs, each epoch a Fisher–Yates permutation
+// of the training sequences drawn from a generator seeded with (seed, epoch). The same spec, data
+// and seed give the same batches on every machine.
+//
+// Thread safety: immutable after construction; safe to share.
+#ifndef SLIMFIT_SERVER_JOB_DATA_H_
+#define SLIMFIT_SERVER_JOB_DATA_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/slimfit.pb.h"
+
+namespace slimfit::server {
+
+// A packed token stream: tokens and the offsets where documents start (0 first, increasing).
+struct TokenStream {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> doc_starts;
+};
+
+// Parses an upload's bytes. "text/plain": every byte a token; "application/x-slimfit-tokens": ids in
+// `encoding`. `separator` (when given) ends one document and starts the next and is dropped; empty
+// documents (two separators in a row) are skipped. INVALID_ARGUMENT for an unknown content type, a
+// token file that is not a whole number of tokens or a separator that is not whole tokens.
+absl::StatusOr<TokenStream> ParseDataset(absl::string_view bytes, absl::string_view content_type,
+                                         v1::TokenEncoding encoding, const std::optional<std::string>& separator);
+
+// Appends `more` to `stream` (documents stay separate).
+void AppendStream(TokenStream* stream, const TokenStream& more);
+
+// One sequence: `length` tokens of the stream from `begin`.
+struct SequenceRef {
+  int64_t begin = 0;
+  int64_t length = 0;
+};
+
+class JobData {
+ public:
+  // FAILED_PRECONDITION "datasets hold N training tokens; sequence_length is L" when fewer than one
+  // training sequence remains after the held-out split; INVALID_ARGUMENT naming the field for a bad
+  // L, tokens per round or fraction, or a token ≥ vocab ("dataset token 17 = 300 ≥ vocab 256").
+  static absl::StatusOr<JobData> Create(TokenStream stream, int64_t vocab, int64_t sequence_length,
+                                        int64_t tokens_per_round, double held_out_fraction, uint64_t seed);
+
+  int64_t sequence_length() const { return sequence_length_; }
+  int64_t sequences_per_round() const { return sequences_per_round_; }
+  int64_t training_sequences() const { return training_sequences_; }
+  int64_t held_out_sequences() const { return held_out_sequences_; }
+  int64_t training_tokens() const { return training_sequences_ * sequence_length_; }
+  int64_t held_out_tokens() const { return held_out_sequences_ * sequence_length_; }
+
+  // The training sequences of round `round` (≥ 1), in batch order.
+  std::vector<SequenceRef> RoundSequences(int64_t round) const;
+  // The held-out sequences.
+  std::vector<SequenceRef> HeldOutSequences() const;
+
+  // The tokens of consecutive `sequences` concatenated, and the document starts within them
+  // (offsets into the concatenation; every sequence start included).
+  void Gather(const std::vector<SequenceRef>& sequences, std::vector<int64_t>* tokens,
+              std::vector<int64_t>* doc_starts) const;
+
+  // Predicted tokens of `sequences`: every token but the first of each document and sequence.
+  int64_t PredictedTokens(const std::vector<SequenceRef>& sequences) const;
+
+  // The most documents any training sequence holds (what the memory model should assume).
+  int64_t max_documents_per_sequence() const { return max_documents_; }
+
+  const TokenStream& stream() const { return stream_; }
+
+ private:
+  JobData() = default;
+  std::vector<int64_t> EpochOrder(int64_t epoch) const;
+  int64_t DocumentsIn(const SequenceRef& sequence) const;
+
+  TokenStream stream_;
+  int64_t sequence_length_ = 0;
+  int64_t sequences_per_round_ = 0;
+  int64_t training_sequences_ = 0;
+  int64_t held_out_sequences_ = 0;
+  int64_t max_documents_ = 1;
+  uint64_t seed_ = 0;
+};
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_JOB_DATA_H_

@@ -1,0 +1,298 @@
+#include "server/state_store.h"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace slimfit::server {
+namespace {
+
+// A prepared statement that finalises itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) { status_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  bool ok() const { return status_ == SQLITE_OK; }
+  void BindText(int i, const std::string& text) { sqlite3_bind_text(stmt_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT); }
+  void BindBlob(int i, const std::string& blob) { sqlite3_bind_blob(stmt_, i, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT); }
+  void BindInt(int i, int64_t value) { sqlite3_bind_int64(stmt_, i, value); }
+  void BindNull(int i) { sqlite3_bind_null(stmt_, i); }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(stmt_); }
+  std::string Text(int column) {
+    const unsigned char* text = sqlite3_column_text(stmt_, column);
+    return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text), sqlite3_column_bytes(stmt_, column));
+  }
+  std::string Blob(int column) {
+    const void* blob = sqlite3_column_blob(stmt_, column);
+    return blob == nullptr ? std::string() : std::string(static_cast<const char*>(blob), sqlite3_column_bytes(stmt_, column));
+  }
+  int64_t Int(int column) { return sqlite3_column_int64(stmt_, column); }
+  bool IsNull(int column) { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
+  absl::Status Error(absl::string_view what) const {
+    return absl::InternalError(absl::StrCat("state database: ", what, ": ", sqlite3_errmsg(db_)));
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int status_;
+};
+
+absl::Status RunToDone(Statement& statement, absl::string_view what) {
+  if (!statement.ok()) return statement.Error(what);
+  if (statement.Step() != SQLITE_DONE) return statement.Error(what);
+  return absl::OkStatus();
+}
+
+template <typename Message>
+absl::StatusOr<Message> ParseRecord(const std::string& bytes, absl::string_view what) {
+  Message message;
+  if (!message.ParseFromString(bytes)) return absl::DataLossError(absl::StrCat("state database: corrupt ", what));
+  return message;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::InternalError(absl::StrCat("cannot open state database ", path, ": ", message));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<StateStore> store(new StateStore(db));
+  absl::MutexLock lock(&store->mutex_);
+  for (const char* sql : {
+           "PRAGMA journal_mode=WAL",
+           "PRAGMA synchronous=FULL",
+           "CREATE TABLE IF NOT EXISTS datasets (id TEXT PRIMARY KEY, info BLOB NOT NULL, path TEXT NOT NULL, "
+           "token_encoding INTEGER NOT NULL, separator BLOB)",
+           "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+           "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created INTEGER NOT NULL, request_id TEXT, "
+           "job BLOB NOT NULL)",
+           "CREATE INDEX IF NOT EXISTS jobs_by_request ON jobs (request_id)",
+           "CREATE TABLE IF NOT EXISTS events (job_id TEXT NOT NULL, sequence INTEGER NOT NULL, event BLOB NOT NULL, "
+           "PRIMARY KEY (job_id, sequence))",
+           "CREATE TABLE IF NOT EXISTS checkpoints (job_id TEXT NOT NULL, round INTEGER NOT NULL, version INTEGER "
+           "NOT NULL, model_path TEXT NOT NULL, optimizer_path TEXT NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT "
+           "NOT NULL, PRIMARY KEY (job_id, round))",
+           "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, incarnation INTEGER NOT NULL)",
+       }) {
+    if (absl::Status s = store->Exec(sql); !s.ok()) return s;
+  }
+  return store;
+}
+
+StateStore::~StateStore() {
+  absl::MutexLock lock(&mutex_);
+  sqlite3_close(db_);
+}
+
+absl::Status StateStore::Exec(const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error != nullptr ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::InternalError(absl::StrCat("state database: ", message, " (", sql.substr(0, 60), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::PutDataset(const DatasetRecord& record) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "INSERT OR REPLACE INTO datasets (id, info, path, token_encoding, separator) VALUES (?, ?, ?, ?, ?)");
+  s.BindText(1, record.info.dataset_id());
+  s.BindBlob(2, record.info.SerializeAsString());
+  s.BindText(3, record.path);
+  s.BindInt(4, record.token_encoding);
+  if (record.document_separator.has_value()) s.BindBlob(5, *record.document_separator); else s.BindNull(5);
+  return RunToDone(s, "storing a dataset");
+}
+
+absl::StatusOr<std::optional<DatasetRecord>> StateStore::GetDataset(const std::string& dataset_id) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "SELECT info, path, token_encoding, separator FROM datasets WHERE id = ?");
+  if (!s.ok()) return s.Error("reading a dataset");
+  s.BindText(1, dataset_id);
+  const int step = s.Step();
+  if (step == SQLITE_DONE) return std::optional<DatasetRecord>();
+  if (step != SQLITE_ROW) return s.Error("reading a dataset");
+  DatasetRecord record;
+  absl::StatusOr<v1::DatasetInfo> info = ParseRecord<v1::DatasetInfo>(s.Blob(0), "dataset");
+  if (!info.ok()) return info.status();
+  record.info = *std::move(info);
+  record.path = s.Text(1);
+  record.token_encoding = static_cast<v1::TokenEncoding>(s.Int(2));
+  if (!s.IsNull(3)) record.document_separator = s.Blob(3);
+  return std::optional<DatasetRecord>(std::move(record));
+}
+
+absl::StatusOr<int64_t> StateStore::NextJobNumber() {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_,
+              "INSERT INTO counters (name, value) VALUES ('job', 1) ON CONFLICT(name) DO UPDATE SET value = value + 1 "
+              "RETURNING value");
+  if (!s.ok()) return s.Error("numbering a job");
+  if (s.Step() != SQLITE_ROW) return s.Error("numbering a job");
+  const int64_t value = s.Int(0);
+  s.Step();
+  return value;
+}
+
+absl::Status StateStore::PutJob(const v1::Job& job, const std::string& request_id) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_,
+              "INSERT INTO jobs (id, created, request_id, job) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+              "job = excluded.job");
+  s.BindText(1, job.job_id());
+  s.BindInt(2, job.created_at().seconds() * 1000000000 + job.created_at().nanos());
+  if (request_id.empty()) s.BindNull(3); else s.BindText(3, request_id);
+  s.BindBlob(4, job.SerializeAsString());
+  return RunToDone(s, "storing a job");
+}
+
+absl::StatusOr<std::optional<v1::Job>> StateStore::GetJob(const std::string& job_id) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "SELECT job FROM jobs WHERE id = ?");
+  if (!s.ok()) return s.Error("reading a job");
+  s.BindText(1, job_id);
+  const int step = s.Step();
+  if (step == SQLITE_DONE) return std::optional<v1::Job>();
+  if (step != SQLITE_ROW) return s.Error("reading a job");
+  absl::StatusOr<v1::Job> job = ParseRecord<v1::Job>(s.Blob(0), "job");
+  if (!job.ok()) return job.status();
+  return std::optional<v1::Job>(*std::move(job));
+}
+
+absl::StatusOr<std::optional<v1::Job>> StateStore::FindJobByRequestId(const std::string& request_id) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "SELECT job FROM jobs WHERE request_id = ?");
+  if (!s.ok()) return s.Error("reading a job");
+  s.BindText(1, request_id);
+  const int step = s.Step();
+  if (step == SQLITE_DONE) return std::optional<v1::Job>();
+  if (step != SQLITE_ROW) return s.Error("reading a job");
+  absl::StatusOr<v1::Job> job = ParseRecord<v1::Job>(s.Blob(0), "job");
+  if (!job.ok()) return job.status();
+  return std::optional<v1::Job>(*std::move(job));
+}
+
+absl::StatusOr<std::vector<v1::Job>> StateStore::ListJobs() {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "SELECT job FROM jobs ORDER BY created DESC, id DESC");
+  if (!s.ok()) return s.Error("listing jobs");
+  std::vector<v1::Job> jobs;
+  int step;
+  while ((step = s.Step()) == SQLITE_ROW) {
+    absl::StatusOr<v1::Job> job = ParseRecord<v1::Job>(s.Blob(0), "job");
+    if (!job.ok()) return job.status();
+    jobs.push_back(*std::move(job));
+  }
+  if (step != SQLITE_DONE) return s.Error("listing jobs");
+  return jobs;
+}
+
+absl::Status StateStore::AppendEvent(const v1::JobEvent& event) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "INSERT INTO events (job_id, sequence, event) VALUES (?, ?, ?)");
+  s.BindText(1, event.job_id());
+  s.BindInt(2, event.sequence());
+  s.BindBlob(3, event.SerializeAsString());
+  return RunToDone(s, "storing an event");
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> StateStore::Events(const std::string& job_id, int64_t after_sequence,
+                                                            int64_t limit) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "SELECT event FROM events WHERE job_id = ? AND sequence > ? ORDER BY sequence LIMIT ?");
+  if (!s.ok()) return s.Error("reading events");
+  s.BindText(1, job_id);
+  s.BindInt(2, after_sequence);
+  s.BindInt(3, limit);
+  std::vector<v1::JobEvent> events;
+  int step;
+  while ((step = s.Step()) == SQLITE_ROW) {
+    absl::StatusOr<v1::JobEvent> event = ParseRecord<v1::JobEvent>(s.Blob(0), "event");
+    if (!event.ok()) return event.status();
+    events.push_back(*std::move(event));
+  }
+  if (step != SQLITE_DONE) return s.Error("reading events");
+  return events;
+}
+
+absl::StatusOr<int64_t> StateStore::LastEventSequence(const std::string& job_id) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "SELECT COALESCE(MAX(sequence), 0) FROM events WHERE job_id = ?");
+  if (!s.ok()) return s.Error("reading events");
+  s.BindText(1, job_id);
+  if (s.Step() != SQLITE_ROW) return s.Error("reading events");
+  return s.Int(0);
+}
+
+absl::Status StateStore::PutCheckpoint(const CheckpointRecord& record) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_,
+              "INSERT OR REPLACE INTO checkpoints (job_id, round, version, model_path, optimizer_path, bytes, sha256) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?)");
+  s.BindText(1, record.job_id);
+  s.BindInt(2, record.round);
+  s.BindInt(3, static_cast<int64_t>(record.parameter_version));
+  s.BindText(4, record.model_path);
+  s.BindText(5, record.optimizer_path);
+  s.BindInt(6, record.bytes);
+  s.BindText(7, record.sha256);
+  return RunToDone(s, "storing a checkpoint");
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> StateStore::Checkpoints(const std::string& job_id) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_,
+              "SELECT round, version, model_path, optimizer_path, bytes, sha256 FROM checkpoints WHERE job_id = ? "
+              "ORDER BY round");
+  if (!s.ok()) return s.Error("reading checkpoints");
+  s.BindText(1, job_id);
+  std::vector<CheckpointRecord> records;
+  int step;
+  while ((step = s.Step()) == SQLITE_ROW) {
+    CheckpointRecord r;
+    r.job_id = job_id;
+    r.round = s.Int(0);
+    r.parameter_version = static_cast<uint64_t>(s.Int(1));
+    r.model_path = s.Text(2);
+    r.optimizer_path = s.Text(3);
+    r.bytes = s.Int(4);
+    r.sha256 = s.Text(5);
+    records.push_back(std::move(r));
+  }
+  if (step != SQLITE_DONE) return s.Error("reading checkpoints");
+  return records;
+}
+
+absl::Status StateStore::PutWorker(const std::string& worker_id, uint64_t incarnation) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "INSERT OR REPLACE INTO workers (id, incarnation) VALUES (?, ?)");
+  s.BindText(1, worker_id);
+  s.BindInt(2, static_cast<int64_t>(incarnation));
+  return RunToDone(s, "storing a worker");
+}
+
+absl::StatusOr<std::map<std::string, uint64_t>> StateStore::Workers() {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "SELECT id, incarnation FROM workers");
+  if (!s.ok()) return s.Error("reading workers");
+  std::map<std::string, uint64_t> workers;
+  int step;
+  while ((step = s.Step()) == SQLITE_ROW) workers[s.Text(0)] = static_cast<uint64_t>(s.Int(1));
+  if (step != SQLITE_DONE) return s.Error("reading workers");
+  return workers;
+}
+
+}  // namespace slimfit::server

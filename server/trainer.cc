@@ -1,0 +1,218 @@
+#include "server/trainer.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "performer/model_checkpoint.h"
+#include "performer/performer_model.h"
+#include "performer/tensor_file.h"
+
+namespace slimfit::server {
+namespace {
+
+std::string StateKey(const at::Tensor& parameter) { return c10::guts::to_string(parameter.unsafeGetTensorImpl()); }
+
+}  // namespace
+
+absl::Status ValidateOptimizer(const v1::Optimizer& optimizer) {
+  auto bad = [](absl::string_view field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.optimizer.", field, ": ", why));
+  };
+  if (optimizer.kind_case() == v1::Optimizer::KIND_NOT_SET) return bad("kind", "set adamw or sgd");
+  if (!(optimizer.learning_rate() > 0) || !std::isfinite(optimizer.learning_rate())) {
+    return bad("learning_rate", absl::StrCat("must be > 0, got ", optimizer.learning_rate()));
+  }
+  if (optimizer.warmup_steps() < 0) return bad("warmup_steps", absl::StrCat("must be ≥ 0, got ", optimizer.warmup_steps()));
+  if (!(optimizer.weight_decay() >= 0) || !std::isfinite(optimizer.weight_decay())) {
+    return bad("weight_decay", absl::StrCat("must be ≥ 0, got ", optimizer.weight_decay()));
+  }
+  if (optimizer.has_gradient_clip_norm() &&
+      (!(optimizer.gradient_clip_norm() > 0) || !std::isfinite(optimizer.gradient_clip_norm()))) {
+    return bad("gradient_clip_norm", absl::StrCat("must be > 0, got ", optimizer.gradient_clip_norm()));
+  }
+  if (optimizer.has_adamw()) {
+    const v1::AdamW& a = optimizer.adamw();
+    if (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1)) return bad("adamw.beta1", absl::StrCat("must be in [0, 1), got ", a.beta1()));
+    if (a.has_beta2() && !(a.beta2() >= 0 && a.beta2() < 1)) return bad("adamw.beta2", absl::StrCat("must be in [0, 1), got ", a.beta2()));
+    if (a.has_epsilon() && !(a.epsilon() > 0)) return bad("adamw.epsilon", absl::StrCat("must be > 0, got ", a.epsilon()));
+  } else {
+    const v1::Sgd& s = optimizer.sgd();
+    if (!(s.momentum() >= 0 && s.momentum() < 1)) return bad("sgd.momentum", absl::StrCat("must be in [0, 1), got ", s.momentum()));
+    if (s.nesterov() && s.momentum() <= 0) return bad("sgd.nesterov", "needs momentum > 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelConfig& config,
+                                                         performer::DType dtype, std::vector<at::Tensor> parameters,
+                                                         const v1::Optimizer& optimizer) {
+  if (absl::Status valid = ValidateOptimizer(optimizer); !valid.ok()) return valid;
+  std::unique_ptr<Trainer> trainer(new Trainer());
+  trainer->config_ = config;
+  trainer->dtype_ = dtype;
+  trainer->names_ = performer::ParameterNames(config);
+  trainer->spec_ = optimizer;
+  if (parameters.size() != trainer->names_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer: ", parameters.size(), " parameters for a model of ",
+                                                   trainer->names_.size()));
+  }
+  try {
+    for (at::Tensor& p : parameters) {
+      p = p.detach().to(at::kCPU, performer::ToScalarType(dtype)).contiguous().clone();
+      p.set_requires_grad(true);
+    }
+    trainer->parameters_ = std::move(parameters);
+    const double lr = optimizer.learning_rate();
+    if (optimizer.has_adamw()) {
+      const v1::AdamW& a = optimizer.adamw();
+      torch::optim::AdamWOptions options(lr);
+      options.betas(std::make_tuple(a.has_beta1() ? a.beta1() : 0.9, a.has_beta2() ? a.beta2() : 0.999));
+      options.eps(a.has_epsilon() ? a.epsilon() : 1e-8);
+      options.weight_decay(optimizer.weight_decay());
+      trainer->optimizer_ = std::make_unique<torch::optim::AdamW>(trainer->parameters_, options);
+    } else {
+      torch::optim::SGDOptions options(lr);
+      options.momentum(optimizer.sgd().momentum());
+      options.nesterov(optimizer.sgd().nesterov());
+      options.weight_decay(optimizer.weight_decay());
+      trainer->optimizer_ = std::make_unique<torch::optim::SGD>(trainer->parameters_, options);
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("creating the optimizer: ", e.what_without_backtrace()));
+  }
+  return trainer;
+}
+
+double Trainer::LearningRate(int64_t step) const {
+  const double lr = spec_.learning_rate();
+  const int64_t warmup = spec_.warmup_steps();
+  if (warmup <= 0) return lr;
+  return lr * std::min(1.0, static_cast<double>(step) / static_cast<double>(warmup));
+}
+
+absl::StatusOr<StepResult> Trainer::Step(const std::vector<at::Tensor>& gradient) {
+  if (gradient.size() != parameters_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient has ", gradient.size(), " tensors; the model has ", parameters_.size()));
+  }
+  StepResult result;
+  try {
+    double squares = 0;
+    for (size_t i = 0; i < gradient.size(); ++i) {
+      if (!gradient[i].sizes().equals(parameters_[i].sizes())) {
+        return absl::InvalidArgumentError(absl::StrCat("gradient of ", names_[i], " has shape ",
+                                                       c10::str(gradient[i].sizes()), "; the parameter ",
+                                                       c10::str(parameters_[i].sizes())));
+      }
+      squares += gradient[i].to(at::kDouble).pow(2).sum().item<double>();
+    }
+    result.gradient_norm = std::sqrt(squares);
+    if (!std::isfinite(result.gradient_norm)) {
+      return absl::InvalidArgumentError("the aggregated gradient is not finite");
+    }
+    double scale = 1.0;
+    if (spec_.has_gradient_clip_norm()) {
+      const double coefficient = spec_.gradient_clip_norm() / (result.gradient_norm + 1e-6);
+      if (coefficient < 1.0) scale = coefficient;
+    }
+    for (size_t i = 0; i < gradient.size(); ++i) {
+      at::Tensor g = gradient[i].detach().to(parameters_[i].options().requires_grad(false)).clone();
+      if (scale != 1.0) g.mul_(scale);
+      parameters_[i].mutable_grad() = g;
+    }
+    result.learning_rate = LearningRate(steps_ + 1);
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(result.learning_rate);
+    optimizer_->step();
+    for (at::Tensor& p : parameters_) p.mutable_grad() = at::Tensor();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("optimizer step ", steps_ + 1, ": ", e.what_without_backtrace()));
+  }
+  ++steps_;
+  return result;
+}
+
+absl::Status Trainer::Save(const std::string& model_path, const std::string& optimizer_path,
+                           const std::map<std::string, std::string>& metadata) const {
+  std::vector<at::Tensor> values;
+  for (const at::Tensor& p : parameters_) values.push_back(p.detach());
+  std::map<std::string, std::string> model_metadata = performer::ConfigToMetadata(config_);
+  for (const auto& [key, value] : metadata) model_metadata.emplace(key, value);
+  if (absl::Status saved = performer::SaveNamedTensors(model_path, names_, values, model_metadata); !saved.ok()) {
+    return saved;
+  }
+  performer::TensorFile state;
+  state.metadata["steps"] = absl::StrCat(steps_);
+  state.metadata["optimizer"] = spec_.has_adamw() ? "adamw" : "sgd";
+  const auto& states = optimizer_->state();
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto it = states.find(StateKey(parameters_[i]));
+    if (it == states.end()) continue;
+    if (spec_.has_adamw()) {
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      state.tensors["exp_avg." + names_[i]] = s.exp_avg();
+      state.tensors["exp_avg_sq." + names_[i]] = s.exp_avg_sq();
+      state.tensors["step." + names_[i]] = torch::tensor({s.step()}, torch::kLong);
+    } else {
+      const auto& s = static_cast<const torch::optim::SGDParamState&>(*it->second);
+      if (s.momentum_buffer().defined()) state.tensors["momentum_buffer." + names_[i]] = s.momentum_buffer();
+    }
+  }
+  return performer::WriteSafetensors(optimizer_path, state);
+}
+
+absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
+  absl::StatusOr<performer::TensorFile> file = performer::ReadSafetensors(optimizer_path);
+  if (!file.ok()) return file.status();
+  const std::string kind = spec_.has_adamw() ? "adamw" : "sgd";
+  auto kind_it = file->metadata.find("optimizer");
+  if (kind_it == file->metadata.end() || kind_it->second != kind) {
+    return absl::InvalidArgumentError(absl::StrCat(optimizer_path, ": optimizer state is not ", kind));
+  }
+  int64_t steps = 0;
+  auto steps_it = file->metadata.find("steps");
+  if (steps_it == file->metadata.end() || !absl::SimpleAtoi(steps_it->second, &steps) || steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(optimizer_path, ": missing or bad \"steps\""));
+  }
+  auto& states = optimizer_->state();
+  states.clear();
+  try {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const at::Tensor& p = parameters_[i];
+      auto get = [&](const std::string& prefix) -> at::Tensor {
+        auto it = file->tensors.find(prefix + names_[i]);
+        if (it == file->tensors.end()) return at::Tensor();
+        return it->second.to(p.options().requires_grad(false)).clone();
+      };
+      if (spec_.has_adamw()) {
+        at::Tensor exp_avg = get("exp_avg."), exp_avg_sq = get("exp_avg_sq.");
+        auto step_it = file->tensors.find("step." + names_[i]);
+        if (!exp_avg.defined() || !exp_avg_sq.defined() || step_it == file->tensors.end()) continue;
+        if (!exp_avg.sizes().equals(p.sizes()) || !exp_avg_sq.sizes().equals(p.sizes())) {
+          return absl::InvalidArgumentError(absl::StrCat(optimizer_path, ": state of ", names_[i], " has the wrong shape"));
+        }
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->step(step_it->second.item<int64_t>());
+        s->exp_avg(exp_avg);
+        s->exp_avg_sq(exp_avg_sq);
+        states[StateKey(p)] = std::move(s);
+      } else {
+        at::Tensor buffer = get("momentum_buffer.");
+        if (!buffer.defined()) continue;
+        if (!buffer.sizes().equals(p.sizes())) {
+          return absl::InvalidArgumentError(absl::StrCat(optimizer_path, ": state of ", names_[i], " has the wrong shape"));
+        }
+        auto s = std::make_unique<torch::optim::SGDParamState>();
+        s->momentum_buffer(buffer);
+        states[StateKey(p)] = std::move(s);
+      }
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(optimizer_path, ": restoring optimizer state: ", e.what_without_backtrace()));
+  }
+  steps_ = steps;
+  return absl::OkStatus();
+}
+
+}  // namespace slimfit::server

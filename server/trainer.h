@@ -1,0 +1,82 @@
+// The coordinator's side of training: a job's parameters and its optimizer. Takes the aggregated
+// gradient of a round (already the gradient of the round's mean loss), clips it to a global L2
+// norm, sets the learning rate of the warm-up schedule and steps torch::optim::AdamW or
+// torch::optim::SGD. Saves and restores parameters and optimizer state as safetensors files
+// (written atomically), so a job resumes after a restart exactly where its checkpoint left it.
+//
+// Learning rate of step t (1-based): learning_rate · min(1, t / warmup_steps) (constant without
+// warm-up). Clipping follows torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when
+// that is below 1.
+//
+// Thread safety: not thread-safe; one job runner owns a Trainer.
+#ifndef SLIMFIT_SERVER_TRAINER_H_
+#define SLIMFIT_SERVER_TRAINER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "performer/model_config.h"
+#include "performer/plan.h"
+#include "proto/slimfit.pb.h"
+
+namespace slimfit::server {
+
+// INVALID_ARGUMENT naming the field ("spec.optimizer.learning_rate") for an invalid optimizer.
+absl::Status ValidateOptimizer(const v1::Optimizer& optimizer);
+
+struct StepResult {
+  double gradient_norm = 0;  // global L2 norm before clipping
+  double learning_rate = 0;  // used by this step
+};
+
+class Trainer {
+ public:
+  // Takes ownership of `parameters` (checkpoint layout, in performer::ParameterNames(config)
+  // order, CPU). REQUIRES: ValidateOptimizer(optimizer).ok().
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const performer::ModelConfig& config,
+                                                         performer::DType dtype,
+                                                         std::vector<at::Tensor> parameters,
+                                                         const v1::Optimizer& optimizer);
+
+  // One optimizer step with `gradient` (same names/shapes/order as the parameters).
+  // INVALID_ARGUMENT for a shape mismatch or a non-finite gradient (nothing is changed then).
+  absl::StatusOr<StepResult> Step(const std::vector<at::Tensor>& gradient);
+
+  int64_t steps() const { return steps_; }
+  const performer::ModelConfig& config() const { return config_; }
+  performer::DType dtype() const { return dtype_; }
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
+
+  // Writes the parameters (a self-describing model checkpoint with `metadata`) to `model_path`
+  // and the optimizer state (moments, step counts) to `optimizer_path`, each atomically.
+  absl::Status Save(const std::string& model_path, const std::string& optimizer_path,
+                    const std::map<std::string, std::string>& metadata) const;
+
+  // Restores the optimizer state written by Save (the parameters come with Create).
+  // INVALID_ARGUMENT when the file does not match this model or optimizer.
+  absl::Status LoadOptimizerState(const std::string& optimizer_path);
+
+ private:
+  Trainer() = default;
+  double LearningRate(int64_t step) const;
+
+  performer::ModelConfig config_;
+  performer::DType dtype_ = performer::DType::kFloat32;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> parameters_;
+  v1::Optimizer spec_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_TRAINER_H_

@@ -1,0 +1,301 @@
+#include "server/worker_registry.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/time_util.h"
+#include "planner/device_profile_io.h"
+#include "proto/log.h"
+#include "proto/rpc_util.h"
+
+namespace slimfit::server {
+namespace {
+
+google::protobuf::Timestamp ToTimestamp(absl::Time time) {
+  return google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(time));
+}
+
+std::string NewWorkerId() {
+  static std::mt19937_64 generator(std::random_device{}());
+  return absl::StrFormat("w-%08x", static_cast<uint32_t>(generator()));
+}
+
+std::string DeviceKind(const std::string& device) { return device.substr(0, device.find(':')); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(StateStore* store, RegistryOptions options) {
+  std::unique_ptr<WorkerRegistry> registry(new WorkerRegistry(store, options));
+  absl::StatusOr<std::map<std::string, uint64_t>> known = store->Workers();
+  if (!known.ok()) return known.status();
+  absl::MutexLock lock(&registry->mutex_);
+  registry->known_ = *std::move(known);
+  return registry;
+}
+
+bool WorkerRegistry::IsLiveState(v1::WorkerState state) {
+  return state == v1::WORKER_STATE_IDLE || state == v1::WORKER_STATE_BUSY;
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(const v1::RegisterWorkerRequest& request) {
+  if (request.memory_budget_bytes() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory_budget_bytes: must be > 0, got ", request.memory_budget_bytes()));
+  }
+  if (request.device() != "cpu" && !(request.device().rfind("cuda:", 0) == 0 && request.device().size() > 5)) {
+    return absl::InvalidArgumentError(absl::StrCat("device: \"", request.device(), "\" is not cpu or cuda:N"));
+  }
+  if (absl::Status address = rpc::ValidateAddress(request.advertise_address(), "advertise_address", false);
+      !address.ok()) {
+    return address;
+  }
+  if (request.threads() < 1) return absl::InvalidArgumentError(absl::StrCat("threads: must be ≥ 1, got ", request.threads()));
+  if (request.worker_id().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) {
+    return absl::InvalidArgumentError("worker_id: longer than 256 bytes");
+  }
+  const planner::DeviceProfile profile = planner::DeviceProfileFromProto(request.profile());
+  if (absl::Status valid = profile.Validate(); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("profile: ", valid.message()));
+  }
+
+  absl::MutexLock lock(&mutex_);
+  std::string id = request.worker_id();
+  uint64_t incarnation = 1;
+  if (!id.empty()) {
+    auto known = known_.find(id);
+    if (known == known_.end()) {
+      return absl::NotFoundError(absl::StrCat("worker ", id, " is unknown to this coordinator: register without an id"));
+    }
+    incarnation = known->second + 1;
+  } else {
+    do {
+      id = NewWorkerId();
+    } while (known_.count(id) > 0);
+  }
+  if (absl::Status stored = store_->PutWorker(id, incarnation); !stored.ok()) return stored;
+  known_[id] = incarnation;
+
+  Entry& entry = workers_[id];
+  entry.info.Clear();
+  entry.info.set_worker_id(id);
+  entry.info.set_incarnation(incarnation);
+  entry.info.set_state(v1::WORKER_STATE_IDLE);
+  entry.info.set_device(request.device());
+  entry.info.set_device_name(request.profile().device_name());
+  entry.info.set_advertise_address(request.advertise_address());
+  entry.info.set_memory_budget_bytes(request.memory_budget_bytes());
+  entry.info.set_threads(request.threads());
+  *entry.info.mutable_profile() = request.profile();
+  entry.info.set_version(request.version());
+  const absl::Time now = absl::Now();
+  *entry.info.mutable_registered_at() = ToTimestamp(now);
+  *entry.info.mutable_last_heartbeat_at() = ToTimestamp(now);
+  entry.last_heartbeat = now;
+  entry.stub = v1::Worker::NewStub(rpc::MakeChannel(request.advertise_address()));
+  ++generation_;
+  rpc::LogInfo("worker ", id, " registered (incarnation ", incarnation, ", ", request.device(), ", budget ",
+               request.memory_budget_bytes(), " B, at ", request.advertise_address(), ")");
+
+  v1::RegisterWorkerResponse response;
+  response.set_worker_id(id);
+  response.set_incarnation(incarnation);
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  response.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(request.worker_id());
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " is not registered: register again"));
+  }
+  Entry& entry = it->second;
+  if (request.incarnation() != entry.info.incarnation()) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", request.worker_id(), " incarnation ",
+                                                      request.incarnation(), " was superseded by incarnation ",
+                                                      entry.info.incarnation()));
+  }
+  if (entry.info.state() == v1::WORKER_STATE_LEFT) {
+    return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " deregistered: register again"));
+  }
+  const v1::WorkerState before = entry.info.state();
+  v1::WorkerState state = request.state();
+  if (state != v1::WORKER_STATE_IDLE && state != v1::WORKER_STATE_BUSY && state != v1::WORKER_STATE_DRAINING) {
+    state = v1::WORKER_STATE_IDLE;
+  }
+  entry.info.set_state(state);
+  if (request.has_current_work()) *entry.info.mutable_current_work() = request.current_work();
+  else entry.info.clear_current_work();
+  if (request.measured_peak_bytes() > 0) entry.info.set_measured_peak_bytes(request.measured_peak_bytes());
+  entry.last_heartbeat = absl::Now();
+  *entry.info.mutable_last_heartbeat_at() = ToTimestamp(entry.last_heartbeat);
+  if (IsLiveState(before) != IsLiveState(state)) {
+    ++generation_;
+    if (before == v1::WORKER_STATE_LOST) rpc::LogInfo("worker ", request.worker_id(), " is back");
+  }
+  v1::HeartbeatResponse response;
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  response.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
+  for (const auto& [job, version] : request.cached_parameter_versions()) {
+    if (std::find(finished_jobs_.begin(), finished_jobs_.end(), job) != finished_jobs_.end()) {
+      response.add_finished_job_ids(job);
+    }
+  }
+  return response;
+}
+
+absl::Status WorkerRegistry::Deregister(const v1::DeregisterWorkerRequest& request) {
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(request.worker_id());
+  if (it == workers_.end()) {
+    if (known_.count(request.worker_id()) > 0) return absl::OkStatus();  // already gone
+    return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " is unknown"));
+  }
+  if (request.incarnation() != it->second.info.incarnation()) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", request.worker_id(), " incarnation ",
+                                                      request.incarnation(), " was superseded"));
+  }
+  if (it->second.info.state() != v1::WORKER_STATE_LEFT) {
+    it->second.info.set_state(v1::WORKER_STATE_LEFT);
+    it->second.info.clear_current_work();
+    ++generation_;
+    rpc::LogInfo("worker ", request.worker_id(), " left: ", request.reason());
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> WorkerRegistry::ExpireSilentWorkers() {
+  absl::MutexLock lock(&mutex_);
+  std::vector<std::string> lost;
+  const absl::Time now = absl::Now();
+  for (auto& [id, entry] : workers_) {
+    const v1::WorkerState state = entry.info.state();
+    if (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT) continue;
+    if (now - entry.last_heartbeat > options_.lost_after) {
+      entry.info.set_state(v1::WORKER_STATE_LOST);
+      entry.info.clear_current_work();
+      lost.push_back(id);
+      rpc::LogWarning("worker ", id, " lost: no heartbeat for ", absl::FormatDuration(now - entry.last_heartbeat));
+    }
+  }
+  if (!lost.empty()) ++generation_;
+  return lost;
+}
+
+std::vector<WorkerHandle> WorkerRegistry::LiveWorkers(const v1::DeviceConstraints& constraints) const {
+  absl::MutexLock lock(&mutex_);
+  std::vector<WorkerHandle> live;
+  for (const auto& [id, entry] : workers_) {
+    if (!IsLiveState(entry.info.state())) continue;
+    if (entry.info.memory_budget_bytes() < constraints.min_memory_bytes()) continue;
+    if (constraints.device_kinds_size() > 0 &&
+        std::find(constraints.device_kinds().begin(), constraints.device_kinds().end(),
+                  DeviceKind(entry.info.device())) == constraints.device_kinds().end()) {
+      continue;
+    }
+    WorkerHandle handle;
+    handle.worker_id = id;
+    handle.incarnation = entry.info.incarnation();
+    handle.device = entry.info.device();
+    handle.memory_budget_bytes = entry.info.memory_budget_bytes();
+    handle.profile = planner::DeviceProfileFromProto(entry.info.profile());
+    handle.stub = entry.stub;
+    live.push_back(std::move(handle));
+  }
+  return live;
+}
+
+int WorkerRegistry::LiveCount() const {
+  absl::MutexLock lock(&mutex_);
+  int count = 0;
+  for (const auto& [id, entry] : workers_) count += IsLiveState(entry.info.state()) ? 1 : 0;
+  return count;
+}
+
+bool WorkerRegistry::IsLive(const std::string& worker_id, uint64_t incarnation) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(worker_id);
+  return it != workers_.end() && it->second.info.incarnation() == incarnation && IsLiveState(it->second.info.state());
+}
+
+std::optional<WorkerHandle> WorkerRegistry::Find(const std::string& worker_id) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return std::nullopt;
+  WorkerHandle handle;
+  handle.worker_id = worker_id;
+  handle.incarnation = it->second.info.incarnation();
+  handle.device = it->second.info.device();
+  handle.memory_budget_bytes = it->second.info.memory_budget_bytes();
+  handle.profile = planner::DeviceProfileFromProto(it->second.info.profile());
+  handle.stub = it->second.stub;
+  return handle;
+}
+
+void WorkerRegistry::SetJobPlan(const std::string& worker_id, const v1::WorkerJobPlan& plan) {
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  for (v1::WorkerJobPlan& existing : *it->second.info.mutable_plans()) {
+    if (existing.job_id() == plan.job_id()) {
+      existing = plan;
+      return;
+    }
+  }
+  *it->second.info.add_plans() = plan;
+}
+
+void WorkerRegistry::ClearJob(const std::string& job_id) {
+  absl::MutexLock lock(&mutex_);
+  for (auto& [id, entry] : workers_) {
+    auto* plans = entry.info.mutable_plans();
+    plans->erase(std::remove_if(plans->begin(), plans->end(),
+                                [&](const v1::WorkerJobPlan& p) { return p.job_id() == job_id; }),
+                 plans->end());
+  }
+}
+
+void WorkerRegistry::RecordShard(const std::string& worker_id, bool ok, int64_t measured_peak_bytes) {
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  if (ok) it->second.info.set_shards_completed(it->second.info.shards_completed() + 1);
+  else it->second.info.set_shards_failed(it->second.info.shards_failed() + 1);
+  if (measured_peak_bytes > it->second.info.measured_peak_bytes()) {
+    it->second.info.set_measured_peak_bytes(measured_peak_bytes);
+  }
+}
+
+void WorkerRegistry::AddFinishedJob(const std::string& job_id) {
+  absl::MutexLock lock(&mutex_);
+  finished_jobs_.push_back(job_id);
+}
+
+std::vector<v1::WorkerInfo> WorkerRegistry::List(bool include_gone) const {
+  absl::MutexLock lock(&mutex_);
+  std::vector<v1::WorkerInfo> list;
+  for (const auto& [id, entry] : workers_) {
+    const v1::WorkerState state = entry.info.state();
+    if (!include_gone && (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT)) continue;
+    list.push_back(entry.info);
+  }
+  return list;
+}
+
+std::optional<v1::WorkerInfo> WorkerRegistry::Info(const std::string& worker_id) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return std::nullopt;
+  return it->second.info;
+}
+
+uint64_t WorkerRegistry::generation() const {
+  absl::MutexLock lock(&mutex_);
+  return generation_;
+}
+
+}  // namespace slimfit::server

@@ -1,0 +1,106 @@
+// The coordinator's view of its workers: registration (persistent ids, incarnations), liveness
+// from heartbeats, what each is doing, and a gRPC stub to reach it.
+//
+// A worker is live while it heartbeats within lost_after; a sweep (ExpireSilentWorkers, called by
+// the coordinator's liveness thread) marks silent ones LOST and a heartbeat revives them. Ids are
+// kept in the StateStore, so a worker keeps its id across coordinator restarts: after a restart
+// its next heartbeat gets NOT_FOUND-free service only once it registers again with that id
+// (registrations of known ids are accepted; unknown ids get NOT_FOUND).
+//
+// Observers: job runners watch `generation()` (bumped on every membership or state change) to
+// notice lost workers while a round is in flight.
+//
+// Thread safety: thread-safe.
+#ifndef SLIMFIT_SERVER_WORKER_REGISTRY_H_
+#define SLIMFIT_SERVER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "planner/device_profile.h"
+#include "proto/slimfit.grpc.pb.h"
+#include "proto/slimfit.pb.h"
+#include "server/state_store.h"
+
+namespace slimfit::server {
+
+struct RegistryOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration lost_after = absl::Seconds(5);
+};
+
+// What a job runner needs of one worker.
+struct WorkerHandle {
+  std::string worker_id;
+  uint64_t incarnation = 0;
+  std::string device;
+  int64_t memory_budget_bytes = 0;
+  planner::DeviceProfile profile;
+  std::shared_ptr<v1::Worker::StubInterface> stub;
+};
+
+class WorkerRegistry {
+ public:
+  // Loads known ids from `store` (not owned; must outlive the registry).
+  static absl::StatusOr<std::unique_ptr<WorkerRegistry>> Create(StateStore* store, RegistryOptions options);
+
+  absl::StatusOr<v1::RegisterWorkerResponse> Register(const v1::RegisterWorkerRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  absl::Status Deregister(const v1::DeregisterWorkerRequest& request);
+
+  // Marks workers silent for longer than lost_after as LOST; returns their ids.
+  std::vector<std::string> ExpireSilentWorkers();
+
+  // Live (IDLE, BUSY) workers that satisfy `constraints`, by id.
+  std::vector<WorkerHandle> LiveWorkers(const v1::DeviceConstraints& constraints) const;
+  // Live workers of any kind.
+  int LiveCount() const;
+  // True while `worker_id` with this incarnation is live.
+  bool IsLive(const std::string& worker_id, uint64_t incarnation) const;
+  std::optional<WorkerHandle> Find(const std::string& worker_id) const;
+
+  // Records what a worker computes / its plan for a job, for ListWorkers.
+  void SetJobPlan(const std::string& worker_id, const v1::WorkerJobPlan& plan);
+  void ClearJob(const std::string& job_id);
+  void RecordShard(const std::string& worker_id, bool ok, int64_t measured_peak_bytes);
+
+  // Jobs that finished, sent to workers with heartbeats so they drop cached parameters.
+  void AddFinishedJob(const std::string& job_id);
+
+  std::vector<v1::WorkerInfo> List(bool include_gone) const;
+  std::optional<v1::WorkerInfo> Info(const std::string& worker_id) const;
+
+  // Bumped on every change of membership or liveness.
+  uint64_t generation() const;
+
+  const RegistryOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    v1::WorkerInfo info;
+    absl::Time last_heartbeat;
+    std::shared_ptr<v1::Worker::StubInterface> stub;
+  };
+  WorkerRegistry(StateStore* store, RegistryOptions options) : store_(store), options_(options) {}
+  static bool IsLiveState(v1::WorkerState state);
+
+  StateStore* store_;
+  RegistryOptions options_;
+  mutable absl::Mutex mutex_;
+  std::map<std::string, uint64_t> known_ ABSL_GUARDED_BY(mutex_);  // id → incarnation (durable)
+  std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::string> finished_jobs_ ABSL_GUARDED_BY(mutex_);
+  uint64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t next_number_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_WORKER_REGISTRY_H_
