@@ -589,7 +589,7 @@ absl::Status Coordinator::WatchJob(const v1::WatchJobRequest& request,
   *snapshot.mutable_time() = Now();
   *snapshot.mutable_snapshot() = *job;
   if (!emit(snapshot)) return absl::OkStatus();
-  int64_t after = request.after_sequence() > 0 ? request.after_sequence() : *last;
+  int64_t after = request.from_start() ? 0 : request.after_sequence() > 0 ? request.after_sequence() : *last;
   while (true) {
     absl::StatusOr<std::vector<v1::JobEvent>> events = store_->Events(request.job_id(), after);
     if (!events.ok()) return events.status();

@@ -462,6 +462,11 @@ absl::StatusOr<std::vector<JobRunner::WorkerPlan>> JobRunner::PlanWorkers(int64_
         changed->set_round(round);
         *changed->mutable_plan() = planner::CandidateToProto(result->chosen);
         changed->set_reason(result->reason);
+        if (auto replan = replans_.find(worker.worker_id); replan != replans_.end()) {
+          *changed->mutable_previous() = planner::PlanToProto(replan->second.first);
+          changed->set_reason(absl::StrCat(replan->second.second, "; ", result->reason));
+          replans_.erase(replan);
+        }
         changed->set_predicted_tokens_per_second(static_cast<double>(data_.sequence_length()) /
                                                  std::max(1e-9, result->chosen.prediction.seconds));
         Emit(std::move(event));
@@ -726,11 +731,14 @@ void JobRunner::MaybeReplan(const WorkerPlan& plan, int64_t measured_peak, int64
   if (measured_peak <= 0 || predicted <= 0) return;
   const double ratio = static_cast<double>(measured_peak) / static_cast<double>(predicted);
   if (ratio <= deps_.options.replan_ratio) return;
-  // The planner under-predicted this device: plan again against a budget shrunk by the error.
-  double& scale = budget_scale_[plan.worker.worker_id];
-  if (scale == 0) scale = 1.0;
-  scale = std::max(0.1, scale / ratio);
+  // The planner under-predicted this device: plan again, once per worker and job, against a budget
+  // shrunk by the error (repeating would compound one device's constant overhead into a refusal).
+  if (budget_scale_.count(plan.worker.worker_id) > 0) return;
+  budget_scale_[plan.worker.worker_id] = std::max(0.1, 1.0 / ratio);
   plans_.erase(WorkerKey(plan.worker));
+  replans_[plan.worker.worker_id] = {
+      plan.candidate.plan, absl::StrCat("measured ", planner::HumanBytes(measured_peak), " vs predicted ",
+                                        planner::HumanBytes(predicted), ": replanned")};
   rpc::LogWarning(job_.job_id(), ": worker ", plan.worker.worker_id, " measured ", planner::HumanBytes(measured_peak),
                   " vs predicted ", planner::HumanBytes(predicted), ": replanning from round ", round);
 }

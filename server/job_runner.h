@@ -168,6 +168,7 @@ class JobRunner {
   std::vector<std::vector<int64_t>> shapes_;
   std::map<std::string, planner::PlanCandidate> plans_;  // by worker id@incarnation; runner thread only
   std::map<std::string, double> budget_scale_;           // replans: budget multiplier per worker id
+  std::map<std::string, std::pair<performer::Plan, std::string>> replans_;  // previous plan, why
   std::set<std::string> refused_;                        // worker id@incarnation whose plan was refused
   std::vector<double> recent_round_seconds_;
 

@@ -1,0 +1,178 @@
+#include "tests/cluster.h"
+
+#include <signal.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/rpc_util.h"
+#include "proto/sha256.h"
+#include "tests/test_util.h"
+
+namespace slimfit::testing_util {
+
+Cluster::Cluster(std::string name) : root_(TempPath(name)) {
+  std::filesystem::remove_all(root_);
+  std::filesystem::create_directories(root_);
+}
+
+Cluster::~Cluster() {
+  for (auto& worker : workers_) worker->Signal(SIGKILL);
+  if (coordinator_ != nullptr) coordinator_->Signal(SIGKILL);
+}
+
+absl::Status Cluster::StartCoordinator() {
+  const std::string port_file = absl::StrCat(root_, "/coordinator.port");
+  std::filesystem::remove(port_file);
+  // Restarts reuse the first address so workers find the coordinator again.
+  const std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
+  const std::string log = absl::StrCat(root_, "/coordinator.log");
+  absl::StatusOr<DaemonProcess> process = DaemonProcess::Start(
+      RunfilePath("server/slimfit-coordinator"),
+      {absl::StrCat("--state_dir=", root_, "/coordinator"), absl::StrCat("--listen=", listen),
+       absl::StrCat("--token=", kClientToken), absl::StrCat("--worker_token=", kWorkerToken),
+       "--heartbeat_interval_ms=200", "--lost_after_ms=1500", "--shard_timeout_seconds=60",
+       absl::StrCat("--port_file=", port_file)},
+      log);
+  if (!process.ok()) return process.status();
+  coordinator_ = std::make_unique<DaemonProcess>(*std::move(process));
+  if (logs_.empty() || logs_.front() != log) logs_.insert(logs_.begin(), log);
+  absl::StatusOr<std::string> address = coordinator_->WaitForAddress(port_file, absl::Seconds(30));
+  if (!address.ok()) return address.status();
+  address_ = *address;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Cluster::StartWorker(const std::string& budget) {
+  const int index = static_cast<int>(workers_.size());
+  const std::string dir = absl::StrCat(root_, "/worker", index);
+  std::filesystem::create_directories(dir);
+  const std::string port_file = absl::StrCat(dir, "/port");
+  const std::string log = absl::StrCat(root_, "/worker", index, ".log");
+  absl::StatusOr<DaemonProcess> process = DaemonProcess::Start(
+      RunfilePath("worker/slimfit-worker"),
+      {absl::StrCat("--coordinator=", address_), "--listen=127.0.0.1:0", "--device=cpu",
+       absl::StrCat("--memory_budget=", budget), "--threads=1", absl::StrCat("--state_dir=", dir, "/state"),
+       absl::StrCat("--token=", kWorkerToken), absl::StrCat("--profile=", RunfilePath("client/testdata/tiny_cpu.profile")),
+       absl::StrCat("--port_file=", port_file)},
+      log);
+  if (!process.ok()) return process.status();
+  workers_.push_back(std::make_unique<DaemonProcess>(*std::move(process)));
+  logs_.push_back(log);
+  absl::StatusOr<std::string> address = workers_.back()->WaitForAddress(port_file, absl::Seconds(60));
+  if (!address.ok()) return address.status();
+  worker_addresses_.push_back(*address);
+  return index;
+}
+
+absl::Status Cluster::WaitForLiveWorkers(int count, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  int live = 0;
+  while (absl::Now() < deadline) {
+    auto context = rpc::MakeClientContext(kClientToken, std::chrono::seconds(5));
+    v1::ListWorkersRequest request;
+    v1::ListWorkersResponse response;
+    if (Stub()->ListWorkers(context.get(), request, &response).ok()) {
+      live = 0;
+      for (const v1::WorkerInfo& w : response.workers()) {
+        live += w.state() == v1::WORKER_STATE_IDLE || w.state() == v1::WORKER_STATE_BUSY ? 1 : 0;
+      }
+      if (live >= count) return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(live, " of ", count, " workers live"));
+}
+
+std::unique_ptr<v1::Coordinator::Stub> Cluster::Stub() const { return v1::Coordinator::NewStub(rpc::MakeChannel(address_)); }
+
+absl::StatusOr<std::string> Cluster::UploadText(const std::string& content, const std::optional<std::string>& separator) {
+  auto context = rpc::MakeClientContext(kClientToken, std::chrono::seconds(30));
+  v1::DatasetInfo info;
+  std::unique_ptr<v1::Coordinator::Stub> stub = Stub();
+  auto writer = stub->UploadDataset(context.get(), &info);
+  v1::UploadDatasetRequest request;
+  v1::UploadMetadata* metadata = request.mutable_metadata();
+  metadata->set_name("corpus.txt");
+  metadata->set_content_type("text/plain");
+  metadata->set_total_bytes(static_cast<int64_t>(content.size()));
+  metadata->set_sha256(rpc::Sha256Hex(content));
+  if (separator.has_value()) metadata->set_document_separator(*separator);
+  if (writer->Write(request)) {
+    for (size_t offset = 0; offset < content.size(); offset += v1::LIMIT_MAX_CHUNK_BYTES) {
+      request.Clear();
+      request.set_chunk(content.substr(offset, v1::LIMIT_MAX_CHUNK_BYTES));
+      if (!writer->Write(request)) break;
+    }
+    writer->WritesDone();
+  }
+  grpc::Status status = writer->Finish();
+  if (!status.ok()) return rpc::FromGrpcStatus(status, "UploadDataset", context.get());
+  return info.dataset_id();
+}
+
+absl::StatusOr<v1::Job> Cluster::Submit(const v1::JobSpec& spec, const std::string& token) {
+  auto context = rpc::MakeClientContext(token, std::chrono::seconds(60));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::Job job;
+  grpc::Status status = Stub()->SubmitJob(context.get(), request, &job);
+  if (!status.ok()) return rpc::FromGrpcStatus(status, "SubmitJob", context.get());
+  return job;
+}
+
+absl::StatusOr<v1::Job> Cluster::GetJob(const std::string& job_id) {
+  auto context = rpc::MakeClientContext(kClientToken, std::chrono::seconds(10));
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  grpc::Status status = Stub()->GetJob(context.get(), request, &job);
+  if (!status.ok()) return rpc::FromGrpcStatus(status, "GetJob", context.get());
+  return job;
+}
+
+absl::StatusOr<v1::Job> Cluster::WaitForJob(const std::string& job_id, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<v1::Job> job = absl::UnknownError("not polled");
+  while (absl::Now() < deadline) {
+    job = GetJob(job_id);
+    if (job.ok() && (job->state() == v1::JOB_STATE_SUCCEEDED || job->state() == v1::JOB_STATE_FAILED ||
+                     job->state() == v1::JOB_STATE_CANCELLED)) {
+      return job;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("job ", job_id, " not finished: ",
+                                                  job.ok() ? job->DebugString() : job.status().ToString()));
+}
+
+absl::StatusOr<performer::TensorFile> Cluster::Export(const std::string& job_id) {
+  auto context = rpc::MakeClientContext(kClientToken, std::chrono::seconds(60));
+  v1::ExportModelRequest request;
+  request.set_job_id(job_id);
+  auto reader = Stub()->ExportModel(context.get(), request);
+  v1::ExportModelResponse response;
+  std::string bytes;
+  std::string sha;
+  while (reader->Read(&response)) {
+    if (response.has_chunk()) bytes += response.chunk();
+    if (response.has_trailer()) sha = response.trailer().sha256();
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return rpc::FromGrpcStatus(status, "ExportModel", context.get());
+  if (sha != rpc::Sha256Hex(bytes)) return absl::DataLossError("export digest mismatch");
+  return performer::ParseSafetensors(bytes);
+}
+
+std::string Cluster::Logs() const {
+  std::string all;
+  for (const std::string& log : logs_) {
+    absl::StatusOr<std::string> text = ReadFileToString(log);
+    absl::StrAppend(&all, "==== ", log, "\n", text.ok() ? *text : text.status().ToString(), "\n");
+  }
+  return all;
+}
+
+}  // namespace slimfit::testing_util

@@ -1,0 +1,316 @@
+// End to end: a real coordinator and real workers on loopback, driven through the public gRPC
+// API. A job's final parameters equal a single-process run of the same rounds (aggregation is
+// exact), whatever plan each worker runs, when a worker is killed mid-round, and when the
+// coordinator is killed and restarted mid-job; bad requests get precise errors.
+#include <signal.h>
+
+#include <set>
+
+#include <torch/torch.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "performer/gradient_engine.h"
+#include "performer/packed_batch.h"
+#include "performer/performer_model.h"
+#include "planner/plan_proto.h"
+#include "proto/rpc_util.h"
+#include "server/job_data.h"
+#include "server/trainer.h"
+#include "tests/cluster.h"
+#include "tests/test_util.h"
+
+namespace slimfit {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_util::Cluster;
+
+std::string Corpus(size_t bytes) {
+  absl::StatusOr<std::string> text = testing_util::ReadFileToString("/usr/share/common-licenses/GPL-3");
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text->substr(0, bytes);
+}
+
+v1::JobSpec Spec(const std::string& dataset, int64_t d_model, int64_t d_ff, int64_t seq_len, int64_t sequences_per_round,
+                 int64_t rounds) {
+  v1::JobSpec spec;
+  spec.set_name("e2e");
+  v1::ModelConfig* model = spec.mutable_model()->mutable_config();
+  model->set_d_model(d_model);
+  model->set_layers(2);
+  model->set_heads(2);
+  model->set_d_ff(d_ff);
+  spec.add_dataset_ids(dataset);
+  spec.set_sequence_length(seq_len);
+  spec.set_tokens_per_round(seq_len * sequences_per_round);
+  spec.set_rounds(rounds);
+  spec.mutable_optimizer()->mutable_adamw();
+  spec.mutable_optimizer()->set_learning_rate(3e-3);
+  spec.mutable_optimizer()->set_weight_decay(0.01);
+  spec.mutable_optimizer()->set_gradient_clip_norm(1.0);
+  spec.set_held_out_fraction(0.1);
+  spec.set_eval_interval_rounds(2);
+  spec.set_checkpoint_interval_rounds(1);
+  spec.set_seed(11);
+  return spec;
+}
+
+// The same rounds in this process: the same data order (JobData), the engine's full-sequence
+// gradient of every sequence with the round's normaliser, summed, and the same optimizer.
+std::vector<at::Tensor> TrainLocally(const v1::JobSpec& spec, const std::string& text,
+                                     const std::optional<std::string>& separator) {
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "model");
+  EXPECT_TRUE(config.ok());
+  absl::StatusOr<server::TokenStream> stream = server::ParseDataset(text, "text/plain", v1::TOKEN_ENCODING_UNSPECIFIED, separator);
+  absl::StatusOr<server::JobData> data = server::JobData::Create(*stream, config->vocab, spec.sequence_length(),
+                                                                 spec.tokens_per_round(), spec.held_out_fraction(), spec.seed());
+  EXPECT_TRUE(data.ok()) << data.status();
+  absl::StatusOr<performer::PerformerModel> initial =
+      performer::PerformerModel::Create(*config, performer::DType::kFloat32, at::kCPU, spec.seed());
+  auto trainer = server::Trainer::Create(*config, performer::DType::kFloat32, initial->parameters(), spec.optimizer());
+  EXPECT_TRUE(trainer.ok());
+  for (int64_t round = 1; round <= spec.rounds(); ++round) {
+    std::vector<server::SequenceRef> sequences = data->RoundSequences(round);
+    const int64_t normalizer = data->PredictedTokens(sequences);
+    std::map<std::string, at::Tensor> named;
+    for (size_t i = 0; i < (*trainer)->names().size(); ++i) named[(*trainer)->names()[i]] = (*trainer)->parameters()[i].detach();
+    absl::StatusOr<performer::PerformerModel> model =
+        performer::PerformerModel::FromTensors(*config, named, performer::DType::kFloat32, at::kCPU);
+    std::vector<at::Tensor> sum;
+    for (const server::SequenceRef& sequence : sequences) {
+      performer::PackedBatch batch;
+      data->Gather({sequence}, &batch.tokens, &batch.doc_starts);
+      performer::GradientOptions options;
+      options.loss_normalizer = normalizer;
+      options.feature_seed = spec.seed();
+      absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, performer::Plan(), options);
+      EXPECT_TRUE(result.ok()) << result.status();
+      for (size_t i = 0; i < result->gradients.size(); ++i) {
+        at::Tensor g = result->gradients[i].to(at::kDouble);
+        if (sum.size() <= i) sum.push_back(g); else sum[i] += g;
+      }
+    }
+    for (at::Tensor& g : sum) g = g.to(at::kFloat);
+    EXPECT_TRUE((*trainer)->Step(sum).ok());
+  }
+  return (*trainer)->parameters();
+}
+
+double RelativeDifference(const performer::TensorFile& exported, const std::vector<std::string>& names,
+                          const std::vector<at::Tensor>& want) {
+  std::vector<at::Tensor> got;
+  for (const std::string& name : names) got.push_back(exported.tensors.at(name));
+  return performer::RelativeDiscrepancy(got, want);
+}
+
+// Every event of a job (the job must be terminal: the stream then ends).
+std::vector<v1::JobEvent> AllEvents(Cluster& cluster, const std::string& job_id) {
+  auto context = rpc::MakeClientContext(testing_util::kClientToken, std::chrono::seconds(30));
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  request.set_from_start(true);
+  auto reader = cluster.Stub()->WatchJob(context.get(), request);
+  std::vector<v1::JobEvent> events;
+  v1::JobEvent event;
+  while (reader->Read(&event)) events.push_back(event);
+  grpc::Status status = reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return events;
+}
+
+TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
+  Cluster cluster("exact");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  // Budgets that make the planner pick C = 32, C = 64 and full back-propagation.
+  for (const char* budget : {"700KiB", "800KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = Corpus(24000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  // Uploading the same bytes again is idempotent.
+  EXPECT_EQ(*cluster.UploadText(text, std::string("\n\n")), *dataset);
+
+  const v1::JobSpec spec = Spec(*dataset, 32, 64, 128, 12, 4);
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(120));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_EQ(done->progress().rounds_completed(), 4);
+  EXPECT_TRUE(done->progress().has_eval_bits_per_byte());
+
+  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job->job_id());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
+  const std::vector<at::Tensor> want = TrainLocally(spec, text, std::string("\n\n"));
+  EXPECT_LE(RelativeDifference(*exported, performer::ParameterNames(*config), want), 1e-5);
+
+  // Each worker ran the plan that fits it: at least two different slice sizes were assigned;
+  // every round and evaluation was reported, in order.
+  std::set<int64_t> slices;
+  int64_t rounds = 0, evaluations = 0, last_sequence = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+    if (!event.has_snapshot()) {
+      EXPECT_GT(event.sequence(), last_sequence);
+      last_sequence = event.sequence();
+    }
+    if (event.has_worker_plan_changed()) slices.insert(event.worker_plan_changed().plan().plan().slice());
+    rounds += event.has_round_completed() ? 1 : 0;
+    evaluations += event.has_evaluation() ? 1 : 0;
+  }
+  EXPECT_GE(slices.size(), 2u) << cluster.Logs();
+  EXPECT_EQ(rounds, 4);
+  EXPECT_EQ(evaluations, 3);  // before round 1, after round 2 and after round 4
+}
+
+// Waits until some worker reports being busy with `round` or later of `job_id`; its index in the
+// listing order is not needed: the worker's advertised address identifies the process.
+absl::StatusOr<std::string> BusyWorkerAddress(Cluster& cluster, const std::string& job_id, int64_t round,
+                                              absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    auto context = rpc::MakeClientContext(testing_util::kClientToken, std::chrono::seconds(5));
+    v1::ListWorkersResponse response;
+    if (cluster.Stub()->ListWorkers(context.get(), v1::ListWorkersRequest(), &response).ok()) {
+      for (const v1::WorkerInfo& worker : response.workers()) {
+        if (worker.state() == v1::WORKER_STATE_BUSY && worker.current_work().job_id() == job_id &&
+            worker.current_work().round() >= round) {
+          return worker.advertise_address();
+        }
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError("no worker became busy");
+}
+
+TEST(EndToEndTest, WorkerKilledMidRoundChangesNothing) {
+  Cluster cluster("killed_worker");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartWorker("64MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = Corpus(60000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::nullopt);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  // Rounds long enough (~1 s) that a worker is caught in the middle of one.
+  const v1::JobSpec spec = Spec(*dataset, 64, 256, 512, 48, 5);
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  absl::StatusOr<std::string> busy = BusyWorkerAddress(cluster, job->job_id(), 2, absl::Seconds(60));
+  ASSERT_TRUE(busy.ok()) << busy.status() << cluster.Logs();
+  bool killed = false;
+  for (int i = 0; i < 2 && !killed; ++i) {
+    if (cluster.worker_address(i) == *busy) {
+      cluster.worker(i).Signal(SIGKILL);
+      killed = true;
+    }
+  }
+  ASSERT_TRUE(killed) << "no worker serves on " << *busy;
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+
+  int reassigned = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) reassigned += event.has_shard_reassigned() ? 1 : 0;
+  EXPECT_GE(reassigned, 1) << cluster.Logs();
+  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job->job_id());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
+  EXPECT_LE(RelativeDifference(*exported, performer::ParameterNames(*config), TrainLocally(spec, text, std::nullopt)),
+            1e-5);
+}
+
+TEST(EndToEndTest, CoordinatorRestartedMidJobResumesAndFinishes) {
+  Cluster cluster("restart");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = Corpus(40000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::nullopt);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  const v1::JobSpec spec = Spec(*dataset, 32, 64, 256, 24, 10);
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  // Kill the coordinator without warning once a few rounds are done.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  int64_t completed = 0;
+  while (absl::Now() < deadline && completed < 3) {
+    absl::StatusOr<v1::Job> now = cluster.GetJob(job->job_id());
+    if (now.ok()) completed = now->progress().rounds_completed();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GE(completed, 3) << cluster.Logs();
+  cluster.coordinator().Signal(SIGKILL);
+  ASSERT_TRUE(cluster.coordinator().Wait(absl::Seconds(10)).ok());
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_EQ(done->progress().rounds_completed(), 10);
+  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job->job_id());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
+  EXPECT_LE(RelativeDifference(*exported, performer::ParameterNames(*config), TrainLocally(spec, text, std::nullopt)),
+            1e-5);
+  // Parameter versions were never reused: the restart skipped ahead.
+  EXPECT_GT(done->progress().parameter_version(), 11u);
+}
+
+TEST(EndToEndTest, BadRequestsGetPreciseErrors) {
+  Cluster cluster("errors");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("2MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(1, absl::Seconds(30)).ok()) << cluster.Logs();
+  absl::StatusOr<std::string> dataset = cluster.UploadText(Corpus(5000), std::nullopt);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  const v1::JobSpec good = Spec(*dataset, 32, 64, 128, 4, 2);
+
+  absl::Status wrong_token = cluster.Submit(good, "not-the-token").status();
+  EXPECT_EQ(wrong_token.code(), absl::StatusCode::kUnauthenticated) << wrong_token;
+  absl::Status worker_token = cluster.Submit(good, testing_util::kWorkerToken).status();
+  EXPECT_EQ(worker_token.code(), absl::StatusCode::kPermissionDenied) << worker_token;
+
+  v1::JobSpec malformed = good;
+  malformed.set_rounds(0);
+  absl::Status status = cluster.Submit(malformed).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("spec.rounds"));
+  malformed = good;
+  malformed.mutable_model()->mutable_config()->set_d_model(30);
+  EXPECT_THAT(cluster.Submit(malformed).status().message(), HasSubstr("spec.model.config"));
+  malformed = good;
+  malformed.mutable_optimizer()->clear_kind();
+  EXPECT_THAT(cluster.Submit(malformed).status().message(), HasSubstr("spec.optimizer.kind"));
+  malformed = good;
+  malformed.set_dataset_ids(0, "ds-nope");
+  EXPECT_EQ(cluster.Submit(malformed).status().code(), absl::StatusCode::kNotFound);
+
+  absl::Status unknown = cluster.GetJob("job-999999").status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.message(), HasSubstr("job-999999"));
+
+  v1::JobSpec too_long = good;
+  too_long.set_sequence_length(8192);
+  too_long.set_tokens_per_round(8192);
+  status = cluster.Submit(too_long).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("training tokens; sequence_length is 8192"));
+
+  v1::JobSpec too_big = good;
+  too_big.mutable_model()->mutable_config()->set_d_model(512);
+  too_big.mutable_model()->mutable_config()->set_d_ff(2048);
+  status = cluster.Submit(too_big).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("needs at least"));
+  EXPECT_THAT(status.message(), HasSubstr("at C = 1"));
+}
+
+}  // namespace
+}  // namespace slimfit
