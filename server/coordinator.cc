@@ -1,5 +1,8 @@
 #include "server/coordinator.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -132,8 +135,18 @@ class FileUploadSink : public UploadSink {
       record.info.set_tokens(static_cast<int64_t>(stream->tokens.size()));
       record.info.set_documents(static_cast<int64_t>(stream->doc_starts.size()));
     }
+    // Durable before it is acknowledged: the bytes, then the rename.
+    if (const int fd = open(temp_path_.c_str(), O_RDONLY); fd >= 0) {
+      const bool synced = fsync(fd) == 0;
+      close(fd);
+      if (!synced) return absl::InternalError(absl::StrCat("fsync of ", temp_path_, " failed"));
+    }
     std::error_code error;
     fs::rename(temp_path_, record.path, error);
+    if (const int dir = open(uploads_dir_.c_str(), O_RDONLY | O_DIRECTORY); dir >= 0) {
+      fsync(dir);
+      close(dir);
+    }
     if (error) return absl::InternalError(absl::StrCat("storing the upload at ", record.path, ": ", error.message()));
     if (absl::Status stored = store_->PutDataset(record); !stored.ok()) return stored;
     rpc::LogInfo("stored upload ", id_, " (", metadata_.name(), ", ", received_, " bytes, ", record.info.tokens(),

@@ -583,8 +583,11 @@ absl::StatusOr<JobRunner::RoundOutput> JobRunner::RunShards(int64_t round, const
       shard.last_error = std::string(results[i].message());
       if (results[i].code() == absl::StatusCode::kResourceExhausted) refused_.insert(WorkerKey(plan.worker));
       failed_workers.insert(plan.worker.worker_id);
-      if (shard.attempt >= deps_.options.max_attempts) {
-        return absl::UnavailableError(absl::StrCat(what, ": shard ", shard.id, " failed ", shard.attempt,
+      // A busy, draining or unreachable worker (UNAVAILABLE) says nothing about the shard: only other
+      // failures count against max_attempts. A dead worker stops being offered work once it is LOST.
+      if (results[i].code() != absl::StatusCode::kUnavailable) ++shard.failures;
+      if (shard.failures >= deps_.options.max_attempts) {
+        return absl::UnavailableError(absl::StrCat(what, ": shard ", shard.id, " failed ", shard.failures,
                                                    " times; last: ", shard.last_error));
       }
       ++shard.attempt;

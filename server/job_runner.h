@@ -126,7 +126,8 @@ class JobRunner {
     int64_t id = 0;
     std::vector<SequenceRef> sequences;
     int64_t expected_tokens = 0;
-    int attempt = 1;
+    int attempt = 1;   // sent to the worker: 1 + reassignments
+    int failures = 0;  // attempts that count against RunnerOptions::max_attempts
     size_t worker = 0;  // index into the wave's plans
     std::string last_error;
   };
