@@ -25,7 +25,8 @@ std::string GeneralHelp(absl::Span<const Command> commands) {
                   "\n"
                   "Every command takes --json for machine-readable output. Errors are one line on "
                   "stderr;\nexit status 0 = success, 1 = could not be done (e.g. nothing fits the "
-                  "budget), 2 = usage or input error.\n");
+                  "budget, the\ncoordinator cannot be reached, a watched job failed), 2 = usage or "
+                  "input error (also an\nunknown job or a rejected token).\n");
   return text;
 }
 
@@ -50,6 +51,8 @@ int ExitCodeForStatus(const absl::Status& status) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
       return kExitUsage;
     default:
       return kExitFailure;
@@ -93,6 +96,12 @@ int RunCli(absl::Span<const std::string> args, absl::Span<const Command> command
   }
   const Command* command = FindCommand(commands, word);
   if (command == nullptr) return fail(UnknownCommand(word));
+  if (command->streams_output) {
+    const absl::Status status = command->run(args.subspan(1), out);
+    out << std::flush;
+    if (!status.ok()) return fail(status);
+    return kExitOk;
+  }
   // Output is buffered and written only on success: a refused plan must not leave half a table on
   // stdout.
   std::ostringstream buffer;

@@ -3,16 +3,21 @@
 //
 // A command receives the arguments after its name (`slimfit schedule --steps=8` → {"--steps=8"}),
 // writes its result to `out` (a table for people, or JSON with --json) and returns OK, or returns
-// an error (RunCli then discards whatever the command wrote). RunCli prints an error as one line
-// "slimfit: <message>" on stderr and exits with ExitCodeForStatus. With --help a command writes its help to
-// `out` and returns OK.
+// an error (RunCli then discards whatever the command wrote, unless the command streams its
+// output: see Command::streams_output). RunCli prints an error as one line "slimfit: <message>" on
+// stderr and exits with ExitCodeForStatus. With --help a command writes its help to `out` and
+// returns OK.
 //
 // Exit statuses (documented in README.md, "CLI reference"):
 //   0  success
 //   1  the request was understood but could not be carried out: nothing fits the memory budget
-//      (RESOURCE_EXHAUSTED), a file could not be written, calibration failed, …
-//   2  usage or input error: unknown command or flag, a malformed or out-of-range value, a missing
-//      or unparsable input file (INVALID_ARGUMENT, OUT_OF_RANGE, NOT_FOUND)
+//      (RESOURCE_EXHAUSTED), a file could not be written, calibration failed, the coordinator
+//      cannot be reached (UNAVAILABLE) or refuses in its current state (FAILED_PRECONDITION), a
+//      watched job FAILED or was CANCELLED, a transfer did not match its SHA-256 (DATA_LOSS), …
+//   2  usage or input error — something the caller must change before trying again: unknown
+//      command or flag, a malformed or out-of-range value, a missing or unparsable input file, an
+//      unknown job or worker id (INVALID_ARGUMENT, OUT_OF_RANGE, NOT_FOUND), a missing, wrong or
+//      wrong-kind token (UNAUTHENTICATED, PERMISSION_DENIED)
 //
 // Thread safety: plain functions and values.
 #ifndef SLIMFIT_CLIENT_COMMAND_H_
@@ -32,8 +37,8 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
-// kExitOk for OK; kExitUsage for INVALID_ARGUMENT, OUT_OF_RANGE and NOT_FOUND; kExitFailure for
-// every other code.
+// kExitOk for OK; kExitUsage for INVALID_ARGUMENT, OUT_OF_RANGE, NOT_FOUND, UNAUTHENTICATED and
+// PERMISSION_DENIED; kExitFailure for every other code.
 int ExitCodeForStatus(const absl::Status& status);
 
 // "slimfit: <message>\n" with every line break and tab in the message turned into a space, so an
@@ -46,6 +51,11 @@ struct Command {
   std::string name;     // the word after `slimfit`
   std::string summary;  // one line for `slimfit help`
   CommandFunction run;
+  // false: RunCli buffers the output and writes it only on success (a refused plan leaves no half
+  // table). true: `run` writes straight to RunCli's `out` as it goes (`slimfit watch` prints each
+  // event when it happens, and flushes); on an error, what was written stays and the one-line
+  // error follows on stderr.
+  bool streams_output = false;
 };
 
 // Runs `slimfit` with `args` = argv[1..] over `commands`: dispatches to the named command, or

@@ -21,8 +21,14 @@ TEST(ExitCodeForStatusTest, MapsCodes) {
   EXPECT_EQ(ExitCodeForStatus(absl::NotFoundError("x")), kExitUsage);
   EXPECT_EQ(ExitCodeForStatus(absl::ResourceExhaustedError("x")), kExitFailure);
   EXPECT_EQ(ExitCodeForStatus(absl::InternalError("x")), kExitFailure);
-  EXPECT_EQ(ExitCodeForStatus(absl::PermissionDeniedError("x")), kExitFailure);
+  EXPECT_EQ(ExitCodeForStatus(absl::PermissionDeniedError("x")), kExitUsage);
+  EXPECT_EQ(ExitCodeForStatus(absl::UnauthenticatedError("x")), kExitUsage);
   EXPECT_EQ(ExitCodeForStatus(absl::UnavailableError("x")), kExitFailure);
+  EXPECT_EQ(ExitCodeForStatus(absl::FailedPreconditionError("x")), kExitFailure);
+  EXPECT_EQ(ExitCodeForStatus(absl::DataLossError("x")), kExitFailure);
+  EXPECT_EQ(ExitCodeForStatus(absl::CancelledError("x")), kExitFailure);
+  EXPECT_EQ(ExitCodeForStatus(absl::AbortedError("x")), kExitFailure);
+  EXPECT_EQ(ExitCodeForStatus(absl::DeadlineExceededError("x")), kExitFailure);
 }
 
 TEST(FormatErrorLineTest, IsExactlyOneLine) {
@@ -48,6 +54,13 @@ class RunCliTest : public ::testing::Test {
                            out << "partial output";
                            return absl::ResourceExhaustedError("nothing fits\nat all");
                          }});
+    Command stream{"stream", "writes as it goes, then fails",
+                   [](absl::Span<const std::string>, std::ostream& out) {
+                     out << "event 1\n";
+                     return absl::CancelledError("job-1 CANCELLED: by hand");
+                   }};
+    stream.streams_output = true;
+    commands_.push_back(stream);
   }
 
   int Run(std::vector<std::string> args) {
@@ -73,6 +86,12 @@ TEST_F(RunCliTest, FailureDiscardsOutputAndPrintsOneLine) {
   EXPECT_EQ(Run({"fail"}), kExitFailure);
   EXPECT_EQ(out_.str(), "");
   EXPECT_EQ(err_.str(), "slimfit: nothing fits at all\n");
+}
+
+TEST_F(RunCliTest, StreamingCommandKeepsWhatItWroteBeforeAnError) {
+  EXPECT_EQ(Run({"stream"}), kExitFailure);
+  EXPECT_EQ(out_.str(), "event 1\n");
+  EXPECT_EQ(err_.str(), "slimfit: job-1 CANCELLED: by hand\n");
 }
 
 TEST_F(RunCliTest, NoCommandIsAUsageError) {

@@ -13,6 +13,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace slimfit::client {
 namespace {
@@ -146,6 +148,7 @@ void FlagSet::Add(absl::string_view name, Type type, void* value, absl::string_v
   }
   if (Find(name) != nullptr) RegistrationBug("registered twice", name);
   if (value == nullptr) RegistrationBug("null destination", name);
+  if (requirement == kOptionalNoDefault) default_text.clear();
   flags_.push_back(
       Flag{std::string(name), type, value, std::string(help), requirement, std::move(default_text)});
 }
@@ -172,6 +175,27 @@ void FlagSet::ByteSize(absl::string_view name, int64_t* value, absl::string_view
   Add(name, Type::kByteSize, value, help, requirement, *value == 0 ? "" : absl::StrCat(*value));
 }
 
+void FlagSet::StringList(absl::string_view name, std::vector<std::string>* values, absl::string_view help) {
+  Add(name, Type::kStringList, values, help, kOptional, values == nullptr ? "" : absl::StrJoin(*values, ","));
+}
+
+void FlagSet::Positional(absl::string_view name, std::string* value, absl::string_view help,
+                         Requirement requirement) {
+  if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-';
+      })) {
+    RegistrationBug("invalid positional name", name);
+  }
+  if (value == nullptr) RegistrationBug("null destination", name);
+  if (requirement == kRequired && !positionals_.empty() && positionals_.back().requirement == kOptional) {
+    RegistrationBug("a required positional after an optional one", name);
+  }
+  for (const PositionalArgument& positional : positionals_) {
+    if (positional.name == name) RegistrationBug("registered twice", name);
+  }
+  positionals_.push_back(PositionalArgument{std::string(name), value, std::string(help), requirement});
+}
+
 FlagSet::Flag* FlagSet::Find(absl::string_view name) {
   for (Flag& flag : flags_) {
     if (flag.name == name) return &flag;
@@ -182,6 +206,9 @@ FlagSet::Flag* FlagSet::Find(absl::string_view name) {
 bool FlagSet::IsSet(absl::string_view name) const {
   for (const Flag& flag : flags_) {
     if (flag.name == name) return flag.set;
+  }
+  for (const PositionalArgument& positional : positionals_) {
+    if (positional.name == name) return positional.set;
   }
   RegistrationBug("IsSet on an unregistered flag", name);
 }
@@ -243,6 +270,15 @@ absl::Status FlagSet::SetValue(Flag& flag, absl::string_view text) {
       *static_cast<int64_t*>(flag.value) = *parsed;
       return absl::OkStatus();
     }
+    case Type::kStringList: {
+      const std::vector<std::string> items = absl::StrSplit(text, ',');
+      for (const std::string& item : items) {
+        if (item.empty()) return malformed("expected a comma-separated list of non-empty values");
+      }
+      auto* values = static_cast<std::vector<std::string>*>(flag.value);
+      values->insert(values->end(), items.begin(), items.end());
+      return absl::OkStatus();
+    }
   }
   return absl::InternalError("unhandled flag type");
 }
@@ -257,9 +293,8 @@ absl::Status FlagSet::Parse(absl::Span<const std::string> args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const absl::string_view arg = args[i];
     if (arg == "--") {
-      if (i + 1 < args.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unexpected argument '", args[i + 1], "' ", Where(), ", which takes only flags"));
+      for (++i; i < args.size(); ++i) {
+        if (absl::Status s = SetPositional(args[i]); !s.ok()) return s;
       }
       break;
     }
@@ -268,8 +303,8 @@ absl::Status FlagSet::Parse(absl::Span<const std::string> args) {
         return absl::InvalidArgumentError(
             absl::StrCat("flags start with two dashes: write -", arg, " instead of ", arg, " ", Where()));
       }
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument '", arg, "' ", Where(), ", which takes only flags"));
+      if (absl::Status s = SetPositional(arg); !s.ok()) return s;
+      continue;
     }
     const absl::string_view body = arg.substr(2);
     const size_t equals = body.find('=');
@@ -291,7 +326,7 @@ absl::Status FlagSet::Parse(absl::Span<const std::string> args) {
       }
     }
     if (flag == nullptr) return UnknownFlag(name);
-    if (flag->set) {
+    if (flag->set && flag->type != Type::kStringList) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag->name, " given more than once ", Where()));
     }
     flag->set = true;
@@ -317,6 +352,12 @@ absl::Status FlagSet::Parse(absl::Span<const std::string> args) {
     ++i;
     if (absl::Status s = SetValue(*flag, args[i]); !s.ok()) return s;
   }
+  for (const PositionalArgument& positional : positionals_) {
+    if (positional.requirement == kRequired && !positional.set) {
+      return absl::InvalidArgumentError(absl::StrCat("missing argument ", positional.name, " ", Where(),
+                                                     " (see 'slimfit ", command_, " --help')"));
+    }
+  }
   for (const Flag& flag : flags_) {
     if (flag.requirement == kRequired && !flag.set) {
       return absl::InvalidArgumentError(
@@ -326,10 +367,28 @@ absl::Status FlagSet::Parse(absl::Span<const std::string> args) {
   return absl::OkStatus();
 }
 
+absl::Status FlagSet::SetPositional(absl::string_view arg) {
+  if (positionals_given_ < positionals_.size()) {
+    PositionalArgument& positional = positionals_[positionals_given_++];
+    *positional.value = std::string(arg);
+    positional.set = true;
+    return absl::OkStatus();
+  }
+  if (positionals_.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", arg, "' ", Where(), ", which takes only flags"));
+  }
+  std::vector<std::string> names;
+  for (const PositionalArgument& positional : positionals_) names.push_back(positional.name);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unexpected argument '", arg, "' ", Where(), ", which takes ",
+      positionals_.size() == 1 ? "one argument" : absl::StrCat(positionals_.size(), " arguments"), " (",
+      absl::StrJoin(names, " "), ")"));
+}
+
 std::string FlagSet::Help() const {
   std::string text = absl::StrCat("usage: ", synopsis_, "\n");
   if (!description_.empty()) absl::StrAppend(&text, "\n", description_, "\n");
-  absl::StrAppend(&text, "\nflags:\n");
   constexpr size_t kColumn = 30;
   auto entry = [&](const std::string& left, const std::string& right) {
     std::string line = absl::StrCat("  ", left);
@@ -339,6 +398,15 @@ std::string FlagSet::Help() const {
       absl::StrAppend(&text, line, std::string(kColumn - line.size(), ' '), right, "\n");
     }
   };
+  if (!positionals_.empty()) {
+    absl::StrAppend(&text, "\narguments:\n");
+    for (const PositionalArgument& positional : positionals_) {
+      entry(positional.name, positional.requirement == kRequired
+                                 ? absl::StrCat(positional.help, " (required)")
+                                 : positional.help);
+    }
+  }
+  absl::StrAppend(&text, "\nflags:\n");
   for (const Flag& flag : flags_) {
     std::string left = absl::StrCat("--", flag.name);
     switch (flag.type) {
@@ -355,6 +423,9 @@ std::string FlagSet::Help() const {
         break;
       case Type::kByteSize:
         absl::StrAppend(&left, "=SIZE");
+        break;
+      case Type::kStringList:
+        absl::StrAppend(&left, "=A[,B...]");
         break;
     }
     std::string right = flag.help;

@@ -25,10 +25,16 @@
 //   --name, --name=true|false    Bool flags (also 1|0|yes|no); --noname sets false. The separate
 //                                form "--name false" is not accepted for Bools: "false" would be
 //                                an unexpected argument
+//   --list=a,b --list c          StringList flags: the one kind of flag that may be repeated; each
+//                                value is a comma-separated list, appended in order (a, b, c)
+//   WORD                         a positional argument, for commands that register Positionals
+//                                (`slimfit status JOB`): filled in registration order, anywhere
+//                                among the flags; after "--" every argument is positional
 //   --help, -h                   help_requested() becomes true; nothing else is checked
 // Rejected with INVALID_ARGUMENT, the message naming the flag and the command: an unknown flag
-// (with a "did you mean" for a near miss: two edits, or one name a prefix of the other), a flag given twice,
-// a missing or malformed value, a positional argument, a single-dash flag, a missing kRequired flag.
+// (with a "did you mean" for a near miss: two edits, or one name a prefix of the other), a flag
+// other than a StringList given twice, a missing or malformed value, a positional argument beyond
+// those registered, a single-dash flag, a missing kRequired flag or positional.
 //
 // Thread safety: a FlagSet is not thread-safe; it writes through the pointers it was given, which
 // must outlive it. Not copyable.
@@ -60,7 +66,14 @@ namespace slimfit::client {
 
 class FlagSet {
  public:
-  enum Requirement { kOptional, kRequired };
+  enum Requirement {
+    kOptional,  // Help shows the variable's value at registration as the default
+    kRequired,  // Parse fails without it
+    // Optional, and the variable's value at registration is no default: the command looks at
+    // IsSet() and leaves the setting to someone else when the flag is absent (`slimfit submit
+    // --rounds` overrides a job spec). Help shows no default.
+    kOptionalNoDefault,
+  };
 
   // `command` names the command in messages ("schedule" → "for 'slimfit schedule'"); `synopsis`
   // is the usage line and `description` the paragraph below it in Help().
@@ -82,6 +95,16 @@ class FlagSet {
   // A byte count in ParseByteSize's syntax.
   void ByteSize(absl::string_view name, int64_t* value, absl::string_view help,
                 Requirement requirement = kOptional);
+  // A repeatable flag whose values are comma-separated lists, appended to `*values` in command-line
+  // order (after what `*values` holds now, which Help prints as the default). An empty item
+  // ("--data=", "--data=a,,b") is INVALID_ARGUMENT: a value cannot itself contain a comma.
+  void StringList(absl::string_view name, std::vector<std::string>* values, absl::string_view help);
+
+  // A positional argument written to `*value`; positionals are filled in registration order. `name`
+  // is how the synopsis and messages show it ("JOB", "JOB.textproto"): non-empty, made of
+  // [A-Za-z0-9_.-]. REQUIRES: a kRequired positional is not registered after a kOptional one.
+  void Positional(absl::string_view name, std::string* value, absl::string_view help,
+                  Requirement requirement = kOptional);
 
   // Parses `args` as above and writes the values. On error some values may have been written
   // already. Call once.
@@ -89,15 +112,16 @@ class FlagSet {
 
   // After Parse: whether --help / -h was given (then nothing else was checked or written).
   bool help_requested() const { return help_requested_; }
-  // After Parse: whether the flag `name` appeared on the command line. REQUIRES: registered.
+  // After Parse: whether the flag `name` appeared on the command line (or the positional `name`
+  // was given). REQUIRES: registered.
   bool IsSet(absl::string_view name) const;
 
-  // The synopsis, the description and one entry per flag with its help and its default (or
-  // "required"), in registration order; ends in '\n'.
+  // The synopsis, the description, one entry per positional ("arguments:") and one per flag
+  // ("flags:") with its help and its default (or "required"), in registration order; ends in '\n'.
   std::string Help() const;
 
  private:
-  enum class Type { kString, kInt, kDouble, kBool, kByteSize };
+  enum class Type { kString, kInt, kDouble, kBool, kByteSize, kStringList };
   struct Flag {
     std::string name;
     Type type;
@@ -108,10 +132,19 @@ class FlagSet {
     bool set = false;
   };
 
+  struct PositionalArgument {
+    std::string name;
+    std::string* value;
+    std::string help;
+    Requirement requirement;
+    bool set = false;
+  };
+
   void Add(absl::string_view name, Type type, void* value, absl::string_view help, Requirement requirement,
            std::string default_text);
   Flag* Find(absl::string_view name);
   absl::Status SetValue(Flag& flag, absl::string_view text);
+  absl::Status SetPositional(absl::string_view arg);
   absl::Status UnknownFlag(absl::string_view name) const;
   std::string Where() const;  // "for 'slimfit <command>'"
 
@@ -119,6 +152,8 @@ class FlagSet {
   std::string synopsis_;
   std::string description_;
   std::vector<Flag> flags_;
+  std::vector<PositionalArgument> positionals_;
+  size_t positionals_given_ = 0;
   bool help_requested_ = false;
 };
 

@@ -298,5 +298,121 @@ TEST_F(FlagSetTest, HelpListsFlagsWithDefaults) {
   EXPECT_EQ(help.back(), '\n');
 }
 
+TEST(FlagSetNoDefaultTest, HelpShowsNoDefaultAndIsSetTells) {
+  int64_t rounds = 0;
+  double rate = 0;
+  FlagSet flags("submit", "slimfit submit", "");
+  flags.Int("rounds", &rounds, "rounds to run", FlagSet::kOptionalNoDefault);
+  flags.Double("learning_rate", &rate, "peak learning rate", FlagSet::kOptionalNoDefault);
+  const std::string help = flags.Help();
+  EXPECT_THAT(help, HasSubstr("rounds to run\n"));
+  EXPECT_THAT(help, Not(HasSubstr("default: 0")));
+  ASSERT_TRUE(flags.Parse({"--rounds=5"}).ok());
+  EXPECT_EQ(rounds, 5);
+  EXPECT_TRUE(flags.IsSet("rounds"));
+  EXPECT_FALSE(flags.IsSet("learning_rate"));
+}
+
+// A command with positionals and a list flag, like `slimfit submit [JOB.textproto] --data=FILE...`.
+struct ListFlags {
+  ListFlags() : flags_("submit", "slimfit submit [JOB] [flags]", "") {
+    flags_.Positional("JOB", &job_, "the job");
+    flags_.Positional("EXTRA", &extra_, "more");
+    flags_.StringList("data", &data_, "data files");
+    flags_.Bool("json", &json_, "json output");
+    flags_.Int("rounds", &rounds_, "rounds");
+  }
+
+  absl::Status Parse(std::vector<std::string> args) { return flags_.Parse(args); }
+
+  std::string job_;
+  std::string extra_;
+  std::vector<std::string> data_;
+  bool json_ = false;
+  int64_t rounds_ = 0;
+  FlagSet flags_;
+};
+
+TEST(FlagSetListTest, RepeatsAndCommasAppendInOrder) {
+  ListFlags f;
+  ASSERT_TRUE(f.Parse({"--data=a.txt,b.txt", "--json", "--data", "c.txt", "--data=d"}).ok());
+  EXPECT_EQ(f.data_, (std::vector<std::string>{"a.txt", "b.txt", "c.txt", "d"}));
+  EXPECT_TRUE(f.flags_.IsSet("data"));
+}
+
+TEST(FlagSetListTest, RejectsEmptyItems) {
+  for (const char* arg : {"--data=", "--data=a,,b", "--data=a,"}) {
+    ListFlags f;
+    const absl::Status status = f.Parse({arg});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << arg;
+    EXPECT_THAT(Message(status), HasSubstr("comma-separated list of non-empty values")) << arg;
+  }
+}
+
+TEST(FlagSetListTest, OtherFlagsStillRefuseRepeats) {
+  ListFlags f;
+  const absl::Status status = f.Parse({"--rounds=1", "--data=a", "--rounds=2"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status), HasSubstr("--rounds given more than once"));
+}
+
+TEST(FlagSetPositionalTest, FillsInOrderAnywhereAmongFlags) {
+  ListFlags f;
+  ASSERT_TRUE(f.Parse({"--json", "job.txt", "--rounds", "3", "more"}).ok());
+  EXPECT_EQ(f.job_, "job.txt");
+  EXPECT_EQ(f.extra_, "more");
+  EXPECT_EQ(f.rounds_, 3);
+  EXPECT_TRUE(f.flags_.IsSet("JOB"));
+  EXPECT_TRUE(f.flags_.IsSet("EXTRA"));
+}
+
+TEST(FlagSetPositionalTest, OptionalPositionalsMayBeLeftOut) {
+  ListFlags f;
+  ASSERT_TRUE(f.Parse({"--json"}).ok());
+  EXPECT_EQ(f.job_, "");
+  EXPECT_FALSE(f.flags_.IsSet("JOB"));
+}
+
+TEST(FlagSetPositionalTest, DoubleDashMakesEverythingPositional) {
+  ListFlags f;
+  ASSERT_TRUE(f.Parse({"--", "--weird-name", "-"}).ok());
+  EXPECT_EQ(f.job_, "--weird-name");
+  EXPECT_EQ(f.extra_, "-");
+}
+
+TEST(FlagSetPositionalTest, RejectsOneTooMany) {
+  ListFlags f;
+  const absl::Status status = f.Parse({"a", "b", "c"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status),
+              HasSubstr("unexpected argument 'c' for 'slimfit submit', which takes 2 arguments (JOB EXTRA)"));
+}
+
+TEST(FlagSetPositionalTest, RequiredPositionalMissing) {
+  std::string job;
+  FlagSet flags("status", "slimfit status JOB", "");
+  flags.Positional("JOB", &job, "the job id", FlagSet::kRequired);
+  const absl::Status status = flags.Parse({});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status), HasSubstr("missing argument JOB for 'slimfit status'"));
+
+  std::string other;
+  FlagSet more("status", "slimfit status JOB", "");
+  more.Positional("JOB", &other, "the job id", FlagSet::kRequired);
+  const absl::Status extra = more.Parse({"job-1", "job-2"});
+  EXPECT_THAT(Message(extra), HasSubstr("which takes one argument (JOB)"));
+}
+
+TEST(FlagSetPositionalTest, HelpListsArgumentsBeforeFlags) {
+  ListFlags f;
+  const std::string help = f.flags_.Help();
+  const size_t arguments = help.find("\narguments:\n  JOB ");
+  const size_t flags = help.find("\nflags:\n");
+  ASSERT_NE(arguments, std::string::npos) << help;
+  ASSERT_NE(flags, std::string::npos) << help;
+  EXPECT_LT(arguments, flags);
+  EXPECT_THAT(help, HasSubstr("--data=A[,B...]"));
+}
+
 }  // namespace
 }  // namespace slimfit::client

@@ -304,7 +304,9 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
       "slimfit plan --seq_len=L --memory_budget=SIZE (--profile=FILE | --device=cpu [--threads=N])\n"
       "           [model flags] [--documents=D] [--objective=time|memory] [--dtype=float32]\n"
       "           [--optimizer=none|adam] [--json]\n"
-      "       slimfit plan --arch=transformer ... (see 'slimfit plan --arch=transformer --help')",
+      "       slimfit plan --arch=transformer ... (see 'slimfit plan --arch=transformer --help')\n"
+      "       slimfit plan (--worker=ID | --all) ... (the coordinator's plans for registered workers;\n"
+      "           see 'slimfit plan --all --help')",
       "The plan (slice size C, prefix mode, front policy, ...) that computes the exact gradient of\n"
       "a causal Performer on L tokens fastest (or in the least memory) within the budget, its\n"
       "predicted peak memory and time, the Pareto frontier it was chosen from, and what ordinary\n"

@@ -14,6 +14,9 @@
 // DeviceCalibrator given to RunPlanCommand. --memory_budget defaults to the device's total memory
 // when the profile knows it.
 //
+// With --worker=ID or --all, `slimfit plan` asks the coordinator instead
+// (client/coordinator_plan_command.h); slimfit_main.cc dispatches on IsCoordinatorPlan.
+//
 // Thread safety: calls the calibrator (see device_calibrator.h); otherwise pure apart from
 // reading the profile and writing to `out`.
 #ifndef SLIMFIT_CLIENT_PLAN_COMMAND_H_

@@ -6,12 +6,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -220,6 +224,120 @@ TEST(SlimfitCliTest, CalibrateThenPlan) {
   const Json json = Json::parse(result.out);
   EXPECT_EQ(json["device"]["source"], "calibrated");
   EXPECT_GT(json["device"]["profile"]["flops_per_second"].get<double>(), 0);
+}
+
+// ─── service commands ───
+
+TEST(SlimfitCliTest, HelpListsTheServiceCommands) {
+  Result result = Slimfit({"help"});
+  EXPECT_EQ(result.exit_code, 0);
+  for (const char* command : {"submit", "status", "watch", "cancel", "jobs", "workers", "export"}) {
+    EXPECT_THAT(result.out, HasSubstr(absl::StrCat("\n  ", command, " "))) << command;
+  }
+  result = Slimfit({"help", "submit"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.out, StartsWith("usage: slimfit submit [JOB.textproto]"));
+  EXPECT_THAT(result.out, HasSubstr("--coordinator=TEXT"));
+  result = Slimfit({"watch", "--help"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.out, StartsWith("usage: slimfit watch JOB"));
+  result = Slimfit({"plan", "--all", "--help"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.out, StartsWith("usage: slimfit plan (--worker=ID | --all)"));
+  result = Slimfit({"plan", "--help"});
+  EXPECT_THAT(result.out, HasSubstr("slimfit plan (--worker=ID | --all) ..."));
+}
+
+TEST(SlimfitCliTest, ServiceCommandUsageErrorsExitTwo) {
+  Result result = Slimfit({"status"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr("missing argument JOB for 'slimfit status'"));
+
+  result = Slimfit({"submit", "--data", TempPath("no-such-corpus.txt"), "--coordinator=127.0.0.1:1"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr("no-such-corpus.txt"));
+
+  const std::string spec = TempPath("broken.textproto");
+  std::ofstream(spec) << "rounds: 3\nmodel { config { d_model: wide } }\n";
+  result = Slimfit({"submit", spec, "--coordinator=127.0.0.1:1"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr(spec + ":2:"));
+
+  result = Slimfit({"plan", "--all", "--profile=cpu.profile", "--seq_len=64"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr("--profile belongs to the offline 'slimfit plan'"));
+
+  result = Slimfit({"jobs", "--coordinator=localhost"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+}
+
+TEST(SlimfitCliTest, UnreachableCoordinatorExitsOneNamingIt) {
+  Result result = Slimfit({"watch", "job-1", "--coordinator=127.0.0.1:1"});
+  EXPECT_EQ(result.exit_code, 1);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, StartsWith("slimfit: cannot reach the coordinator at 127.0.0.1:1 "));
+
+  // The address from the environment, when --coordinator is not given.
+  setenv("SLIMFIT_COORDINATOR", "127.0.0.1:1", 1);
+  result = Slimfit({"jobs"});
+  unsetenv("SLIMFIT_COORDINATOR");
+  EXPECT_EQ(result.exit_code, 1);
+  ExpectOneLineError(result);
+  EXPECT_THAT(result.err, HasSubstr("cannot reach the coordinator at 127.0.0.1:1"));
+}
+
+// The binary against a scripted coordinator: the token travels, codes become exit statuses.
+TEST(SlimfitCliTest, TalksToACoordinator) {
+  namespace v1 = slimfit::v1;
+  using slimfit::client::FakeCoordinator;
+  std::unique_ptr<FakeCoordinator> fake = FakeCoordinator::Start();
+  fake->get_job = [](const v1::GetJobRequest& request, v1::Job* job) {
+    if (request.job_id() != "job-7") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + request.job_id() + " not found");
+    }
+    job->set_job_id("job-7");
+    job->set_state(v1::JOB_STATE_RUNNING);
+    job->mutable_progress()->set_rounds(10);
+    job->mutable_progress()->set_rounds_completed(3);
+    return grpc::Status::OK;
+  };
+  fake->watch_job = [](const v1::WatchJobRequest&, int, const FakeCoordinator::Writer<v1::JobEvent>& write) {
+    v1::JobEvent snapshot;
+    snapshot.set_sequence(1);
+    snapshot.mutable_snapshot()->set_job_id("job-7");
+    snapshot.mutable_snapshot()->set_state(v1::JOB_STATE_RUNNING);
+    write(snapshot);
+    v1::JobEvent failed;
+    failed.set_sequence(2);
+    failed.mutable_state_changed()->set_previous(v1::JOB_STATE_RUNNING);
+    failed.mutable_state_changed()->set_state(v1::JOB_STATE_FAILED);
+    failed.mutable_state_changed()->set_reason("shard 3 failed 5 times");
+    write(failed);
+    return grpc::Status::OK;
+  };
+  const std::string coordinator = "--coordinator=" + fake->address();
+  setenv("SLIMFIT_TOKEN", "env-token", 1);
+  Result result = Slimfit({"status", "job-7", coordinator});
+  unsetenv("SLIMFIT_TOKEN");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("rounds       3/10\n"));
+  EXPECT_EQ(fake->calls().authorizations.at(0), "Bearer env-token");
+
+  result = Slimfit({"status", "job-8", coordinator, "--token=t"});
+  EXPECT_EQ(result.exit_code, 2);
+  ExpectOneLineError(result);
+  EXPECT_EQ(result.err, "slimfit: GetJob: job job-8 not found\n");
+
+  // watch streams: the events stay on stdout, the outcome is the one-line error.
+  result = Slimfit({"watch", "job-7", coordinator});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.out, HasSubstr("state RUNNING -> FAILED: shard 3 failed 5 times\n"));
+  EXPECT_EQ(result.err, "slimfit: job-7 FAILED: shard 3 failed 5 times\n");
 }
 
 TEST(SlimfitCliTest, CalibrateRejectsAnUnknownDevice) {

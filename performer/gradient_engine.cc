@@ -595,7 +595,10 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     ctx.weights.gradient_sink = &sink;
     for (size_t r = 0; r < ctx.weights.layers.size(); ++r) ctx.weights.layers[r].gradient_sink = &sink.layers[r];
 
-    if (plan.slice == 0) {
+    if (token_count == 0) {
+      // Nothing is predicted (every document is one token long): the loss and its gradient are 0.
+      result.loss_sum = 0;
+    } else if (plan.slice == 0) {
       result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, &result.slice_forwards);
     } else {
       SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer);

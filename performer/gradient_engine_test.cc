@@ -262,6 +262,25 @@ TEST(GradientEngineTest, LossNormalizerScalesTheGradient) {
   EXPECT_LE(RelativeDiscrepancy(sum.gradients, scaled), 1e-12);
 }
 
+TEST(GradientEngineTest, NothingPredictedGivesZeroLossAndGradient) {
+  const ModelConfig config = SmallConfig(FeatureMap::kRelu, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 9);
+  ASSERT_TRUE(model.ok());
+  PackedBatch batch;
+  batch.tokens = {1, 2, 3};
+  batch.doc_starts = {0, 1, 2};  // three one-token documents: nothing to predict
+  for (int64_t slice : {0, 1, 2}) {
+    Plan plan;
+    plan.slice = slice;
+    plan.dtype = DType::kFloat64;
+    const GradientResult result = MustCompute(*model, batch, plan);
+    EXPECT_EQ(result.token_count, 0);
+    EXPECT_EQ(result.loss_sum, 0.0);
+    ASSERT_EQ(result.gradients.size(), model->parameters().size());
+    for (const at::Tensor& g : result.gradients) EXPECT_EQ(g.abs().sum().item<double>(), 0.0);
+  }
+}
+
 TEST(RelativeDiscrepancyTest, IsTheNormOfTheDifferenceOverAllTensorsOverTheNormOfWant) {
   // want = (0, 3 | 4), got − want = (1, 0 | 0): ‖got − want‖ = 1, ‖want‖ = 5.
   const std::vector<at::Tensor> want = {at::tensor({0.0f, 3.0f}), at::tensor({{4.0f}})};

@@ -9,7 +9,11 @@
 // directory and resume from their latest checkpoint at the next start) and exits 0. Bad flags:
 // one line "slimfit-coordinator: <message>" on stderr and exit status 2; a start-up failure
 // (state directory, port in use): one line and exit status 1.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +55,15 @@ struct Flags {
 std::string EnvOr(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr ? "" : value;
+}
+
+// The self-pipe: OnSignal writes the signal number to signal_pipe[1].
+int signal_pipe[2] = {-1, -1};
+
+extern "C" void OnSignal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  ssize_t ignored = write(signal_pipe[1], &byte, 1);
+  (void)ignored;
 }
 
 int Fail(int code, absl::string_view message) {
@@ -112,12 +125,16 @@ int main(int argc, char** argv) {
   if (flags.max_attempts < 1) return Fail(2, "--max_attempts must be ≥ 1");
   if (flags.threads < 1) return Fail(2, "--threads must be ≥ 1");
 
-  // Signals go to the main thread's sigwait; every thread started later inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Signals: the handler only writes the signal number to a pipe (async-signal-safe) and the main
+  // thread reads it. (Blocking the signals and sigwait-ing would not do: OpenBLAS starts threads
+  // before main, and a signal delivered to one of them would kill the process.)
+  if (pipe2(signal_pipe, O_CLOEXEC) != 0) return Fail(1, "cannot create the signal pipe");
+  fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   rpc::SetLogComponent("coordinator");
@@ -153,8 +170,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  int received = 0;
-  sigwait(&signals, &received);
+  unsigned char received = 0;
+  while (read(signal_pipe[0], &received, 1) < 0 && errno == EINTR) {
+  }
   rpc::LogInfo("received ", received == SIGTERM ? "SIGTERM" : "SIGINT", ": shutting down");
   (*coordinator)->Shutdown();  // runners stop first so streams to clients can end
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -1,0 +1,49 @@
+#include "client/cancel_command.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "client/coordinator_client.h"
+#include "client/flags_util.h"
+#include "client/service_format.h"
+
+namespace slimfit::client {
+
+absl::Status RunCancelCommand(absl::Span<const std::string> args, std::ostream& out) {
+  std::string job_id;
+  std::string reason;
+  CoordinatorOptions connection;
+  FlagSet flags("cancel", "slimfit cancel JOB [--reason=TEXT] [--json] [coordinator flags]",
+                "Cancels a queued or running job. Its last checkpoint stays exportable.");
+  flags.Positional("JOB", &job_id, "job id", FlagSet::kRequired);
+  flags.String("reason", &reason, "why, recorded in the job's state reason (at most 1024 bytes)",
+               FlagSet::kOptionalNoDefault);
+  AddCoordinatorFlags(flags, &connection);
+  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
+  if (flags.help_requested()) {
+    out << flags.Help();
+    return absl::OkStatus();
+  }
+  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  if (reason.size() > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("--reason: ", reason.size(), " bytes; at most 1024"));
+  }
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
+  if (!client.ok()) return client.status();
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  v1::Job job;
+  absl::Status status = (*client)->Call(
+      "CancelJob", Idempotency::kIdempotent,
+      [&](grpc::ClientContext* context) { return (*client)->stub().CancelJob(context, request, &job); });
+  if (!status.ok()) return status;
+  if (connection.json) {
+    out << ProtoToJson(job, /*pretty=*/true) << "\n";
+  } else {
+    out << "cancelled " << JobSummary(job) << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace slimfit::client

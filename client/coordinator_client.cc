@@ -1,0 +1,112 @@
+#include "client/coordinator_client.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/rpc_util.h"
+
+namespace slimfit::client {
+namespace {
+
+std::string FromEnvironment(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+std::chrono::milliseconds ToMilliseconds(absl::Duration duration) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(duration));
+}
+
+}  // namespace
+
+void AddCoordinatorFlags(FlagSet& flags, CoordinatorOptions* options) {
+  flags.String("coordinator", &options->coordinator,
+               absl::StrCat("coordinator address host:port (default: $", kCoordinatorEnv, ", else ",
+                            kDefaultCoordinator, ")"));
+  // The default is read from the environment after parsing, so that --help never prints a token.
+  flags.String(
+      "token", &options->token,
+      absl::StrCat("client token, sent as 'authorization: Bearer <token>' (default: $", kTokenEnv, ")"));
+  flags.Bool("json", &options->json, "print JSON instead of text");
+  flags.Double("timeout", &options->timeout_seconds, "seconds each request may take");
+}
+
+absl::Status ResolveCoordinatorOptions(const FlagSet& flags, CoordinatorOptions* options) {
+  if (!flags.IsSet("coordinator")) {
+    options->coordinator = FromEnvironment(kCoordinatorEnv);
+    if (options->coordinator.empty()) options->coordinator = kDefaultCoordinator;
+  }
+  if (!flags.IsSet("token")) options->token = FromEnvironment(kTokenEnv);
+  const absl::string_view source = flags.IsSet("coordinator") ? "--coordinator" : kCoordinatorEnv;
+  if (absl::Status valid = rpc::ValidateAddress(options->coordinator, source, /*allow_port_zero=*/false);
+      !valid.ok()) {
+    return valid;
+  }
+  if (!(options->timeout_seconds > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout=", options->timeout_seconds, ": expected a positive number of seconds"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
+    const CoordinatorOptions& options) {
+  std::shared_ptr<grpc::Channel> channel = rpc::MakeChannel(options.coordinator);
+  if (channel == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot open a channel to ", options.coordinator));
+  }
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(options, std::move(channel)));
+}
+
+CoordinatorClient::CoordinatorClient(CoordinatorOptions options, std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)), channel_(channel), stub_(v1::Coordinator::NewStub(channel)) {}
+
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::UnaryContext(absl::Duration extra) const {
+  return rpc::MakeClientContext(options_.token,
+                                ToMilliseconds(absl::Seconds(options_.timeout_seconds) + extra));
+}
+
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::StreamContext() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  rpc::AddBearerToken(context.get(), options_.token);
+  return context;
+}
+
+absl::Status CoordinatorClient::Call(absl::string_view what, Idempotency idempotency,
+                                     absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt,
+                                     absl::Duration extra) const {
+  absl::Duration pause = kFirstRetryPause;
+  for (int attempt_number = 1;; ++attempt_number) {
+    std::unique_ptr<grpc::ClientContext> context = UnaryContext(extra);
+    const grpc::Status status = attempt(context.get());
+    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                       idempotency == Idempotency::kIdempotent && attempt_number < kAttempts;
+    if (!retry) return Convert(status, what, context.get());
+    absl::SleepFor(pause);
+    pause *= 2;
+  }
+}
+
+absl::Status CoordinatorClient::Convert(const grpc::Status& status, absl::string_view what,
+                                        const grpc::ClientContext* context) const {
+  if (status.ok()) return absl::OkStatus();
+  const grpc::StatusCode code = status.error_code();
+  if ((code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+      channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", options_.coordinator, " (", what, ": ", status.error_message(),
+        "); is slimfit-coordinator running there? (--coordinator, $", kCoordinatorEnv, ")"));
+  }
+  absl::Status converted = rpc::FromGrpcStatus(status, what, context);
+  if (code == grpc::StatusCode::UNAUTHENTICATED && options_.token.empty()) {
+    return absl::Status(
+        converted.code(),
+        absl::StrCat(converted.message(), " (no token given: pass --token or set $", kTokenEnv, ")"));
+  }
+  return converted;
+}
+
+}  // namespace slimfit::client

@@ -1,0 +1,165 @@
+#include "client/export_command.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "client/coordinator_client.h"
+#include "client/flags_util.h"
+#include "nlohmann/json.hpp"
+#include "planner/plan_search.h"
+#include "proto/sha256.h"
+
+namespace slimfit::client {
+namespace {
+
+// Writes all of `bytes` to `fd`. The errno's status naming `path` on failure.
+absl::Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot write"));
+    }
+    written += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataLoss(const std::string& job_id, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("ExportModel of ", job_id, ": ", what, "; nothing was written"));
+}
+
+}  // namespace
+
+absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& out) {
+  std::string job_id;
+  std::string path;
+  int64_t round = 0;
+  CoordinatorOptions connection;
+  FlagSet flags("export",
+                "slimfit export JOB --out=FILE.safetensors [--round=N] [--json] [coordinator flags]",
+                "Downloads a job's checkpoint as a safetensors file: the latest one (the final one for\n"
+                "a finished job), or that of --round. The file appears only once its size and SHA-256\n"
+                "match what the coordinator sent; an existing FILE is replaced.");
+  flags.Positional("JOB", &job_id, "job id", FlagSet::kRequired);
+  flags.String("out", &path, "where to write the safetensors file", FlagSet::kRequired);
+  flags.Int("round", &round, "export the checkpoint of this round (default: the latest)",
+            FlagSet::kOptionalNoDefault);
+  AddCoordinatorFlags(flags, &connection);
+  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
+  if (flags.help_requested()) {
+    out << flags.Help();
+    return absl::OkStatus();
+  }
+  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  if (path.empty()) return absl::InvalidArgumentError("--out needs a file name");
+  if (flags.IsSet("round") && round < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--round=", round, ": expected 0 or more"));
+  }
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
+  if (!client.ok()) return client.status();
+
+  const std::string temporary = absl::StrCat(path, ".tmp");
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat(temporary, ": cannot create"));
+  bool fd_open = true;
+  bool committed = false;
+  absl::Cleanup discard = [&] {
+    if (fd_open) close(fd);
+    if (!committed) unlink(temporary.c_str());
+  };
+
+  v1::ExportModelRequest request;
+  request.set_job_id(job_id);
+  if (flags.IsSet("round")) request.set_round(round);
+  std::unique_ptr<grpc::ClientContext> context = (*client)->StreamContext();
+  std::unique_ptr<grpc::ClientReaderInterface<v1::ExportModelResponse>> reader =
+      (*client)->stub().ExportModel(context.get(), request);
+  std::optional<v1::ExportHeader> header;
+  std::optional<v1::ExportTrailer> trailer;
+  rpc::Sha256Hasher hasher;
+  int64_t received = 0;
+  absl::Status local;  // the first problem on our side of the stream; the call is then cancelled
+  v1::ExportModelResponse message;
+  while (local.ok() && reader->Read(&message)) {
+    if (trailer.has_value()) {
+      local = DataLoss(job_id, "a message after the trailer");
+    } else if (message.has_header()) {
+      if (header.has_value()) {
+        local = DataLoss(job_id, "a second header");
+      } else {
+        header = message.header();
+      }
+    } else if (!header.has_value()) {
+      local = DataLoss(job_id, "the stream did not start with a header");
+    } else if (message.has_chunk()) {
+      const std::string& chunk = message.chunk();
+      if (chunk.empty() || chunk.size() > v1::LIMIT_MAX_CHUNK_BYTES) {
+        local = DataLoss(job_id, absl::StrCat("a chunk of ", chunk.size(), " bytes (1 to ",
+                                              static_cast<int>(v1::LIMIT_MAX_CHUNK_BYTES), " allowed)"));
+      } else if (received + static_cast<int64_t>(chunk.size()) > header->total_bytes()) {
+        local = DataLoss(
+            job_id, absl::StrCat("more than the ", header->total_bytes(), " bytes the header announced"));
+      } else {
+        hasher.Update(chunk);
+        received += static_cast<int64_t>(chunk.size());
+        local = WriteAll(fd, chunk, temporary);
+      }
+    } else if (message.has_trailer()) {
+      trailer = message.trailer();
+    } else {
+      local = DataLoss(job_id, "an empty message");
+    }
+  }
+  if (!local.ok()) context->TryCancel();
+  const grpc::Status status = reader->Finish();
+  if (!local.ok()) return local;
+  if (!status.ok()) return (*client)->Convert(status, "ExportModel", context.get());
+  if (!header.has_value()) return DataLoss(job_id, "the stream ended without a header");
+  if (!trailer.has_value()) {
+    return DataLoss(job_id, absl::StrCat("the stream ended without a trailer after ", received, " of ",
+                                         header->total_bytes(), " bytes"));
+  }
+  const std::string sha256 = hasher.FinishHex();
+  if (received != header->total_bytes() || trailer->total_bytes() != received) {
+    return DataLoss(job_id, absl::StrCat("received ", received, " bytes; the header announced ",
+                                         header->total_bytes(), " and the trailer ", trailer->total_bytes()));
+  }
+  if (trailer->sha256() != sha256) {
+    return DataLoss(job_id, absl::StrCat("the ", received, " bytes received have SHA-256 ", sha256,
+                                         "; the trailer says ", trailer->sha256()));
+  }
+  if (fsync(fd) != 0) return absl::ErrnoToStatus(errno, absl::StrCat(temporary, ": cannot flush"));
+  fd_open = false;
+  if (close(fd) != 0) return absl::ErrnoToStatus(errno, absl::StrCat(temporary, ": cannot close"));
+  if (rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot rename ", temporary, " to ", path));
+  }
+  committed = true;
+
+  if (connection.json) {
+    nlohmann::ordered_json json;
+    json["path"] = path;
+    json["job_id"] = header->job_id().empty() ? job_id : header->job_id();
+    json["round"] = header->round();
+    json["parameter_version"] = header->parameter_version();
+    json["bytes"] = received;
+    json["sha256"] = sha256;
+    out << json.dump(2) << "\n";
+  } else {
+    out << "wrote " << path << ": " << (header->job_id().empty() ? job_id : header->job_id()) << " round "
+        << header->round() << " (parameter version " << header->parameter_version() << "), " << received
+        << " bytes (" << planner::HumanBytes(static_cast<double>(received)) << "), sha256 " << sha256 << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace slimfit::client

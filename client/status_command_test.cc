@@ -1,0 +1,130 @@
+#include "client/status_command.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/fake_coordinator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace slimfit::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+v1::Job RunningJob() {
+  v1::Job job;
+  job.set_job_id("job-000017");
+  job.mutable_spec()->set_name("tiny");
+  job.mutable_spec()->set_rounds(200);
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_state_reason("waiting for 2 eligible workers (1 live)");
+  job.mutable_created_at()->set_seconds(1714566896);
+  job.mutable_started_at()->set_seconds(1714566900);
+  v1::JobProgress& progress = *job.mutable_progress();
+  progress.set_rounds(200);
+  progress.set_rounds_completed(14);
+  progress.set_loss(2.34567);
+  progress.set_bits_per_byte(3.38412);
+  progress.set_eval_loss(2.5);
+  progress.set_eval_bits_per_byte(3.6067);
+  progress.set_eval_round(10);
+  progress.set_tokens_per_second(12345);
+  progress.set_eta_seconds(3725);
+  progress.set_checkpoint_round(10);
+  progress.set_active_workers(1);
+  progress.set_tokens_trained(917504);
+  job.set_training_tokens(1000000);
+  job.set_held_out_tokens(50000);
+  return job;
+}
+
+class StatusCommandTest : public ::testing::Test {
+ protected:
+  StatusCommandTest() : fake_(FakeCoordinator::Start()) {
+    fake_->get_job = [](const v1::GetJobRequest& request, v1::Job* job) {
+      if (request.job_id() != "job-000017") {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + request.job_id() + " not found");
+      }
+      *job = RunningJob();
+      return grpc::Status::OK;
+    };
+  }
+
+  absl::Status Status(std::vector<std::string> args) {
+    args.push_back("--coordinator=" + fake_->address());
+    out_.str("");
+    return RunStatusCommand(args, out_);
+  }
+
+  std::unique_ptr<FakeCoordinator> fake_;
+  std::ostringstream out_;
+};
+
+TEST_F(StatusCommandTest, ShowsEveryField) {
+  ASSERT_TRUE(Status({"job-000017", "--token=t"}).ok());
+  EXPECT_EQ(out_.str(),
+            "job          job-000017 \"tiny\"\n"
+            "state        RUNNING (waiting for 2 eligible workers (1 live))\n"
+            "rounds       14/200\n"
+            "loss         2.3457 (3.384 bits/byte)\n"
+            "evaluation   2.5000 (3.607 bits/byte) after round 10\n"
+            "speed        12.3k tokens/s, 1 active worker\n"
+            "ETA          1h 02m\n"
+            "checkpoint   round 10\n"
+            "tokens       917,504 trained; 1,000,000 for training, 50,000 held out\n"
+            "created      2024-05-01 12:34:56 UTC\n"
+            "started      2024-05-01 12:35:00 UTC\n"
+            "finished     -\n");
+  const ReceivedCalls calls = fake_->calls();
+  ASSERT_EQ(calls.get_job.size(), 1u);
+  EXPECT_EQ(calls.get_job[0].job_id(), "job-000017");
+  EXPECT_THAT(calls.authorizations, ElementsAre("Bearer t"));
+}
+
+TEST_F(StatusCommandTest, AJobWithNothingYetShowsDashes) {
+  v1::Job job;
+  job.set_job_id("job-2");
+  job.set_state(v1::JOB_STATE_QUEUED);
+  job.mutable_spec()->set_rounds(3);
+  const std::string text = FormatJobStatus(job);
+  EXPECT_THAT(text, HasSubstr("rounds       0/3\n"));
+  EXPECT_THAT(text, HasSubstr("loss         -\n"));
+  EXPECT_THAT(text, HasSubstr("ETA          -\n"));
+  EXPECT_THAT(text, HasSubstr("checkpoint   -\n"));
+}
+
+TEST_F(StatusCommandTest, JsonPrintsTheJob) {
+  ASSERT_TRUE(Status({"job-000017", "--json"}).ok());
+  const nlohmann::json json = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(json["job_id"], "job-000017");
+  EXPECT_EQ(json["progress"]["rounds_completed"], "14");
+  EXPECT_EQ(json["progress"]["loss"], 2.34567);
+}
+
+TEST_F(StatusCommandTest, UnknownJobIsNotFound) {
+  const absl::Status status = Status({"job-404"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Message(status), "GetJob: job job-404 not found");
+  EXPECT_EQ(out_.str(), "");
+}
+
+TEST_F(StatusCommandTest, UsageErrors) {
+  std::ostringstream out;
+  absl::Status status = RunStatusCommand({}, out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status), HasSubstr("missing argument JOB"));
+  status = RunStatusCommand({"a", "b"}, out);
+  EXPECT_THAT(Message(status), HasSubstr("unexpected argument 'b'"));
+  ASSERT_TRUE(RunStatusCommand({"-h"}, out).ok());
+  EXPECT_THAT(out.str(), StartsWith("usage: slimfit status JOB"));
+}
+
+}  // namespace
+}  // namespace slimfit::client

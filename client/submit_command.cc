@@ -1,0 +1,327 @@
+#include "client/submit_command.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/coordinator_client.h"
+#include "client/dataset_upload.h"
+#include "client/flags_util.h"
+#include "client/model_flags.h"
+#include "client/service_format.h"
+#include "client/watch_command.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "planner/plan_search.h"
+
+namespace slimfit::client {
+namespace {
+
+// The first error the text-format parser reports, 1-based.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+struct SubmitOptions {
+  std::string spec_path;
+  std::vector<std::string> data;
+  std::string data_type = "text";
+  std::string separator;
+  std::string init;
+  std::string name;
+  int64_t sequence_length = 0;
+  int64_t tokens_per_round = 0;
+  int64_t rounds = 0;
+  double learning_rate = 0;
+  std::string optimizer = "adamw";
+  int64_t warmup_steps = 0;
+  double weight_decay = 0;
+  double gradient_clip_norm = 0;
+  int64_t seed = 0;
+  int64_t min_workers = 1;
+  double held_out_fraction = 0;
+  int64_t eval_interval = 0;
+  int64_t checkpoint_interval = 10;
+  std::string dtype = "float32";
+  std::string request_id;
+  bool watch = false;
+  double reconnect_seconds = 60;
+};
+
+// NOT_FOUND (or the errno's code) unless `path` is a readable regular file: checked before anything
+// is uploaded, so that a typo in the last --data does not leave the first ones uploaded for nothing.
+absl::Status CheckReadable(const std::string& path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot read"));
+  }
+  if (!S_ISREG(info.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot read"));
+  return absl::OkStatus();
+}
+
+// Writes the flags given over `spec`. INVALID_ARGUMENT naming the flag for a value the spec cannot
+// hold; everything else is validated by the coordinator.
+absl::Status ApplyFlags(const FlagSet& flags, const SubmitOptions& options, const ModelShapeFlags& model,
+                        v1::JobSpec& spec) {
+  if (flags.IsSet("name")) spec.set_name(options.name);
+  if (flags.IsSet("sequence_length")) spec.set_sequence_length(options.sequence_length);
+  if (flags.IsSet("tokens_per_round")) spec.set_tokens_per_round(options.tokens_per_round);
+  if (flags.IsSet("rounds")) spec.set_rounds(options.rounds);
+
+  v1::Optimizer& optimizer = *spec.mutable_optimizer();
+  if (flags.IsSet("optimizer")) {
+    const std::string kind = absl::AsciiStrToLower(options.optimizer);
+    if (kind == "adamw") {
+      if (!optimizer.has_adamw()) optimizer.mutable_adamw();
+    } else if (kind == "sgd") {
+      if (!optimizer.has_sgd()) optimizer.mutable_sgd();
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--optimizer=", options.optimizer, ": expected adamw or sgd"));
+    }
+  } else if (optimizer.kind_case() == v1::Optimizer::KIND_NOT_SET) {
+    optimizer.mutable_adamw();
+  }
+  if (flags.IsSet("learning_rate")) optimizer.set_learning_rate(options.learning_rate);
+  if (flags.IsSet("warmup_steps")) optimizer.set_warmup_steps(options.warmup_steps);
+  if (flags.IsSet("weight_decay")) optimizer.set_weight_decay(options.weight_decay);
+  if (flags.IsSet("gradient_clip_norm")) optimizer.set_gradient_clip_norm(options.gradient_clip_norm);
+
+  if (flags.IsSet("seed")) {
+    if (options.seed < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--seed=", options.seed, ": expected a non-negative integer"));
+    }
+    spec.set_seed(static_cast<uint64_t>(options.seed));
+  }
+  if (flags.IsSet("min_workers")) {
+    if (options.min_workers < 1 || options.min_workers > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--min_workers=", options.min_workers, ": expected at least 1"));
+    }
+    spec.set_min_workers(static_cast<int32_t>(options.min_workers));
+  }
+  if (flags.IsSet("held_out_fraction")) spec.set_held_out_fraction(options.held_out_fraction);
+  if (flags.IsSet("eval_interval")) spec.set_eval_interval_rounds(options.eval_interval);
+  if (flags.IsSet("checkpoint_interval")) spec.set_checkpoint_interval_rounds(options.checkpoint_interval);
+  if (flags.IsSet("dtype")) {
+    const std::string dtype = absl::AsciiStrToLower(options.dtype);
+    if (dtype == "float32") {
+      spec.set_dtype(v1::DTYPE_FLOAT32);
+    } else if (dtype == "float64") {
+      spec.set_dtype(v1::DTYPE_FLOAT64);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dtype=", options.dtype, ": expected float32 or float64"));
+    }
+  }
+
+  // The model: --init makes it a checkpoint whose config is whatever shape the spec and the flags
+  // give; otherwise the flags refine the spec's config (or its checkpoint's), or make a fresh model.
+  v1::ModelSpec& model_spec = *spec.mutable_model();
+  if (!options.init.empty()) {
+    v1::ModelConfig config = model_spec.has_config() ? model_spec.config() : model_spec.checkpoint().config();
+    if (absl::Status s = model.Apply(&config); !s.ok()) return s;
+    v1::CheckpointRef& checkpoint = *model_spec.mutable_checkpoint();
+    checkpoint.Clear();
+    if (config.ByteSizeLong() > 0) *checkpoint.mutable_config() = std::move(config);
+  } else if (model_spec.has_checkpoint()) {
+    if (model.AnySet()) {
+      if (absl::Status s = model.Apply(model_spec.mutable_checkpoint()->mutable_config()); !s.ok()) return s;
+    }
+  } else {
+    // A fresh model: the spec's config refined by the flags, or every field at its default.
+    if (absl::Status s = model.Apply(model_spec.mutable_config()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::string UploadLine(const UploadSource& source, const v1::DatasetInfo& info) {
+  std::string line = absl::StrCat("uploaded ", source.path, " as ", info.dataset_id(), " (",
+                                  planner::HumanBytes(static_cast<double>(info.total_bytes())));
+  if (info.tokens() > 0) {
+    absl::StrAppend(&line, ", ", FormatCount(info.tokens()), " tokens in ", FormatCount(info.documents()),
+                    info.documents() == 1 ? " document" : " documents");
+  }
+  if (info.already_existed()) absl::StrAppend(&line, ", already on the coordinator");
+  absl::StrAppend(&line, ")");
+  return line;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path) {
+  if (absl::Status readable = CheckReadable(path); !readable.ok()) return readable;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot read the job spec"));
+  std::ostringstream contents;
+  contents << file.rdbuf();
+  if (file.bad()) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot read the job spec"));
+  v1::JobSpec spec;
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(contents.str(), &spec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ":", errors.first().empty() ? "1:1: not a text-format slimfit.v1.JobSpec" : errors.first()));
+  }
+  return spec;
+}
+
+std::string RandomRequestId() {
+  absl::BitGen random;
+  const uint64_t high = absl::Uniform<uint64_t>(random);
+  const uint64_t low = absl::Uniform<uint64_t>(random);
+  // Version 4 (random) in bits 76..79, variant 10 in bits 62..63.
+  const uint64_t versioned_high = (high & ~uint64_t{0xF000}) | 0x4000;
+  const uint64_t variant_low = (low & ~(uint64_t{0x3} << 62)) | (uint64_t{0x2} << 62);
+  return absl::StrFormat("%08x-%04x-%04x-%04x-%012x", versioned_high >> 32, (versioned_high >> 16) & 0xFFFF,
+                         versioned_high & 0xFFFF, variant_low >> 48, variant_low & 0xFFFFFFFFFFFFULL);
+}
+
+absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& out, bool terminal) {
+  SubmitOptions options;
+  CoordinatorOptions connection;
+  FlagSet flags("submit",
+                "slimfit submit [JOB.textproto] [--data=FILE[,FILE...]]... [--init=CHECKPOINT] [spec flags]\n"
+                "           [model flags] [--request_id=ID] [--watch] [--json] [coordinator flags]",
+                "Uploads the --data files (and an --init checkpoint) and submits a training job. The job\n"
+                "spec is a text-format slimfit.v1.JobSpec (proto/slimfit.proto) and/or flags, which\n"
+                "override it. Without a model in the spec, --init or model flags, the job trains a fresh\n"
+                "model of the default shape; without an optimizer kind, AdamW. Prints the job's summary\n"
+                "(--json: the Job); --watch then follows it as 'slimfit watch' does.");
+  flags.Positional("JOB.textproto", &options.spec_path, "job spec, text-format slimfit.v1.JobSpec");
+  flags.StringList("data", &options.data,
+                   "dataset files to upload, appended to the spec's dataset_ids (repeatable)");
+  flags.String("data_type", &options.data_type,
+               "text (every byte a token), or uint8, uint16, uint32 (pre-tokenised little-endian ids)");
+  flags.String("separator", &options.separator,
+               "bytes between documents in the --data files, with C escapes, e.g. '\\n\\n' (default: "
+               "none, each file is one document)",
+               FlagSet::kOptionalNoDefault);
+  flags.String("init", &options.init, "start from this checkpoint: FILE.safetensors, or FILE.pt (torch.save)",
+               FlagSet::kOptionalNoDefault);
+  flags.String("name", &options.name, "job name (spec.name)", FlagSet::kOptionalNoDefault);
+  flags.Int("sequence_length", &options.sequence_length, "tokens L per training sequence",
+            FlagSet::kOptionalNoDefault);
+  flags.Int("tokens_per_round", &options.tokens_per_round, "tokens per optimizer step (>= L)",
+            FlagSet::kOptionalNoDefault);
+  flags.Int("rounds", &options.rounds, "rounds (optimizer steps) to run", FlagSet::kOptionalNoDefault);
+  flags.Double("learning_rate", &options.learning_rate, "peak learning rate", FlagSet::kOptionalNoDefault);
+  flags.String("optimizer", &options.optimizer, "adamw or sgd");
+  flags.Int("warmup_steps", &options.warmup_steps, "steps of linear learning-rate warm-up");
+  flags.Double("weight_decay", &options.weight_decay, "weight decay");
+  flags.Double("gradient_clip_norm", &options.gradient_clip_norm, "clip the gradient to this L2 norm",
+               FlagSet::kOptionalNoDefault);
+  flags.Int("seed", &options.seed, "seeds initialisation, data order and FAVOR+ features");
+  flags.Int("min_workers", &options.min_workers, "workers needed before rounds start");
+  flags.Double("held_out_fraction", &options.held_out_fraction,
+               "fraction of the data held out for evaluation, [0, 0.5)");
+  flags.Int("eval_interval", &options.eval_interval,
+            "evaluate every K rounds (0: only before the first and after the last)");
+  flags.Int("checkpoint_interval", &options.checkpoint_interval, "checkpoint every K rounds");
+  flags.String("dtype", &options.dtype, "float32 or float64");
+  ModelShapeFlags model(flags, "feature_map");
+  flags.String("request_id", &options.request_id,
+               "idempotency key: a retried submit with the same key returns the same job (default: random)",
+               FlagSet::kOptionalNoDefault);
+  flags.Bool("watch", &options.watch, "then follow the job as 'slimfit watch' does");
+  AddReconnectFlag(flags, &options.reconnect_seconds);
+  AddCoordinatorFlags(flags, &connection);
+  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
+  if (flags.help_requested()) {
+    out << flags.Help();
+    return absl::OkStatus();
+  }
+  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  absl::StatusOr<absl::Duration> reconnect = ReconnectDuration(options.reconnect_seconds);
+  if (!reconnect.ok()) return reconnect.status();
+
+  // Everything local is checked before the first byte is sent.
+  v1::JobSpec spec;
+  if (!options.spec_path.empty()) {
+    absl::StatusOr<v1::JobSpec> read = ReadJobSpec(options.spec_path);
+    if (!read.ok()) return read.status();
+    spec = *std::move(read);
+  }
+  if (absl::Status s = ApplyFlags(flags, options, model, spec); !s.ok()) return s;
+  if (spec.dataset_ids_size() == 0 && options.data.empty()) {
+    return absl::InvalidArgumentError(
+        "no training data: give --data=FILE (or dataset_ids in the job spec); see 'slimfit submit --help'");
+  }
+  std::vector<UploadSource> datasets;
+  for (const std::string& path : options.data) {
+    absl::StatusOr<UploadSource> source = DatasetSource(path, options.data_type, options.separator);
+    if (!source.ok()) return source.status();
+    if (absl::Status s = CheckReadable(path); !s.ok()) return s;
+    datasets.push_back(*std::move(source));
+  }
+  std::optional<UploadSource> checkpoint;
+  if (!options.init.empty()) {
+    absl::StatusOr<UploadSource> source = CheckpointSource(options.init);
+    if (!source.ok()) return source.status();
+    if (absl::Status s = CheckReadable(options.init); !s.ok()) return s;
+    checkpoint = *std::move(source);
+  }
+  const std::string request_id = flags.IsSet("request_id") ? options.request_id : RandomRequestId();
+
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
+  if (!client.ok()) return client.status();
+  std::vector<std::string> upload_lines;
+  for (const UploadSource& source : datasets) {
+    absl::StatusOr<v1::DatasetInfo> info = UploadFile(**client, source);
+    if (!info.ok()) return info.status();
+    spec.add_dataset_ids(info->dataset_id());
+    upload_lines.push_back(UploadLine(source, *info));
+  }
+  if (checkpoint.has_value()) {
+    absl::StatusOr<v1::DatasetInfo> info = UploadFile(**client, *checkpoint);
+    if (!info.ok()) return info.status();
+    spec.mutable_model()->mutable_checkpoint()->set_upload_id(info->dataset_id());
+    upload_lines.push_back(UploadLine(*checkpoint, *info));
+  }
+
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  request.set_request_id(request_id);
+  v1::Job job;
+  absl::Status submitted = (*client)->Call(
+      "SubmitJob", request_id.empty() ? Idempotency::kOnce : Idempotency::kIdempotent,
+      [&](grpc::ClientContext* context) { return (*client)->stub().SubmitJob(context, request, &job); });
+  if (!submitted.ok()) return submitted;
+
+  if (connection.json) {
+    out << ProtoToJson(job, /*pretty=*/!options.watch) << "\n" << std::flush;
+  } else {
+    for (const std::string& line : upload_lines) out << line << "\n";
+    out << "submitted " << JobSummary(job) << "\n" << std::flush;
+  }
+  if (!options.watch) return absl::OkStatus();
+  WatchOptions watch;
+  watch.json = connection.json;
+  watch.terminal = terminal && !connection.json;
+  watch.reconnect = *reconnect;
+  return WatchJob(**client, job.job_id(), watch, out);
+}
+
+}  // namespace slimfit::client

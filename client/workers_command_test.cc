@@ -1,0 +1,116 @@
+#include "client/workers_command.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/fake_coordinator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace slimfit::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+v1::PlanCandidate SlicedPlan(int64_t slice) {
+  v1::PlanCandidate candidate;
+  v1::Plan& plan = *candidate.mutable_plan();
+  plan.set_slice(slice);
+  plan.set_prefix_mode(v1::PREFIX_MODE_CHUNKED);
+  plan.set_block(64);
+  plan.set_front_policy(v1::FRONT_POLICY_REVERSE);
+  plan.set_dtype(v1::DTYPE_FLOAT32);
+  return candidate;
+}
+
+v1::WorkerInfo Worker(const std::string& id, v1::WorkerState state, int64_t heartbeat_age_seconds) {
+  v1::WorkerInfo worker;
+  worker.set_worker_id(id);
+  worker.set_state(state);
+  worker.set_device("cpu");
+  worker.set_memory_budget_bytes(int64_t{32} << 20);
+  worker.mutable_last_heartbeat_at()->set_seconds(absl::ToUnixSeconds(absl::Now()) - heartbeat_age_seconds);
+  return worker;
+}
+
+class WorkersCommandTest : public ::testing::Test {
+ protected:
+  WorkersCommandTest() : fake_(FakeCoordinator::Start()) {
+    fake_->list_workers = [](const v1::ListWorkersRequest& request, v1::ListWorkersResponse* response) {
+      if (request.page_token().empty()) {
+        v1::WorkerInfo busy = Worker("w-3f2a", v1::WORKER_STATE_BUSY, 2);
+        busy.set_device("cuda:0");
+        v1::WorkerJobPlan& first = *busy.add_plans();
+        first.set_job_id("job-1");
+        *first.mutable_plan() = SlicedPlan(256);
+        first.set_predicted_tokens_per_second(12345);
+        first.set_measured_tokens_per_second(11000);
+        v1::WorkerJobPlan& second = *busy.add_plans();
+        second.set_job_id("job-2");
+        *second.mutable_plan() = SlicedPlan(1024);
+        second.set_predicted_tokens_per_second(900);
+        *response->add_workers() = busy;
+        response->set_next_page_token("next");
+        return grpc::Status::OK;
+      }
+      *response->add_workers() = Worker("w-idle", v1::WORKER_STATE_IDLE, 5);
+      if (request.include_gone()) *response->add_workers() = Worker("w-gone", v1::WORKER_STATE_LOST, 600);
+      return grpc::Status::OK;
+    };
+  }
+
+  absl::Status Workers(std::vector<std::string> args) {
+    args.push_back("--coordinator=" + fake_->address());
+    out_.str("");
+    return RunWorkersCommand(args, out_);
+  }
+
+  std::vector<std::string> Lines() const { return absl::StrSplit(out_.str(), '\n', absl::SkipEmpty()); }
+
+  std::unique_ptr<FakeCoordinator> fake_;
+  std::ostringstream out_;
+};
+
+TEST_F(WorkersCommandTest, OneRowPerJobPlanAcrossPages) {
+  ASSERT_TRUE(Workers({}).ok());
+  const std::vector<std::string> lines = Lines();
+  ASSERT_EQ(lines.size(), 4u) << out_.str();
+  EXPECT_THAT(lines[0],
+              MatchesRegex("ID +DEVICE +BUDGET +STATE +JOB +PLAN +PRED TOK/S +MEAS TOK/S +HEARTBEAT"));
+  EXPECT_THAT(lines[1],
+              MatchesRegex("w-3f2a +cuda:0 +32.0 MiB +BUSY +job-1 +C = 256, chunked/64, reverse +12.3k "
+                           "+11.0k +[0-9]s ago"));
+  EXPECT_THAT(lines[2], MatchesRegex(" +job-2 +C = 1024, chunked/64, reverse +900 +-"));
+  EXPECT_THAT(lines[3], MatchesRegex("w-idle +cpu +32.0 MiB +IDLE +- +- +- +- +[0-9]s ago"));
+  const ReceivedCalls calls = fake_->calls();
+  ASSERT_EQ(calls.list_workers.size(), 2u);
+  EXPECT_FALSE(calls.list_workers[0].include_gone());
+  EXPECT_EQ(calls.list_workers[1].page_token(), "next");
+}
+
+TEST_F(WorkersCommandTest, AllIncludesLostWorkers) {
+  ASSERT_TRUE(Workers({"--all"}).ok());
+  EXPECT_TRUE(fake_->calls().list_workers[0].include_gone());
+  EXPECT_THAT(out_.str(), MatchesRegex("(.|\n)*w-gone +cpu +32.0 MiB +LOST +- +- +- +- +10m 0[0-9]s ago\n"));
+}
+
+TEST_F(WorkersCommandTest, JsonAndEmpty) {
+  ASSERT_TRUE(Workers({"--json"}).ok());
+  const nlohmann::json json = nlohmann::json::parse(out_.str());
+  ASSERT_EQ(json["workers"].size(), 2u);
+  EXPECT_EQ(json["workers"][0]["plans"][1]["job_id"], "job-2");
+
+  fake_->list_workers = [](const v1::ListWorkersRequest&, v1::ListWorkersResponse*) {
+    return grpc::Status::OK;
+  };
+  ASSERT_TRUE(Workers({}).ok());
+  EXPECT_THAT(out_.str(), HasSubstr("no live workers"));
+}
+
+}  // namespace
+}  // namespace slimfit::client

@@ -1,0 +1,252 @@
+#include "worker/coordinator_link.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proto/log.h"
+#include "proto/rpc_util.h"
+
+namespace slimfit::worker {
+namespace {
+
+std::chrono::milliseconds ToChrono(absl::Duration duration) {
+  return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(duration)));
+}
+
+bool IsTransient(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+// The interval a coordinator asks for; a missing or absurd value keeps `current`.
+absl::Duration IntervalOr(int64_t interval_ms, absl::Duration current) {
+  return interval_ms > 0 ? absl::Milliseconds(std::max<int64_t>(interval_ms, 10)) : current;
+}
+
+}  // namespace
+
+CoordinatorLink::CoordinatorLink(Options options) : options_(std::move(options)) {}
+
+CoordinatorLink::~CoordinatorLink() { Stop(); }
+
+std::string CoordinatorLink::worker_id() const {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+uint64_t CoordinatorLink::incarnation() const {
+  absl::MutexLock lock(&mu_);
+  return incarnation_;
+}
+
+bool CoordinatorLink::Sleep(absl::Duration duration, bool wake_on_request) {
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || (wake_on_request && wake_); };
+  mu_.AwaitWithTimeout(absl::Condition(&done), duration);
+  if (stopping_) return false;
+  if (wake_on_request) wake_ = false;
+  return true;
+}
+
+absl::Status CoordinatorLink::Register() {
+  absl::StatusOr<std::string> stored = options_.state->ReadWorkerId();
+  if (!stored.ok()) return stored.status();
+  std::string id = *stored;
+  absl::Duration backoff = options_.initial_backoff;
+  int failures = 0;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("registration abandoned: the worker is shutting down");
+    }
+    v1::RegisterWorkerRequest request = options_.registration;
+    request.set_worker_id(id);
+    std::unique_ptr<grpc::ClientContext> context = rpc::MakeClientContext(options_.token, ToChrono(options_.rpc_timeout));
+    v1::RegisterWorkerResponse response;
+    const absl::Status status = rpc::FromGrpcStatus(
+        options_.coordinator->RegisterWorker(context.get(), request, &response), "RegisterWorker", context.get());
+    if (status.ok()) {
+      if (response.worker_id().empty()) {
+        return absl::InternalError(absl::StrCat("the coordinator at ", options_.coordinator_address,
+                                                " registered this worker without an id"));
+      }
+      if (response.worker_id() != *stored) {
+        if (absl::Status s = options_.state->WriteWorkerId(response.worker_id()); !s.ok()) return s;
+      }
+      absl::Duration interval;
+      {
+        absl::MutexLock lock(&mu_);
+        worker_id_ = response.worker_id();
+        incarnation_ = response.incarnation();
+        heartbeat_interval_ = IntervalOr(response.heartbeat_interval_ms(), heartbeat_interval_);
+        interval = heartbeat_interval_;
+      }
+      options_.service->SetWorkerId(response.worker_id());
+      rpc::SetLogComponent(absl::StrCat("worker ", response.worker_id()));
+      rpc::LogInfo("registered with the coordinator at ", options_.coordinator_address, " as ", response.worker_id(),
+                   " (incarnation ", response.incarnation(), ", heartbeat every ", absl::FormatDuration(interval), ")");
+      return absl::OkStatus();
+    }
+    if (absl::IsNotFound(status) && !id.empty()) {
+      rpc::LogWarning("the coordinator does not know worker id ", id, " (", status.message(),
+                      "): registering as a new worker");
+      id.clear();
+      continue;
+    }
+    if (IsTransient(status)) {
+      if (failures++ % 10 == 0) {
+        rpc::LogWarning("coordinator at ", options_.coordinator_address, " unavailable (", status.message(),
+                        "); retrying registration");
+      }
+      if (!Sleep(backoff, /*wake_on_request=*/false)) {
+        return absl::CancelledError("registration abandoned: the worker is shutting down");
+      }
+      backoff = std::min(backoff * 2, options_.max_backoff);
+      continue;
+    }
+    return absl::Status(status.code(), absl::StrCat("registering with the coordinator at ",
+                                                    options_.coordinator_address, ": ", status.message()));
+  }
+}
+
+void CoordinatorLink::StartHeartbeats() {
+  absl::MutexLock thread_lock(&thread_mu_);
+  if (heartbeat_thread_.joinable()) return;
+  {
+    // After Stop() no thread starts: nothing would join it.
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+  }
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void CoordinatorLink::HeartbeatNow() {
+  absl::MutexLock lock(&mu_);
+  wake_ = true;
+}
+
+absl::Status CoordinatorLink::SendHeartbeat(int64_t* pending_peak) {
+  WorkerService::HeartbeatState state = options_.service->TakeHeartbeatState();
+  *pending_peak = std::max(*pending_peak, state.measured_peak_bytes);
+  v1::HeartbeatRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_worker_id(worker_id_);
+    request.set_incarnation(incarnation_);
+  }
+  request.set_state(state.state);
+  if (state.current_work.has_value()) *request.mutable_current_work() = *state.current_work;
+  request.set_measured_peak_bytes(*pending_peak);
+  for (const auto& [job, version] : options_.cache->CachedVersions()) {
+    (*request.mutable_cached_parameter_versions())[job] = version;
+  }
+  std::unique_ptr<grpc::ClientContext> context = rpc::MakeClientContext(options_.token, ToChrono(options_.rpc_timeout));
+  v1::HeartbeatResponse response;
+  const absl::Status status = rpc::FromGrpcStatus(options_.coordinator->Heartbeat(context.get(), request, &response),
+                                                  "Heartbeat", context.get());
+  if (!status.ok()) return status;
+  *pending_peak = 0;  // delivered
+  {
+    absl::MutexLock lock(&mu_);
+    heartbeat_interval_ = IntervalOr(response.heartbeat_interval_ms(), heartbeat_interval_);
+  }
+  for (const std::string& job : response.finished_job_ids()) {
+    if (options_.cache->CachedVersions().count(job) > 0) {
+      rpc::LogInfo("job ", job, " finished: dropping its cached parameters");
+    }
+    options_.cache->Drop(job);
+  }
+  return absl::OkStatus();
+}
+
+void CoordinatorLink::HeartbeatLoop() {
+  int64_t pending_peak = 0;
+  absl::Duration backoff = options_.initial_backoff;
+  int failures = 0;
+  while (true) {
+    absl::Duration wait;
+    {
+      absl::MutexLock lock(&mu_);
+      wait = failures > 0 ? std::min(backoff, heartbeat_interval_) : heartbeat_interval_;
+    }
+    if (!Sleep(wait, /*wake_on_request=*/true)) return;
+    const absl::Status status = SendHeartbeat(&pending_peak);
+    if (status.ok()) {
+      if (failures > 0) rpc::LogInfo("the coordinator answers heartbeats again");
+      failures = 0;
+      backoff = options_.initial_backoff;
+      continue;
+    }
+    if (absl::IsNotFound(status)) {
+      rpc::LogWarning("the coordinator does not know this worker (", status.message(), "): registering again");
+      const absl::Status registered = Register();
+      if (absl::IsCancelled(registered)) return;
+      if (!registered.ok()) {
+        rpc::LogError(registered.message());
+        ++failures;
+      } else {
+        failures = 0;
+        backoff = options_.initial_backoff;
+      }
+      continue;
+    }
+    if (absl::IsFailedPrecondition(status)) {
+      rpc::LogError("this worker's registration was superseded (", status.message(), "): it must stop serving");
+      if (options_.on_superseded) options_.on_superseded(status);
+      return;
+    }
+    if (IsTransient(status)) {
+      if (failures == 0) {
+        rpc::LogWarning("heartbeat failed (", status.message(), "); retrying with back-off");
+      }
+      ++failures;
+      backoff = std::min(backoff * 2, options_.max_backoff);
+      continue;
+    }
+    rpc::LogError("heartbeat refused: ", status.message());
+    ++failures;
+  }
+}
+
+absl::Status CoordinatorLink::Deregister(const std::string& reason, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration backoff = options_.initial_backoff;
+  v1::DeregisterWorkerRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_worker_id(worker_id_);
+    request.set_incarnation(incarnation_);
+  }
+  request.set_reason(reason);
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    std::unique_ptr<grpc::ClientContext> context =
+        rpc::MakeClientContext(options_.token, ToChrono(std::min(options_.rpc_timeout, left)));
+    v1::DeregisterWorkerResponse response;
+    const absl::Status status = rpc::FromGrpcStatus(
+        options_.coordinator->DeregisterWorker(context.get(), request, &response), "DeregisterWorker", context.get());
+    if (status.ok()) {
+      rpc::LogInfo("deregistered from the coordinator (", reason, ")");
+      return status;
+    }
+    if (IsTransient(status) && absl::Now() + backoff < deadline) {
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, options_.max_backoff);
+      continue;
+    }
+    return absl::Status(status.code(), absl::StrCat("deregistering from the coordinator at ",
+                                                    options_.coordinator_address, ": ", status.message()));
+  }
+}
+
+void CoordinatorLink::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  absl::MutexLock thread_lock(&thread_mu_);
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+}  // namespace slimfit::worker

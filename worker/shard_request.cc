@@ -1,0 +1,161 @@
+#include "worker/shard_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "planner/plan_proto.h"
+#include "planner/plan_search.h"
+#include "proto/rpc_util.h"
+#include "proto/token_codec.h"
+
+namespace slimfit::worker {
+namespace {
+
+// `status` (an INVALID_ARGUMENT whose message already names the field) with ErrorDetail.field.
+absl::Status WithField(const absl::Status& status, absl::string_view field) {
+  v1::ErrorDetail detail;
+  detail.set_field(std::string(field));
+  return rpc::AttachErrorDetail(absl::InvalidArgumentError(status.message()), detail);
+}
+
+}  // namespace
+
+int64_t UsableBytes(int64_t memory_budget_bytes) {
+  return static_cast<int64_t>(std::floor(static_cast<double>(memory_budget_bytes) * (1.0 - kSafetyMargin)));
+}
+
+absl::Status InvalidField(absl::string_view field, absl::string_view message) {
+  return WithField(absl::InvalidArgumentError(absl::StrCat(field, ": ", message)), field);
+}
+
+absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRequest& request) {
+  if (request.job_id().empty()) return InvalidField("job_id", "required");
+  if (static_cast<int64_t>(request.job_id().size()) > v1::LIMIT_MAX_NAME_BYTES) {
+    return InvalidField("job_id", absl::StrCat(request.job_id().size(), " bytes; at most ", v1::LIMIT_MAX_NAME_BYTES));
+  }
+  // Evaluation shards carry the round they follow: 0 is the evaluation before the first round.
+  const int64_t first_round = request.evaluate_only() ? 0 : 1;
+  if (request.round() < first_round) {
+    return InvalidField("round", absl::StrCat("must be >= ", first_round, ", got ", request.round()));
+  }
+  if (request.shard_id() < 0) return InvalidField("shard_id", absl::StrCat("must be >= 0, got ", request.shard_id()));
+  if (request.attempt() < 1) return InvalidField("attempt", absl::StrCat("must be >= 1, got ", request.attempt()));
+  if (request.parameter_version() < 1) return InvalidField("parameter_version", "must be >= 1, got 0");
+  const int64_t length = request.sequence_length();
+  if (length < 2) return InvalidField("sequence_length", absl::StrCat("must be >= 2, got ", length));
+  if (request.loss_normalizer() <= 0) {
+    return InvalidField("loss_normalizer", absl::StrCat("must be > 0, got ", request.loss_normalizer()));
+  }
+
+  if (!request.has_plan()) return InvalidField("plan", "required");
+  absl::StatusOr<performer::Plan> plan = planner::PlanFromProto(request.plan(), "plan");
+  if (!plan.ok()) return WithField(plan.status(), "plan");
+  if (absl::Status s = plan->Validate(length); !s.ok()) {
+    return InvalidField("plan", absl::StrCat(s.message(), " (sequence_length ", length, ")"));
+  }
+
+  const int width = rpc::TokenWidth(request.token_encoding());
+  if (width == 0) {
+    return InvalidField("token_encoding", absl::StrCat("unknown or unspecified encoding ", request.token_encoding()));
+  }
+  const int64_t bytes = static_cast<int64_t>(request.tokens().size());
+  if (bytes == 0) return InvalidField("tokens", "empty");
+  if (bytes > v1::LIMIT_MAX_CHUNK_BYTES) {
+    return InvalidField("tokens", absl::StrCat(bytes, " bytes; at most ", v1::LIMIT_MAX_CHUNK_BYTES));
+  }
+  if (bytes % width != 0) {
+    return InvalidField("tokens", absl::StrCat(bytes, " bytes is not a whole number of ", width, "-byte tokens"));
+  }
+  const int64_t count = bytes / width;
+
+  if (request.doc_starts_size() > v1::LIMIT_MAX_SHARD_DOC_STARTS) {
+    return InvalidField("doc_starts", absl::StrCat(request.doc_starts_size(), " entries; at most ",
+                                                   v1::LIMIT_MAX_SHARD_DOC_STARTS));
+  }
+  for (int i = 0; i < request.doc_starts_size(); ++i) {
+    const int64_t start = request.doc_starts(i);
+    if (start < 0 || start >= count) {
+      return InvalidField("doc_starts", absl::StrCat("entry ", i, " = ", start, " is outside [0, ", count,
+                                                     ") (the shard holds ", count, " tokens)"));
+    }
+    if (i > 0 && start <= request.doc_starts(i - 1)) {
+      return InvalidField("doc_starts", absl::StrCat("entry ", i, " = ", start, " does not increase on entry ",
+                                                     i - 1, " = ", request.doc_starts(i - 1)));
+    }
+  }
+  return plan;
+}
+
+absl::StatusOr<Shard> CutShard(const v1::ComputeGradientRequest& request, int64_t vocab) {
+  absl::StatusOr<std::vector<int64_t>> tokens =
+      rpc::DecodeTokens(request.tokens(), request.token_encoding(), vocab, "tokens");
+  if (!tokens.ok()) return WithField(tokens.status(), "tokens");
+  const int64_t length = request.sequence_length();
+  const int64_t count = static_cast<int64_t>(tokens->size());
+  Shard shard;
+  shard.tokens = count;
+  int doc = 0;
+  for (int64_t begin = 0; begin < count; begin += length) {
+    const int64_t end = std::min(count, begin + length);
+    performer::PackedBatch batch;
+    batch.tokens.assign(tokens->begin() + begin, tokens->begin() + end);
+    batch.doc_starts.push_back(0);  // a sequence start is a document start
+    while (doc < request.doc_starts_size() && request.doc_starts(doc) < end) {
+      const int64_t offset = request.doc_starts(doc) - begin;
+      if (offset > 0) batch.doc_starts.push_back(offset);
+      ++doc;
+    }
+    shard.max_documents = std::max<int64_t>(shard.max_documents, static_cast<int64_t>(batch.doc_starts.size()));
+    shard.sequences.push_back(std::move(batch));
+  }
+  return shard;
+}
+
+performer::Plan PlanForSequence(const performer::Plan& plan, int64_t length) {
+  performer::Plan clamped = plan;
+  clamped.slice = std::min(plan.slice, length);
+  return clamped;
+}
+
+absl::StatusOr<BudgetCheck> CheckBudget(const performer::ModelConfig& model, const performer::Plan& plan,
+                                        int64_t sequence_length, const Shard& shard, bool gradient_wanted,
+                                        int64_t memory_budget_bytes, const planner::DeviceProfile& profile,
+                                        absl::string_view worker_name) {
+  planner::Workload workload;
+  workload.model = model;
+  workload.seq_len = sequence_length;
+  workload.documents = shard.max_documents;
+  absl::StatusOr<planner::Prediction> prediction = planner::Predict(workload, plan, profile);
+  if (!prediction.ok()) {
+    return InvalidField("plan", absl::StrCat("cannot predict it: ", prediction.status().message()));
+  }
+  BudgetCheck check;
+  check.prediction = *prediction;
+  const bool running_sum = gradient_wanted && shard.sequences.size() > 1;
+  check.needed_bytes = prediction->peak_bytes + (running_sum ? prediction->gradient_bytes : 0);
+  check.usable_bytes = UsableBytes(memory_budget_bytes);
+  if (check.needed_bytes <= check.usable_bytes) return check;
+
+  const std::string what =
+      running_sum ? absl::StrCat("predicted peak ", planner::HumanBytes(static_cast<double>(prediction->peak_bytes)),
+                                 " + ", planner::HumanBytes(static_cast<double>(prediction->gradient_bytes)),
+                                 " running gradient sum over ", shard.sequences.size(), " sequences")
+                  : "predicted peak";
+  v1::ErrorDetail detail;
+  detail.set_required_bytes(check.needed_bytes);
+  detail.set_budget_bytes(memory_budget_bytes);
+  detail.set_usable_bytes(check.usable_bytes);
+  return rpc::AttachErrorDetail(
+      absl::ResourceExhaustedError(absl::StrFormat(
+          "plan needs %s (%s) but worker %s budget allows %s (%s less a %.0f%% margin); plan: %s",
+          planner::HumanBytes(static_cast<double>(check.needed_bytes)), what, worker_name,
+          planner::HumanBytes(static_cast<double>(check.usable_bytes)),
+          planner::HumanBytes(static_cast<double>(memory_budget_bytes)), 100 * kSafetyMargin,
+          planner::PlanSummary(plan))),
+      detail);
+}
+
+}  // namespace slimfit::worker

@@ -1,0 +1,90 @@
+// What a worker checks in a ComputeGradientRequest before it runs anything (docs/PROTOCOL.md,
+// "One round", step 4), as pure functions:
+//
+//   ValidateShardRequest  the checks that need nothing but the request: ids, round (≥ 1; ≥ 0 for
+//                         an evaluate_only request, whose round is the one it follows), attempt,
+//                         version, the plan (Plan::Validate(sequence_length)), the sequence length,
+//                         the token encoding and byte count, the document starts, the normaliser;
+//   CutShard              the tokens decoded against the model's vocabulary and cut into
+//                         sequences of L tokens (the last may be shorter), each an independent
+//                         PackedBatch with its own document starts;
+//   CheckBudget           the plan re-predicted with the worker's own profile against its budget
+//                         less the safety margin.
+//
+// Every INVALID_ARGUMENT names the request field at fault, in the message and in an attached
+// ErrorDetail.field ("plan", "doc_starts", "tokens", ...). RESOURCE_EXHAUSTED carries an
+// ErrorDetail with required_bytes, budget_bytes and usable_bytes.
+//
+// Thread safety: pure functions.
+#ifndef SLIMFIT_WORKER_SHARD_REQUEST_H_
+#define SLIMFIT_WORKER_SHARD_REQUEST_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "performer/model_config.h"
+#include "performer/packed_batch.h"
+#include "performer/plan.h"
+#include "planner/cost_model.h"
+#include "planner/device_profile.h"
+#include "proto/slimfit.pb.h"
+
+namespace slimfit::worker {
+
+// The share of the budget a worker keeps free: plans must predict at most
+// floor(budget · (1 − kSafetyMargin)). Also the default margin of the Worker.Plan RPC.
+inline constexpr double kSafetyMargin = 0.10;
+
+// floor(budget · (1 − kSafetyMargin)).
+int64_t UsableBytes(int64_t memory_budget_bytes);
+
+// INVALID_ARGUMENT with ErrorDetail.field = `field` and the message "<field>: <message>".
+absl::Status InvalidField(absl::string_view field, absl::string_view message);
+
+// The request's plan, parsed and validated for its sequence_length, after every check that
+// needs neither the model nor the worker's state. INVALID_ARGUMENT naming the field otherwise.
+[[nodiscard]] absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRequest& request);
+
+struct Shard {
+  // Consecutive sequences of sequence_length tokens, the last 1..L; each starts a document.
+  std::vector<performer::PackedBatch> sequences;
+  int64_t tokens = 0;
+  // Most documents in any one sequence (the memory model's `documents`).
+  int64_t max_documents = 1;
+};
+
+// REQUIRES: ValidateShardRequest(request) succeeded. INVALID_ARGUMENT ("tokens: ...") for a
+// token id ≥ vocab.
+[[nodiscard]] absl::StatusOr<Shard> CutShard(const v1::ComputeGradientRequest& request, int64_t vocab);
+
+// `plan` for one sequence of `length` tokens: the slice clamped to the length (the proto's rule
+// for a last sequence shorter than C).
+performer::Plan PlanForSequence(const performer::Plan& plan, int64_t length);
+
+struct BudgetCheck {
+  planner::Prediction prediction;  // of one sequence of L tokens
+  // prediction.peak_bytes, plus the running gradient sum when the shard has several sequences
+  // and a gradient is wanted.
+  int64_t needed_bytes = 0;
+  int64_t usable_bytes = 0;
+};
+
+// Re-predicts `plan` for Workload{model, sequence_length, shard.max_documents} with `profile`.
+// RESOURCE_EXHAUSTED "plan needs 41.2 MiB (predicted peak) but worker w-3f2a budget allows
+// 28.8 MiB (32.0 MiB less a 10% margin)" with ErrorDetail{required_bytes, budget_bytes,
+// usable_bytes} when needed > usable; INVALID_ARGUMENT ("plan: ...") when the cost model refuses
+// the plan. `worker_name` names the worker in the message.
+[[nodiscard]] absl::StatusOr<BudgetCheck> CheckBudget(const performer::ModelConfig& model,
+                                                      const performer::Plan& plan, int64_t sequence_length,
+                                                      const Shard& shard, bool gradient_wanted,
+                                                      int64_t memory_budget_bytes,
+                                                      const planner::DeviceProfile& profile,
+                                                      absl::string_view worker_name);
+
+}  // namespace slimfit::worker
+
+#endif  // SLIMFIT_WORKER_SHARD_REQUEST_H_

@@ -1,0 +1,168 @@
+#include "worker/shard_request.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/device_profile_io.h"
+#include "planner/plan_proto.h"
+#include "proto/rpc_util.h"
+#include "tests/test_util.h"
+
+namespace slimfit::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+v1::ComputeGradientRequest GoodRequest() {
+  v1::ComputeGradientRequest request;
+  request.set_job_id("job-000001");
+  request.set_round(3);
+  request.set_shard_id(0);
+  request.set_attempt(1);
+  request.set_parameter_version(4);
+  performer::Plan plan;
+  plan.slice = 4;
+  *request.mutable_plan() = planner::PlanToProto(plan);
+  request.set_sequence_length(8);
+  request.set_token_encoding(v1::TOKEN_ENCODING_UINT8);
+  request.set_tokens(std::string("abcdefghijklmnopqrs"));  // 19 tokens: sequences of 8, 8, 3
+  request.add_doc_starts(0);
+  request.add_doc_starts(5);
+  request.add_doc_starts(8);   // a sequence start listed explicitly
+  request.add_doc_starts(10);
+  request.add_doc_starts(12);
+  request.add_doc_starts(17);
+  request.set_loss_normalizer(100);
+  return request;
+}
+
+// The ErrorDetail.field of an INVALID_ARGUMENT.
+std::string FieldOf(const absl::Status& status) {
+  std::optional<v1::ErrorDetail> detail = rpc::ErrorDetailOf(status);
+  return detail.has_value() ? detail->field() : "<no detail>";
+}
+
+TEST(ShardRequestTest, GoodRequestPasses) {
+  absl::StatusOr<performer::Plan> plan = ValidateShardRequest(GoodRequest());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->slice, 4);
+}
+
+TEST(ShardRequestTest, EveryBadFieldIsNamed) {
+  struct Case {
+    std::string field;
+    std::function<void(v1::ComputeGradientRequest*)> corrupt;
+  };
+  const std::vector<Case> cases = {
+      {"job_id", [](auto* r) { r->clear_job_id(); }},
+      {"round", [](auto* r) { r->set_round(0); }},
+      {"shard_id", [](auto* r) { r->set_shard_id(-1); }},
+      {"attempt", [](auto* r) { r->set_attempt(0); }},
+      {"parameter_version", [](auto* r) { r->set_parameter_version(0); }},
+      {"sequence_length", [](auto* r) { r->set_sequence_length(1); }},
+      {"loss_normalizer", [](auto* r) { r->set_loss_normalizer(0); }},
+      {"plan", [](auto* r) { r->clear_plan(); }},
+      {"plan", [](auto* r) { r->mutable_plan()->set_slice(9); }},                   // C > L
+      {"plan", [](auto* r) { r->mutable_plan()->set_dtype(v1::DTYPE_UNSPECIFIED); }},
+      {"plan", [](auto* r) { r->mutable_plan()->set_front_policy(v1::FRONT_POLICY_UNSPECIFIED); }},
+      {"token_encoding", [](auto* r) { r->set_token_encoding(v1::TOKEN_ENCODING_UNSPECIFIED); }},
+      {"tokens", [](auto* r) { r->clear_tokens(); }},
+      {"tokens", [](auto* r) {
+         r->set_token_encoding(v1::TOKEN_ENCODING_UINT16_LE);  // 19 bytes: not whole 2-byte tokens
+       }},
+      {"doc_starts", [](auto* r) { r->set_doc_starts(2, 5); }},    // not increasing
+      {"doc_starts", [](auto* r) { r->add_doc_starts(19); }},      // past the last token
+      {"doc_starts", [](auto* r) { r->set_doc_starts(0, -1); }},
+  };
+  for (const Case& c : cases) {
+    v1::ComputeGradientRequest request = GoodRequest();
+    c.corrupt(&request);
+    absl::StatusOr<performer::Plan> plan = ValidateShardRequest(request);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(std::string(plan.status().message()), StartsWith(c.field)) << plan.status();
+    EXPECT_EQ(FieldOf(plan.status()), c.field) << plan.status();
+  }
+}
+
+TEST(ShardRequestTest, EvaluationMayFollowRoundZero) {
+  v1::ComputeGradientRequest request = GoodRequest();
+  request.set_round(0);
+  EXPECT_EQ(ValidateShardRequest(request).status().code(), absl::StatusCode::kInvalidArgument);
+  request.set_evaluate_only(true);
+  EXPECT_TRUE(ValidateShardRequest(request).ok());
+  request.set_round(-1);
+  EXPECT_EQ(ValidateShardRequest(request).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShardRequestTest, CutsSequencesWithTheirDocumentStarts) {
+  absl::StatusOr<Shard> shard = CutShard(GoodRequest(), 256);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ(shard->tokens, 19);
+  ASSERT_EQ(shard->sequences.size(), 3u);
+  EXPECT_EQ(shard->sequences[0].size(), 8);
+  EXPECT_THAT(shard->sequences[0].doc_starts, ElementsAre(0, 5));
+  EXPECT_THAT(shard->sequences[1].doc_starts, ElementsAre(0, 2, 4));
+  EXPECT_THAT(shard->sequences[2].doc_starts, ElementsAre(0, 1));
+  EXPECT_EQ(shard->sequences[2].size(), 3);
+  EXPECT_EQ(shard->sequences[2].tokens[2], 's');
+  EXPECT_EQ(shard->max_documents, 3);
+}
+
+TEST(ShardRequestTest, TokenOutsideTheVocabularyIsNamed) {
+  absl::StatusOr<Shard> shard = CutShard(GoodRequest(), 100);  // 'd' = 100
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(shard.status().message(), HasSubstr("tokens: token 3 = 100"));
+  EXPECT_EQ(FieldOf(shard.status()), "tokens");
+}
+
+TEST(ShardRequestTest, SliceIsClampedToAShortSequence) {
+  performer::Plan plan;
+  plan.slice = 4;
+  EXPECT_EQ(PlanForSequence(plan, 3).slice, 3);
+  EXPECT_EQ(PlanForSequence(plan, 8).slice, 4);
+  plan.slice = 0;
+  EXPECT_EQ(PlanForSequence(plan, 3).slice, 0);
+}
+
+TEST(ShardRequestTest, BudgetCheckCountsTheRunningSumAndSaysTheNumbers) {
+  absl::StatusOr<planner::DeviceProfile> profile =
+      planner::ReadDeviceProfile(testing_util::RunfilePath("client/testdata/tiny_cpu.profile"));
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  performer::ModelConfig model;
+  model.vocab = 256;
+  model.d_model = 32;
+  model.layers = 1;
+  model.heads = 2;
+  model.d_ff = 64;
+  performer::Plan plan;  // full back-propagation
+  absl::StatusOr<Shard> shard = CutShard(GoodRequest(), 256);
+  ASSERT_TRUE(shard.ok());
+
+  absl::StatusOr<BudgetCheck> roomy = CheckBudget(model, plan, 8, *shard, true, 64 << 20, *profile, "w-1");
+  ASSERT_TRUE(roomy.ok()) << roomy.status();
+  EXPECT_EQ(roomy->needed_bytes, roomy->prediction.peak_bytes + roomy->prediction.gradient_bytes);
+  EXPECT_EQ(roomy->usable_bytes, UsableBytes(64 << 20));
+  absl::StatusOr<BudgetCheck> evaluate = CheckBudget(model, plan, 8, *shard, false, 64 << 20, *profile, "w-1");
+  ASSERT_TRUE(evaluate.ok());
+  EXPECT_EQ(evaluate->needed_bytes, evaluate->prediction.peak_bytes);
+
+  // A budget just too small for the peak plus the running sum.
+  const int64_t budget = static_cast<int64_t>(roomy->needed_bytes / 0.9) - 64;
+  absl::StatusOr<BudgetCheck> tight = CheckBudget(model, plan, 8, *shard, true, budget, *profile, "w-1");
+  ASSERT_EQ(tight.status().code(), absl::StatusCode::kResourceExhausted) << tight.status();
+  EXPECT_THAT(std::string(tight.status().message()), StartsWith("plan needs "));
+  EXPECT_THAT(tight.status().message(), HasSubstr("but worker w-1 budget allows"));
+  EXPECT_THAT(tight.status().message(), HasSubstr("less a 10% margin"));
+  std::optional<v1::ErrorDetail> detail = rpc::ErrorDetailOf(tight.status());
+  ASSERT_TRUE(detail.has_value());
+  EXPECT_EQ(detail->required_bytes(), roomy->needed_bytes);
+  EXPECT_EQ(detail->budget_bytes(), budget);
+  EXPECT_EQ(detail->usable_bytes(), UsableBytes(budget));
+  EXPECT_EQ(UsableBytes(1000), 900);
+}
+
+}  // namespace
+}  // namespace slimfit::worker

@@ -1,0 +1,155 @@
+// TestCoordinator: a small stand-in for `slimfit-coordinator` on the worker's side of the
+// protocol, for the worker's tests (testonly). It is the dependency at the network boundary, not
+// the thing under test: it serves real gRPC on loopback and answers as PROTOCOL.md says a
+// coordinator answers a worker.
+//
+//   FetchParameters  serves the published (job, version): a ParameterManifest, then every tensor's
+//                    chunks (small chunks, so streams have many messages); an older version →
+//                    ABORTED with ErrorDetail.current_parameter_version; an unknown job or a
+//                    newer version → NOT_FOUND; a finished job → FAILED_PRECONDITION. Counts
+//                    fetches; optionally delays them or lets a test tamper with the manifest.
+//   RegisterWorker   assigns ids "w-0001", "w-0002", …; a known id keeps it and gets the next
+//                    incarnation; an unknown given id → NOT_FOUND. Records the requests.
+//   Heartbeat        records; NOT_FOUND for a worker not live (unknown, or forgotten);
+//                    FAILED_PRECONDITION for an older incarnation; answers the configured
+//                    interval and the finished jobs.
+//   DeregisterWorker records; NOT_FOUND / FAILED_PRECONDITION as Heartbeat.
+// Every worker RPC needs the worker token (UNAUTHENTICATED otherwise). Requests refused as
+// UNAVAILABLE are not recorded. The client RPCs are left
+// UNIMPLEMENTED. ForgetWorkers() and LoseState() act as a coordinator that lost its records; Supersede() as another
+// process registering with the same id; SetUnavailable() as a coordinator that is restarting.
+//
+// TestCoordinatorServer runs one on 127.0.0.1 (port 0 picks a free port; a fixed port lets a test
+// restart it where the worker expects it).
+//
+// Thread safety: every method is safe for concurrent use.
+#ifndef SLIMFIT_WORKER_TEST_COORDINATOR_H_
+#define SLIMFIT_WORKER_TEST_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "performer/performer_model.h"
+#include "proto/slimfit.grpc.pb.h"
+
+namespace slimfit::worker {
+
+class TestCoordinator final : public v1::Coordinator::Service {
+ public:
+  struct Options {
+    std::string worker_token = "worker-secret";
+    int64_t heartbeat_interval_ms = 100;
+    int64_t lost_after_ms = 2000;
+    // Parameter chunks hold at most this many bytes (whole elements).
+    int64_t max_chunk_bytes = 4096;
+  };
+
+  TestCoordinator() : TestCoordinator(Options()) {}
+  explicit TestCoordinator(Options options) : options_(std::move(options)) {}
+
+  // Makes `version` the job's current parameters (a copy on the CPU), served in the model's dtype.
+  void Publish(const std::string& job_id, uint64_t version, const performer::PerformerModel& model,
+               uint64_t feature_seed = 0);
+  // The job ended: FetchParameters answers FAILED_PRECONDITION, heartbeats list it as finished.
+  void FinishJob(const std::string& job_id);
+  // FetchParameters sleeps this long before answering.
+  void SetFetchDelay(absl::Duration delay);
+  // Called on every manifest before it is sent.
+  void SetManifestHook(std::function<void(v1::ParameterManifest*)> hook);
+  // FetchParameters calls that asked for (job, version), answered or not.
+  int FetchCount(const std::string& job_id, uint64_t version) const;
+
+  // Worker RPCs (all four) answer UNAVAILABLE while set.
+  void SetUnavailable(bool unavailable);
+  // Forgets which workers are live, keeping their ids: heartbeats get NOT_FOUND, a registration
+  // with a known id is accepted (a coordinator that dropped the workers' records).
+  void ForgetWorkers();
+  // Forgets every worker id too: registering with one gets NOT_FOUND (a coordinator that lost
+  // its whole state).
+  void LoseState();
+  // A newer incarnation of `worker_id` registered elsewhere: the current one is superseded.
+  void Supersede(const std::string& worker_id);
+
+  std::vector<v1::RegisterWorkerRequest> registrations() const;
+  std::vector<v1::HeartbeatRequest> heartbeats() const;
+  std::vector<v1::DeregisterWorkerRequest> deregistrations() const;
+  // Waits until `predicate` (called under the lock with this object) holds; false on timeout.
+  bool WaitFor(const std::function<bool(const TestCoordinator&)>& predicate, absl::Duration timeout) const;
+  // Counts for WaitFor predicates, which run with the lock held.
+  size_t registration_count() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return registrations_.size(); }
+  size_t heartbeat_count() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return heartbeats_.size(); }
+  size_t deregistration_count() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return deregistrations_.size(); }
+
+  grpc::Status RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
+                              v1::RegisterWorkerResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status DeregisterWorker(grpc::ServerContext* context, const v1::DeregisterWorkerRequest* request,
+                                v1::DeregisterWorkerResponse* response) override;
+  grpc::Status FetchParameters(grpc::ServerContext* context, const v1::FetchParametersRequest* request,
+                               grpc::ServerWriter<v1::FetchParametersResponse>* writer) override;
+
+ private:
+  struct Published {
+    uint64_t version = 0;
+    v1::ParameterManifest manifest;
+    std::vector<std::string> names;
+    std::vector<at::Tensor> tensors;
+  };
+
+  grpc::Status CheckToken(const grpc::ServerContext& context) const;
+  // OK, or the status a heartbeat / deregistration of (id, incarnation) gets.
+  grpc::Status CheckIncarnation(const std::string& worker_id, uint64_t incarnation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Published> jobs_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> finished_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, uint64_t>, int> fetches_ ABSL_GUARDED_BY(mu_);
+  absl::Duration fetch_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  std::function<void(v1::ParameterManifest*)> manifest_hook_ ABSL_GUARDED_BY(mu_);
+  bool unavailable_ ABSL_GUARDED_BY(mu_) = false;
+  int next_worker_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // worker id → current
+  std::set<std::string> live_ ABSL_GUARDED_BY(mu_);  // registered since the last ForgetWorkers
+  std::vector<v1::RegisterWorkerRequest> registrations_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::DeregisterWorkerRequest> deregistrations_ ABSL_GUARDED_BY(mu_);
+};
+
+class TestCoordinatorServer {
+ public:
+  // Serves `service` (not owned; outlives the server) on 127.0.0.1:`port`. nullptr when the port
+  // cannot be bound.
+  static std::unique_ptr<TestCoordinatorServer> Start(TestCoordinator* service, int port = 0);
+  ~TestCoordinatorServer() { Shutdown(); }
+
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Stops serving (cancels open calls after a short grace period). Idempotent.
+  void Shutdown();
+
+ private:
+  TestCoordinatorServer(std::unique_ptr<grpc::Server> server, int port) : server_(std::move(server)), port_(port) {}
+
+  std::unique_ptr<grpc::Server> server_;
+  int port_;
+};
+
+}  // namespace slimfit::worker
+
+#endif  // SLIMFIT_WORKER_TEST_COORDINATOR_H_

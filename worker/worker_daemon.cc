@@ -1,0 +1,422 @@
+#include "worker/worker_daemon.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <ctime>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include <ATen/Context.h>
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
+#include "client/flags_util.h"
+#include "performer/calibration.h"
+#include "performer/cpu_runtime.h"
+#include "planner/device_profile_io.h"
+#include "planner/plan_search.h"
+#include "proto/log.h"
+#include "proto/rpc_util.h"
+#include "proto/slimfit.grpc.pb.h"
+#include "worker/coordinator_link.h"
+#include "worker/parameter_cache.h"
+#include "worker/worker_service.h"
+#include "worker/worker_state.h"
+
+namespace slimfit::worker {
+namespace {
+
+constexpr char kProgram[] = "slimfit-worker";
+constexpr char kTokenEnv[] = "SLIMFIT_WORKER_TOKEN";
+// Calibration and the profile cache use float32, the planner's default dtype.
+constexpr performer::DType kProfileDType = performer::DType::kFloat32;
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return 0;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+// Prints "slimfit-worker: <message>" as one line; the exit status for `status`.
+int Fail(std::ostream& err, const absl::Status& status) {
+  std::string message(status.message());
+  for (char& c : message) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  err << kProgram << ": " << message << "\n" << std::flush;
+  return ExitCodeFor(status);
+}
+
+// The self-pipe: OnSignal writes the signal number to signal_pipe[1].
+int signal_pipe[2] = {-1, -1};
+
+extern "C" void OnSignal(int signal_number) {
+  const int saved_errno = errno;
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  ssize_t ignored = write(signal_pipe[1], &byte, 1);
+  (void)ignored;
+  errno = saved_errno;
+}
+
+// What ends the daemon: a signal (OK status) or a fatal error. The first request wins.
+class ShutdownRequest {
+ public:
+  void Request(std::string reason, absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (requested_) return;
+    requested_ = true;
+    reason_ = std::move(reason);
+    status_ = std::move(status);
+  }
+  bool requested() const {
+    absl::MutexLock lock(&mu_);
+    return requested_;
+  }
+  // Blocks until Request; the reason and status.
+  std::pair<std::string, absl::Status> Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&requested_));
+    return {reason_, status_};
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  bool requested_ ABSL_GUARDED_BY(mu_) = false;
+  std::string reason_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// The host part of host:port ("127.0.0.1", "[::1]").
+std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
+
+absl::StatusOr<c10::Device> ParseDevice(const std::string& name) {
+  try {
+    const c10::Device device(name);
+    if (device.is_cpu() && name == "cpu") return device;
+    if (device.is_cuda() && device.has_index()) {
+      if (!at::hasCUDA()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--device=", name, ": this build of LibTorch has no CUDA support; use --device=cpu or a CUDA build"));
+      }
+      return device;
+    }
+  } catch (const c10::Error&) {
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--device=", name, ": expected cpu or cuda:N (e.g. cuda:0)"));
+}
+
+absl::Time ModificationTime(const std::string& path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) return absl::Now();
+  return absl::TimeFromTimespec(info.st_mtim);
+}
+
+struct LoadedProfile {
+  planner::DeviceProfile profile;
+  absl::Time calibrated_at;
+};
+
+// --profile, the state directory's cached profile, or a fresh calibration (then cached).
+absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options, const StateDir& state) {
+  if (!options.profile.empty()) {
+    absl::StatusOr<planner::DeviceProfile> profile = planner::ReadDeviceProfile(options.profile);
+    if (!profile.ok()) {
+      return absl::Status(profile.status().code(), absl::StrCat("--profile: ", profile.status().message()));
+    }
+    rpc::LogInfo("using the device profile ", options.profile, " (no calibration)");
+    return LoadedProfile{*std::move(profile), ModificationTime(options.profile)};
+  }
+  const ProfileKey key{options.device, static_cast<int>(options.threads), kProfileDType};
+  absl::StatusOr<std::optional<CachedProfile>> cached = state.LoadProfile(key);
+  if (!cached.ok()) {
+    rpc::LogWarning("ignoring the cached profile: ", cached.status().message());
+  } else if (cached->has_value()) {
+    rpc::LogInfo("using the profile cached in ", state.path(), " (", key.ToString(), ", calibrated ",
+                 absl::FormatTime(absl::RFC3339_sec, (*cached)->calibrated_at, absl::UTCTimeZone()), ")");
+    return LoadedProfile{(*cached)->profile, (*cached)->calibrated_at};
+  }
+  rpc::LogInfo("calibrating ", key.ToString(), " with short probes of the engine (10 to 30 s)...");
+  performer::CalibrationOptions calibration;
+  calibration.device = options.device;
+  calibration.threads = static_cast<int>(options.threads);
+  calibration.dtype = kProfileDType;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<performer::CalibrationResult> result = performer::Calibrate(calibration);
+  if (!result.ok()) {
+    return absl::Status(result.status().code(),
+                        absl::StrCat("calibrating ", options.device, ": ", result.status().message()));
+  }
+  const absl::Time calibrated_at = absl::Now();
+  rpc::LogInfo(absl::StrFormat("calibrated in %.1f s: %.2f GFLOP/s, activation scale %.3f",
+                               absl::ToDoubleSeconds(calibrated_at - start),
+                               result->profile.flops_per_second / 1e9, result->profile.activation_scale));
+  if (absl::Status s = state.StoreProfile(key, result->profile, calibrated_at); !s.ok()) {
+    rpc::LogWarning("cannot cache the profile (the next start calibrates again): ", s.message());
+  }
+  return LoadedProfile{result->profile, calibrated_at};
+}
+
+int Run(const WorkerDaemonOptions& options, std::ostream& err) {
+  // Signals: the handler only writes the signal number to a pipe (async-signal-safe); a thread
+  // reads it and acts. (Blocking the signals and sigwait-ing would not do: libraries such as
+  // OpenBLAS start threads before main, and a signal delivered to one of them would kill us.)
+  if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
+    return Fail(err, absl::ErrnoToStatus(errno, "cannot create the signal pipe"));
+  }
+  fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  ShutdownRequest shutdown;
+  std::atomic<WorkerService*> running_service{nullptr};
+  std::thread signal_thread([&] {
+    int received = 0;
+    while (true) {
+      unsigned char signal = 0;
+      const ssize_t n = read(signal_pipe[0], &signal, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || signal == 0) return;  // 0: the daemon is exiting
+      const std::string name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+      if (++received == 1) {
+        rpc::LogInfo(name, ": shutting down (the running shard may finish for up to ",
+                     absl::FormatDuration(kDrainTimeout), "; a second signal abandons it)");
+        shutdown.Request(name, absl::OkStatus());
+      } else if (WorkerService* service = running_service.load()) {
+        rpc::LogWarning(name, " again: abandoning the running shard");
+        service->CancelCurrentShard();
+      }
+    }
+  });
+  struct StopSignalThread {
+    std::thread* thread;
+    ~StopSignalThread() {
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGINT, SIG_DFL);
+      const unsigned char stop = 0;
+      while (write(signal_pipe[1], &stop, 1) < 0 && errno == EINTR) {
+      }
+      thread->join();
+      close(signal_pipe[0]);
+      close(signal_pipe[1]);
+    }
+  } stop_signal_thread{&signal_thread};
+
+  rpc::SetLogComponent("worker");
+  performer::RetainFreedHeapMemory();
+  absl::StatusOr<c10::Device> device = ParseDevice(options.device);
+  if (!device.ok()) return Fail(err, device.status());
+  if (device->is_cpu()) {
+    if (absl::Status s = performer::ConfigureCpuThreads(static_cast<int>(options.threads)); !s.ok()) {
+      return Fail(err, s);
+    }
+  }
+  absl::StatusOr<StateDir> state = StateDir::Open(options.state_dir);
+  if (!state.ok()) return Fail(err, state.status());
+  absl::StatusOr<LoadedProfile> profile = LoadOrCalibrate(options, *state);
+  if (!profile.ok()) return Fail(err, profile.status());
+  if (shutdown.requested()) {
+    rpc::LogInfo("stopped before serving");
+    return 0;
+  }
+
+  std::shared_ptr<v1::Coordinator::StubInterface> coordinator =
+      v1::Coordinator::NewStub(rpc::MakeChannel(options.coordinator));
+  ParameterCache::Options cache_options;
+  cache_options.coordinator = coordinator;
+  cache_options.token = options.token;
+  cache_options.device = *device;
+  ParameterCache cache(cache_options);
+  WorkerService::Options service_options;
+  service_options.token = options.token;
+  service_options.profile = profile->profile;
+  service_options.calibrated_at = profile->calibrated_at;
+  service_options.memory_budget_bytes = options.memory_budget_bytes;
+  service_options.device = options.device;
+  service_options.threads = static_cast<int>(options.threads);
+  service_options.cache = &cache;
+  WorkerService service(service_options);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(err, absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
+                                                         " (address in use or not local?)")));
+  }
+  running_service.store(&service);
+  const std::string host = HostOf(options.listen);
+  const std::string bound = absl::StrCat(host, ":", port);
+  const std::string advertise = options.advertise.empty() ? bound : options.advertise;
+  if (options.advertise.empty() && (host == "0.0.0.0" || host == "[::]")) {
+    rpc::LogWarning("advertising ", advertise, ", which the coordinator cannot reach: set --advertise");
+  }
+  rpc::LogInfo("serving on ", bound, " (advertised as ", advertise, "): device ", options.device, ", budget ",
+               planner::HumanBytes(static_cast<double>(options.memory_budget_bytes)), ", ", options.threads,
+               " thread", options.threads == 1 ? "" : "s");
+  auto stop_server = [&] {
+    running_service.store(nullptr);
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  };
+  if (!options.port_file.empty()) {
+    if (absl::Status s = WriteFileAtomically(options.port_file, bound + "\n"); !s.ok()) {
+      stop_server();
+      return Fail(err, absl::Status(s.code(), absl::StrCat("--port_file: ", s.message())));
+    }
+  }
+
+  CoordinatorLink::Options link_options;
+  link_options.coordinator = coordinator;
+  link_options.coordinator_address = options.coordinator;
+  link_options.token = options.token;
+  v1::RegisterWorkerRequest& registration = link_options.registration;
+  *registration.mutable_profile() = planner::DeviceProfileToProto(profile->profile);
+  registration.set_memory_budget_bytes(options.memory_budget_bytes);
+  registration.set_device(options.device);
+  registration.set_advertise_address(advertise);
+  registration.set_threads(static_cast<int32_t>(options.threads));
+  registration.set_version(kWorkerVersion);
+  link_options.state = &*state;
+  link_options.service = &service;
+  link_options.cache = &cache;
+  link_options.on_superseded = [&shutdown](const absl::Status& status) {
+    shutdown.Request("superseded", absl::FailedPreconditionError(absl::StrCat(
+                                       "stopped serving: this worker's registration was superseded by another "
+                                       "process with the same id (",
+                                       status.message(), ")")));
+  };
+  CoordinatorLink link(link_options);
+  std::atomic<bool> registered{false};
+  std::thread registrar([&] {
+    const absl::Status status = link.Register();
+    if (status.ok()) {
+      link.StartHeartbeats();
+      registered.store(true);
+    } else if (!absl::IsCancelled(status)) {
+      shutdown.Request("registration failed", status);
+    }
+  });
+
+  const auto [reason, status] = shutdown.Wait();
+  service.StartDraining();
+  if (status.ok()) {
+    link.HeartbeatNow();  // report DRAINING at once
+    if (!service.WaitUntilIdle(kDrainTimeout)) {
+      rpc::LogWarning("the running shard did not finish within ", absl::FormatDuration(kDrainTimeout),
+                      ": abandoning it");
+      service.CancelCurrentShard();
+      service.WaitUntilIdle(absl::Seconds(10));
+    }
+  } else {
+    service.CancelCurrentShard();
+  }
+  link.Stop();
+  registrar.join();
+  if (status.ok() && registered.load()) {
+    if (absl::Status s = link.Deregister(reason, absl::Seconds(5)); !s.ok()) {
+      rpc::LogWarning(s.message());
+    }
+  }
+  stop_server();
+  if (!status.ok()) return Fail(err, status);
+  rpc::LogInfo("stopped (", reason, ")");
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args, const char* env_token) {
+  ParsedFlags parsed;
+  WorkerDaemonOptions& o = parsed.options;
+  client::FlagSet flags(
+      "worker",
+      "slimfit-worker --coordinator=HOST:PORT --memory_budget=BYTES --state_dir=DIR [--token=T] [flags]",
+      "The slimfit worker daemon: registers with the coordinator and computes exact gradients of\n"
+      "shards within its memory budget. The token may come from $SLIMFIT_WORKER_TOKEN instead of\n"
+      "--token. SIGTERM or SIGINT: finish the running shard (up to 30 s), deregister, exit 0.");
+  flags.String("coordinator", &o.coordinator, "the coordinator's host:port", client::FlagSet::kRequired);
+  flags.String("listen", &o.listen, "host:port to serve the Worker service on; port 0 picks a free one");
+  flags.String("advertise", &o.advertise,
+               "host:port the coordinator reaches this worker at (default: the listen host and bound port)");
+  flags.String("device", &o.device, "cpu, or cuda:N with a CUDA build of LibTorch");
+  flags.ByteSize("memory_budget", &o.memory_budget_bytes,
+                 "most tensor bytes one gradient call may use, e.g. 512MiB (plans keep a 10% margin)",
+                 client::FlagSet::kRequired);
+  flags.Int("threads", &o.threads, "compute threads");
+  flags.String("state_dir", &o.state_dir, "directory for the worker id and the calibrated profile (created)",
+               client::FlagSet::kRequired);
+  flags.String("token", &o.token, "the worker token (default: $SLIMFIT_WORKER_TOKEN)");
+  flags.String("profile", &o.profile, "a text-format DeviceProfile to use instead of calibrating");
+  flags.String("port_file", &o.port_file, "once serving, write the bound host:port to this file (atomically)");
+  auto fix = [](const absl::Status& status) {
+    // FlagSet names its commands "slimfit <command>"; this one is a program of its own.
+    return absl::InvalidArgumentError(
+        absl::StrReplaceAll(status.message(), {{"'slimfit worker", "'slimfit-worker"}}));
+  };
+  if (absl::Status s = flags.Parse(args); !s.ok()) return fix(s);
+  if (flags.help_requested()) {
+    parsed.help = true;
+    parsed.help_text = flags.Help();
+    return parsed;
+  }
+  if (absl::Status s = rpc::ValidateAddress(o.coordinator, "--coordinator", false); !s.ok()) return s;
+  if (absl::Status s = rpc::ValidateAddress(o.listen, "--listen", true); !s.ok()) return s;
+  if (flags.IsSet("advertise")) {
+    if (absl::Status s = rpc::ValidateAddress(o.advertise, "--advertise", false); !s.ok()) return s;
+  }
+  if (o.memory_budget_bytes <= 0) return absl::InvalidArgumentError("--memory_budget must be more than 0 bytes");
+  if (o.threads < 1 || o.threads > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads=", o.threads, ": expected 1 to 4096"));
+  }
+  if (o.state_dir.empty()) return absl::InvalidArgumentError("--state_dir is empty; expected a directory");
+  if (o.device.empty()) return absl::InvalidArgumentError("--device is empty; expected cpu or cuda:N");
+  if (flags.IsSet("profile") && o.profile.empty()) {
+    return absl::InvalidArgumentError("--profile is empty; expected a file");
+  }
+  if (flags.IsSet("port_file") && o.port_file.empty()) {
+    return absl::InvalidArgumentError("--port_file is empty; expected a file");
+  }
+  if (!flags.IsSet("token") && env_token != nullptr) o.token = env_token;
+  if (o.token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("missing the worker token: pass --token or set $", kTokenEnv));
+  }
+  return parsed;
+}
+
+int WorkerMain(const std::vector<std::string>& args, const char* env_token, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<ParsedFlags> parsed = ParseWorkerFlags(args, env_token);
+  if (!parsed.ok()) return Fail(err, parsed.status());
+  if (parsed->help) {
+    out << parsed->help_text << std::flush;
+    return 0;
+  }
+  return Run(parsed->options, err);
+}
+
+}  // namespace slimfit::worker

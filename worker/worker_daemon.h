@@ -1,0 +1,75 @@
+// The `slimfit-worker` daemon: flags, start-up, serving and shutdown (docs/PROTOCOL.md, "Worker
+// start-up"). worker_main.cc only calls WorkerMain.
+//
+// Start-up: parse the flags → open the state directory → the profile (--profile, else the one
+// cached in the state directory for this device, thread count and dtype, else calibrate and cache
+// it) → serve the Worker service on --listen (port 0: a free port) and, with --port_file, write
+// the bound "host:port" there atomically → register with the coordinator (retried while it is
+// unavailable) → heartbeats.
+//
+// Shutdown on SIGTERM or SIGINT (a self-pipe: the handler only writes the signal to a pipe, a
+// thread reads it and acts):
+// take no new shard (UNAVAILABLE, heartbeat DRAINING at once), let the running shard finish for up
+// to kDrainTimeout, then abandon it (its call ends CANCELLED), deregister, stop the gRPC server,
+// exit 0. A second signal abandons the running shard at once. When the coordinator says this
+// incarnation was superseded (another process registered with the same id) the worker stops
+// serving at once, without deregistering, and exits 1.
+//
+// Exit statuses: 0 after a clean shutdown (also --help); 2 for a usage error (bad or missing
+// flag, unreadable --profile, a CUDA device without CUDA support, a coordinator that refuses the
+// token); 1 for any other failure (cannot listen, registration refused, superseded). Every fatal
+// error is one line "slimfit-worker: <message>" on stderr; log lines (proto/log.h) go to stderr
+// as well.
+//
+// Thread safety: WorkerMain is called once per process (it installs process-wide signal handlers
+// and thread settings).
+#ifndef SLIMFIT_WORKER_WORKER_DAEMON_H_
+#define SLIMFIT_WORKER_WORKER_DAEMON_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace slimfit::worker {
+
+// How long a shard may run on after SIGTERM before it is abandoned.
+inline constexpr absl::Duration kDrainTimeout = absl::Seconds(30);
+
+// What the flags say; defaults as documented in Help().
+struct WorkerDaemonOptions {
+  std::string coordinator;             // --coordinator=host:port, required
+  std::string listen = "127.0.0.1:0";  // --listen=host:port; port 0 picks a free one
+  std::string advertise;               // --advertise=host:port; default: listen host, bound port
+  std::string device = "cpu";          // --device=cpu|cuda:N
+  int64_t memory_budget_bytes = 0;     // --memory_budget, required, > 0
+  int64_t threads = 1;                 // --threads, 1..4096
+  std::string state_dir;               // --state_dir, required
+  std::string token;                   // --token, else $SLIMFIT_WORKER_TOKEN; required
+  std::string profile;                 // --profile=FILE: use this DeviceProfile, skip calibration
+  std::string port_file;               // --port_file=FILE: the bound host:port, once serving
+};
+
+struct ParsedFlags {
+  bool help = false;      // --help: `help_text` is to be printed, nothing else was checked
+  std::string help_text;
+  WorkerDaemonOptions options;
+};
+
+// Parses the arguments after the program name. `env_token` is $SLIMFIT_WORKER_TOKEN (nullptr when
+// unset). INVALID_ARGUMENT with a one-line message naming the flag.
+[[nodiscard]] absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
+                                                           const char* env_token);
+
+// The whole daemon: parse, start, serve until SIGTERM/SIGINT or a fatal error, shut down. Returns
+// the exit status (see the file comment). Writes --help to `out` and the one-line fatal error to
+// `err`.
+int WorkerMain(const std::vector<std::string>& args, const char* env_token, std::ostream& out, std::ostream& err);
+
+}  // namespace slimfit::worker
+
+#endif  // SLIMFIT_WORKER_WORKER_DAEMON_H_

@@ -1,0 +1,351 @@
+#include "worker/worker_service.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "performer/gradient_engine.h"
+#include "performer/memory_tracker.h"
+#include "performer/tensor_chunks.h"
+#include "planner/device_profile_io.h"
+#include "planner/plan_proto.h"
+#include "planner/plan_search.h"
+#include "proto/log.h"
+#include "proto/rpc_util.h"
+#include "proto/token_codec.h"
+#include "worker/shard_request.h"
+
+namespace slimfit::worker {
+namespace {
+
+using planner::HumanBytes;
+
+google::protobuf::Timestamp ToTimestamp(absl::Time time) {
+  google::protobuf::Timestamp timestamp;
+  const int64_t seconds = absl::ToUnixSeconds(time);
+  timestamp.set_seconds(seconds);
+  timestamp.set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(time - absl::FromUnixSeconds(seconds))));
+  return timestamp;
+}
+
+std::string ShardName(const v1::ComputeGradientRequest& request) {
+  return absl::StrCat("job ", request.job_id(), " round ", request.round(), " shard ", request.shard_id(),
+                      " attempt ", request.attempt());
+}
+
+// The Plan RPC's request as a plan search; INVALID_ARGUMENT naming the field.
+absl::StatusOr<planner::PlanSearchRequest> ToSearchRequest(const v1::PlanRequest& request,
+                                                           int64_t worker_budget) {
+  planner::PlanSearchRequest search;
+  if (!request.has_model()) return InvalidField("model", "required");
+  absl::StatusOr<performer::ModelConfig> model = planner::ModelConfigFromProto(request.model(), "model");
+  if (!model.ok()) return InvalidField("model", model.status().message());
+  search.workload.model = *model;
+  if (request.sequence_length() < 1) {
+    return InvalidField("sequence_length", absl::StrCat("must be >= 1, got ", request.sequence_length()));
+  }
+  search.workload.seq_len = request.sequence_length();
+  search.workload.documents = request.has_documents() ? request.documents() : 1;
+  if (search.workload.documents < 1) {
+    return InvalidField("documents", absl::StrCat("must be >= 1, got ", request.documents()));
+  }
+  search.memory_budget_bytes = request.has_memory_budget_bytes() ? request.memory_budget_bytes() : worker_budget;
+  if (search.memory_budget_bytes <= 0) {
+    return InvalidField("memory_budget_bytes", absl::StrCat("must be > 0, got ", request.memory_budget_bytes()));
+  }
+  if (request.has_objective() && !v1::Objective_IsValid(request.objective())) {
+    return InvalidField("objective", absl::StrCat("unknown value ", request.objective()));
+  }
+  search.objective = planner::ObjectiveFromProto(request.objective());
+  if (request.has_dtype()) {
+    absl::StatusOr<performer::DType> dtype = planner::DTypeFromProto(request.dtype(), "dtype");
+    if (!dtype.ok()) return InvalidField("dtype", dtype.status().message());
+    search.dtype = *dtype;
+  }
+  search.safety_margin = request.has_safety_margin() ? request.safety_margin() : kSafetyMargin;
+  if (!(search.safety_margin >= 0 && search.safety_margin < 1)) {
+    return InvalidField("safety_margin", absl::StrCat("must be in [0, 1), got ", request.safety_margin()));
+  }
+  return search;
+}
+
+}  // namespace
+
+WorkerService::WorkerService(Options options) : options_(std::move(options)) {}
+
+grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context) const {
+  std::optional<std::string> token = rpc::BearerToken(context);
+  if (!token.has_value()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing worker token: send metadata \"authorization: Bearer <token>\"");
+  }
+  if (!rpc::ConstantTimeEquals(*token, options_.token)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong worker token");
+  }
+  return grpc::Status::OK;
+}
+
+void WorkerService::SetWorkerId(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  worker_id_ = worker_id;
+}
+
+std::string WorkerService::worker_id() const {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+std::string WorkerService::WorkerNameLocked() const {
+  return worker_id_.empty() ? std::string("(unregistered)") : worker_id_;
+}
+
+std::string WorkerService::WorkerName() const {
+  absl::MutexLock lock(&mu_);
+  return WorkerNameLocked();
+}
+
+void WorkerService::RecordPeak(int64_t peak_bytes) {
+  absl::MutexLock lock(&mu_);
+  peak_since_heartbeat_ = std::max(peak_since_heartbeat_, peak_bytes);
+}
+
+WorkerService::HeartbeatState WorkerService::TakeHeartbeatState() {
+  absl::MutexLock lock(&mu_);
+  HeartbeatState state;
+  state.state = draining_ ? v1::WORKER_STATE_DRAINING
+                          : (current_.has_value() ? v1::WORKER_STATE_BUSY : v1::WORKER_STATE_IDLE);
+  state.current_work = current_;
+  state.measured_peak_bytes = peak_since_heartbeat_;
+  peak_since_heartbeat_ = 0;
+  return state;
+}
+
+void WorkerService::StartDraining() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+bool WorkerService::WaitUntilIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !current_.has_value(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+void WorkerService::CancelCurrentShard() { abandon_.store(true); }
+
+grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const v1::ComputeGradientRequest* request,
+                                            grpc::ServerWriter<v1::ComputeGradientResponse>* writer) {
+  const absl::Time started = absl::Now();
+  if (grpc::Status s = Authenticate(*context); !s.ok()) return s;
+  absl::StatusOr<performer::Plan> plan = ValidateShardRequest(*request);
+  if (!plan.ok()) {
+    rpc::LogWarning(ShardName(*request), ": refused: ", plan.status().message());
+    return rpc::ToGrpcStatus(plan.status(), context);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat("worker ", WorkerNameLocked(), " is draining (shutting down): try another worker"));
+    }
+    if (current_.has_value()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat("worker ", WorkerNameLocked(), " is busy with job ", current_->job_id(),
+                                       " round ", current_->round(), " shard ", current_->shard_id(),
+                                       ": try another worker"));
+    }
+    v1::CurrentWork work;
+    work.set_job_id(request->job_id());
+    work.set_round(request->round());
+    work.set_shard_id(request->shard_id());
+    work.set_attempt(request->attempt());
+    work.set_parameter_version(request->parameter_version());
+    work.set_tokens(static_cast<int64_t>(request->tokens().size()) / rpc::TokenWidth(request->token_encoding()));
+    *work.mutable_started_at() = ToTimestamp(started);
+    current_ = std::move(work);
+    abandon_.store(false);
+  }
+  absl::Status status = RunShard(context, *request, *plan, started, writer);
+  {
+    absl::MutexLock lock(&mu_);
+    current_.reset();
+  }
+  if (!status.ok()) rpc::LogWarning(ShardName(*request), ": ", absl::StatusCodeToString(status.code()), ": ", status.message());
+  return rpc::ToGrpcStatus(status, context);
+}
+
+absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::ComputeGradientRequest& request,
+                                     const performer::Plan& plan, absl::Time started,
+                                     grpc::ServerWriter<v1::ComputeGradientResponse>* writer) {
+  const std::string worker = WorkerName();
+  auto stopped = [&]() -> std::optional<absl::Status> {
+    if (abandon_.load()) {
+      return absl::CancelledError(absl::StrCat("worker ", worker, " abandoned ", ShardName(request),
+                                               ": shutting down"));
+    }
+    if (context->IsCancelled()) {
+      return absl::CancelledError(absl::StrCat(ShardName(request), ": the caller cancelled; partial work discarded"));
+    }
+    return std::nullopt;
+  };
+
+  absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> model =
+      options_.cache->Get(request.job_id(), request.parameter_version(), plan.dtype);
+  if (!model.ok()) return model.status();
+  if (auto s = stopped()) return *s;
+  const performer::PerformerModel& parameters = **model;
+
+  absl::StatusOr<Shard> shard = CutShard(request, parameters.config().vocab);
+  if (!shard.ok()) return shard.status();
+  const bool want_gradient = !request.evaluate_only();
+  absl::StatusOr<BudgetCheck> budget =
+      CheckBudget(parameters.config(), plan, request.sequence_length(), *shard, want_gradient,
+                  options_.memory_budget_bytes, options_.profile, worker);
+  if (!budget.ok()) return budget.status();
+
+  performer::GradientOptions gradient_options;
+  gradient_options.loss_normalizer = request.loss_normalizer();
+  gradient_options.feature_seed = request.feature_seed();
+  std::vector<at::Tensor> sum;
+  v1::GradientSummary summary;
+  double compute_seconds = 0;
+  int64_t measured_peak = 0;
+  const size_t count = shard->sequences.size();
+  for (size_t i = 0; i < count; ++i) {
+    if (auto s = stopped()) return *s;
+    const performer::PackedBatch& batch = shard->sequences[i];
+    // A sequence whose documents are all one token long predicts nothing: its loss and gradient
+    // are zero (the engine has no loss to differentiate there).
+    if (performer::PredictedTokenCount(batch) == 0) continue;
+    const performer::Plan sequence_plan = PlanForSequence(plan, batch.size());
+    absl::StatusOr<performer::GradientResult> result =
+        performer::ComputeGradient(parameters, batch, sequence_plan, gradient_options);
+    const std::string where = absl::StrCat(ShardName(request), ", sequence ", i + 1, " of ", count);
+    if (!result.ok()) {
+      if (absl::IsResourceExhausted(result.status())) {
+        absl::StatusOr<performer::MemoryStats> stats = performer::GetMemoryStats(parameters.device());
+        const int64_t peak = stats.ok() ? stats->peak_bytes : 0;
+        v1::ErrorDetail detail;
+        detail.set_required_bytes(peak);
+        detail.set_budget_bytes(options_.memory_budget_bytes);
+        detail.set_usable_bytes(budget->usable_bytes);
+        return rpc::AttachErrorDetail(
+            absl::ResourceExhaustedError(absl::StrFormat(
+                "worker %s ran out of memory on %s: measured peak %s (predicted %s) with a budget of %s: %s",
+                worker, where, HumanBytes(static_cast<double>(peak)),
+                HumanBytes(static_cast<double>(budget->needed_bytes)),
+                HumanBytes(static_cast<double>(options_.memory_budget_bytes)), result.status().message())),
+            detail);
+      }
+      return absl::InternalError(absl::StrCat(where, " with plan {", sequence_plan.DebugString(),
+                                              "}: ", result.status().message()));
+    }
+    try {
+      if (want_gradient) {
+        if (sum.empty()) {
+          sum = std::move(result->gradients);
+        } else {
+          for (size_t t = 0; t < sum.size(); ++t) sum[t].add_(result->gradients[t]);
+        }
+      }
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat(where, ": adding the gradient failed: ", e.what_without_backtrace()));
+    }
+    result->gradients.clear();
+    summary.set_loss_sum(summary.loss_sum() + result->loss_sum);
+    summary.set_token_count(summary.token_count() + result->token_count);
+    summary.set_slice_forwards(summary.slice_forwards() + result->slice_forwards);
+    compute_seconds += result->seconds;
+    measured_peak = std::max(measured_peak, result->peak_bytes);
+    RecordPeak(result->peak_bytes);
+  }
+  if (auto s = stopped()) return *s;
+
+  int64_t gradient_bytes = 0;
+  int gradient_tensors = 0;
+  if (want_gradient) {
+    if (sum.empty()) {  // no sequence predicted anything: the gradient is zero
+      try {
+        for (const at::Tensor& p : parameters.parameters()) sum.push_back(at::zeros_like(p));
+      } catch (const c10::Error& e) {
+        return absl::InternalError(absl::StrCat(ShardName(request), ": ", e.what_without_backtrace()));
+      }
+    }
+    absl::Status streamed = performer::ChunkTensors(parameters.names(), sum, plan.dtype,
+                                                    [&](const v1::TensorChunk& chunk) {
+                                                      if (chunk.offset() == 0) ++gradient_tensors;
+                                                      gradient_bytes += static_cast<int64_t>(chunk.data().size());
+                                                      v1::ComputeGradientResponse response;
+                                                      *response.mutable_chunk() = chunk;
+                                                      return writer->Write(response);
+                                                    });
+    if (absl::IsCancelled(streamed)) {
+      return absl::CancelledError(absl::StrCat(ShardName(request), ": the caller went away while the gradient streamed"));
+    }
+    if (!streamed.ok()) return absl::InternalError(absl::StrCat(ShardName(request), ": ", streamed.message()));
+  }
+
+  summary.set_job_id(request.job_id());
+  summary.set_round(request.round());
+  summary.set_shard_id(request.shard_id());
+  summary.set_attempt(request.attempt());
+  summary.set_parameter_version(request.parameter_version());
+  summary.set_measured_peak_bytes(measured_peak);
+  summary.set_predicted_peak_bytes(budget->needed_bytes);
+  summary.set_compute_seconds(compute_seconds);
+  summary.set_gradient_tensors(gradient_tensors);
+  summary.set_gradient_bytes(gradient_bytes);
+  summary.set_sequences(static_cast<int32_t>(count));
+  summary.set_total_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  v1::ComputeGradientResponse response;
+  *response.mutable_summary() = summary;
+  if (!writer->Write(response)) {
+    return absl::CancelledError(absl::StrCat(ShardName(request), ": the caller went away before the summary"));
+  }
+  rpc::LogInfo(ShardName(request), ": ", count, " sequence", count == 1 ? "" : "s", ", ", summary.token_count(),
+               " predicted tokens, loss ", absl::StrFormat("%.4f", summary.loss_sum() / std::max<int64_t>(1, summary.token_count())),
+               ", peak ", HumanBytes(static_cast<double>(measured_peak)), " (predicted ",
+               HumanBytes(static_cast<double>(budget->needed_bytes)), "), ",
+               absl::StrFormat("%.2f s", summary.total_seconds()), request.evaluate_only() ? ", evaluation" : "");
+  return absl::OkStatus();
+}
+
+grpc::Status WorkerService::GetProfile(grpc::ServerContext* context, const v1::GetProfileRequest*,
+                                       v1::GetProfileResponse* response) {
+  if (grpc::Status s = Authenticate(*context); !s.ok()) return s;
+  response->set_worker_id(worker_id());
+  *response->mutable_profile() = planner::DeviceProfileToProto(options_.profile);
+  response->set_memory_budget_bytes(options_.memory_budget_bytes);
+  response->set_device(options_.device);
+  response->set_threads(options_.threads);
+  response->set_version(kWorkerVersion);
+  if (options_.calibrated_at != absl::InfinitePast()) {
+    *response->mutable_calibrated_at() = ToTimestamp(options_.calibrated_at);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Plan(grpc::ServerContext* context, const v1::PlanRequest* request,
+                                 v1::MemoryPlan* response) {
+  if (grpc::Status s = Authenticate(*context); !s.ok()) return s;
+  absl::StatusOr<planner::PlanSearchRequest> search = ToSearchRequest(*request, options_.memory_budget_bytes);
+  if (!search.ok()) return rpc::ToGrpcStatus(search.status(), context);
+  const bool include_frontier = request->has_include_frontier() ? request->include_frontier() : true;
+  absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(*search, options_.profile, include_frontier);
+  if (!plan.ok()) {
+    const absl::Status status = absl::IsInvalidArgument(plan.status())
+                                    ? plan.status()
+                                    : absl::InternalError(absl::StrCat("plan search: ", plan.status().message()));
+    return rpc::ToGrpcStatus(status, context);
+  }
+  *response = *std::move(plan);
+  response->set_worker_id(worker_id());
+  return grpc::Status::OK;
+}
+
+}  // namespace slimfit::worker
