@@ -137,7 +137,7 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   const int64_t dtype_bytes = performer::DTypeBytes(plan.dtype);
   Prediction p;
   p.parameter_bytes = c.parameter_count() * dtype_bytes;
-  p.gradient_bytes = p.parameter_bytes;
+  p.gradient_bytes = p.parameter_bytes * (w.gradient_sum ? 2 : 1);
   p.optimizer_bytes = c.parameter_count() * w.optimizer_bytes_per_parameter;
   const int64_t front = FrontBytes(c, plan.dtype);
 

@@ -37,6 +37,9 @@ struct Workload {
   int64_t documents = 1;  // documents in it; each start may force a kept front
   // Optimizer state held on the device next to the gradient (e.g. 8 for Adam in float32; 0: none).
   int64_t optimizer_bytes_per_parameter = 0;
+  // The caller keeps a running sum of the gradients of several sequences next to the call's own
+  // (a worker's multi-sequence shard): one more gradient-sized buffer, counted in gradient_bytes.
+  bool gradient_sum = false;
 };
 
 struct Prediction {

@@ -1,30 +1,103 @@
 #!/usr/bin/env bash
-# slimfit demo: installs what is needed, builds, and shows the time/memory trade-off of the exact
-# sliced gradient on this machine — one gradient of a 2-layer causal Performer LM (config A of
-# BENCHMARKS.md) over a 4096-byte sequence, by full back-propagation and for slices of C tokens,
-# with the gradient's relative discrepancy from the full one. Takes about a minute on 2 cores.
+# slimfit demo: installs what is needed, builds, and runs the whole system on this machine — a
+# coordinator and three workers on loopback whose memory budgets force three different plans
+# (sliced C = 64, sliced C = 256, ordinary back-propagation). It pre-trains a small byte-level
+# Performer on the licence texts every Debian machine has, exports it, fine-tunes it on the GPL-3
+# (held out from pre-training), prints each worker's plan and the held-out bits per byte before and
+# after fine-tuning, exports the result, and stops every process it started. A few minutes on
+# 2 cores once built; no network.
 #
-# Usage: scripts/demo.sh [extra gradient_bench flags, e.g. --seq_len=16384 --slice=0,64]
+# Usage: scripts/demo.sh [--keep]    (--keep: leave the work directory for inspection)
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
+keep=0
+[ "${1:-}" = "--keep" ] && keep=1
 
 bash scripts/setup.sh
-bazel build --show_progress_rate_limit=15 //bench:gradient_bench
+bazel build --show_progress_rate_limit=30 //server:slimfit-coordinator //worker:slimfit-worker //client:slimfit
+bin="$repo_root/bazel-bin"
+slimfit="$bin/client/slimfit"
 
-threads=$(nproc)
-# Random bytes are the default input; the demo reads real text when the machine has some.
-tokens_flag=()
-for text in /usr/share/common-licenses/GPL-3 /usr/share/dict/words; do
-  if [ -f "$text" ] && [ "$(stat -c %s "$text")" -ge 4096 ]; then
-    tokens_flag=(--tokens="$text")
-    echo "input: the first 4096 bytes of $text"
-    break
-  fi
+work="$(mktemp -d /tmp/slimfit-demo.XXXXXX)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "$keep" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+export SLIMFIT_TOKEN="demo-client-$RANDOM$RANDOM"
+export SLIMFIT_WORKER_TOKEN="demo-worker-$RANDOM$RANDOM"
+
+wait_for_file() {  # path, what
+  for _ in $(seq 1 600); do [ -s "$1" ] && return 0; sleep 0.1; done
+  echo "demo: $2 did not start; its log:" >&2
+  cat "$work"/*.log >&2
+  exit 1
+}
+
+echo "== the data: Debian's licence texts (pre-training) and the GPL-3 (fine-tuning)"
+licenses=/usr/share/common-licenses
+pretrain="$work/pretrain.txt"
+: > "$pretrain"
+for f in Apache-2.0 Artistic BSD CC0-1.0 GFDL-1.3 GPL-2 LGPL-2.1 MPL-2.0 MPL-1.1 GPL-1; do
+  [ -f "$licenses/$f" ] && { cat "$licenses/$f"; printf '\n\n\n'; } >> "$pretrain"
 done
+finetune="$licenses/GPL-3"
+echo "pre-training: $(stat -c %s "$pretrain") bytes of 10 licences; fine-tuning: $(stat -c %s "$finetune") bytes of GPL-3"
 
-echo "model: d_model 256, 2 layers, 4 heads, d_ff 1024, sqr features, post-LN, float32, $threads threads"
-echo "x_full: time relative to full back-propagation; working: peak minus parameters and gradients"
-./bazel-bin/bench/gradient_bench --seq_len=4096 --slice=0,1024,256,64,16 --threads="$threads" \
-  --repeats=1 --check_full --format=table "${tokens_flag[@]}" "$@"
+echo "== calibrating this CPU once (the three workers share it)"
+"$slimfit" calibrate --device=cpu --threads=1 --out="$work/cpu.profile"
+
+echo "== starting the coordinator and three workers"
+"$bin/server/slimfit-coordinator" --state_dir="$work/coordinator" --listen=127.0.0.1:0 \
+  --port_file="$work/coordinator.port" > "$work/coordinator.log" 2>&1 &
+pids+=($!)
+wait_for_file "$work/coordinator.port" "the coordinator"
+export SLIMFIT_COORDINATOR="$(cat "$work/coordinator.port")"
+echo "coordinator at $SLIMFIT_COORDINATOR"
+i=0
+for budget in 6MiB 12MiB 48MiB; do
+  "$bin/worker/slimfit-worker" --coordinator="$SLIMFIT_COORDINATOR" --listen=127.0.0.1:0 --device=cpu \
+    --memory_budget="$budget" --threads=1 --state_dir="$work/worker$i" --profile="$work/cpu.profile" \
+    --port_file="$work/worker$i.port" > "$work/worker$i.log" 2>&1 &
+  pids+=($!)
+  wait_for_file "$work/worker$i.port" "worker $i"
+  i=$((i + 1))
+done
+for _ in $(seq 1 100); do
+  [ "$("$slimfit" workers --json 2>/dev/null | grep -c '"workerId"' || true)" -ge 3 ] && break
+  sleep 0.1
+done
+"$slimfit" workers
+
+model=(--d_model=128 --layers=2 --heads=4 --d_ff=512 --sequence_length=1024)
+echo
+echo "== pre-training: 2-layer byte-level Performer, L = 1024, 16 sequences per round"
+"$slimfit" submit "${model[@]}" --name=pretrain --data="$pretrain" --separator='\n\n\n' \
+  --tokens_per_round=16384 --rounds=120 --learning_rate=3e-3 --warmup_steps=10 --gradient_clip_norm=1 \
+  --held_out_fraction=0.05 --eval_interval=40 --checkpoint_interval=20 --seed=1 --json > "$work/pretrain.json"
+pretrain_job="$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/pretrain.json" | head -1)"
+echo "job $pretrain_job; the plan each worker runs for it:"
+"$slimfit" plan --all --job="$pretrain_job"
+"$slimfit" watch "$pretrain_job"
+"$slimfit" export "$pretrain_job" --out="$work/pretrained.safetensors"
+
+echo
+echo "== fine-tuning the pre-trained model on the GPL-3 (10% held out)"
+"$slimfit" submit "${model[@]}" --name=finetune --data="$finetune" --init="$work/pretrained.safetensors" \
+  --tokens_per_round=8192 --rounds=40 --learning_rate=1e-3 --gradient_clip_norm=1 \
+  --held_out_fraction=0.1 --eval_interval=20 --checkpoint_interval=20 --seed=2 --json > "$work/finetune.json"
+finetune_job="$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/finetune.json" | head -1)"
+"$slimfit" watch "$finetune_job"
+"$slimfit" workers
+"$slimfit" export "$finetune_job" --out="$work/finetuned.safetensors"
+
+echo
+echo "== held-out GPL-3 bits per byte"
+"$slimfit" status "$finetune_job"
+echo
+echo "demo done: the fine-tuned model is $work/finetuned.safetensors$([ "$keep" = 1 ] || echo ' (removed with the work directory; run with --keep to keep it)')"

@@ -412,6 +412,8 @@ absl::Status Coordinator::CheckSomeWorkerFits(const v1::JobSpec& spec, const per
     request.workload.model = config;
     request.workload.seq_len = spec.sequence_length();
     request.workload.documents = documents;
+    // A worker's shard of several sequences keeps a running gradient sum (see the worker's check).
+    request.workload.gradient_sum = spec.tokens_per_round() / spec.sequence_length() > 1;
     request.memory_budget_bytes = worker.memory_budget_bytes;
     request.dtype = spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
     request.safety_margin = options_.runner.safety_margin;
@@ -649,6 +651,7 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
       search.workload.seq_len = job->spec().sequence_length();
       std::shared_ptr<JobRunner> runner = Runner(request.job_id());
       search.workload.documents = runner != nullptr ? runner->max_documents_per_sequence() : 1;
+      search.workload.gradient_sum = job->spec().tokens_per_round() / job->spec().sequence_length() > 1;
       job_dtype = job->spec().dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
       if (request.has_dtype() && request.dtype() != planner::DTypeToProto(job_dtype)) {
         return Invalid("dtype", "must be absent or the job's dtype");

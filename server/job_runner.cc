@@ -444,6 +444,8 @@ absl::StatusOr<std::vector<JobRunner::WorkerPlan>> JobRunner::PlanWorkers(int64_
         request.workload.model = config_;
         request.workload.seq_len = data_.sequence_length();
         request.workload.documents = data_.max_documents_per_sequence();
+        // Shards of several sequences keep a running gradient sum on the worker.
+        request.workload.gradient_sum = data_.sequences_per_round() > 1;
         const double scale = budget_scale_.count(worker.worker_id) ? budget_scale_[worker.worker_id] : 1.0;
         request.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(worker.memory_budget_bytes) * scale);
         request.dtype = dtype_;

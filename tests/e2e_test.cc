@@ -152,7 +152,7 @@ TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
   // Each worker ran the plan that fits it: at least two different slice sizes were assigned;
   // every round and evaluation was reported, in order.
   std::set<int64_t> slices;
-  int64_t rounds = 0, evaluations = 0, last_sequence = 0;
+  int64_t rounds = 0, evaluations = 0, reassigned = 0, last_sequence = 0;
   for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
     if (!event.has_snapshot()) {
       EXPECT_GT(event.sequence(), last_sequence);
@@ -161,8 +161,11 @@ TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
     if (event.has_worker_plan_changed()) slices.insert(event.worker_plan_changed().plan().plan().slice());
     rounds += event.has_round_completed() ? 1 : 0;
     evaluations += event.has_evaluation() ? 1 : 0;
+    reassigned += event.has_shard_reassigned() ? 1 : 0;
   }
   EXPECT_GE(slices.size(), 2u) << cluster.Logs();
+  // The coordinator's plans and the workers' own budget checks agree: no shard was refused.
+  EXPECT_EQ(reassigned, 0) << cluster.Logs();
   EXPECT_EQ(rounds, 4);
   EXPECT_EQ(evaluations, 3);  // before round 1, after round 2 and after round 4
 }

@@ -128,21 +128,21 @@ absl::StatusOr<BudgetCheck> CheckBudget(const performer::ModelConfig& model, con
   workload.model = model;
   workload.seq_len = sequence_length;
   workload.documents = shard.max_documents;
+  const bool running_sum = gradient_wanted && shard.sequences.size() > 1;
+  workload.gradient_sum = running_sum;
   absl::StatusOr<planner::Prediction> prediction = planner::Predict(workload, plan, profile);
   if (!prediction.ok()) {
     return InvalidField("plan", absl::StrCat("cannot predict it: ", prediction.status().message()));
   }
   BudgetCheck check;
   check.prediction = *prediction;
-  const bool running_sum = gradient_wanted && shard.sequences.size() > 1;
-  check.needed_bytes = prediction->peak_bytes + (running_sum ? prediction->gradient_bytes : 0);
+  check.needed_bytes = prediction->peak_bytes;
   check.usable_bytes = UsableBytes(memory_budget_bytes);
   if (check.needed_bytes <= check.usable_bytes) return check;
 
   const std::string what =
-      running_sum ? absl::StrCat("predicted peak ", planner::HumanBytes(static_cast<double>(prediction->peak_bytes)),
-                                 " + ", planner::HumanBytes(static_cast<double>(prediction->gradient_bytes)),
-                                 " running gradient sum over ", shard.sequences.size(), " sequences")
+      running_sum ? absl::StrCat("predicted peak, with a running gradient sum over ", shard.sequences.size(),
+                                 " sequences")
                   : "predicted peak";
   v1::ErrorDetail detail;
   detail.set_required_bytes(check.needed_bytes);

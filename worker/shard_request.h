@@ -66,9 +66,10 @@ struct Shard {
 performer::Plan PlanForSequence(const performer::Plan& plan, int64_t length);
 
 struct BudgetCheck {
-  planner::Prediction prediction;  // of one sequence of L tokens
-  // prediction.peak_bytes, plus the running gradient sum when the shard has several sequences
-  // and a gradient is wanted.
+  // Of one sequence of L tokens; with Workload::gradient_sum (a second gradient buffer) when the
+  // shard has several sequences and a gradient is wanted.
+  planner::Prediction prediction;
+  // prediction.peak_bytes.
   int64_t needed_bytes = 0;
   int64_t usable_bytes = 0;
 };

@@ -143,11 +143,14 @@ TEST(ShardRequestTest, BudgetCheckCountsTheRunningSumAndSaysTheNumbers) {
 
   absl::StatusOr<BudgetCheck> roomy = CheckBudget(model, plan, 8, *shard, true, 64 << 20, *profile, "w-1");
   ASSERT_TRUE(roomy.ok()) << roomy.status();
-  EXPECT_EQ(roomy->needed_bytes, roomy->prediction.peak_bytes + roomy->prediction.gradient_bytes);
+  // Several sequences: the running sum is a second gradient in the prediction.
+  EXPECT_EQ(roomy->needed_bytes, roomy->prediction.peak_bytes);
+  EXPECT_EQ(roomy->prediction.gradient_bytes, 2 * roomy->prediction.parameter_bytes);
   EXPECT_EQ(roomy->usable_bytes, UsableBytes(64 << 20));
   absl::StatusOr<BudgetCheck> evaluate = CheckBudget(model, plan, 8, *shard, false, 64 << 20, *profile, "w-1");
   ASSERT_TRUE(evaluate.ok());
   EXPECT_EQ(evaluate->needed_bytes, evaluate->prediction.peak_bytes);
+  EXPECT_EQ(evaluate->prediction.gradient_bytes, evaluate->prediction.parameter_bytes);
 
   // A budget just too small for the peak plus the running sum.
   const int64_t budget = static_cast<int64_t>(roomy->needed_bytes / 0.9) - 64;

@@ -10,8 +10,8 @@
 //   4. the parameters from the ParameterCache (its ABORTED, NOT_FOUND, UNAVAILABLE pass through);
 //   5. the tokens against the model's vocabulary (INVALID_ARGUMENT "tokens: ...");
 //   6. the budget: the plan re-predicted with the worker's own profile for the shard's workload
-//      (L, most documents in one sequence), plus the running gradient sum when the shard has
-//      several sequences, must fit floor(budget · 0.9) — RESOURCE_EXHAUSTED with ErrorDetail
+//      (L, most documents in one sequence, and the running gradient sum when the shard has
+//      several sequences: planner::Workload::gradient_sum), must fit floor(budget · 0.9) — RESOURCE_EXHAUSTED with ErrorDetail
 //      {required_bytes, budget_bytes, usable_bytes} otherwise, before anything runs;
 //   7. the engine on each sequence (slice clamped to a shorter last sequence) with the request's
 //      normaliser and feature seed, summing gradients in place; between sequences the call
