@@ -242,7 +242,15 @@ void WorkerRegistry::SetJobPlan(const std::string& worker_id, const v1::WorkerJo
   if (it == workers_.end()) return;
   for (v1::WorkerJobPlan& existing : *it->second.info.mutable_plans()) {
     if (existing.job_id() == plan.job_id()) {
-      existing = plan;
+      // Measurements of the last shard stay until a newer shard reports its own.
+      v1::WorkerJobPlan merged = plan;
+      if (!merged.has_measured_tokens_per_second() && existing.has_measured_tokens_per_second()) {
+        merged.set_measured_tokens_per_second(existing.measured_tokens_per_second());
+      }
+      if (!merged.has_measured_peak_bytes() && existing.has_measured_peak_bytes()) {
+        merged.set_measured_peak_bytes(existing.measured_peak_bytes());
+      }
+      existing = std::move(merged);
       return;
     }
   }

@@ -1,0 +1,142 @@
+#include "server/worker_registry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/time/clock.h"
+#include "tests/test_util.h"
+
+namespace slimfit::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::RegisterWorkerRequest Request(const std::string& id = "") {
+  v1::RegisterWorkerRequest request;
+  request.set_worker_id(id);
+  request.mutable_profile()->set_device("cpu");
+  request.mutable_profile()->set_threads(1);
+  request.mutable_profile()->set_total_memory_bytes(1 << 30);
+  request.mutable_profile()->set_activation_scale(1);
+  request.mutable_profile()->set_flops_per_second(1e10);
+  request.mutable_profile()->set_half_rate_rows(16);
+  request.mutable_profile()->set_backward_factor(2);
+  request.set_memory_budget_bytes(64 << 20);
+  request.set_device("cpu");
+  request.set_advertise_address("127.0.0.1:5000");
+  request.set_threads(1);
+  return request;
+}
+
+class WorkerRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = *StateStore::Open(testing_util::TempPath("registry.db"));
+    RegistryOptions options;
+    options.heartbeat_interval = absl::Milliseconds(10);
+    options.lost_after = absl::Milliseconds(100);
+    registry_ = *WorkerRegistry::Create(store_.get(), options);
+  }
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+};
+
+TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
+  absl::StatusOr<v1::RegisterWorkerResponse> first = registry_->Register(Request());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->incarnation(), 1u);
+  EXPECT_EQ(registry_->LiveWorkers({}).size(), 1u);
+
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_worker_id(first->worker_id());
+  heartbeat.set_incarnation(1);
+  heartbeat.set_state(v1::WORKER_STATE_BUSY);
+  EXPECT_TRUE(registry_->Heartbeat(heartbeat).ok());
+
+  // Registering again with the id: a new incarnation; the old one is superseded.
+  absl::StatusOr<v1::RegisterWorkerResponse> second = registry_->Register(Request(first->worker_id()));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->worker_id(), first->worker_id());
+  EXPECT_EQ(second->incarnation(), 2u);
+  EXPECT_EQ(registry_->Heartbeat(heartbeat).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Silence makes it LOST; a heartbeat revives it.
+  absl::SleepFor(absl::Milliseconds(150));
+  EXPECT_EQ(registry_->ExpireSilentWorkers(), std::vector<std::string>{first->worker_id()});
+  EXPECT_TRUE(registry_->LiveWorkers({}).empty());
+  heartbeat.set_incarnation(2);
+  heartbeat.set_state(v1::WORKER_STATE_IDLE);
+  EXPECT_TRUE(registry_->Heartbeat(heartbeat).ok());
+  EXPECT_EQ(registry_->LiveCount(), 1);
+
+  v1::DeregisterWorkerRequest leave;
+  leave.set_worker_id(first->worker_id());
+  leave.set_incarnation(2);
+  EXPECT_TRUE(registry_->Deregister(leave).ok());
+  EXPECT_TRUE(registry_->Deregister(leave).ok());  // idempotent
+  EXPECT_EQ(registry_->LiveCount(), 0);
+  EXPECT_EQ(registry_->List(false).size(), 0u);
+  EXPECT_EQ(registry_->List(true).size(), 1u);
+}
+
+TEST_F(WorkerRegistryTest, IdsSurviveACoordinatorRestart) {
+  absl::StatusOr<v1::RegisterWorkerResponse> first = registry_->Register(Request());
+  ASSERT_TRUE(first.ok());
+  RegistryOptions options;
+  std::unique_ptr<WorkerRegistry> restarted = *WorkerRegistry::Create(store_.get(), options);
+  // Heartbeats of the old process are unknown until it registers again with its id.
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_worker_id(first->worker_id());
+  heartbeat.set_incarnation(1);
+  EXPECT_EQ(restarted->Heartbeat(heartbeat).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<v1::RegisterWorkerResponse> again = restarted->Register(Request(first->worker_id()));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->incarnation(), 2u);
+  EXPECT_EQ(restarted->Register(Request("w-unknown")).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(WorkerRegistryTest, RejectsBadRegistrationsAndFiltersByConstraints) {
+  v1::RegisterWorkerRequest bad = Request();
+  bad.set_memory_budget_bytes(0);
+  EXPECT_THAT(registry_->Register(bad).status().message(), HasSubstr("memory_budget_bytes"));
+  bad = Request();
+  bad.set_device("tpu");
+  EXPECT_THAT(registry_->Register(bad).status().message(), HasSubstr("device"));
+  bad = Request();
+  bad.set_advertise_address("nowhere");
+  EXPECT_THAT(registry_->Register(bad).status().message(), HasSubstr("advertise_address"));
+  bad = Request();
+  bad.mutable_profile()->set_flops_per_second(-1);
+  EXPECT_THAT(registry_->Register(bad).status().message(), HasSubstr("profile"));
+
+  ASSERT_TRUE(registry_->Register(Request()).ok());
+  v1::DeviceConstraints constraints;
+  constraints.set_min_memory_bytes(int64_t{128} << 20);
+  EXPECT_TRUE(registry_->LiveWorkers(constraints).empty());
+  constraints.set_min_memory_bytes(0);
+  constraints.add_device_kinds("cuda");
+  EXPECT_TRUE(registry_->LiveWorkers(constraints).empty());
+  constraints.add_device_kinds("cpu");
+  EXPECT_EQ(registry_->LiveWorkers(constraints).size(), 1u);
+}
+
+TEST_F(WorkerRegistryTest, JobPlansKeepTheLastMeasurement) {
+  absl::StatusOr<v1::RegisterWorkerResponse> worker = registry_->Register(Request());
+  v1::WorkerJobPlan plan;
+  plan.set_job_id("job-1");
+  plan.set_predicted_tokens_per_second(100);
+  plan.set_measured_tokens_per_second(90);
+  registry_->SetJobPlan(worker->worker_id(), plan);
+  plan.clear_measured_tokens_per_second();
+  plan.set_predicted_tokens_per_second(110);
+  registry_->SetJobPlan(worker->worker_id(), plan);
+  std::optional<v1::WorkerInfo> info = registry_->Info(worker->worker_id());
+  ASSERT_EQ(info->plans_size(), 1);
+  EXPECT_EQ(info->plans(0).predicted_tokens_per_second(), 110);
+  EXPECT_EQ(info->plans(0).measured_tokens_per_second(), 90);
+  registry_->ClearJob("job-1");
+  EXPECT_EQ(registry_->Info(worker->worker_id())->plans_size(), 0);
+}
+
+}  // namespace
+}  // namespace slimfit::server
