@@ -19,12 +19,8 @@ absl::Status RunCancelCommand(absl::Span<const std::string> args, std::ostream& 
   flags.String("reason", &reason, "why, recorded in the job's state reason (at most 1024 bytes)",
                FlagSet::kOptionalNoDefault);
   AddCoordinatorFlags(flags, &connection);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-  if (flags.help_requested()) {
-    out << flags.Help();
-    return absl::OkStatus();
-  }
-  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  bool help = false;
+  if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
   if (reason.size() > 1024) {
     return absl::InvalidArgumentError(absl::StrCat("--reason: ", reason.size(), " bytes; at most 1024"));
   }

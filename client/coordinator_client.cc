@@ -34,6 +34,18 @@ void AddCoordinatorFlags(FlagSet& flags, CoordinatorOptions* options) {
   flags.Double("timeout", &options->timeout_seconds, "seconds each request may take");
 }
 
+absl::Status ParseServiceFlags(FlagSet& flags, absl::Span<const std::string> args, std::ostream& out,
+                               CoordinatorOptions* options, bool* help_shown) {
+  *help_shown = false;
+  if (absl::Status parsed = flags.Parse(args); !parsed.ok()) return parsed;
+  if (flags.help_requested()) {
+    out << flags.Help();
+    *help_shown = true;
+    return absl::OkStatus();
+  }
+  return ResolveCoordinatorOptions(flags, options);
+}
+
 absl::Status ResolveCoordinatorOptions(const FlagSet& flags, CoordinatorOptions* options) {
   if (!flags.IsSet("coordinator")) {
     options->coordinator = FromEnvironment(kCoordinatorEnv);

@@ -7,8 +7,8 @@
 //   FlagSet flags("status", "slimfit status JOB [flags]", "...");
 //   flags.Positional("JOB", &job_id, "job id", FlagSet::kRequired);
 //   AddCoordinatorFlags(flags, &connection);
-//   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-//   if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+//   bool help = false;
+//   if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
 //   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
 //   v1::Job job;
 //   absl::Status s = (*client)->Call("GetJob", Idempotency::kIdempotent,
@@ -28,6 +28,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -35,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "client/flags_util.h"
 #include "proto/slimfit.grpc.pb.h"
 
@@ -66,6 +68,12 @@ void AddCoordinatorFlags(FlagSet& flags, CoordinatorOptions* options);
 // given, then validates. INVALID_ARGUMENT for an address that is not host:port or a timeout that is
 // not positive.
 [[nodiscard]] absl::Status ResolveCoordinatorOptions(const FlagSet& flags, CoordinatorOptions* options);
+
+// What every service command does with its arguments: flags.Parse(args); with --help, writes
+// flags.Help() to `out` and sets *help_shown (the command then returns OK); otherwise
+// ResolveCoordinatorOptions. REQUIRES: AddCoordinatorFlags(flags, options) was called.
+[[nodiscard]] absl::Status ParseServiceFlags(FlagSet& flags, absl::Span<const std::string> args, std::ostream& out,
+                                             CoordinatorOptions* options, bool* help_shown);
 
 enum class Idempotency {
   // Safe to send again after a transient failure (docs/PROTOCOL.md lists these RPCs): retried on

@@ -154,12 +154,8 @@ absl::Status RunCoordinatorPlanCommand(absl::Span<const std::string> args, std::
   flags.Bool("frontier", &options.frontier,
              "include the Pareto frontier (the coordinator's default: with --worker only)");
   AddCoordinatorFlags(flags, &connection);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-  if (flags.help_requested()) {
-    out << flags.Help();
-    return absl::OkStatus();
-  }
-  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  bool help = false;
+  if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
 
   v1::GetMemoryPlanRequest request;
   if (flags.IsSet("worker") == options.all) {

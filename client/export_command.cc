@@ -54,12 +54,8 @@ absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& 
   flags.Int("round", &round, "export the checkpoint of this round (default: the latest)",
             FlagSet::kOptionalNoDefault);
   AddCoordinatorFlags(flags, &connection);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-  if (flags.help_requested()) {
-    out << flags.Help();
-    return absl::OkStatus();
-  }
-  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  bool help = false;
+  if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
   if (path.empty()) return absl::InvalidArgumentError("--out needs a file name");
   if (flags.IsSet("round") && round < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--round=", round, ": expected 0 or more"));

@@ -134,7 +134,10 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view flag, absl::string_view 
 }
 
 FlagSet::FlagSet(std::string command, std::string synopsis, std::string description)
-    : command_(std::move(command)), synopsis_(std::move(synopsis)), description_(std::move(description)) {}
+    : command_(std::move(command)),
+      invocation_(absl::StrCat("slimfit ", command_)),
+      synopsis_(std::move(synopsis)),
+      description_(std::move(description)) {}
 
 void FlagSet::Add(absl::string_view name, Type type, void* value, absl::string_view help,
                   Requirement requirement, std::string default_text) {
@@ -213,7 +216,7 @@ bool FlagSet::IsSet(absl::string_view name) const {
   RegistrationBug("IsSet on an unregistered flag", name);
 }
 
-std::string FlagSet::Where() const { return absl::StrCat("for 'slimfit ", command_, "'"); }
+std::string FlagSet::Where() const { return absl::StrCat("for '", invocation_, "'"); }
 
 absl::Status FlagSet::UnknownFlag(absl::string_view name) const {
   std::string message = absl::StrCat("unknown flag --", name, " ", Where());
@@ -232,7 +235,7 @@ absl::Status FlagSet::UnknownFlag(absl::string_view name) const {
     }
   }
   if (closest != nullptr) absl::StrAppend(&message, "; did you mean --", closest->name, "?");
-  absl::StrAppend(&message, " (see 'slimfit ", command_, " --help')");
+  absl::StrAppend(&message, " (see '", invocation_, " --help')");
   return absl::InvalidArgumentError(message);
 }
 
@@ -355,13 +358,13 @@ absl::Status FlagSet::Parse(absl::Span<const std::string> args) {
   for (const PositionalArgument& positional : positionals_) {
     if (positional.requirement == kRequired && !positional.set) {
       return absl::InvalidArgumentError(absl::StrCat("missing argument ", positional.name, " ", Where(),
-                                                     " (see 'slimfit ", command_, " --help')"));
+                                                     " (see '", invocation_, " --help')"));
     }
   }
   for (const Flag& flag : flags_) {
     if (flag.requirement == kRequired && !flag.set) {
       return absl::InvalidArgumentError(
-          absl::StrCat("missing --", flag.name, " ", Where(), " (see 'slimfit ", command_, " --help')"));
+          absl::StrCat("missing --", flag.name, " ", Where(), " (see '", invocation_, " --help')"));
     }
   }
   return absl::OkStatus();

@@ -78,6 +78,10 @@ class FlagSet {
   // `command` names the command in messages ("schedule" → "for 'slimfit schedule'"); `synopsis`
   // is the usage line and `description` the paragraph below it in Help().
   FlagSet(std::string command, std::string synopsis, std::string description);
+
+  // How messages name the program: "slimfit <command>" by default; a daemon with its own binary
+  // sets its name ("slimfit-worker").
+  void SetInvocation(std::string invocation) { invocation_ = std::move(invocation); }
   FlagSet(const FlagSet&) = delete;
   FlagSet& operator=(const FlagSet&) = delete;
 
@@ -149,6 +153,7 @@ class FlagSet {
   std::string Where() const;  // "for 'slimfit <command>'"
 
   std::string command_;
+  std::string invocation_;  // "slimfit <command>" unless SetInvocation
   std::string synopsis_;
   std::string description_;
   std::vector<Flag> flags_;

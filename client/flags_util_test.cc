@@ -414,5 +414,15 @@ TEST(FlagSetPositionalTest, HelpListsArgumentsBeforeFlags) {
   EXPECT_THAT(help, HasSubstr("--data=A[,B...]"));
 }
 
+TEST(FlagSetInvocationTest, NamesADaemonInMessages) {
+  std::string value;
+  FlagSet flags("worker", "slimfit-worker [flags]", "A daemon.");
+  flags.SetInvocation("slimfit-worker");
+  flags.String("state_dir", &value, "dir", FlagSet::kRequired);
+  const absl::Status status = flags.Parse(std::vector<std::string>{"--bogus=1"});
+  EXPECT_THAT(status.message(), HasSubstr("for 'slimfit-worker'"));
+  EXPECT_THAT(status.message(), Not(HasSubstr("slimfit worker")));
+}
+
 }  // namespace
 }  // namespace slimfit::client

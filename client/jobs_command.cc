@@ -24,12 +24,8 @@ absl::Status RunJobsCommand(absl::Span<const std::string> args, std::ostream& ou
                    "only jobs in these states: queued, running, succeeded, failed, cancelled");
   flags.Int("limit", &limit, "list at most this many jobs (0: all)");
   AddCoordinatorFlags(flags, &connection);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-  if (flags.help_requested()) {
-    out << flags.Help();
-    return absl::OkStatus();
-  }
-  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  bool help = false;
+  if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
   absl::StatusOr<std::vector<v1::JobState>> states = ParseJobStates("state", state_names);
   if (!states.ok()) return states.status();
   if (limit < 0)

@@ -67,12 +67,8 @@ absl::Status RunStatusCommand(absl::Span<const std::string> args, std::ostream& 
                 "tokens per second, ETA and the latest checkpoint. --json prints the Job.");
   flags.Positional("JOB", &job_id, "job id", FlagSet::kRequired);
   AddCoordinatorFlags(flags, &connection);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-  if (flags.help_requested()) {
-    out << flags.Help();
-    return absl::OkStatus();
-  }
-  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  bool help = false;
+  if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
   if (!client.ok()) return client.status();
   v1::GetJobRequest request;

@@ -248,12 +248,8 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   flags.Bool("watch", &options.watch, "then follow the job as 'slimfit watch' does");
   AddReconnectFlag(flags, &options.reconnect_seconds);
   AddCoordinatorFlags(flags, &connection);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-  if (flags.help_requested()) {
-    out << flags.Help();
-    return absl::OkStatus();
-  }
-  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  bool help = false;
+  if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
   absl::StatusOr<absl::Duration> reconnect = ReconnectDuration(options.reconnect_seconds);
   if (!reconnect.ok()) return reconnect.status();
 

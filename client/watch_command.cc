@@ -262,12 +262,8 @@ absl::Status RunWatchCommand(absl::Span<const std::string> args, std::ostream& o
   flags.Positional("JOB", &job_id, "job id (from 'slimfit submit' or 'slimfit jobs')", FlagSet::kRequired);
   AddReconnectFlag(flags, &reconnect_seconds);
   AddCoordinatorFlags(flags, &connection);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-  if (flags.help_requested()) {
-    out << flags.Help();
-    return absl::OkStatus();
-  }
-  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  bool help = false;
+  if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
   absl::StatusOr<absl::Duration> reconnect = ReconnectDuration(reconnect_seconds);
   if (!reconnect.ok()) return reconnect.status();
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);

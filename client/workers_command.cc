@@ -66,12 +66,8 @@ absl::Status RunWorkersCommand(absl::Span<const std::string> args, std::ostream&
                 "the last heartbeat.");
   flags.Bool("all", &all, "include LOST and LEFT workers");
   AddCoordinatorFlags(flags, &connection);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-  if (flags.help_requested()) {
-    out << flags.Help();
-    return absl::OkStatus();
-  }
-  if (absl::Status s = ResolveCoordinatorOptions(flags, &connection); !s.ok()) return s;
+  bool help = false;
+  if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
   if (!client.ok()) return client.status();
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "proto/atomic_file.h"
 
 namespace slimfit::planner {
 namespace {
@@ -33,16 +34,6 @@ class CollectingErrorCollector : public google::protobuf::io::ErrorCollector {
   std::vector<std::string> errors_;
 };
 
-// The directory part of `path` ("." when there is none), for the temporary file and the fsync.
-std::string DirectoryOf(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-// Distinguishes temporary files of concurrent writers within one process.
-std::atomic<uint64_t> temp_counter{0};
 
 }  // namespace
 
@@ -128,56 +119,7 @@ absl::Status WriteDeviceProfile(const std::string& path, const DeviceProfile& pr
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": refusing to write an invalid profile: ", valid.message()));
   }
-  const std::string text = DeviceProfileToText(profile);
-  // A fresh name beside `path` (same file system, so the rename is atomic). O_EXCL makes a clash
-  // with another writer's temporary file an EEXIST, and the next name is tried. Mode 0644 less the
-  // umask, like any file the user creates.
-  std::string temp_path;
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-    temp_path = absl::StrCat(path, ".tmp.", getpid(), ".", temp_counter.fetch_add(1));
-    fd = open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    const int error_number = errno;
-    return absl::ErrnoToStatus(error_number,
-                               absl::StrCat(path, ": cannot create a temporary file beside it"));
-  }
-  // Everything below removes the temporary file on failure.
-  // errno is read before close() and unlink(), which may change it.
-  auto fail = [&](int error_number, absl::string_view what) {
-    unlink(temp_path.c_str());
-    return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": ", what));
-  };
-  size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = write(fd, text.data() + written, text.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error_number = errno;
-      close(fd);
-      return fail(error_number, "cannot write the temporary file");
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) {
-    const int error_number = errno;
-    close(fd);
-    return fail(error_number, "cannot flush the temporary file to disk");
-  }
-  if (close(fd) != 0) return fail(errno, "cannot close the temporary file");
-  if (rename(temp_path.c_str(), path.c_str()) != 0) {
-    return fail(errno, "cannot rename the temporary file over it");
-  }
-  // Make the rename itself durable. Failing to open or sync the directory leaves a complete file
-  // in place, so it is not reported.
-  const int dir_fd = open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, DeviceProfileToText(profile));
 }
 
 }  // namespace slimfit::planner

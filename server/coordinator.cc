@@ -682,6 +682,7 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
   if (!(search.safety_margin >= 0 && search.safety_margin < 1)) return Invalid("safety_margin", "must be in [0, 1)");
 
   std::vector<v1::WorkerInfo> targets;
+  std::string next_page_token;
   bool include_frontier = true;
   if (request.target_case() == v1::GetMemoryPlanRequest::kWorkerId) {
     std::optional<v1::WorkerInfo> info = registry_->Info(request.worker_id());
@@ -699,21 +700,12 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
     std::vector<v1::WorkerInfo> live = registry_->List(false);
     const size_t page = request.page_size() == 0 ? 20 : static_cast<size_t>(request.page_size());
     for (size_t i = *offset; i < live.size() && i < *offset + page; ++i) targets.push_back(live[i]);
-    v1::GetMemoryPlanResponse response;
-    if (*offset + page < live.size()) response.set_next_page_token(absl::StrCat("plans:", *offset + page));
-    for (const v1::WorkerInfo& worker : targets) {
-      search.memory_budget_bytes = worker.memory_budget_bytes();
-      absl::StatusOr<v1::MemoryPlan> plan =
-          planner::SearchMemoryPlan(search, planner::DeviceProfileFromProto(worker.profile()), include_frontier);
-      if (!plan.ok()) return plan.status();
-      plan->set_worker_id(worker.worker_id());
-      *response.add_plans() = *std::move(plan);
-    }
-    return response;
+    if (*offset + page < live.size()) next_page_token = absl::StrCat("plans:", *offset + page);
   } else {
     return Invalid("target", "set worker_id or all_workers");
   }
   v1::GetMemoryPlanResponse response;
+  response.set_next_page_token(next_page_token);
   for (const v1::WorkerInfo& worker : targets) {
     search.memory_budget_bytes = worker.memory_budget_bytes();
     absl::StatusOr<v1::MemoryPlan> plan =

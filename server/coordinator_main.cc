@@ -31,6 +31,7 @@
 #include "client/command.h"
 #include "client/flags_util.h"
 #include "performer/cpu_runtime.h"
+#include "proto/atomic_file.h"
 #include "proto/log.h"
 #include "proto/rpc_util.h"
 #include "server/coordinator.h"
@@ -71,19 +72,6 @@ int Fail(int code, absl::string_view message) {
   return code;
 }
 
-absl::Status WritePortFile(const std::string& path, const std::string& address) {
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << address << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write --port_file ", path));
-  }
-  std::error_code error;
-  std::filesystem::rename(temp, path, error);
-  if (error) return absl::InternalError(absl::StrCat("cannot write --port_file ", path, ": ", error.message()));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,6 +81,7 @@ int main(int argc, char** argv) {
   flags.worker_token = EnvOr("SLIMFIT_WORKER_TOKEN");
   client::FlagSet parser("coordinator", "slimfit-coordinator --state_dir=DIR [flags]",
                          "The slimfit coordinator: registers workers, runs fine-tuning jobs, keeps durable state.");
+  parser.SetInvocation("slimfit-coordinator");
   parser.String("listen", &flags.listen, "host:port to serve on (port 0: any free port)");
   parser.String("state_dir", &flags.state_dir, "directory for the SQLite state, uploads and checkpoints",
                 client::FlagSet::kRequired);
@@ -163,7 +152,7 @@ int main(int argc, char** argv) {
   const std::string bound = absl::StrCat(flags.listen.substr(0, flags.listen.rfind(':')), ":", port);
   rpc::LogInfo("serving on ", bound, ", state in ", flags.state_dir);
   if (!flags.port_file.empty()) {
-    if (absl::Status written = WritePortFile(flags.port_file, bound); !written.ok()) {
+    if (absl::Status written = WriteFileAtomically(flags.port_file, bound + "\n"); !written.ok()) {
       server->Shutdown();
       (*coordinator)->Shutdown();
       return Fail(1, written.message());

@@ -160,23 +160,18 @@ absl::Status StateStore::PutJob(const v1::Job& job, const std::string& request_i
 }
 
 absl::StatusOr<std::optional<v1::Job>> StateStore::GetJob(const std::string& job_id) {
-  absl::MutexLock lock(&mutex_);
-  Statement s(db_, "SELECT job FROM jobs WHERE id = ?");
-  if (!s.ok()) return s.Error("reading a job");
-  s.BindText(1, job_id);
-  const int step = s.Step();
-  if (step == SQLITE_DONE) return std::optional<v1::Job>();
-  if (step != SQLITE_ROW) return s.Error("reading a job");
-  absl::StatusOr<v1::Job> job = ParseRecord<v1::Job>(s.Blob(0), "job");
-  if (!job.ok()) return job.status();
-  return std::optional<v1::Job>(*std::move(job));
+  return FindJob("SELECT job FROM jobs WHERE id = ?", job_id);
 }
 
 absl::StatusOr<std::optional<v1::Job>> StateStore::FindJobByRequestId(const std::string& request_id) {
+  return FindJob("SELECT job FROM jobs WHERE request_id = ?", request_id);
+}
+
+absl::StatusOr<std::optional<v1::Job>> StateStore::FindJob(const char* sql, const std::string& key) {
   absl::MutexLock lock(&mutex_);
-  Statement s(db_, "SELECT job FROM jobs WHERE request_id = ?");
+  Statement s(db_, sql);
   if (!s.ok()) return s.Error("reading a job");
-  s.BindText(1, request_id);
+  s.BindText(1, key);
   const int step = s.Step();
   if (step == SQLITE_DONE) return std::optional<v1::Job>();
   if (step != SQLITE_ROW) return s.Error("reading a job");

@@ -82,6 +82,8 @@ class StateStore {
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}
   absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The job of the first row of `sql` (one text parameter, selecting the job column).
+  absl::StatusOr<std::optional<v1::Job>> FindJob(const char* sql, const std::string& key);
 
   absl::Mutex mutex_;
   sqlite3* db_ ABSL_GUARDED_BY(mutex_);

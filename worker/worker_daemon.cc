@@ -27,6 +27,7 @@
 #include "performer/cpu_runtime.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_search.h"
+#include "proto/atomic_file.h"
 #include "proto/log.h"
 #include "proto/rpc_util.h"
 #include "proto/slimfit.grpc.pb.h"
@@ -359,6 +360,7 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
       "The slimfit worker daemon: registers with the coordinator and computes exact gradients of\n"
       "shards within its memory budget. The token may come from $SLIMFIT_WORKER_TOKEN instead of\n"
       "--token. SIGTERM or SIGINT: finish the running shard (up to 30 s), deregister, exit 0.");
+  flags.SetInvocation("slimfit-worker");
   flags.String("coordinator", &o.coordinator, "the coordinator's host:port", client::FlagSet::kRequired);
   flags.String("listen", &o.listen, "host:port to serve the Worker service on; port 0 picks a free one");
   flags.String("advertise", &o.advertise,
@@ -373,12 +375,7 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
   flags.String("token", &o.token, "the worker token (default: $SLIMFIT_WORKER_TOKEN)");
   flags.String("profile", &o.profile, "a text-format DeviceProfile to use instead of calibrating");
   flags.String("port_file", &o.port_file, "once serving, write the bound host:port to this file (atomically)");
-  auto fix = [](const absl::Status& status) {
-    // FlagSet names its commands "slimfit <command>"; this one is a program of its own.
-    return absl::InvalidArgumentError(
-        absl::StrReplaceAll(status.message(), {{"'slimfit worker", "'slimfit-worker"}}));
-  };
-  if (absl::Status s = flags.Parse(args); !s.ok()) return fix(s);
+  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
   if (flags.help_requested()) {
     parsed.help = true;
     parsed.help_text = flags.Help();

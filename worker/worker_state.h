@@ -34,11 +34,7 @@
 
 namespace slimfit::worker {
 
-// Writes `contents` to `path` atomically: a fresh temporary file in the same directory, flushed
-// to disk, renamed over `path`. The file's mode is 0644 less the umask. Errors carry the errno's
-// code (NOT_FOUND for a missing directory, PERMISSION_DENIED, ...) and name the path; the
-// temporary file is removed on failure.
-[[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+// Files are written with slimfit::WriteFileAtomically (proto/atomic_file.h).
 
 // What a calibrated profile depends on: a profile measured with other settings is not reused.
 struct ProfileKey {

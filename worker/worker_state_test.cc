@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/device_profile_io.h"
+#include "proto/atomic_file.h"
 #include "tests/test_util.h"
 
 namespace slimfit::worker {
@@ -134,17 +135,6 @@ TEST(StateDirTest, InvalidProfileIsNotStored) {
   EXPECT_EQ(ReadFileToString(state->path() + "/profile.textproto").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(WriteFileAtomicallyTest, ReplacesAndReportsMissingDirectory) {
-  const std::string path = TempPath("atomic.txt");
-  ASSERT_TRUE(WriteFileAtomically(path, "one").ok());
-  ASSERT_TRUE(WriteFileAtomically(path, "two").ok());
-  absl::StatusOr<std::string> contents = ReadFileToString(path);
-  ASSERT_TRUE(contents.ok());
-  EXPECT_EQ(*contents, "two");
-  absl::Status missing = WriteFileAtomically(TempPath("no/such/dir/file"), "x");
-  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(missing.message(), HasSubstr("no/such/dir/file"));
-}
 
 }  // namespace
 }  // namespace slimfit::worker
