@@ -41,12 +41,19 @@ namespace {
 // dp candidates: programs over at most this many slices and budgets (keeps a search under seconds).
 constexpr int64_t kMaxDpSlices = 4096;
 constexpr int64_t kMaxDpSlots = 512;
+// Longer sequences than any device could hold the tokens of (2^40); also keeps the doubling of C
+// far from overflow.
+constexpr int64_t kMaxSequenceLength = int64_t{1} << 40;
 
 std::vector<Plan> Candidates(const PlanSearchRequest& request, const DeviceProfile& profile) {
   const int64_t length = request.workload.seq_len;
   const performer::ModelConfig& model = request.workload.model;
   std::vector<int64_t> slices;
-  for (int64_t c = 1; c < length; c *= 2) slices.push_back(c);
+  // 1, 2, 4, … below L, then L (doubling stops before it could overflow).
+  for (int64_t c = 1; c < length; c *= 2) {
+    slices.push_back(c);
+    if (c > length / 2) break;
+  }
   slices.push_back(length);
 
   std::vector<Plan> plans;
@@ -115,9 +122,9 @@ std::string Describe(const Plan& plan) {
 absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, const DeviceProfile& profile) {
   if (absl::Status s = request.workload.model.Validate(); !s.ok()) return s;
   if (absl::Status s = profile.Validate(); !s.ok()) return s;
-  if (request.workload.seq_len < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sequence length must be positive, got ", request.workload.seq_len));
+  if (request.workload.seq_len < 1 || request.workload.seq_len > kMaxSequenceLength) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence length must be in 1..", kMaxSequenceLength, ", got ",
+                                                   request.workload.seq_len));
   }
   if (request.memory_budget_bytes <= 0) {
     return absl::InvalidArgumentError(

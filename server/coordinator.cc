@@ -200,6 +200,9 @@ void Coordinator::Shutdown() {
     absl::MutexLock lock(&mutex_);
     runners = runners_;
   }
+  // Every runner stops its calls first, then all are joined: a runner waiting for a worker lease
+  // another runner holds must not wait for that runner's call to run out.
+  for (auto& [id, runner] : runners) runner->RequestStop();
   for (auto& [id, runner] : runners) runner->Stop();
   signal_.Notify();
   if (liveness_.joinable()) liveness_.join();
@@ -217,15 +220,29 @@ absl::Status Coordinator::ResumeJobs() {
   if (!jobs.ok()) return jobs.status();
   for (const v1::Job& job : *jobs) {
     if (IsTerminal(job.state())) continue;
-    absl::StatusOr<PreparedJob> prepared = PrepareJob(job.spec(), /*load_initial=*/false);
+    // A job that crashed before its round-0 checkpoint starts again from its initial parameters.
+    absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = store_->Checkpoints(job.job_id());
+    if (!checkpoints.ok()) return checkpoints.status();
+    absl::StatusOr<PreparedJob> prepared = PrepareJob(job.spec(), /*load_initial=*/checkpoints->empty());
     absl::Status started = prepared.ok() ? StartRunner(job, *std::move(prepared)) : prepared.status();
     if (!started.ok()) {
       v1::Job failed = job;
       failed.set_state(v1::JOB_STATE_FAILED);
       failed.set_state_reason(absl::StrCat("could not resume after a restart: ", started.message()));
       *failed.mutable_finished_at() = Now();
+      *failed.mutable_state_changed_at() = failed.finished_at();
       rpc::LogError(job.job_id(), ": ", failed.state_reason());
       if (absl::Status stored = store_->PutJob(failed); !stored.ok()) return stored;
+      absl::StatusOr<int64_t> last = store_->LastEventSequence(job.job_id());
+      if (!last.ok()) return last.status();
+      v1::JobEvent event;
+      event.set_sequence(*last + 1);
+      event.set_job_id(job.job_id());
+      *event.mutable_time() = failed.finished_at();
+      event.mutable_state_changed()->set_previous(job.state());
+      event.mutable_state_changed()->set_state(v1::JOB_STATE_FAILED);
+      event.mutable_state_changed()->set_reason(failed.state_reason());
+      if (absl::Status stored = store_->AppendEvent(event); !stored.ok()) return stored;
     }
   }
   return absl::OkStatus();
@@ -485,23 +502,19 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   if (request.request_id().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) {
     return Invalid("request_id", "longer than 256 bytes");
   }
-  absl::MutexLock submit_lock(&mutex_);
+  // One submission at a time: a request id is looked up and recorded atomically.
+  absl::MutexLock submit_lock(&submit_mutex_);
   if (!request.request_id().empty()) {
     absl::StatusOr<std::optional<v1::Job>> existing = store_->FindJobByRequestId(request.request_id());
     if (!existing.ok()) return existing.status();
     if (existing->has_value()) return **existing;
   }
-  mutex_.Unlock();
   absl::StatusOr<PreparedJob> prepared = PrepareJob(request.spec(), /*load_initial=*/true);
-  absl::Status fits = prepared.ok() ? CheckSomeWorkerFits(request.spec(), prepared->config,
-                                                          prepared->data->max_documents_per_sequence())
-                                    : prepared.status();
-  mutex_.Lock();
-  if (!fits.ok()) return fits;
-  if (!request.request_id().empty()) {  // a concurrent duplicate may have won meanwhile
-    absl::StatusOr<std::optional<v1::Job>> existing = store_->FindJobByRequestId(request.request_id());
-    if (!existing.ok()) return existing.status();
-    if (existing->has_value()) return **existing;
+  if (!prepared.ok()) return prepared.status();
+  if (absl::Status fits =
+          CheckSomeWorkerFits(request.spec(), prepared->config, prepared->data->max_documents_per_sequence());
+      !fits.ok()) {
+    return fits;
   }
   absl::StatusOr<int64_t> number = store_->NextJobNumber();
   if (!number.ok()) return number.status();
@@ -528,10 +541,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   if (absl::Status stored = store_->AppendEvent(created); !stored.ok()) return stored;
   rpc::LogInfo(job.job_id(), ": submitted (", job.spec().rounds(), " rounds, L = ", job.spec().sequence_length(), ", ",
                job.training_tokens(), " training tokens)");
-  mutex_.Unlock();
-  absl::Status started = StartRunner(job, *std::move(prepared));
-  mutex_.Lock();
-  if (!started.ok()) {
+  if (absl::Status started = StartRunner(job, *std::move(prepared)); !started.ok()) {
     job.set_state(v1::JOB_STATE_FAILED);
     job.set_state_reason(absl::StrCat("could not start: ", started.message()));
     (void)store_->PutJob(job);
@@ -592,12 +602,13 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const v1::CancelJobRequest& reque
 absl::Status Coordinator::WatchJob(const v1::WatchJobRequest& request,
                                    const std::function<bool(const v1::JobEvent&)>& emit,
                                    const std::function<bool()>& cancelled) {
-  absl::StatusOr<v1::Job> job = GetJob(request.job_id());
-  if (!job.ok()) return job.status();
   if (request.after_sequence() < 0) return Invalid("after_sequence", "must be ≥ 0");
   uint64_t seen = signal_.count();
+  // The sequence is read before the snapshot: an event in between is then replayed, not lost.
   absl::StatusOr<int64_t> last = store_->LastEventSequence(request.job_id());
   if (!last.ok()) return last.status();
+  absl::StatusOr<v1::Job> job = GetJob(request.job_id());
+  if (!job.ok()) return job.status();
   v1::JobEvent snapshot;
   snapshot.set_sequence(*last);
   snapshot.set_job_id(request.job_id());
@@ -605,6 +616,8 @@ absl::Status Coordinator::WatchJob(const v1::WatchJobRequest& request,
   *snapshot.mutable_snapshot() = *job;
   if (!emit(snapshot)) return absl::OkStatus();
   int64_t after = request.from_start() ? 0 : request.after_sequence() > 0 ? request.after_sequence() : *last;
+  const bool terminal_at_start = IsTerminal(job->state());
+  absl::Time quiet_since = absl::InfinitePast();
   while (true) {
     absl::StatusOr<std::vector<v1::JobEvent>> events = store_->Events(request.job_id(), after);
     if (!events.ok()) return events.status();
@@ -614,13 +627,20 @@ absl::Status Coordinator::WatchJob(const v1::WatchJobRequest& request,
       if (event.has_state_changed() && IsTerminal(event.state_changed().state())) return absl::OkStatus();
     }
     if (events->empty()) {
+      // A terminal job's last event is its terminal state change; the stream ends after it. A job
+      // already terminal when the stream began has nothing more to say; one that turned terminal
+      // without an event (a failure recorded outside its runner) gets a second's grace.
+      if (terminal_at_start) return absl::OkStatus();
       absl::StatusOr<v1::Job> now = GetJob(request.job_id());
       if (!now.ok()) return now.status();
-      if (IsTerminal(now->state())) return absl::OkStatus();
+      if (IsTerminal(now->state())) {
+        if (quiet_since == absl::InfinitePast()) quiet_since = absl::Now();
+        if (absl::Now() - quiet_since > absl::Seconds(1)) return absl::OkStatus();
+      }
     }
     if (cancelled()) return absl::CancelledError("client went away");
     if (shutting_down_.load()) return absl::UnavailableError("coordinator shutting down: reconnect");
-    seen = signal_.WaitAfter(seen, absl::Milliseconds(500));
+    seen = signal_.WaitAfter(seen, absl::Milliseconds(terminal_at_start ? 0 : 250));
   }
 }
 

@@ -110,7 +110,8 @@ class Coordinator {
   std::atomic<bool> shutting_down_{false};
   std::thread liveness_;
 
-  absl::Mutex mutex_;  // serialises submissions (request-id deduplication) and the runner table
+  absl::Mutex submit_mutex_;  // one submission at a time (request-id deduplication)
+  absl::Mutex mutex_;         // the runner table
   std::map<std::string, std::shared_ptr<JobRunner>> runners_ ABSL_GUARDED_BY(mutex_);
 };
 

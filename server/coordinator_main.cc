@@ -2,8 +2,8 @@
 // speed-proportional shards, aggregation, optimizer steps), keeps durable state in --state_dir and
 // serves the Coordinator gRPC service (proto/slimfit.proto) on --listen.
 //
-//   slimfit-coordinator --state_dir=/var/lib/slimfit --listen=0.0.0.0:50051 \
-//       --token=$CLIENT_TOKEN --worker_token=$WORKER_TOKEN
+//   slimfit-coordinator --state_dir=/var/lib/slimfit --listen=0.0.0.0:50051
+//       --token=$CLIENT_TOKEN --worker_token=$WORKER_TOKEN   (or $SLIMFIT_TOKEN, $SLIMFIT_WORKER_TOKEN)
 //
 // SIGTERM/SIGINT: stops accepting calls, stops the job runners (jobs stay RUNNING in the state
 // directory and resume from their latest checkpoint at the next start) and exits 0. Bad flags:

@@ -65,6 +65,12 @@ absl::StatusOr<JobData> JobData::Create(TokenStream stream, int64_t vocab, int64
     return absl::InvalidArgumentError(absl::StrCat("spec.tokens_per_round: ", tokens_per_round,
                                                    " is less than one sequence of ", sequence_length, " tokens"));
   }
+  if (tokens_per_round / sequence_length > kMaxSequencesPerRound) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.tokens_per_round: ", tokens_per_round, " tokens is ",
+                                                   tokens_per_round / sequence_length, " sequences of ",
+                                                   sequence_length, "; a round takes at most ",
+                                                   kMaxSequencesPerRound));
+  }
   if (!(held_out_fraction >= 0 && held_out_fraction < 0.5)) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.held_out_fraction: must be in [0, 0.5), got ", held_out_fraction));
@@ -95,7 +101,7 @@ absl::StatusOr<JobData> JobData::Create(TokenStream stream, int64_t vocab, int64
   data.training_sequences_ = training;
   data.held_out_sequences_ = held_out;
   data.seed_ = seed;
-  for (int64_t s = 0; s < training; ++s) {
+  for (int64_t s = 0; s < training + held_out; ++s) {
     data.max_documents_ = std::max(data.max_documents_, data.DocumentsIn({s * sequence_length, sequence_length}));
   }
   return data;

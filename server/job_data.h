@@ -76,15 +76,20 @@ class JobData {
   // Predicted tokens of `sequences`: every token but the first of each document and sequence.
   int64_t PredictedTokens(const std::vector<SequenceRef>& sequences) const;
 
-  // The most documents any training sequence holds (what the memory model should assume).
+  // The most documents any training or held-out sequence holds (what the memory model assumes).
   int64_t max_documents_per_sequence() const { return max_documents_; }
+
+  // Documents in one sequence (a sequence start counts as a document start).
+  int64_t DocumentsIn(const SequenceRef& sequence) const;
+
+  // The most sequences one round may take (a round is one optimizer step; larger ones are refused).
+  static constexpr int64_t kMaxSequencesPerRound = int64_t{1} << 20;
 
   const TokenStream& stream() const { return stream_; }
 
  private:
   JobData() = default;
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
-  int64_t DocumentsIn(const SequenceRef& sequence) const;
 
   TokenStream stream_;
   int64_t sequence_length_ = 0;

@@ -93,6 +93,8 @@ TEST(JobDataTest, ErrorsNameTheProblem) {
   EXPECT_THAT(JobData::Create(Text(900), 256, 1, 50, 0.0, 0).status().message(), HasSubstr("spec.sequence_length"));
   EXPECT_THAT(JobData::Create(Text(900), 256, 100, 100, 0.6, 0).status().message(),
               HasSubstr("spec.held_out_fraction"));
+  EXPECT_THAT(JobData::Create(Text(900), 256, 100, int64_t{1} << 50, 0.0, 0).status().message(),
+              HasSubstr("a round takes at most"));
   EXPECT_THAT(JobData::Create(Text(900), 50, 100, 100, 0.0, 0).status().message(),
               HasSubstr("outside the model's vocabulary of 50"));
 }

@@ -58,16 +58,21 @@ uint64_t EventSignal::count() const {
   return count_;
 }
 
-std::shared_ptr<void> WorkerLeases::Acquire(const std::string& worker_id) {
-  std::shared_ptr<absl::Mutex> lock;
-  {
-    absl::MutexLock guard(&mutex_);
-    std::shared_ptr<absl::Mutex>& slot = locks_[worker_id];
-    if (slot == nullptr) slot = std::make_shared<absl::Mutex>();
-    lock = slot;
+std::shared_ptr<void> WorkerLeases::Acquire(const std::string& worker_id, const std::atomic<bool>* give_up) {
+  absl::MutexLock lock(&mutex_);
+  while (held_.count(worker_id) > 0) {
+    if (give_up->load()) return nullptr;
+    released_.WaitWithTimeout(&mutex_, absl::Milliseconds(100));  // the timeout notices give_up
   }
-  lock->Lock();
-  return std::shared_ptr<void>(nullptr, [lock](void*) { lock->Unlock(); });
+  held_.insert(worker_id);
+  // Non-null (it points at this object, which the deleter does not free): null means gave up.
+  return std::shared_ptr<void>(static_cast<void*>(this), [this, worker_id](void*) { Release(worker_id); });
+}
+
+void WorkerLeases::Release(const std::string& worker_id) {
+  absl::MutexLock lock(&mutex_);
+  held_.erase(worker_id);
+  released_.SignalAll();
 }
 
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobData data, performer::ModelConfig config,
@@ -176,21 +181,24 @@ absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> JobRunner::Parameters(u
 void JobRunner::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void JobRunner::Cancel(const std::string& reason) {
-  {
-    absl::MutexLock lock(&mutex_);
-    if (IsTerminal(job_.state())) return;
-    cancel_reason_ = reason;
-    for (grpc::ClientContext* context : in_flight_) context->TryCancel();
-  }
+  absl::MutexLock lock(&mutex_);
+  if (IsTerminal(job_.state())) return;
+  cancel_reason_ = reason;
+  // Set before cancelling, so a call registering after this sees it (CallShard checks under the lock).
   cancel_.store(true);
+  stopping_.store(true);
+  for (auto& [context, worker] : in_flight_) context->TryCancel();
+}
+
+void JobRunner::RequestStop() {
+  absl::MutexLock lock(&mutex_);
+  stop_.store(true);
+  stopping_.store(true);
+  for (auto& [context, worker] : in_flight_) context->TryCancel();
 }
 
 void JobRunner::Stop() {
-  stop_.store(true);
-  {
-    absl::MutexLock lock(&mutex_);
-    for (grpc::ClientContext* context : in_flight_) context->TryCancel();
-  }
+  RequestStop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -204,12 +212,14 @@ bool JobRunner::terminal() const {
   return IsTerminal(job_.state());
 }
 
-void JobRunner::Persist() {
+absl::Status JobRunner::PersistOrFail() {
   v1::Job copy = Snapshot();
-  if (absl::Status stored = deps_.store->PutJob(copy); !stored.ok()) {
-    rpc::LogError(copy.job_id(), ": could not store the job: ", stored.message());
-  }
+  absl::Status stored = deps_.store->PutJob(copy);
+  if (!stored.ok()) rpc::LogError(copy.job_id(), ": could not store the job: ", stored.message());
+  return stored;
 }
+
+void JobRunner::Persist() { (void)PersistOrFail(); }
 
 void JobRunner::Emit(v1::JobEvent event) {
   {
@@ -263,22 +273,33 @@ void JobRunner::SetReason(const std::string& reason) {
 }
 
 void JobRunner::Run() {
-  absl::Status status = RunJob();
-  if (stop_.load() && !cancel_.load()) return;  // shutdown: the job resumes at the next start
-  if (cancel_.load()) {
+  absl::Status status;
+  try {
+    status = RunJob();
+  } catch (const std::exception& e) {
+    // A bug or an allocation failure must fail this job, not end the coordinator (which would
+    // then crash again on resuming it).
+    status = absl::InternalError(absl::StrCat("coordinator error: ", e.what()));
+  }
+  if (stop_.load() && !cancel_.load() && !status.ok()) return;  // shutdown: resumes at the next start
+  if (status.ok()) {
+    SetState(v1::JOB_STATE_SUCCEEDED, absl::StrCat("all ", job_.spec().rounds(), " rounds done"));
+  } else if (cancel_.load()) {
     std::string reason;
     {
       absl::MutexLock lock(&mutex_);
       reason = cancel_reason_;
     }
     SetState(v1::JOB_STATE_CANCELLED, reason.empty() ? "cancelled by client" : absl::StrCat("cancelled by client: ", reason));
-  } else if (!status.ok()) {
-    SetState(v1::JOB_STATE_FAILED, std::string(status.message()));
   } else {
-    SetState(v1::JOB_STATE_SUCCEEDED, absl::StrCat("all ", job_.spec().rounds(), " rounds done"));
+    SetState(v1::JOB_STATE_FAILED, std::string(status.message()));
   }
   deps_.registry->ClearJob(job_.job_id());
   deps_.registry->AddFinishedJob(job_.job_id());
+  // A finished job keeps only its record: parameters, optimizer state and data are released.
+  trainer_.reset();
+  absl::MutexLock lock(&mutex_);
+  published_.reset();
 }
 
 absl::Status JobRunner::RunJob() {
@@ -349,8 +370,9 @@ absl::Status JobRunner::RunJob() {
       done->set_reassigned_shards(output->reassigned);
       job_.set_state_reason(absl::StrFormat("round %d/%d done", round, rounds));
     }
+    // The new version is durable before any worker can fetch it.
+    if (absl::Status stored = PersistOrFail(); !stored.ok()) return stored;
     Publish();
-    Persist();
     Emit(std::move(event));
     rpc::LogInfo(job_.job_id(), absl::StrFormat(": round %d/%d loss %.4f, %.0f tok/s, |g| %.3g, %d workers", round,
                                                 rounds, loss, static_cast<double>(output->tokens) / seconds,
@@ -524,7 +546,15 @@ absl::StatusOr<JobRunner::RoundOutput> JobRunner::RunShards(int64_t round, const
   size_t next = 0;
   for (size_t w = 0; w < plans->size(); ++w) {
     for (int64_t left = counts[w]; left > 0;) {
-      const int64_t take = std::min(left, per_shard);
+      // At most per_shard sequences (bytes) and LIMIT_MAX_SHARD_DOC_STARTS document starts.
+      int64_t take = 0;
+      int64_t documents = 0;
+      while (take < std::min(left, per_shard)) {
+        const int64_t more = data_.DocumentsIn(sequences[next + take]);
+        if (take > 0 && documents + more > v1::LIMIT_MAX_SHARD_DOC_STARTS) break;
+        documents += more;
+        ++take;
+      }
       Shard shard;
       shard.id = static_cast<int64_t>(shards.size());
       shard.sequences.assign(sequences.begin() + next, sequences.begin() + next + take);
@@ -542,6 +572,7 @@ absl::StatusOr<JobRunner::RoundOutput> JobRunner::RunShards(int64_t round, const
   RoundOutput output;
   output.shards = static_cast<int>(shards.size());
   std::set<std::string> contributors;
+  std::set<int64_t> reassigned_shards;
 
   std::vector<Shard> pending = std::move(shards);
   std::vector<WorkerPlan> wave_plans = *std::move(plans);
@@ -553,19 +584,34 @@ absl::StatusOr<JobRunner::RoundOutput> JobRunner::RunShards(int64_t round, const
     std::vector<absl::Status> results(pending.size());
     std::vector<int64_t> peaks(pending.size(), 0);
     std::vector<std::thread> threads;
+    std::atomic<int> running{0};
     for (size_t w = 0; w < wave_plans.size(); ++w) {
       if (by_worker[w].empty()) continue;
+      ++running;
       threads.emplace_back([&, w] {
-        std::shared_ptr<void> lease = deps_.leases->Acquire(wave_plans[w].worker.worker_id);
+        struct Done {
+          std::atomic<int>* running;
+          ~Done() { --*running; }
+        } done{&running};
+        const WorkerHandle& worker = wave_plans[w].worker;
+        std::shared_ptr<void> lease = deps_.leases->Acquire(worker.worker_id, &stopping_);
         for (size_t i : by_worker[w]) {
-          if (stopping()) {
+          if (lease == nullptr || stopping()) {
             results[i] = absl::CancelledError("stopped");
-            continue;
+          } else if (!deps_.registry->IsServing(worker.worker_id, worker.incarnation)) {
+            results[i] = absl::UnavailableError(absl::StrCat("worker ", worker.worker_id, " is gone"));
+          } else {
+            results[i] = CallShard(wave_plans[w], pending[i], round, version, normalizer, evaluate_only,
+                                   &aggregator, &peaks[i]);
           }
-          results[i] = CallShard(wave_plans[w], pending[i], round, version, normalizer, evaluate_only, &aggregator,
-                                 &peaks[i]);
         }
       });
+    }
+    // While the wave runs, a worker that stops heartbeating (LOST) has its call cancelled at once
+    // rather than at the shard's deadline.
+    while (running.load() > 0) {
+      CancelCallsToGoneWorkers();
+      deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(200));
     }
     for (std::thread& thread : threads) thread.join();
     if (stopping()) return absl::CancelledError("stopped");
@@ -612,7 +658,7 @@ absl::StatusOr<JobRunner::RoundOutput> JobRunner::RunShards(int64_t round, const
       Shard& shard = failed[k];
       const std::string from = wave_plans[shard.worker].worker.worker_id;
       shard.worker = preferred[k % preferred.size()];
-      ++output.reassigned;
+      reassigned_shards.insert(shard.id);
       v1::JobEvent event;
       v1::ShardReassigned* moved = event.mutable_shard_reassigned();
       moved->set_round(round);
@@ -632,6 +678,7 @@ absl::StatusOr<JobRunner::RoundOutput> JobRunner::RunShards(int64_t round, const
   output.tokens = aggregator.token_count();
   if (!evaluate_only) output.gradient = aggregator.gradient();
   output.workers = static_cast<int>(contributors.size());
+  output.reassigned = static_cast<int>(reassigned_shards.size());
   return output;
 }
 
@@ -663,7 +710,7 @@ absl::Status JobRunner::CallShard(const WorkerPlan& plan, const Shard& shard, in
       std::chrono::milliseconds(absl::ToInt64Milliseconds(deps_.options.shard_timeout + absl::Seconds(10 * predicted))));
   {
     absl::MutexLock lock(&mutex_);
-    in_flight_.insert(context.get());
+    in_flight_[context.get()] = {plan.worker.worker_id, plan.worker.incarnation};
     if (stop_.load() || cancel_.load()) context->TryCancel();
   }
   struct Untrack {
@@ -672,6 +719,7 @@ absl::Status JobRunner::CallShard(const WorkerPlan& plan, const Shard& shard, in
     ~Untrack() {
       absl::MutexLock lock(&runner->mutex_);
       runner->in_flight_.erase(context);
+      runner->cancelled_gone_.erase(context);
     }
   } untrack{this, context.get()};
 
@@ -699,6 +747,13 @@ absl::Status JobRunner::CallShard(const WorkerPlan& plan, const Shard& shard, in
     }
   }
   grpc::Status finished = reader->Finish();
+  {
+    absl::MutexLock lock(&mutex_);
+    if (cancelled_gone_.count(context.get()) > 0) {
+      return absl::UnavailableError(absl::StrCat("worker ", plan.worker.worker_id,
+                                                 " stopped heartbeating; its call was cancelled"));
+    }
+  }
   if (!stream_error.ok()) return stream_error;
   if (!finished.ok()) {
     return rpc::FromGrpcStatus(finished, absl::StrCat("worker ", plan.worker.worker_id), context.get());
@@ -729,6 +784,16 @@ absl::Status JobRunner::CallShard(const WorkerPlan& plan, const Shard& shard, in
     deps_.registry->SetJobPlan(plan.worker.worker_id, job_plan);
   }
   return added;
+}
+
+void JobRunner::CancelCallsToGoneWorkers() {
+  absl::MutexLock lock(&mutex_);
+  for (auto& [context, worker] : in_flight_) {
+    if (cancelled_gone_.count(context) == 0 && !deps_.registry->IsServing(worker.first, worker.second)) {
+      cancelled_gone_.insert(context);
+      context->TryCancel();
+    }
+  }
 }
 
 void JobRunner::MaybeReplan(const WorkerPlan& plan, int64_t measured_peak, int64_t round) {

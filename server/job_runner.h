@@ -58,12 +58,15 @@ class EventSignal {
 // One worker runs one shard at a time, whichever job it belongs to.
 class WorkerLeases {
  public:
-  // Blocks until the worker is free; the lease is held until the returned object dies.
-  std::shared_ptr<void> Acquire(const std::string& worker_id);
+  // Blocks until the worker is free or `*give_up` becomes true (then returns null); the lease is
+  // held until the returned object dies.
+  std::shared_ptr<void> Acquire(const std::string& worker_id, const std::atomic<bool>* give_up);
 
  private:
+  void Release(const std::string& worker_id);
   absl::Mutex mutex_;
-  std::map<std::string, std::shared_ptr<absl::Mutex>> locks_ ABSL_GUARDED_BY(mutex_);
+  absl::CondVar released_;
+  std::set<std::string> held_ ABSL_GUARDED_BY(mutex_);
 };
 
 struct RunnerOptions {
@@ -107,7 +110,9 @@ class JobRunner {
   void Start();
   // Cancels the job (CANCELLED with "cancelled by client: <reason>") unless it is terminal.
   void Cancel(const std::string& reason);
-  // Stops the thread without changing the job's state (coordinator shutdown); joins.
+  // Stops the thread without changing the job's state (coordinator shutdown): RequestStop cancels
+  // its calls and returns; Stop also joins. A coordinator stops every runner before joining any.
+  void RequestStop();
   void Stop();
 
   v1::Job Snapshot() const;
@@ -149,6 +154,9 @@ class JobRunner {
                          int64_t normalizer, bool evaluate_only, GradientAggregator* aggregator,
                          int64_t* measured_peak);
   void MaybeReplan(const WorkerPlan& plan, int64_t measured_peak, int64_t round);
+  // Cancels the calls in flight to workers that can no longer answer them (LOST, LEFT, or
+  // re-registered as a new incarnation); DRAINING workers may finish theirs.
+  void CancelCallsToGoneWorkers();
   absl::Status Evaluate(int64_t round);
   absl::Status WriteCheckpoint(int64_t round);
   absl::Status RestoreFromCheckpoint();
@@ -159,6 +167,9 @@ class JobRunner {
   void Emit(v1::JobEvent event);
   void Persist();
   bool stopping() const { return stop_.load() || cancel_.load(); }
+  // The Persist of a round must succeed before the next round is sent out: a version the store
+  // does not know could be reused after a restart.
+  absl::Status PersistOrFail();
 
   const RunnerDeps deps_;
   const JobData data_;
@@ -176,13 +187,18 @@ class JobRunner {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_{false};
+  std::atomic<bool> stopping_{false};  // stop_ || cancel_, for WorkerLeases::Acquire
 
   mutable absl::Mutex mutex_;
   v1::Job job_ ABSL_GUARDED_BY(mutex_);
   int64_t next_sequence_ ABSL_GUARDED_BY(mutex_) = 1;
   std::string cancel_reason_ ABSL_GUARDED_BY(mutex_);
   std::shared_ptr<const ParameterSnapshot> published_ ABSL_GUARDED_BY(mutex_);
-  std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mutex_);
+  // Calls in flight and the worker each goes to (id, incarnation), so that Cancel/Stop and a worker
+  // turning LOST can cancel them.
+  std::map<grpc::ClientContext*, std::pair<std::string, uint64_t>> in_flight_ ABSL_GUARDED_BY(mutex_);
+  // Calls cancelled because their worker went away: reported as UNAVAILABLE, not as failures.
+  std::set<grpc::ClientContext*> cancelled_gone_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace slimfit::server

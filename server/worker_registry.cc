@@ -123,9 +123,10 @@ absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const v1::Heartb
     return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " deregistered: register again"));
   }
   const v1::WorkerState before = entry.info.state();
-  v1::WorkerState state = request.state();
+  const v1::WorkerState state = request.state();
   if (state != v1::WORKER_STATE_IDLE && state != v1::WORKER_STATE_BUSY && state != v1::WORKER_STATE_DRAINING) {
-    state = v1::WORKER_STATE_IDLE;
+    return absl::InvalidArgumentError(
+        absl::StrCat("state: must be IDLE, BUSY or DRAINING, got ", v1::WorkerState_Name(state)));
   }
   entry.info.set_state(state);
   if (request.has_current_work()) *entry.info.mutable_current_work() = request.current_work();
@@ -220,6 +221,13 @@ bool WorkerRegistry::IsLive(const std::string& worker_id, uint64_t incarnation) 
   absl::MutexLock lock(&mutex_);
   auto it = workers_.find(worker_id);
   return it != workers_.end() && it->second.info.incarnation() == incarnation && IsLiveState(it->second.info.state());
+}
+
+bool WorkerRegistry::IsServing(const std::string& worker_id, uint64_t incarnation) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(worker_id);
+  return it != workers_.end() && it->second.info.incarnation() == incarnation &&
+         (IsLiveState(it->second.info.state()) || it->second.info.state() == v1::WORKER_STATE_DRAINING);
 }
 
 std::optional<WorkerHandle> WorkerRegistry::Find(const std::string& worker_id) const {

@@ -64,6 +64,8 @@ class WorkerRegistry {
   int LiveCount() const;
   // True while `worker_id` with this incarnation is live.
   bool IsLive(const std::string& worker_id, uint64_t incarnation) const;
+  // True while `worker_id` with this incarnation may still finish work it has: live or DRAINING.
+  bool IsServing(const std::string& worker_id, uint64_t incarnation) const;
   std::optional<WorkerHandle> Find(const std::string& worker_id) const;
 
   // Records what a worker computes / its plan for a job, for ListWorkers.

@@ -59,6 +59,15 @@ TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
   EXPECT_EQ(second->worker_id(), first->worker_id());
   EXPECT_EQ(second->incarnation(), 2u);
   EXPECT_EQ(registry_->Heartbeat(heartbeat).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(registry_->IsServing(first->worker_id(), 1));
+  EXPECT_TRUE(registry_->IsServing(first->worker_id(), 2));
+  v1::HeartbeatRequest draining;
+  draining.set_worker_id(first->worker_id());
+  draining.set_incarnation(2);
+  draining.set_state(v1::WORKER_STATE_DRAINING);
+  EXPECT_TRUE(registry_->Heartbeat(draining).ok());
+  EXPECT_TRUE(registry_->IsServing(first->worker_id(), 2));
+  EXPECT_FALSE(registry_->IsLive(first->worker_id(), 2));
 
   // Silence makes it LOST; a heartbeat revives it.
   absl::SleepFor(absl::Milliseconds(150));
