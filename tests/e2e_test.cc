@@ -4,6 +4,8 @@
 // coordinator is killed and restarted mid-job; bad requests get precise errors.
 #include <signal.h>
 
+#include <algorithm>
+#include <fstream>
 #include <set>
 
 #include <torch/torch.h>
@@ -16,6 +18,7 @@
 #include "performer/gradient_engine.h"
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
+#include "performer/tensor_file.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
 #include "server/job_data.h"
@@ -228,6 +231,44 @@ TEST(EndToEndTest, WorkerKilledMidRoundChangesNothing) {
             1e-5);
 }
 
+TEST(EndToEndTest, FrozenWorkerIsDroppedWhenItStopsHeartbeating) {
+  Cluster cluster("frozen_worker");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartWorker("64MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = Corpus(60000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::nullopt);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  const v1::JobSpec spec = Spec(*dataset, 64, 256, 512, 48, 4);
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  // SIGSTOP keeps the connection open: only the missing heartbeats (lost after 1.5 s here) tell
+  // the coordinator, which must cancel the call instead of waiting for the shard's deadline (60 s).
+  absl::StatusOr<std::string> busy = BusyWorkerAddress(cluster, job->job_id(), 2, absl::Seconds(60));
+  ASSERT_TRUE(busy.ok()) << busy.status() << cluster.Logs();
+  int frozen = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (cluster.worker_address(i) == *busy) frozen = i;
+  }
+  ASSERT_GE(frozen, 0);
+  const absl::Time frozen_at = absl::Now();
+  cluster.worker(frozen).Signal(SIGSTOP);
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(50));
+  cluster.worker(frozen).Signal(SIGCONT);
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_LT(absl::Now() - frozen_at, absl::Seconds(40));
+  int reassigned = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) reassigned += event.has_shard_reassigned() ? 1 : 0;
+  EXPECT_GE(reassigned, 1) << cluster.Logs();
+  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job->job_id());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
+  EXPECT_LE(RelativeDifference(*exported, performer::ParameterNames(*config), TrainLocally(spec, text, std::nullopt)),
+            1e-5);
+}
+
 TEST(EndToEndTest, CoordinatorRestartedMidJobResumesAndFinishes) {
   Cluster cluster("restart");
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
@@ -264,6 +305,67 @@ TEST(EndToEndTest, CoordinatorRestartedMidJobResumesAndFinishes) {
             1e-5);
   // Parameter versions were never reused: the restart skipped ahead.
   EXPECT_GT(done->progress().parameter_version(), 11u);
+}
+
+// The `slimfit` CLI against the real daemons: submit with --watch, status, workers, plan --all,
+// export, and its exit codes.
+TEST(EndToEndTest, CliDrivesAJobFromSubmitToExport) {
+  Cluster cluster("cli");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("1MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("8MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string data = testing_util::TempPath("cli-corpus.txt");
+  {
+    std::ofstream out(data);
+    out << Corpus(12000);
+  }
+  const std::string slimfit = testing_util::RunfilePath("client/slimfit");
+  const std::vector<std::string> connection = {absl::StrCat("--coordinator=", cluster.address()),
+                                               absl::StrCat("--token=", testing_util::kClientToken)};
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.end(), connection.begin(), connection.end());
+    absl::StatusOr<testing_util::CommandResult> result = testing_util::RunCommand(slimfit, args, absl::Seconds(120));
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : testing_util::CommandResult();
+  };
+
+  testing_util::CommandResult submitted =
+      run({"submit", absl::StrCat("--data=", data), "--separator=\\n\\n", "--d_model=32", "--layers=2", "--heads=2",
+           "--d_ff=64", "--sequence_length=128", "--tokens_per_round=1024", "--rounds=3", "--learning_rate=1e-3",
+           "--held_out_fraction=0.1", "--name=cli-job", "--watch"});
+  EXPECT_EQ(submitted.exit_status, 0) << submitted.out << submitted.err << cluster.Logs();
+  EXPECT_THAT(submitted.out, HasSubstr("SUCCEEDED"));
+  EXPECT_THAT(submitted.out, HasSubstr("round 3/3"));
+
+  testing_util::CommandResult status = run({"status", "job-000001"});
+  EXPECT_EQ(status.exit_status, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("SUCCEEDED"));
+  EXPECT_THAT(status.out, HasSubstr("cli-job"));
+
+  testing_util::CommandResult plans = run({"plan", "--all", "--job=job-000001"});
+  EXPECT_EQ(plans.exit_status, 0) << plans.err;
+  EXPECT_THAT(plans.out, HasSubstr("C = "));  // the 1 MiB worker slices
+  testing_util::CommandResult workers = run({"workers"});
+  EXPECT_EQ(workers.exit_status, 0) << workers.err;
+  EXPECT_THAT(workers.out, HasSubstr("1.0 MiB"));
+
+  const std::string exported = testing_util::TempPath("cli-export.safetensors");
+  testing_util::CommandResult exporting = run({"export", "job-000001", absl::StrCat("--out=", exported)});
+  EXPECT_EQ(exporting.exit_status, 0) << exporting.err;
+  absl::StatusOr<performer::TensorFile> file = performer::ReadSafetensors(exported);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata.at("round"), "3");
+
+  testing_util::CommandResult unknown = run({"status", "job-424242"});
+  EXPECT_EQ(unknown.exit_status, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("job-424242"));
+  EXPECT_EQ(std::count(unknown.err.begin(), unknown.err.end(), '\n'), 1) << unknown.err;
+  std::vector<std::string> wrong_token = {"jobs", absl::StrCat("--coordinator=", cluster.address()), "--token=nope"};
+  absl::StatusOr<testing_util::CommandResult> denied = testing_util::RunCommand(slimfit, wrong_token, absl::Seconds(30));
+  ASSERT_TRUE(denied.ok());
+  EXPECT_EQ(denied->exit_status, 2);
+  EXPECT_THAT(denied->err, HasSubstr("token"));
 }
 
 TEST(EndToEndTest, BadRequestsGetPreciseErrors) {
