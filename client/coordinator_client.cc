@@ -57,9 +57,9 @@ absl::Status ResolveCoordinatorOptions(const FlagSet& flags, CoordinatorOptions*
       !valid.ok()) {
     return valid;
   }
-  if (!(options->timeout_seconds > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--timeout=", options->timeout_seconds, ": expected a positive number of seconds"));
+  if (!(options->timeout_seconds > 0) || options->timeout_seconds > 86400) {
+    return absl::InvalidArgumentError(absl::StrCat("--timeout=", options->timeout_seconds,
+                                                   ": expected a positive number of seconds, at most 86400"));
   }
   return absl::OkStatus();
 }

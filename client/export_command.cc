@@ -1,10 +1,12 @@
 #include "client/export_command.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 
@@ -19,6 +21,12 @@
 namespace slimfit::client {
 namespace {
 
+// A local file that cannot be written is "could not be done" (exit 1), whatever the errno — not a
+// usage error, and not the PERMISSION_DENIED that means a token of the wrong kind.
+absl::Status LocalFileError(int error_number, const std::string& what) {
+  return absl::FailedPreconditionError(absl::ErrnoToStatus(error_number, what).message());
+}
+
 // Writes all of `bytes` to `fd`. The errno's status naming `path` on failure.
 absl::Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
   size_t written = 0;
@@ -26,7 +34,7 @@ absl::Status WriteAll(int fd, const std::string& bytes, const std::string& path)
     const ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot write"));
+      return LocalFileError(errno, absl::StrCat(path, ": cannot write"));
     }
     written += static_cast<size_t>(n);
   }
@@ -63,9 +71,12 @@ absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& 
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
   if (!client.ok()) return client.status();
 
-  const std::string temporary = absl::StrCat(path, ".tmp");
-  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat(temporary, ": cannot create"));
+  // A fresh temporary file beside FILE (O_EXCL through mkstemp): concurrent exports to one path
+  // cannot write into each other's file, and an existing FILE.<suffix> is never touched.
+  std::string temporary = absl::StrCat(path, ".tmp-XXXXXX");
+  const int fd = mkstemp(temporary.data());
+  if (fd < 0) return LocalFileError(errno, absl::StrCat(path, ": cannot create a temporary file beside it"));
+  fchmod(fd, 0644);
   bool fd_open = true;
   bool committed = false;
   absl::Cleanup discard = [&] {
@@ -133,11 +144,11 @@ absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& 
     return DataLoss(job_id, absl::StrCat("the ", received, " bytes received have SHA-256 ", sha256,
                                          "; the trailer says ", trailer->sha256()));
   }
-  if (fsync(fd) != 0) return absl::ErrnoToStatus(errno, absl::StrCat(temporary, ": cannot flush"));
+  if (fsync(fd) != 0) return LocalFileError(errno, absl::StrCat(temporary, ": cannot flush"));
   fd_open = false;
-  if (close(fd) != 0) return absl::ErrnoToStatus(errno, absl::StrCat(temporary, ": cannot close"));
+  if (close(fd) != 0) return LocalFileError(errno, absl::StrCat(temporary, ": cannot close"));
   if (rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot rename ", temporary, " to ", path));
+    return LocalFileError(errno, absl::StrCat("cannot rename ", temporary, " to ", path));
   }
   committed = true;
 

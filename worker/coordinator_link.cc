@@ -92,6 +92,9 @@ absl::Status CoordinatorLink::Register() {
       rpc::LogWarning("the coordinator does not know worker id ", id, " (", status.message(),
                       "): registering as a new worker");
       id.clear();
+      // A coordinator that lost this worker's id lost its jobs too and may reuse their ids and
+      // parameter versions: nothing cached from before may be used again.
+      if (options_.cache != nullptr) options_.cache->Clear();
       continue;
     }
     if (IsTransient(status)) {
@@ -185,6 +188,7 @@ void CoordinatorLink::HeartbeatLoop() {
       if (!registered.ok()) {
         rpc::LogError(registered.message());
         ++failures;
+        backoff = std::min(backoff * 2, options_.max_backoff);
       } else {
         failures = 0;
         backoff = options_.initial_backoff;
@@ -204,8 +208,11 @@ void CoordinatorLink::HeartbeatLoop() {
       backoff = std::min(backoff * 2, options_.max_backoff);
       continue;
     }
-    rpc::LogError("heartbeat refused: ", status.message());
+    // A refusal that is not transient (a bad token, a malformed heartbeat) will not go away by
+    // asking faster: back off as for transient failures, logging each distinct refusal.
+    if (failures == 0 || backoff >= options_.max_backoff) rpc::LogError("heartbeat refused: ", status.message());
     ++failures;
+    backoff = std::min(backoff * 2, options_.max_backoff);
   }
 }
 

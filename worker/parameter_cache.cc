@@ -5,6 +5,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "planner/plan_proto.h"
@@ -171,7 +172,18 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Get(const 
   }
 
   if (fetch) {
-    absl::StatusOr<std::shared_ptr<const PerformerModel>> model = Fetch(job_id, version);
+    absl::StatusOr<std::shared_ptr<const PerformerModel>> model;
+    try {
+      model = Fetch(job_id, version);
+    } catch (const std::exception& e) {
+      // LibTorch allocation failures (c10::Error) and std::bad_alloc: the entry must still finish,
+      // or every later Get of this version would wait forever.
+      const std::string what = e.what();
+      model = absl::StrContains(what, "alloc") || absl::StrContains(what, "memory")
+                  ? absl::ResourceExhaustedError(absl::StrCat("fetching job ", job_id, " version ", version,
+                                                              ": out of memory: ", what))
+                  : absl::InternalError(absl::StrCat("fetching job ", job_id, " version ", version, ": ", what));
+    }
     absl::MutexLock lock(&mu_);
     entry->done = true;
     if (model.ok()) {
@@ -224,6 +236,14 @@ void ParameterCache::KeepLatest(const std::string& job_id) {
     } else {
       ++it;
     }
+  }
+}
+
+void ParameterCache::Clear() {
+  absl::MutexLock lock(&mu_);
+  // Entries being fetched stay (their fetchers finish them); every finished one goes.
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    it = it->second->done ? entries_.erase(it) : std::next(it);
   }
 }
 

@@ -78,6 +78,10 @@ class ParameterCache {
   // for its callers but is not kept.
   void Drop(const std::string& job_id);
 
+  // Forgets every cached version: the coordinator that published them is gone (it did not know
+  // this worker's id any more), and a new one may reuse job ids and versions.
+  void Clear();
+
   // The version held per job (as Heartbeat.cached_parameter_versions).
   std::map<std::string, uint64_t> CachedVersions() const;
 

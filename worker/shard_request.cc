@@ -46,6 +46,12 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
   if (request.parameter_version() < 1) return InvalidField("parameter_version", "must be >= 1, got 0");
   const int64_t length = request.sequence_length();
   if (length < 2) return InvalidField("sequence_length", absl::StrCat("must be >= 2, got ", length));
+  // A sequence fits one shard's tokens (the contract's bound); anything longer is no sequence this
+  // request can carry, and would overflow the cost model.
+  if (length > v1::LIMIT_MAX_CHUNK_BYTES) {
+    return InvalidField("sequence_length", absl::StrCat(length, " is above ", v1::LIMIT_MAX_CHUNK_BYTES,
+                                                        " (a sequence must fit one shard)"));
+  }
   if (request.loss_normalizer() <= 0) {
     return InvalidField("loss_normalizer", absl::StrCat("must be > 0, got ", request.loss_normalizer()));
   }

@@ -59,6 +59,7 @@ TEST(ShardRequestTest, EveryBadFieldIsNamed) {
   const std::vector<Case> cases = {
       {"job_id", [](auto* r) { r->clear_job_id(); }},
       {"round", [](auto* r) { r->set_round(0); }},
+      {"sequence_length", [](auto* r) { r->set_sequence_length(int64_t{1} << 40); }},
       {"shard_id", [](auto* r) { r->set_shard_id(-1); }},
       {"attempt", [](auto* r) { r->set_attempt(0); }},
       {"parameter_version", [](auto* r) { r->set_parameter_version(0); }},

@@ -193,6 +193,9 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
   ShutdownRequest shutdown;
+  // The service the signal thread may act on; the mutex makes "load and call" and "clear before
+  // the service is destroyed" exclusive.
+  absl::Mutex running_service_mutex;
   std::atomic<WorkerService*> running_service{nullptr};
   std::thread signal_thread([&] {
     int received = 0;
@@ -206,9 +209,12 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
         rpc::LogInfo(name, ": shutting down (the running shard may finish for up to ",
                      absl::FormatDuration(kDrainTimeout), "; a second signal abandons it)");
         shutdown.Request(name, absl::OkStatus());
-      } else if (WorkerService* service = running_service.load()) {
-        rpc::LogWarning(name, " again: abandoning the running shard");
-        service->CancelCurrentShard();
+      } else {
+        absl::MutexLock lock(&running_service_mutex);
+        if (WorkerService* service = running_service.load()) {
+          rpc::LogWarning(name, " again: abandoning the running shard");
+          service->CancelCurrentShard();
+        }
       }
     }
   });
@@ -271,6 +277,15 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
                                                          " (address in use or not local?)")));
   }
   running_service.store(&service);
+  // Declared after `service`, so destroyed before it on every return path.
+  struct ClearRunningService {
+    absl::Mutex* mutex;
+    std::atomic<WorkerService*>* service;
+    ~ClearRunningService() {
+      absl::MutexLock lock(mutex);
+      service->store(nullptr);
+    }
+  } clear_running_service{&running_service_mutex, &running_service};
   const std::string host = HostOf(options.listen);
   const std::string bound = absl::StrCat(host, ":", port);
   const std::string advertise = options.advertise.empty() ? bound : options.advertise;
@@ -281,7 +296,10 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
                planner::HumanBytes(static_cast<double>(options.memory_budget_bytes)), ", ", options.threads,
                " thread", options.threads == 1 ? "" : "s");
   auto stop_server = [&] {
-    running_service.store(nullptr);
+    {
+      absl::MutexLock lock(&running_service_mutex);
+      running_service.store(nullptr);
+    }
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   };
   if (!options.port_file.empty()) {
