@@ -34,6 +34,16 @@ void AddCoordinatorFlags(FlagSet& flags, CoordinatorOptions* options) {
   flags.Double("timeout", &options->timeout_seconds, "seconds each request may take");
 }
 
+absl::Status PageTokens::Next(const std::string& token) {
+  if (!seen_.insert(token).second) {
+    return absl::InternalError(absl::StrCat(rpc_, ": the coordinator returned the page token '", token, "' twice"));
+  }
+  if (static_cast<int>(seen_.size()) > kMaxPages) {
+    return absl::InternalError(absl::StrCat(rpc_, ": more than ", kMaxPages, " pages; giving up"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseServiceFlags(FlagSet& flags, absl::Span<const std::string> args, std::ostream& out,
                                CoordinatorOptions* options, bool* help_shown) {
   *help_shown = false;

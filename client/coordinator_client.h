@@ -29,6 +29,7 @@
 
 #include <memory>
 #include <ostream>
+#include <set>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -74,6 +75,20 @@ void AddCoordinatorFlags(FlagSet& flags, CoordinatorOptions* options);
 // ResolveCoordinatorOptions. REQUIRES: AddCoordinatorFlags(flags, options) was called.
 [[nodiscard]] absl::Status ParseServiceFlags(FlagSet& flags, absl::Span<const std::string> args, std::ostream& out,
                                              CoordinatorOptions* options, bool* help_shown);
+
+// Paging through a listing: remembers the page tokens seen. Next() is INTERNAL when the
+// coordinator hands out a token it gave before (a cycle) or more than kMaxPages pages, so that a
+// misbehaving server cannot keep a listing command running for ever.
+class PageTokens {
+ public:
+  static constexpr int kMaxPages = 10000;
+  explicit PageTokens(std::string rpc) : rpc_(std::move(rpc)) {}
+  [[nodiscard]] absl::Status Next(const std::string& token);
+
+ private:
+  std::string rpc_;
+  std::set<std::string> seen_;
+};
 
 enum class Idempotency {
   // Safe to send again after a transient failure (docs/PROTOCOL.md lists these RPCs): retried on

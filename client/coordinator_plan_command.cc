@@ -224,6 +224,7 @@ absl::Status RunCoordinatorPlanCommand(absl::Span<const std::string> args, std::
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
   if (!client.ok()) return client.status();
   v1::GetMemoryPlanResponse plans;
+  PageTokens pages("GetMemoryPlan");
   for (;;) {
     v1::GetMemoryPlanResponse page;
     absl::Status status =
@@ -233,11 +234,7 @@ absl::Status RunCoordinatorPlanCommand(absl::Span<const std::string> args, std::
     if (!status.ok()) return status;
     for (v1::MemoryPlan& plan : *page.mutable_plans()) *plans.add_plans() = std::move(plan);
     if (page.next_page_token().empty()) break;
-    if (page.next_page_token() == request.page_token()) {
-      return absl::InternalError(
-          absl::StrCat("GetMemoryPlan: the coordinator returned the same page token twice ('",
-                       page.next_page_token(), "')"));
-    }
+    if (absl::Status fresh = pages.Next(page.next_page_token()); !fresh.ok()) return fresh;
     request.set_page_token(page.next_page_token());
   }
 

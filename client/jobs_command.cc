@@ -36,6 +36,7 @@ absl::Status RunJobsCommand(absl::Span<const std::string> args, std::ostream& ou
   v1::ListJobsResponse listed;
   v1::ListJobsRequest request;
   for (v1::JobState state : *states) request.add_states(state);
+  PageTokens pages("ListJobs");
   for (;;) {
     const int64_t wanted = limit == 0 ? v1::LIMIT_MAX_PAGE_SIZE : limit - listed.jobs_size();
     request.set_page_size(static_cast<int32_t>(std::min<int64_t>(wanted, v1::LIMIT_MAX_PAGE_SIZE)));
@@ -49,10 +50,7 @@ absl::Status RunJobsCommand(absl::Span<const std::string> args, std::ostream& ou
       *listed.add_jobs() = std::move(job);
     }
     if (page.next_page_token().empty()) break;
-    if (page.next_page_token() == request.page_token()) {
-      return absl::InternalError(absl::StrCat(
-          "ListJobs: the coordinator returned the same page token twice ('", page.next_page_token(), "')"));
-    }
+    if (absl::Status fresh = pages.Next(page.next_page_token()); !fresh.ok()) return fresh;
     request.set_page_token(page.next_page_token());
     if (limit != 0 && listed.jobs_size() >= limit) {
       listed.set_next_page_token(page.next_page_token());

@@ -112,7 +112,17 @@ TEST_F(JobsCommandTest, AStuckPageTokenIsAnError) {
   };
   const absl::Status status = Jobs({"--limit=0"});
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(Message(status), HasSubstr("same page token twice"));
+  EXPECT_THAT(Message(status), HasSubstr("page token 'same' twice"));
+}
+
+TEST_F(JobsCommandTest, ACyclingPageTokenIsAnError) {
+  fake_->list_jobs = [](const v1::ListJobsRequest& request, v1::ListJobsResponse* response) {
+    response->set_next_page_token(request.page_token() == "a" ? "b" : "a");  // a, b, a, …
+    return grpc::Status::OK;
+  };
+  const absl::Status status = Jobs({"--limit=0"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(Message(status), HasSubstr("page token 'a' twice"));
 }
 
 }  // namespace

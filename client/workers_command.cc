@@ -75,6 +75,7 @@ absl::Status RunWorkersCommand(absl::Span<const std::string> args, std::ostream&
   v1::ListWorkersRequest request;
   request.set_page_size(v1::LIMIT_MAX_PAGE_SIZE);
   request.set_include_gone(all);
+  PageTokens pages("ListWorkers");
   for (;;) {
     v1::ListWorkersResponse page;
     absl::Status status = (*client)->Call(
@@ -83,11 +84,7 @@ absl::Status RunWorkersCommand(absl::Span<const std::string> args, std::ostream&
     if (!status.ok()) return status;
     for (v1::WorkerInfo& worker : *page.mutable_workers()) *listed.add_workers() = std::move(worker);
     if (page.next_page_token().empty()) break;
-    if (page.next_page_token() == request.page_token()) {
-      return absl::InternalError(
-          absl::StrCat("ListWorkers: the coordinator returned the same page token twice ('",
-                       page.next_page_token(), "')"));
-    }
+    if (absl::Status fresh = pages.Next(page.next_page_token()); !fresh.ok()) return fresh;
     request.set_page_token(page.next_page_token());
   }
 
