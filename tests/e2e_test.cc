@@ -125,6 +125,23 @@ std::vector<v1::JobEvent> AllEvents(Cluster& cluster, const std::string& job_id)
   return events;
 }
 
+// The exported parameters of a finished job against a single-process run of the same rounds.
+void ExpectSameAsSingleProcess(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec,
+                               const std::string& text, const std::optional<std::string>& separator) {
+  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job_id);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
+  ASSERT_TRUE(config.ok());
+  EXPECT_LE(RelativeDifference(*exported, performer::ParameterNames(*config), TrainLocally(spec, text, separator)),
+            1e-5);
+}
+
+int CountReassigned(Cluster& cluster, const std::string& job_id) {
+  int reassigned = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job_id)) reassigned += event.has_shard_reassigned() ? 1 : 0;
+  return reassigned;
+}
+
 TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
   Cluster cluster("exact");
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
@@ -146,11 +163,7 @@ TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
   EXPECT_EQ(done->progress().rounds_completed(), 4);
   EXPECT_TRUE(done->progress().has_eval_bits_per_byte());
 
-  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job->job_id());
-  ASSERT_TRUE(exported.ok()) << exported.status();
-  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
-  const std::vector<at::Tensor> want = TrainLocally(spec, text, std::string("\n\n"));
-  EXPECT_LE(RelativeDifference(*exported, performer::ParameterNames(*config), want), 1e-5);
+  ExpectSameAsSingleProcess(cluster, job->job_id(), spec, text, std::string("\n\n"));
 
   // Each worker ran the plan that fits it: at least two different slice sizes were assigned;
   // every round and evaluation was reported, in order.
@@ -194,79 +207,61 @@ absl::StatusOr<std::string> BusyWorkerAddress(Cluster& cluster, const std::strin
   return absl::DeadlineExceededError("no worker became busy");
 }
 
-TEST(EndToEndTest, WorkerKilledMidRoundChangesNothing) {
-  Cluster cluster("killed_worker");
+// Two workers on a job whose rounds are long enough (~1 s) that a worker is caught in the middle
+// of one: the job and the index of the worker busy with round 2 or later.
+struct BusyJob {
+  v1::JobSpec spec;
+  std::string text;
+  std::string job_id;
+  int busy_worker = -1;
+};
+
+void StartJobAndFindBusyWorker(Cluster& cluster, int64_t rounds, BusyJob* busy_job) {
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartWorker("64MiB").ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
-  const std::string text = Corpus(60000);
-  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::nullopt);
+  busy_job->text = Corpus(60000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(busy_job->text, std::nullopt);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
-  // Rounds long enough (~1 s) that a worker is caught in the middle of one.
-  const v1::JobSpec spec = Spec(*dataset, 64, 256, 512, 48, 5);
-  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  busy_job->spec = Spec(*dataset, 64, 256, 512, 48, rounds);
+  absl::StatusOr<v1::Job> job = cluster.Submit(busy_job->spec);
   ASSERT_TRUE(job.ok()) << job.status();
-
+  busy_job->job_id = job->job_id();
   absl::StatusOr<std::string> busy = BusyWorkerAddress(cluster, job->job_id(), 2, absl::Seconds(60));
   ASSERT_TRUE(busy.ok()) << busy.status() << cluster.Logs();
-  bool killed = false;
-  for (int i = 0; i < 2 && !killed; ++i) {
-    if (cluster.worker_address(i) == *busy) {
-      cluster.worker(i).Signal(SIGKILL);
-      killed = true;
-    }
+  for (int i = 0; i < 2; ++i) {
+    if (cluster.worker_address(i) == *busy) busy_job->busy_worker = i;
   }
-  ASSERT_TRUE(killed) << "no worker serves on " << *busy;
-  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  ASSERT_GE(busy_job->busy_worker, 0) << "no worker serves on " << *busy;
+}
+
+TEST(EndToEndTest, WorkerKilledMidRoundChangesNothing) {
+  Cluster cluster("killed_worker");
+  BusyJob job;
+  ASSERT_NO_FATAL_FAILURE(StartJobAndFindBusyWorker(cluster, 5, &job));
+  cluster.worker(job.busy_worker).Signal(SIGKILL);
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job.job_id, absl::Seconds(180));
   ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
   ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
-
-  int reassigned = 0;
-  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) reassigned += event.has_shard_reassigned() ? 1 : 0;
-  EXPECT_GE(reassigned, 1) << cluster.Logs();
-  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job->job_id());
-  ASSERT_TRUE(exported.ok()) << exported.status();
-  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
-  EXPECT_LE(RelativeDifference(*exported, performer::ParameterNames(*config), TrainLocally(spec, text, std::nullopt)),
-            1e-5);
+  EXPECT_GE(CountReassigned(cluster, job.job_id), 1) << cluster.Logs();
+  ExpectSameAsSingleProcess(cluster, job.job_id, job.spec, job.text, std::nullopt);
 }
 
 TEST(EndToEndTest, FrozenWorkerIsDroppedWhenItStopsHeartbeating) {
   Cluster cluster("frozen_worker");
-  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartWorker("64MiB").ok()) << cluster.Logs();
-  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
-  const std::string text = Corpus(60000);
-  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::nullopt);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
-  const v1::JobSpec spec = Spec(*dataset, 64, 256, 512, 48, 4);
-  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-
+  BusyJob job;
+  ASSERT_NO_FATAL_FAILURE(StartJobAndFindBusyWorker(cluster, 4, &job));
   // SIGSTOP keeps the connection open: only the missing heartbeats (lost after 1.5 s here) tell
   // the coordinator, which must cancel the call instead of waiting for the shard's deadline (60 s).
-  absl::StatusOr<std::string> busy = BusyWorkerAddress(cluster, job->job_id(), 2, absl::Seconds(60));
-  ASSERT_TRUE(busy.ok()) << busy.status() << cluster.Logs();
-  int frozen = -1;
-  for (int i = 0; i < 2; ++i) {
-    if (cluster.worker_address(i) == *busy) frozen = i;
-  }
-  ASSERT_GE(frozen, 0);
   const absl::Time frozen_at = absl::Now();
-  cluster.worker(frozen).Signal(SIGSTOP);
-  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(50));
-  cluster.worker(frozen).Signal(SIGCONT);
+  cluster.worker(job.busy_worker).Signal(SIGSTOP);
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job.job_id, absl::Seconds(50));
+  cluster.worker(job.busy_worker).Signal(SIGCONT);
   ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
   ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
   EXPECT_LT(absl::Now() - frozen_at, absl::Seconds(40));
-  int reassigned = 0;
-  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) reassigned += event.has_shard_reassigned() ? 1 : 0;
-  EXPECT_GE(reassigned, 1) << cluster.Logs();
-  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job->job_id());
-  ASSERT_TRUE(exported.ok()) << exported.status();
-  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
-  EXPECT_LE(RelativeDifference(*exported, performer::ParameterNames(*config), TrainLocally(spec, text, std::nullopt)),
-            1e-5);
+  EXPECT_GE(CountReassigned(cluster, job.job_id), 1) << cluster.Logs();
+  ExpectSameAsSingleProcess(cluster, job.job_id, job.spec, job.text, std::nullopt);
 }
 
 TEST(EndToEndTest, CoordinatorRestartedMidJobResumesAndFinishes) {
@@ -298,11 +293,7 @@ TEST(EndToEndTest, CoordinatorRestartedMidJobResumesAndFinishes) {
   ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
   ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
   EXPECT_EQ(done->progress().rounds_completed(), 10);
-  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job->job_id());
-  ASSERT_TRUE(exported.ok()) << exported.status();
-  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
-  EXPECT_LE(RelativeDifference(*exported, performer::ParameterNames(*config), TrainLocally(spec, text, std::nullopt)),
-            1e-5);
+  ExpectSameAsSingleProcess(cluster, job->job_id(), spec, text, std::nullopt);
   // Parameter versions were never reused: the restart skipped ahead.
   EXPECT_GT(done->progress().parameter_version(), 11u);
 }
