@@ -239,6 +239,23 @@ void ParameterCache::KeepLatest(const std::string& job_id) {
   }
 }
 
+int64_t ParameterCache::BytesOfOtherJobs(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  int64_t bytes = 0;
+  for (const auto& [key, entry] : entries_) {
+    if (key.first == job_id || !entry->done) continue;
+    for (const auto& [dtype, model] : entry->models) bytes += model->parameter_bytes();
+  }
+  return bytes;
+}
+
+void ParameterCache::DropOtherJobs(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    it = it->first.first != job_id && it->second->done ? entries_.erase(it) : std::next(it);
+  }
+}
+
 void ParameterCache::Clear() {
   absl::MutexLock lock(&mu_);
   // Entries being fetched stay (their fetchers finish them); every finished one goes.

@@ -78,6 +78,11 @@ class ParameterCache {
   // for its callers but is not kept.
   void Drop(const std::string& job_id);
 
+  // Tensor bytes of the cached models of jobs other than `job_id` (every dtype copy).
+  int64_t BytesOfOtherJobs(const std::string& job_id) const;
+  // Drops the finished entries of every job but `job_id` (a shard needs their memory).
+  void DropOtherJobs(const std::string& job_id);
+
   // Forgets every cached version: the coordinator that published them is gone (it did not know
   // this worker's id any more), and a new one may reuse job ids and versions.
   void Clear();

@@ -116,6 +116,22 @@ TEST_F(ParameterCacheTest, KeepsOnlyTheLatestVersionAndDropsFinishedJobs) {
   EXPECT_THAT(cache->CachedVersions(), UnorderedElementsAre(Pair("job-1", 2u)));
 }
 
+TEST_F(ParameterCacheTest, OtherJobsCanBeMeasuredDroppedOrAllForgotten) {
+  std::unique_ptr<ParameterCache> cache = MakeCache();
+  const performer::PerformerModel one = MakeModel(1);
+  coordinator_.Publish("job-1", 1, one);
+  coordinator_.Publish("job-2", 1, MakeModel(2));
+  ASSERT_TRUE(cache->Get("job-1", 1, performer::DType::kFloat32).ok());
+  EXPECT_EQ(cache->BytesOfOtherJobs("job-2"), one.parameter_bytes());
+  ASSERT_TRUE(cache->Get("job-2", 1, performer::DType::kFloat32).ok());
+  EXPECT_EQ(cache->BytesOfOtherJobs("job-2"), one.parameter_bytes());
+  cache->DropOtherJobs("job-2");
+  EXPECT_THAT(cache->CachedVersions(), UnorderedElementsAre(Pair("job-2", 1u)));
+  EXPECT_EQ(cache->BytesOfOtherJobs("job-2"), 0);
+  cache->Clear();
+  EXPECT_TRUE(cache->CachedVersions().empty());
+}
+
 TEST_F(ParameterCacheTest, ConvertsToThePlanDtypeOnce) {
   const performer::PerformerModel published = MakeModel(4);
   coordinator_.Publish("job-1", 1, published);

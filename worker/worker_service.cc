@@ -217,6 +217,11 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
       CheckBudget(parameters.config(), plan, request.sequence_length(), *shard, want_gradient,
                   options_.memory_budget_bytes, options_.profile, worker);
   if (!budget.ok()) return budget.status();
+  // Other jobs' cached parameters share the memory the budget covers: drop them when the shard
+  // needs their room (they are fetched again when their job's next shard comes).
+  if (budget->needed_bytes + options_.cache->BytesOfOtherJobs(request.job_id()) > budget->usable_bytes) {
+    options_.cache->DropOtherJobs(request.job_id());
+  }
 
   performer::GradientOptions gradient_options;
   gradient_options.loss_normalizer = request.loss_normalizer();
