@@ -1,5 +1,6 @@
 #include "worker/parameter_cache.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -102,10 +103,13 @@ absl::StatusOr<std::vector<performer::TensorSpec>> CheckManifest(const v1::Param
 ParameterCache::ParameterCache(Options options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(const std::string& job_id,
-                                                                            uint64_t version) const {
+                                                                            uint64_t version,
+                                                                            absl::Time deadline) const {
   const std::string what = absl::StrCat("fetching the parameters of job ", job_id, " version ", version);
-  std::unique_ptr<grpc::ClientContext> context = rpc::MakeClientContext(
-      options_.token, std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.fetch_timeout)));
+  const absl::Duration timeout =
+      std::max(absl::ZeroDuration(), std::min(options_.fetch_timeout, deadline - absl::Now()));
+  std::unique_ptr<grpc::ClientContext> context =
+      rpc::MakeClientContext(options_.token, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
   v1::FetchParametersRequest request;
   request.set_job_id(job_id);
   request.set_parameter_version(version);
@@ -151,7 +155,8 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(cons
 
 absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Get(const std::string& job_id,
                                                                           uint64_t version,
-                                                                          performer::DType dtype) {
+                                                                          performer::DType dtype,
+                                                                          absl::Time deadline) {
   const Key key(job_id, version);
   std::shared_ptr<Entry> entry;
   bool fetch = false;
@@ -174,7 +179,7 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Get(const 
   if (fetch) {
     absl::StatusOr<std::shared_ptr<const PerformerModel>> model;
     try {
-      model = Fetch(job_id, version);
+      model = Fetch(job_id, version, deadline);
     } catch (const std::exception& e) {
       // LibTorch allocation failures (c10::Error) and std::bad_alloc: the entry must still finish,
       // or every later Get of this version would wait forever.

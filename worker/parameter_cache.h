@@ -68,11 +68,12 @@ class ParameterCache {
   ParameterCache& operator=(const ParameterCache&) = delete;
 
   // The model of `job_id` at `version`, in `dtype`, on the device: from the cache, or fetched
-  // (blocking, up to fetch_timeout). A dtype other than the manifest's is converted from the
-  // fetched model once and kept beside it. Errors: see the file comment.
-  [[nodiscard]] absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> Get(const std::string& job_id,
-                                                                                     uint64_t version,
-                                                                                     performer::DType dtype);
+  // (blocking, up to fetch_timeout and no later than `deadline`, e.g. the deadline of the shard
+  // that needs it). A dtype other than the manifest's is converted from the fetched model once
+  // and kept beside it. Errors: see the file comment.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> Get(
+      const std::string& job_id, uint64_t version, performer::DType dtype,
+      absl::Time deadline = absl::InfiniteFuture());
 
   // Forgets every version of `job_id` (a finished job). Idempotent; a fetch in flight completes
   // for its callers but is not kept.
@@ -101,7 +102,8 @@ class ParameterCache {
 
   // One FetchParameters stream, checked and built into a model in the manifest's dtype.
   absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> Fetch(const std::string& job_id,
-                                                                          uint64_t version) const;
+                                                                          uint64_t version,
+                                                                          absl::Time deadline) const;
   // Erases every finished entry of `job_id` older than the newest finished one.
   void KeepLatest(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

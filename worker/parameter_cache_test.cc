@@ -132,6 +132,19 @@ TEST_F(ParameterCacheTest, OtherJobsCanBeMeasuredDroppedOrAllForgotten) {
   EXPECT_TRUE(cache->CachedVersions().empty());
 }
 
+TEST_F(ParameterCacheTest, AFetchEndsAtTheCallersDeadline) {
+  std::unique_ptr<ParameterCache> cache = MakeCache();  // fetch_timeout 10 s
+  coordinator_.Publish("job-1", 1, MakeModel(1));
+  coordinator_.SetFetchDelay(absl::Milliseconds(1500));
+  const absl::Time start = absl::Now();
+  auto model = cache->Get("job-1", 1, performer::DType::kFloat32, absl::Now() + absl::Milliseconds(300));
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnavailable) << model.status();
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1200));
+  // The failed fetch is not cached: a later call with time to spare gets the model.
+  coordinator_.SetFetchDelay(absl::ZeroDuration());
+  EXPECT_TRUE(cache->Get("job-1", 1, performer::DType::kFloat32).ok());
+}
+
 TEST_F(ParameterCacheTest, ConvertsToThePlanDtypeOnce) {
   const performer::PerformerModel published = MakeModel(4);
   coordinator_.Publish("job-1", 1, published);
