@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "planner/bptt_schedule.h"
 #include "performer/cpu_runtime.h"
 #include "performer/gradient_engine.h"
 #include "performer/model_checkpoint.h"
@@ -138,7 +139,7 @@ absl::Status Run() {
   if (!policy.ok()) return policy.status();
   base.front_policy = *policy;
   base.resync_every = absl::GetFlag(FLAGS_resync_every);
-  absl::StatusOr<planner::ScheduleKind> schedule = planner::ParseScheduleKind(absl::GetFlag(FLAGS_schedule));
+  absl::StatusOr<performer::ScheduleKind> schedule = performer::ParseScheduleKind(absl::GetFlag(FLAGS_schedule));
   if (!schedule.ok()) return schedule.status();
   base.schedule = *schedule;
   base.slots = absl::GetFlag(FLAGS_slots);
@@ -185,6 +186,7 @@ absl::Status Run() {
   }
   GradientOptions options;
   options.feature_seed = seed;
+  options.dp_schedule = planner::ScheduleForPlan;
 
   int configurations = 0;
   for (int64_t length : *lengths) {

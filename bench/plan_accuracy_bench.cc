@@ -19,7 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "performer/calibration.h"
+#include "planner/calibration.h"
+#include "planner/bptt_schedule.h"
 #include "performer/gradient_engine.h"
 #include "performer/performer_model.h"
 #include "planner/cost_model.h"
@@ -72,9 +73,9 @@ std::vector<int64_t> Ints(const std::string& text) {
 }
 
 int Run() {
-  performer::CalibrationOptions calibration;
+  planner::CalibrationOptions calibration;
   calibration.threads = absl::GetFlag(FLAGS_threads);
-  absl::StatusOr<performer::CalibrationResult> calibrated = performer::Calibrate(calibration);
+  absl::StatusOr<planner::CalibrationResult> calibrated = planner::Calibrate(calibration);
   if (!calibrated.ok()) {
     std::fprintf(stderr, "plan_accuracy_bench: %s\n", std::string(calibrated.status().message()).c_str());
     return 1;
@@ -138,7 +139,9 @@ int Run() {
         GradientResult last;
         for (int run = 0; run < std::max(1, absl::GetFlag(FLAGS_repeats)); ++run) {
           last = GradientResult();
-          absl::StatusOr<GradientResult> result = ComputeGradient(*model, batch, plan, {});
+          performer::GradientOptions options;
+          options.dp_schedule = planner::ScheduleForPlan;
+          absl::StatusOr<GradientResult> result = ComputeGradient(*model, batch, plan, options);
           if (!result.ok()) {
             std::fprintf(stderr, "plan_accuracy_bench: %s\n", std::string(result.status().message()).c_str());
             return 1;

@@ -9,10 +9,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "client/json_output.h"
 #include "nlohmann/json.hpp"
-#include "performer/calibration.h"
+#include "planner/calibration.h"
 #include "performer/plan.h"
 #include "planner/device_profile_io.h"
 
@@ -31,18 +31,18 @@ absl::StatusOr<CalibrationOutcome> CalibrateDevice(const CalibrationRequest& req
     }
   } catch (const c10::Error&) {
   }
-  performer::CalibrationOptions options;
+  planner::CalibrationOptions options;
   options.device = request.device;
   options.threads = request.threads;
   options.dtype = request.dtype;
-  absl::StatusOr<performer::CalibrationResult> result = performer::Calibrate(options);
+  absl::StatusOr<planner::CalibrationResult> result = planner::Calibrate(options);
   if (!result.ok()) {
     return absl::Status(result.status().code(),
                         absl::StrCat("calibrating ", request.device, ": ", result.status().message()));
   }
   CalibrationOutcome outcome;
   outcome.profile = result->profile;
-  for (const performer::ProbeResult& probe : result->probes) {
+  for (const planner::ProbeResult& probe : result->probes) {
     outcome.probes.push_back(CalibrationProbe{probe.plan.slice, probe.seconds, probe.working_bytes});
   }
   return outcome;
@@ -55,7 +55,7 @@ absl::Status RunCalibrateCommand(absl::Span<const std::string> args, std::ostrea
   std::string dtype_name = "float32";
   std::string out_path;
   bool json = false;
-  FlagSet flags("calibrate",
+  base::FlagSet flags("calibrate",
                 "slimfit calibrate [--device=cpu] [--threads=N] [--dtype=float32] [--out=FILE] "
                 "[--json]",
                 "Measures the device with short probes of the real gradient engine (seconds to a\n"

@@ -1,10 +1,10 @@
 // `slimfit calibrate`: measures a device with short probes of the real gradient engine
-// (performer/calibration.h) and prints its DeviceProfile as a text-format slimfit.v1.DeviceProfile,
+// (planner/calibration.h) and prints its DeviceProfile as a text-format slimfit.v1.DeviceProfile,
 // or writes it atomically to --out for `slimfit plan --profile` and workers.
 //
 //   slimfit calibrate --device=cpu --threads=2 --out=cpu.profile
 //
-// Also home of CalibrateDevice, the DeviceCalibrator that runs performer::Calibrate; this library
+// Also home of CalibrateDevice, the DeviceCalibrator that runs planner::Calibrate; this library
 // is the one that links LibTorch.
 //
 // Thread safety: calibration runs gradients and sets process-wide thread counts; one at a time.
@@ -21,7 +21,7 @@
 
 namespace slimfit::client {
 
-// Runs performer::Calibrate with its default probe model and sequence on `request.device` with
+// Runs planner::Calibrate with its default probe model and sequence on `request.device` with
 // `request.threads` threads and `request.dtype`. Takes seconds to a minute. Errors: those of
 // Calibrate (INVALID_ARGUMENT for an unknown device or threads < 1, the engine's otherwise),
 // prefixed "calibrating <device>: "; FAILED_PRECONDITION for a CUDA device when LibTorch was built

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
 #include "absl/strings/str_cat.h"
 #include "client/device_calibrator.h"
 #include "gmock/gmock.h"
@@ -13,12 +14,12 @@
 #include "nlohmann/json.hpp"
 #include "planner/device_profile.h"
 #include "planner/device_profile_io.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {
 
-using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::base::ReadFileToString;
 using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
 using Json = nlohmann::ordered_json;
@@ -96,7 +97,7 @@ TEST_F(CalibrateCommandTest, JsonHasProfileOutAndProbes) {
   EXPECT_EQ(json["probes"][1]["slice"], 32);
   EXPECT_EQ(json["probes"][1]["seconds"], 0.25);
   EXPECT_EQ(json["probes"][1]["working_bytes"], 4000);
-  absl::StatusOr<std::string> written = ReadFileToString(path);
+  absl::StatusOr<std::string> written = base::ReadFileToString(path);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_FALSE(written->empty());
 

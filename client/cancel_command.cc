@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "client/service_format.h"
 
 namespace slimfit::client {
@@ -13,11 +13,11 @@ absl::Status RunCancelCommand(absl::Span<const std::string> args, std::ostream& 
   std::string job_id;
   std::string reason;
   CoordinatorOptions connection;
-  FlagSet flags("cancel", "slimfit cancel JOB [--reason=TEXT] [--json] [coordinator flags]",
+  base::FlagSet flags("cancel", "slimfit cancel JOB [--reason=TEXT] [--json] [coordinator flags]",
                 "Cancels a queued or running job. Its last checkpoint stays exportable.");
-  flags.Positional("JOB", &job_id, "job id", FlagSet::kRequired);
+  flags.Positional("JOB", &job_id, "job id", base::FlagSet::kRequired);
   flags.String("reason", &reason, "why, recorded in the job's state reason (at most 1024 bytes)",
-               FlagSet::kOptionalNoDefault);
+               base::FlagSet::kOptionalNoDefault);
   AddCoordinatorFlags(flags, &connection);
   bool help = false;
   if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;

@@ -44,34 +44,11 @@ absl::Status UnknownCommand(absl::string_view name) {
 
 }  // namespace
 
-int ExitCodeForStatus(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
-      return kExitOk;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kPermissionDenied:
-      return kExitUsage;
-    default:
-      return kExitFailure;
-  }
-}
-
-std::string FormatErrorLine(absl::string_view message) {
-  std::string line = absl::StrCat("slimfit: ", message);
-  std::replace_if(
-      line.begin(), line.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; }, ' ');
-  line.push_back('\n');
-  return line;
-}
-
 int RunCli(absl::Span<const std::string> args, absl::Span<const Command> commands, std::ostream& out,
            std::ostream& err) {
   auto fail = [&](const absl::Status& status) {
-    err << FormatErrorLine(status.message()) << std::flush;
-    return ExitCodeForStatus(status);
+    err << base::FormatErrorLine("slimfit", status.message()) << std::flush;
+    return base::ExitCodeForStatus(status);
   };
   if (args.empty()) {
     return fail(absl::InvalidArgumentError(
@@ -81,7 +58,7 @@ int RunCli(absl::Span<const std::string> args, absl::Span<const Command> command
   if (word == "help" || word == "--help" || word == "-h") {
     if (args.size() == 1) {
       out << GeneralHelp(commands) << std::flush;
-      return kExitOk;
+      return base::kExitOk;
     }
     if (args.size() > 2) {
       return fail(absl::InvalidArgumentError("usage: slimfit help [<command>]"));
@@ -92,7 +69,7 @@ int RunCli(absl::Span<const std::string> args, absl::Span<const Command> command
     const absl::Status status = command->run(absl::MakeConstSpan(&help_flag, 1), out);
     if (!status.ok()) return fail(status);
     out << std::flush;
-    return kExitOk;
+    return base::kExitOk;
   }
   const Command* command = FindCommand(commands, word);
   if (command == nullptr) return fail(UnknownCommand(word));
@@ -100,7 +77,7 @@ int RunCli(absl::Span<const std::string> args, absl::Span<const Command> command
     const absl::Status status = command->run(args.subspan(1), out);
     out << std::flush;
     if (!status.ok()) return fail(status);
-    return kExitOk;
+    return base::kExitOk;
   }
   // Output is buffered and written only on success: a refused plan must not leave half a table on
   // stdout.
@@ -108,7 +85,7 @@ int RunCli(absl::Span<const std::string> args, absl::Span<const Command> command
   const absl::Status status = command->run(args.subspan(1), buffer);
   if (!status.ok()) return fail(status);
   out << buffer.str() << std::flush;
-  return kExitOk;
+  return base::kExitOk;
 }
 
 }  // namespace slimfit::client

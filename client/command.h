@@ -5,19 +5,11 @@
 // writes its result to `out` (a table for people, or JSON with --json) and returns OK, or returns
 // an error (RunCli then discards whatever the command wrote, unless the command streams its
 // output: see Command::streams_output). RunCli prints an error as one line "slimfit: <message>" on
-// stderr and exits with ExitCodeForStatus. With --help a command writes its help to `out` and
+// stderr and exits with base::ExitCodeForStatus. With --help a command writes its help to `out` and
 // returns OK.
 //
-// Exit statuses (documented in README.md, "CLI reference"):
-//   0  success
-//   1  the request was understood but could not be carried out: nothing fits the memory budget
-//      (RESOURCE_EXHAUSTED), a file could not be written, calibration failed, the coordinator
-//      cannot be reached (UNAVAILABLE) or refuses in its current state (FAILED_PRECONDITION), a
-//      watched job FAILED or was CANCELLED, a transfer did not match its SHA-256 (DATA_LOSS), …
-//   2  usage or input error — something the caller must change before trying again: unknown
-//      command or flag, a malformed or out-of-range value, a missing or unparsable input file, an
-//      unknown job or worker id (INVALID_ARGUMENT, OUT_OF_RANGE, NOT_FOUND), a missing, wrong or
-//      wrong-kind token (UNAUTHENTICATED, PERMISSION_DENIED)
+// Exit statuses and the error line follow base/exit_status.h (documented in README.md, "CLI
+// reference").
 //
 // Thread safety: plain functions and values.
 #ifndef SLIMFIT_CLIENT_COMMAND_H_
@@ -30,20 +22,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "base/exit_status.h"
 
 namespace slimfit::client {
-
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;
-inline constexpr int kExitUsage = 2;
-
-// kExitOk for OK; kExitUsage for INVALID_ARGUMENT, OUT_OF_RANGE, NOT_FOUND, UNAUTHENTICATED and
-// PERMISSION_DENIED; kExitFailure for every other code.
-int ExitCodeForStatus(const absl::Status& status);
-
-// "slimfit: <message>\n" with every line break and tab in the message turned into a space, so an
-// error is always exactly one line.
-std::string FormatErrorLine(absl::string_view message);
 
 using CommandFunction = std::function<absl::Status(absl::Span<const std::string> args, std::ostream& out)>;
 
@@ -60,7 +41,7 @@ struct Command {
 
 // Runs `slimfit` with `args` = argv[1..] over `commands`: dispatches to the named command, or
 // handles `help` / `help <command>` / `--help` / `-h` itself (the list of commands, or the
-// command's own --help). Writes results to `out` and errors (one line, FormatErrorLine) to `err`;
+// command's own --help). Writes results to `out` and errors (one line, base::FormatErrorLine) to `err`;
 // returns the exit status. No command word, or an unknown one, is a usage error.
 int RunCli(absl::Span<const std::string> args, absl::Span<const Command> commands, std::ostream& out,
            std::ostream& err);

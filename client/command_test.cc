@@ -14,28 +14,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-TEST(ExitCodeForStatusTest, MapsCodes) {
-  EXPECT_EQ(ExitCodeForStatus(absl::OkStatus()), kExitOk);
-  EXPECT_EQ(ExitCodeForStatus(absl::InvalidArgumentError("x")), kExitUsage);
-  EXPECT_EQ(ExitCodeForStatus(absl::OutOfRangeError("x")), kExitUsage);
-  EXPECT_EQ(ExitCodeForStatus(absl::NotFoundError("x")), kExitUsage);
-  EXPECT_EQ(ExitCodeForStatus(absl::ResourceExhaustedError("x")), kExitFailure);
-  EXPECT_EQ(ExitCodeForStatus(absl::InternalError("x")), kExitFailure);
-  EXPECT_EQ(ExitCodeForStatus(absl::PermissionDeniedError("x")), kExitUsage);
-  EXPECT_EQ(ExitCodeForStatus(absl::UnauthenticatedError("x")), kExitUsage);
-  EXPECT_EQ(ExitCodeForStatus(absl::UnavailableError("x")), kExitFailure);
-  EXPECT_EQ(ExitCodeForStatus(absl::FailedPreconditionError("x")), kExitFailure);
-  EXPECT_EQ(ExitCodeForStatus(absl::DataLossError("x")), kExitFailure);
-  EXPECT_EQ(ExitCodeForStatus(absl::CancelledError("x")), kExitFailure);
-  EXPECT_EQ(ExitCodeForStatus(absl::AbortedError("x")), kExitFailure);
-  EXPECT_EQ(ExitCodeForStatus(absl::DeadlineExceededError("x")), kExitFailure);
-}
-
-TEST(FormatErrorLineTest, IsExactlyOneLine) {
-  EXPECT_EQ(FormatErrorLine("bad thing"), "slimfit: bad thing\n");
-  EXPECT_EQ(FormatErrorLine("a\nb\r\tc"), "slimfit: a b  c\n");
-}
-
 // Two commands that record what they were given.
 class RunCliTest : public ::testing::Test {
  protected:
@@ -76,39 +54,39 @@ class RunCliTest : public ::testing::Test {
 };
 
 TEST_F(RunCliTest, DispatchesWithTheCommandWordRemoved) {
-  EXPECT_EQ(Run({"echo", "--a=1", "--b"}), kExitOk);
+  EXPECT_EQ(Run({"echo", "--a=1", "--b"}), base::kExitOk);
   EXPECT_EQ(received_, (std::vector<std::string>{"--a=1", "--b"}));
   EXPECT_EQ(out_.str(), "--a=1\n--b\n");
   EXPECT_EQ(err_.str(), "");
 }
 
 TEST_F(RunCliTest, FailureDiscardsOutputAndPrintsOneLine) {
-  EXPECT_EQ(Run({"fail"}), kExitFailure);
+  EXPECT_EQ(Run({"fail"}), base::kExitFailure);
   EXPECT_EQ(out_.str(), "");
   EXPECT_EQ(err_.str(), "slimfit: nothing fits at all\n");
 }
 
 TEST_F(RunCliTest, StreamingCommandKeepsWhatItWroteBeforeAnError) {
-  EXPECT_EQ(Run({"stream"}), kExitFailure);
+  EXPECT_EQ(Run({"stream"}), base::kExitFailure);
   EXPECT_EQ(out_.str(), "event 1\n");
   EXPECT_EQ(err_.str(), "slimfit: job-1 CANCELLED: by hand\n");
 }
 
 TEST_F(RunCliTest, NoCommandIsAUsageError) {
-  EXPECT_EQ(Run({}), kExitUsage);
+  EXPECT_EQ(Run({}), base::kExitUsage);
   EXPECT_THAT(err_.str(), StartsWith("slimfit: no command given"));
   EXPECT_EQ(out_.str(), "");
 }
 
 TEST_F(RunCliTest, UnknownCommandIsAUsageError) {
-  EXPECT_EQ(Run({"frobnicate", "--x"}), kExitUsage);
+  EXPECT_EQ(Run({"frobnicate", "--x"}), base::kExitUsage);
   EXPECT_EQ(err_.str(),
             "slimfit: unknown command 'frobnicate'; run 'slimfit help' for the list of commands\n");
 }
 
 TEST_F(RunCliTest, HelpListsCommands) {
   for (const char* word : {"help", "--help", "-h"}) {
-    EXPECT_EQ(Run({word}), kExitOk) << word;
+    EXPECT_EQ(Run({word}), base::kExitOk) << word;
     EXPECT_THAT(out_.str(), StartsWith("usage: slimfit <command> [flags]")) << word;
     EXPECT_THAT(out_.str(), HasSubstr("  echo         prints its arguments\n")) << word;
     EXPECT_THAT(out_.str(), HasSubstr("  fail         always fails\n")) << word;
@@ -117,15 +95,15 @@ TEST_F(RunCliTest, HelpListsCommands) {
 }
 
 TEST_F(RunCliTest, HelpForACommandRunsItsHelp) {
-  EXPECT_EQ(Run({"help", "echo"}), kExitOk);
+  EXPECT_EQ(Run({"help", "echo"}), base::kExitOk);
   EXPECT_EQ(out_.str(), "echo help\n");
   EXPECT_EQ(received_, (std::vector<std::string>{"--help"}));
 }
 
 TEST_F(RunCliTest, HelpForAnUnknownCommandIsAUsageError) {
-  EXPECT_EQ(Run({"help", "nope"}), kExitUsage);
+  EXPECT_EQ(Run({"help", "nope"}), base::kExitUsage);
   EXPECT_THAT(err_.str(), StartsWith("slimfit: unknown command 'nope'"));
-  EXPECT_EQ(Run({"help", "echo", "extra"}), kExitUsage);
+  EXPECT_EQ(Run({"help", "echo", "extra"}), base::kExitUsage);
   EXPECT_EQ(err_.str(), "slimfit: usage: slimfit help [<command>]\n");
 }
 

@@ -22,7 +22,7 @@ std::chrono::milliseconds ToMilliseconds(absl::Duration duration) {
 
 }  // namespace
 
-void AddCoordinatorFlags(FlagSet& flags, CoordinatorOptions* options) {
+void AddCoordinatorFlags(base::FlagSet& flags, CoordinatorOptions* options) {
   flags.String("coordinator", &options->coordinator,
                absl::StrCat("coordinator address host:port (default: $", kCoordinatorEnv, ", else ",
                             kDefaultCoordinator, ")"));
@@ -44,7 +44,7 @@ absl::Status PageTokens::Next(const std::string& token) {
   return absl::OkStatus();
 }
 
-absl::Status ParseServiceFlags(FlagSet& flags, absl::Span<const std::string> args, std::ostream& out,
+absl::Status ParseServiceFlags(base::FlagSet& flags, absl::Span<const std::string> args, std::ostream& out,
                                CoordinatorOptions* options, bool* help_shown) {
   *help_shown = false;
   if (absl::Status parsed = flags.Parse(args); !parsed.ok()) return parsed;
@@ -56,7 +56,7 @@ absl::Status ParseServiceFlags(FlagSet& flags, absl::Span<const std::string> arg
   return ResolveCoordinatorOptions(flags, options);
 }
 
-absl::Status ResolveCoordinatorOptions(const FlagSet& flags, CoordinatorOptions* options) {
+absl::Status ResolveCoordinatorOptions(const base::FlagSet& flags, CoordinatorOptions* options) {
   if (!flags.IsSet("coordinator")) {
     options->coordinator = FromEnvironment(kCoordinatorEnv);
     if (options->coordinator.empty()) options->coordinator = kDefaultCoordinator;

@@ -4,8 +4,8 @@
 //
 // Example (a command's Run function):
 //   CoordinatorOptions connection;
-//   FlagSet flags("status", "slimfit status JOB [flags]", "...");
-//   flags.Positional("JOB", &job_id, "job id", FlagSet::kRequired);
+//   base::FlagSet flags("status", "slimfit status JOB [flags]", "...");
+//   flags.Positional("JOB", &job_id, "job id", base::FlagSet::kRequired);
 //   AddCoordinatorFlags(flags, &connection);
 //   bool help = false;
 //   if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
@@ -21,7 +21,7 @@
 // SLIMFIT_COORDINATOR; UNAUTHENTICATED without a token names --token and SLIMFIT_TOKEN.
 //
 // Thread safety: a CoordinatorClient is safe for concurrent use (gRPC stubs are); it is not
-// copyable. The free functions are not thread-safe with respect to the FlagSet they fill.
+// copyable. The free functions are not thread-safe with respect to the base::FlagSet they fill.
 #ifndef SLIMFIT_CLIENT_COORDINATOR_CLIENT_H_
 #define SLIMFIT_CLIENT_COORDINATOR_CLIENT_H_
 
@@ -38,7 +38,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "proto/slimfit.grpc.pb.h"
 
 namespace slimfit::client {
@@ -63,17 +63,17 @@ struct CoordinatorOptions {
 
 // Registers --coordinator, --token, --json and --timeout on `flags`, writing to `*options`.
 // REQUIRES: `options` outlives `flags`; none of these names is registered yet.
-void AddCoordinatorFlags(FlagSet& flags, CoordinatorOptions* options);
+void AddCoordinatorFlags(base::FlagSet& flags, CoordinatorOptions* options);
 
 // After flags.Parse: fills --coordinator and --token from the environment where they were not
 // given, then validates. INVALID_ARGUMENT for an address that is not host:port or a timeout that is
 // not positive.
-[[nodiscard]] absl::Status ResolveCoordinatorOptions(const FlagSet& flags, CoordinatorOptions* options);
+[[nodiscard]] absl::Status ResolveCoordinatorOptions(const base::FlagSet& flags, CoordinatorOptions* options);
 
 // What every service command does with its arguments: flags.Parse(args); with --help, writes
 // flags.Help() to `out` and sets *help_shown (the command then returns OK); otherwise
 // ResolveCoordinatorOptions. REQUIRES: AddCoordinatorFlags(flags, options) was called.
-[[nodiscard]] absl::Status ParseServiceFlags(FlagSet& flags, absl::Span<const std::string> args, std::ostream& out,
+[[nodiscard]] absl::Status ParseServiceFlags(base::FlagSet& flags, absl::Span<const std::string> args, std::ostream& out,
                                              CoordinatorOptions* options, bool* help_shown);
 
 // Paging through a listing: remembers the page tokens seen. Next() is INTERNAL when the

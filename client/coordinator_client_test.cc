@@ -6,7 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "client/fake_coordinator.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -23,7 +23,7 @@ std::string Message(const absl::Status& status) { return std::string(status.mess
 // Parses `args` with the coordinator flags alone and resolves them.
 absl::StatusOr<CoordinatorOptions> Resolve(std::vector<std::string> args) {
   CoordinatorOptions options;
-  FlagSet flags("status", "slimfit status", "");
+  base::FlagSet flags("status", "slimfit status", "");
   AddCoordinatorFlags(flags, &options);
   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
   if (absl::Status s = ResolveCoordinatorOptions(flags, &options); !s.ok()) return s;
@@ -105,7 +105,7 @@ TEST_F(CoordinatorClientTest, RejectsBadAddressesAndTimeouts) {
 TEST_F(CoordinatorClientTest, HelpNeverShowsTheToken) {
   setenv(kTokenEnv, "s3cret-token", 1);
   CoordinatorOptions options;
-  FlagSet flags("status", "slimfit status", "");
+  base::FlagSet flags("status", "slimfit status", "");
   AddCoordinatorFlags(flags, &options);
   const std::string help = flags.Help();
   EXPECT_THAT(help, Not(HasSubstr("s3cret-token")));

@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/coordinator_client.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "client/model_flags.h"
 #include "client/service_format.h"
 #include "client/text_table.h"
@@ -130,7 +130,7 @@ absl::Status RunCoordinatorPlanCommand(absl::Span<const std::string> args, std::
   }
   CoordinatorPlanOptions options;
   CoordinatorOptions connection;
-  FlagSet flags(
+  base::FlagSet flags(
       "plan",
       "slimfit plan (--worker=ID | --all) (--job=ID | [model flags] --seq_len=L [--documents=D])\n"
       "           [--objective=time|memory] [--dtype=float32] [--safety_margin=X] [--frontier] [--json]\n"
@@ -139,13 +139,13 @@ absl::Status RunCoordinatorPlanCommand(absl::Span<const std::string> args, std::
       "that worker's own profile and budget: the plan, its predicted peak and time, ordinary\n"
       "back-propagation's needs, or why nothing fits. Without --worker or --all, 'slimfit plan'\n"
       "plans offline for a device described by flags (see 'slimfit plan --help').");
-  flags.String("worker", &options.worker, "plan for this worker", FlagSet::kOptionalNoDefault);
+  flags.String("worker", &options.worker, "plan for this worker", base::FlagSet::kOptionalNoDefault);
   flags.Bool("all", &options.all, "plan for every live worker");
   flags.String("job", &options.job, "the workload of this job (its model, L, dtype, documents per sequence)",
-               FlagSet::kOptionalNoDefault);
+               base::FlagSet::kOptionalNoDefault);
   ModelShapeFlags model(flags, "features");
   flags.Int("seq_len", &options.seq_len, "tokens L in the packed sequence (without --job)",
-            FlagSet::kOptionalNoDefault);
+            base::FlagSet::kOptionalNoDefault);
   flags.Int("documents", &options.documents, "documents packed into the L tokens (without --job)");
   flags.String("objective", &options.objective, "time (fastest plan that fits) or memory (least peak)");
   flags.String("dtype", &options.dtype, "float32 or float64 (with --job: the job's, if given)");

@@ -9,7 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "proto/sha256.h"
+#include "base/sha256.h"
 
 namespace slimfit::client {
 namespace {
@@ -81,7 +81,7 @@ absl::StatusOr<UploadSource> CheckpointSource(const std::string& path) {
 }
 
 absl::StatusOr<v1::DatasetInfo> UploadFile(const CoordinatorClient& client, const UploadSource& source) {
-  absl::StatusOr<std::string> sha256 = rpc::Sha256OfFile(source.path);
+  absl::StatusOr<std::string> sha256 = base::Sha256OfFile(source.path);
   if (!sha256.ok()) return sha256.status();
   std::ifstream probe(source.path, std::ios::binary | std::ios::ate);
   if (!probe) return CannotRead(source.path, errno);

@@ -7,8 +7,8 @@
 #include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "proto/sha256.h"
-#include "tests/test_util.h"
+#include "base/sha256.h"
+#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {
@@ -67,14 +67,14 @@ TEST_F(DatasetUploadTest, SendsMetadataThenTheBytes) {
   EXPECT_EQ(upload.metadata.name(), "corpus.txt");
   EXPECT_EQ(upload.metadata.content_type(), "text/plain");
   EXPECT_EQ(upload.metadata.total_bytes(), static_cast<int64_t>(contents.size()));
-  EXPECT_EQ(upload.metadata.sha256(), rpc::Sha256Hex(contents));
+  EXPECT_EQ(upload.metadata.sha256(), base::Sha256Hex(contents));
   EXPECT_EQ(upload.metadata.token_encoding(), v1::TOKEN_ENCODING_UNSPECIFIED);
   ASSERT_TRUE(upload.metadata.has_document_separator());
   EXPECT_EQ(upload.metadata.document_separator(), "\n\n");
   EXPECT_THAT(upload.chunk_sizes, ElementsAre(contents.size()));
   EXPECT_EQ(upload.content, contents);
   EXPECT_THAT(calls.authorizations, ElementsAre("Bearer tok"));
-  EXPECT_EQ(info->dataset_id(), "ds-" + rpc::Sha256Hex(contents).substr(0, 12));
+  EXPECT_EQ(info->dataset_id(), "ds-" + base::Sha256Hex(contents).substr(0, 12));
 }
 
 TEST_F(DatasetUploadTest, ChunksALargeFileAtOneMebibyte) {
@@ -88,7 +88,7 @@ TEST_F(DatasetUploadTest, ChunksALargeFileAtOneMebibyte) {
   EXPECT_THAT(upload.chunk_sizes, Each(Le(kMiB)));
   EXPECT_EQ(upload.content, contents);
   EXPECT_EQ(upload.metadata.total_bytes(), static_cast<int64_t>(contents.size()));
-  EXPECT_EQ(upload.metadata.sha256(), rpc::Sha256Hex(contents));
+  EXPECT_EQ(upload.metadata.sha256(), base::Sha256Hex(contents));
   EXPECT_EQ(upload.metadata.content_type(), "application/x-slimfit-tokens");
   EXPECT_EQ(upload.metadata.token_encoding(), v1::TOKEN_ENCODING_UINT16_LE);
   EXPECT_FALSE(upload.metadata.has_document_separator());

@@ -13,10 +13,10 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "nlohmann/json.hpp"
 #include "planner/plan_search.h"
-#include "proto/sha256.h"
+#include "base/sha256.h"
 
 namespace slimfit::client {
 namespace {
@@ -52,15 +52,15 @@ absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& 
   std::string path;
   int64_t round = 0;
   CoordinatorOptions connection;
-  FlagSet flags("export",
+  base::FlagSet flags("export",
                 "slimfit export JOB --out=FILE.safetensors [--round=N] [--json] [coordinator flags]",
                 "Downloads a job's checkpoint as a safetensors file: the latest one (the final one for\n"
                 "a finished job), or that of --round. The file appears only once its size and SHA-256\n"
                 "match what the coordinator sent; an existing FILE is replaced.");
-  flags.Positional("JOB", &job_id, "job id", FlagSet::kRequired);
-  flags.String("out", &path, "where to write the safetensors file", FlagSet::kRequired);
+  flags.Positional("JOB", &job_id, "job id", base::FlagSet::kRequired);
+  flags.String("out", &path, "where to write the safetensors file", base::FlagSet::kRequired);
   flags.Int("round", &round, "export the checkpoint of this round (default: the latest)",
-            FlagSet::kOptionalNoDefault);
+            base::FlagSet::kOptionalNoDefault);
   AddCoordinatorFlags(flags, &connection);
   bool help = false;
   if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
@@ -92,7 +92,7 @@ absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& 
       (*client)->stub().ExportModel(context.get(), request);
   std::optional<v1::ExportHeader> header;
   std::optional<v1::ExportTrailer> trailer;
-  rpc::Sha256Hasher hasher;
+  base::Sha256Hasher hasher;
   int64_t received = 0;
   absl::Status local;  // the first problem on our side of the stream; the call is then cancelled
   v1::ExportModelResponse message;

@@ -8,17 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
 #include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "proto/sha256.h"
-#include "tests/test_util.h"
+#include "base/sha256.h"
+#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {
 
-using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::base::ReadFileToString;
 using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -79,7 +80,7 @@ class ExportCommandTest : public ::testing::Test {
         v1::ExportModelResponse trailer;
         trailer.mutable_trailer()->set_total_bytes(
             script_.trailer_bytes >= 0 ? script_.trailer_bytes : static_cast<int64_t>(script_.file.size()));
-        trailer.mutable_trailer()->set_sha256(script_.trailer_sha256.empty() ? rpc::Sha256Hex(script_.file)
+        trailer.mutable_trailer()->set_sha256(script_.trailer_sha256.empty() ? base::Sha256Hex(script_.file)
                                                                              : script_.trailer_sha256);
         write(trailer);
       }
@@ -103,11 +104,11 @@ TEST_F(ExportCommandTest, WritesExactlyTheBytesAndRenamesIntoPlace) {
   const std::string path = TempPath("model.safetensors");
   const absl::Status status = Export({"job-1", "--out", path, "--round=150", "--token=tok"});
   ASSERT_TRUE(status.ok()) << status;
-  absl::StatusOr<std::string> written = ReadFileToString(path);
+  absl::StatusOr<std::string> written = base::ReadFileToString(path);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_EQ(*written, script_.file);
   EXPECT_FALSE(TemporaryLeft(path));
-  const std::string sha256 = rpc::Sha256Hex(script_.file);
+  const std::string sha256 = base::Sha256Hex(script_.file);
   EXPECT_EQ(out_.str(), "wrote " + path +
                             ": job-1 round 150 (parameter version 201), 2109497 bytes (2.0 MiB), sha256 " +
                             sha256 + "\n");
@@ -127,7 +128,7 @@ TEST_F(ExportCommandTest, LatestByDefaultAndJson) {
   EXPECT_EQ(json["path"], path);
   EXPECT_EQ(json["round"], 200);
   EXPECT_EQ(json["bytes"], 4);
-  EXPECT_EQ(json["sha256"], rpc::Sha256Hex("tiny"));
+  EXPECT_EQ(json["sha256"], base::Sha256Hex("tiny"));
 }
 
 TEST_F(ExportCommandTest, BadShaLeavesNothingBehindAndKeepsTheOldFile) {
@@ -138,9 +139,9 @@ TEST_F(ExportCommandTest, BadShaLeavesNothingBehindAndKeepsTheOldFile) {
   const absl::Status status = Export({"job-1", "--out", path});
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(Message(status), HasSubstr("the 5000 bytes received have SHA-256 " +
-                                         rpc::Sha256Hex(script_.file) + "; the trailer says 0000"));
+                                         base::Sha256Hex(script_.file) + "; the trailer says 0000"));
   EXPECT_FALSE(TemporaryLeft(path));
-  EXPECT_EQ(*ReadFileToString(path), "previous export");
+  EXPECT_EQ(*base::ReadFileToString(path), "previous export");
   EXPECT_EQ(out_.str(), "");
 }
 

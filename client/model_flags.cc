@@ -15,7 +15,7 @@ absl::StatusOr<v1::FeatureMap> ParseFeatureMapFlag(absl::string_view flag, absl:
       absl::StrCat("--", flag, "=", text, ": unknown feature map; expected relu, elu+1, sqr or favor+"));
 }
 
-ModelShapeFlags::ModelShapeFlags(FlagSet& flags, absl::string_view feature_flag)
+ModelShapeFlags::ModelShapeFlags(base::FlagSet& flags, absl::string_view feature_flag)
     : flags_(flags), feature_flag_(feature_flag) {
   flags.Int("d_model", &d_model_, "model width (divisible by 4 and by --heads)");
   flags.Int("layers", &layers_, "layers");

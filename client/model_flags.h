@@ -5,12 +5,12 @@
 // are those of proto/slimfit.proto's ModelConfig).
 //
 // Example:
-//   FlagSet flags(...);
+//   base::FlagSet flags(...);
 //   ModelShapeFlags model(flags, "feature_map");
 //   ... flags.Parse(args) ...
 //   if (model.AnySet()) { if (absl::Status s = model.Apply(spec.mutable_model()->mutable_config()); ...) }
 //
-// Thread safety: like the FlagSet it registers on; must not outlive it.
+// Thread safety: like the base::FlagSet it registers on; must not outlive it.
 #ifndef SLIMFIT_CLIENT_MODEL_FLAGS_H_
 #define SLIMFIT_CLIENT_MODEL_FLAGS_H_
 
@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::client {
@@ -32,7 +32,7 @@ class ModelShapeFlags {
  public:
   // Registers the flags on `flags`; the feature map is --<feature_flag> ("feature_map" for
   // submit; "features" for plan, matching the offline `slimfit plan`).
-  ModelShapeFlags(FlagSet& flags, absl::string_view feature_flag);
+  ModelShapeFlags(base::FlagSet& flags, absl::string_view feature_flag);
   ModelShapeFlags(const ModelShapeFlags&) = delete;
   ModelShapeFlags& operator=(const ModelShapeFlags&) = delete;
 
@@ -45,7 +45,7 @@ class ModelShapeFlags {
   [[nodiscard]] absl::Status Apply(v1::ModelConfig* config) const;
 
  private:
-  const FlagSet& flags_;
+  const base::FlagSet& flags_;
   const std::string feature_flag_;
   int64_t d_model_ = 256;
   int64_t layers_ = 2;

@@ -18,7 +18,7 @@ struct Parsed {
 };
 
 Parsed Parse(std::vector<std::string> args, v1::ModelConfig config = v1::ModelConfig()) {
-  FlagSet flags("submit", "slimfit submit", "");
+  base::FlagSet flags("submit", "slimfit submit", "");
   ModelShapeFlags model(flags, "feature_map");
   Parsed parsed;
   parsed.status = flags.Parse(args);

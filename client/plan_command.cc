@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "client/json_output.h"
 #include "client/transformer_plan_command.h"
 #include "nlohmann/json.hpp"
@@ -85,7 +85,7 @@ std::string DescribeFront(const Plan& plan) {
     case FrontPolicy::kResync:
       return absl::StrCat("resync/", plan.resync_every);
     case FrontPolicy::kDp:
-      return absl::StrCat("dp ", planner::ScheduleKindName(plan.schedule), "/", plan.slots);
+      return absl::StrCat("dp ", performer::ScheduleKindName(plan.schedule), "/", plan.slots);
     default:
       return std::string(performer::FrontPolicyName(plan.front_policy));
   }
@@ -210,7 +210,7 @@ std::string FormatText(const PerformerPlanOptions& options, const performer::Mod
                            : std::string("cumsum"));
   field("front policy", chosen.slice == 0 ? std::string("-")
                         : chosen.front_policy == FrontPolicy::kDp
-                            ? absl::StrCat("dp (", planner::ScheduleKindName(chosen.schedule), " program)")
+                            ? absl::StrCat("dp (", performer::ScheduleKindName(chosen.schedule), " program)")
                             : std::string(performer::FrontPolicyName(chosen.front_policy)));
   field("slots", chosen.slice != 0 && chosen.front_policy == FrontPolicy::kDp ? absl::StrCat(chosen.slots)
                                                                               : std::string("-"));
@@ -299,7 +299,7 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   options.ln = std::string(performer::LayerNormPlacementName(options.model.layernorm));
   options.threads = std::max(1u, std::thread::hardware_concurrency());
   performer::ModelConfig& model = options.model;
-  FlagSet flags(
+  base::FlagSet flags(
       "plan",
       "slimfit plan --seq_len=L --memory_budget=SIZE (--profile=FILE | --device=cpu [--threads=N])\n"
       "           [model flags] [--documents=D] [--objective=time|memory] [--dtype=float32]\n"
@@ -323,7 +323,7 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   flags.Int("feature_multiplier", &model.feature_multiplier,
             "favor+: features per head in multiples of the head width");
   flags.String("ln", &options.ln, "LayerNorm after (post) or before (pre) each sub-layer");
-  flags.Int("seq_len", &options.seq_len, "tokens L in the packed sequence", FlagSet::kRequired);
+  flags.Int("seq_len", &options.seq_len, "tokens L in the packed sequence", base::FlagSet::kRequired);
   flags.Int("documents", &options.documents, "documents packed into the L tokens");
   flags.ByteSize("memory_budget", &options.memory_budget,
                  "device memory for the gradient, e.g. 512MiB, 2GiB, 1.5GB (default: the "

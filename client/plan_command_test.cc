@@ -14,7 +14,7 @@
 #include "planner/device_profile_io.h"
 #include "planner/plan_search.h"
 #include "planner/transformer_baselines.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {

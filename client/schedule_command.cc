@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "nlohmann/json.hpp"
 #include "planner/bptt_schedule.h"
 
@@ -16,8 +16,8 @@ namespace {
 
 using planner::BpttPolicy;
 using planner::Schedule;
-using planner::ScheduleKind;
-using planner::ScheduleStats;
+using performer::ScheduleKind;
+using performer::ScheduleStats;
 
 struct ScheduleOptions {
   int64_t steps = 0;
@@ -41,7 +41,7 @@ struct ScheduleReport {
 absl::StatusOr<ScheduleReport> BuildReport(const ScheduleOptions& options) {
   ScheduleReport report;
   report.options = options;
-  absl::StatusOr<ScheduleKind> kind = planner::ParseScheduleKind(options.kind);
+  absl::StatusOr<ScheduleKind> kind = performer::ParseScheduleKind(options.kind);
   if (!kind.ok()) return kind.status();
   report.kind = *kind;
   absl::StatusOr<BpttPolicy> policy =
@@ -58,7 +58,7 @@ absl::StatusOr<ScheduleReport> BuildReport(const ScheduleOptions& options) {
     report.unavailable_reason = std::string(schedule.status().message());
     return report;
   }
-  absl::StatusOr<ScheduleStats> stats = planner::SimulateSchedule(*schedule, options.steps, options.slots);
+  absl::StatusOr<ScheduleStats> stats = performer::SimulateSchedule(*schedule, options.steps, options.slots);
   if (!stats.ok()) return stats.status();
   report.schedule = *std::move(schedule);
   report.stats = *stats;
@@ -76,7 +76,7 @@ std::string FormatText(const ScheduleReport& report) {
     absl::StrAppendFormat(&text, "%-16s%s\n", label, value);
   };
   std::string what =
-      absl::StrCat(planner::ScheduleKindName(report.kind), ", T = ", o.steps,
+      absl::StrCat(performer::ScheduleKindName(report.kind), ", T = ", o.steps,
                    o.steps == 1 ? " slice" : " slices", ", M = ", o.slots, o.slots == 1 ? " slot" : " slots");
   if (report.kind == ScheduleKind::kMsm) {
     absl::StrAppendFormat(&what, ", alpha = %g, beta = %g fronts", o.alpha, o.beta);
@@ -97,8 +97,8 @@ std::string FormatText(const ScheduleReport& report) {
   }
   if (o.actions && report.schedule.has_value()) {
     absl::StrAppend(&text, "\n");
-    for (const planner::ScheduleAction& action : report.schedule->actions) {
-      absl::StrAppend(&text, planner::ScheduleActionToString(action), "\n");
+    for (const performer::ScheduleAction& action : report.schedule->actions) {
+      absl::StrAppend(&text, performer::ScheduleActionToString(action), "\n");
     }
   }
   return text;
@@ -107,7 +107,7 @@ std::string FormatText(const ScheduleReport& report) {
 nlohmann::ordered_json ToJson(const ScheduleReport& report) {
   const ScheduleOptions& o = report.options;
   nlohmann::ordered_json json;
-  json["kind"] = std::string(planner::ScheduleKindName(report.kind));
+  json["kind"] = std::string(performer::ScheduleKindName(report.kind));
   json["steps"] = o.steps;
   json["slots"] = o.slots;
   if (report.kind == ScheduleKind::kMsm) {
@@ -131,8 +131,8 @@ nlohmann::ordered_json ToJson(const ScheduleReport& report) {
   }
   if (o.actions && report.schedule.has_value()) {
     nlohmann::ordered_json actions = nlohmann::ordered_json::array();
-    for (const planner::ScheduleAction& action : report.schedule->actions) {
-      actions.push_back(planner::ScheduleActionToString(action));
+    for (const performer::ScheduleAction& action : report.schedule->actions) {
+      actions.push_back(performer::ScheduleActionToString(action));
     }
     json["actions"] = std::move(actions);
   }
@@ -143,15 +143,15 @@ nlohmann::ordered_json ToJson(const ScheduleReport& report) {
 
 absl::Status RunScheduleCommand(absl::Span<const std::string> args, std::ostream& out) {
   ScheduleOptions options;
-  FlagSet flags(
+  base::FlagSet flags(
       "schedule",
       "slimfit schedule --steps=T --slots=M [--kind=hsm|ism|msm] [--alpha=A --beta=B] "
       "[--actions] [--json]",
       "The optimal seed-002 checkpoint schedule for back-propagating through T slices with at most\n"
       "M memory slots: its cost C(T,M) in slice forwards (ordinary BPTT costs T), the overhead\n"
       "C - T, and the most fronts and slice graphs it keeps at once.");
-  flags.Int("steps", &options.steps, "slices T to back-propagate through", FlagSet::kRequired);
-  flags.Int("slots", &options.slots, "memory budget M in the program's units (fronts)", FlagSet::kRequired);
+  flags.Int("steps", &options.steps, "slices T to back-propagate through", base::FlagSet::kRequired);
+  flags.Int("slots", &options.slots, "memory budget M in the program's units (fronts)", base::FlagSet::kRequired);
   flags.String("kind", &options.kind, "program: hsm (keeps fronts), ism (keeps slice graphs) or msm (both)");
   flags.Double("alpha", &options.alpha, "msm: size of a slice graph with its input front, in fronts (>= 1)");
   flags.Double("beta", &options.beta,

@@ -14,7 +14,7 @@
 namespace slimfit::client {
 namespace {
 
-using planner::ScheduleKind;
+using performer::ScheduleKind;
 using ::testing::HasSubstr;
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
@@ -36,7 +36,7 @@ TEST(ScheduleCommandTest, TextCostMatchesOptimalCostForSmallProblems) {
   for (const char* kind : {"hsm", "ism"}) {
     for (int64_t steps = 1; steps <= 6; ++steps) {
       for (int64_t slots = 1; slots <= 3; ++slots) {
-        absl::StatusOr<ScheduleKind> parsed = planner::ParseScheduleKind(kind);
+        absl::StatusOr<ScheduleKind> parsed = performer::ParseScheduleKind(kind);
         ASSERT_TRUE(parsed.ok());
         absl::StatusOr<int64_t> cost = planner::OptimalCost(*parsed, steps, slots, 0, 0);
         ASSERT_TRUE(cost.ok()) << cost.status();
@@ -71,7 +71,7 @@ TEST(ScheduleCommandTest, ActionsListsEveryActionOfTheSchedule) {
   const std::vector<std::string> lines = ActionLines(*text);
   ASSERT_EQ(lines.size(), schedule->actions.size());
   for (size_t i = 0; i < lines.size(); ++i) {
-    EXPECT_EQ(lines[i], planner::ScheduleActionToString(schedule->actions[i])) << i;
+    EXPECT_EQ(lines[i], performer::ScheduleActionToString(schedule->actions[i])) << i;
   }
   EXPECT_THAT(*text, HasSubstr(absl::StrCat("actions         ", schedule->actions.size(), "\n")));
   EXPECT_EQ(lines.front(), "keep_front(0)");
@@ -113,7 +113,7 @@ TEST(ScheduleCommandTest, JsonActionsArrayWithMsmSizes) {
   ASSERT_EQ(json["actions"].size(), schedule->actions.size());
   EXPECT_EQ(json["action_count"], schedule->actions.size());
   for (size_t i = 0; i < schedule->actions.size(); ++i) {
-    EXPECT_EQ(json["actions"][i], planner::ScheduleActionToString(schedule->actions[i]));
+    EXPECT_EQ(json["actions"][i], performer::ScheduleActionToString(schedule->actions[i]));
   }
 }
 

@@ -13,19 +13,20 @@
 #include <utility>
 #include <vector>
 
+#include "base/files.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 extern char** environ;
 
 namespace {
 
-using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::base::ReadFileToString;
 using ::slimfit::testing_util::RunfilePath;
 using ::slimfit::testing_util::TempPath;
 using ::testing::EndsWith;
@@ -69,8 +70,8 @@ Result Slimfit(const std::vector<std::string>& args) {
     return result;
   }
   result.exit_code = WEXITSTATUS(status);
-  absl::StatusOr<std::string> out = ReadFileToString(out_path);
-  absl::StatusOr<std::string> err = ReadFileToString(err_path);
+  absl::StatusOr<std::string> out = slimfit::base::ReadFileToString(out_path);
+  absl::StatusOr<std::string> err = slimfit::base::ReadFileToString(err_path);
   if (!out.ok() || !err.ok()) {
     ADD_FAILURE() << "cannot read what slimfit printed: " << out.status() << "; " << err.status();
     return result;
@@ -211,7 +212,7 @@ TEST(SlimfitCliTest, CalibrateThenPlan) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_THAT(result.out, StartsWith("wrote the profile of cpu"));
   EXPECT_THAT(result.out, HasSubstr(path));
-  absl::StatusOr<std::string> written = ReadFileToString(path);
+  absl::StatusOr<std::string> written = slimfit::base::ReadFileToString(path);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_THAT(*written, HasSubstr("flops_per_second: "));
 

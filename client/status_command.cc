@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/coordinator_client.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "client/service_format.h"
 
 namespace slimfit::client {
@@ -62,10 +62,10 @@ std::string FormatJobStatus(const v1::Job& job) {
 absl::Status RunStatusCommand(absl::Span<const std::string> args, std::ostream& out) {
   std::string job_id;
   CoordinatorOptions connection;
-  FlagSet flags("status", "slimfit status JOB [--json] [coordinator flags]",
+  base::FlagSet flags("status", "slimfit status JOB [--json] [coordinator flags]",
                 "One job: state and reason, rounds, loss and bits per byte, the latest evaluation,\n"
                 "tokens per second, ETA and the latest checkpoint. --json prints the Job.");
-  flags.Positional("JOB", &job_id, "job id", FlagSet::kRequired);
+  flags.Positional("JOB", &job_id, "job id", base::FlagSet::kRequired);
   AddCoordinatorFlags(flags, &connection);
   bool help = false;
   if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;

@@ -16,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "client/coordinator_client.h"
 #include "client/dataset_upload.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "client/model_flags.h"
 #include "client/service_format.h"
 #include "client/watch_command.h"
@@ -81,7 +81,7 @@ absl::Status CheckReadable(const std::string& path) {
 
 // Writes the flags given over `spec`. INVALID_ARGUMENT naming the flag for a value the spec cannot
 // hold; everything else is validated by the coordinator.
-absl::Status ApplyFlags(const FlagSet& flags, const SubmitOptions& options, const ModelShapeFlags& model,
+absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options, const ModelShapeFlags& model,
                         v1::JobSpec& spec) {
   if (flags.IsSet("name")) spec.set_name(options.name);
   if (flags.IsSet("sequence_length")) spec.set_sequence_length(options.sequence_length);
@@ -202,7 +202,7 @@ std::string RandomRequestId() {
 absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& out, bool terminal) {
   SubmitOptions options;
   CoordinatorOptions connection;
-  FlagSet flags("submit",
+  base::FlagSet flags("submit",
                 "slimfit submit [JOB.textproto] [--data=FILE[,FILE...]]... [--init=CHECKPOINT] [spec flags]\n"
                 "           [model flags] [--request_id=ID] [--watch] [--json] [coordinator flags]",
                 "Uploads the --data files (and an --init checkpoint) and submits a training job. The job\n"
@@ -218,21 +218,21 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   flags.String("separator", &options.separator,
                "bytes between documents in the --data files, with C escapes, e.g. '\\n\\n' (default: "
                "none, each file is one document)",
-               FlagSet::kOptionalNoDefault);
+               base::FlagSet::kOptionalNoDefault);
   flags.String("init", &options.init, "start from this checkpoint: FILE.safetensors, or FILE.pt (torch.save)",
-               FlagSet::kOptionalNoDefault);
-  flags.String("name", &options.name, "job name (spec.name)", FlagSet::kOptionalNoDefault);
+               base::FlagSet::kOptionalNoDefault);
+  flags.String("name", &options.name, "job name (spec.name)", base::FlagSet::kOptionalNoDefault);
   flags.Int("sequence_length", &options.sequence_length, "tokens L per training sequence",
-            FlagSet::kOptionalNoDefault);
+            base::FlagSet::kOptionalNoDefault);
   flags.Int("tokens_per_round", &options.tokens_per_round, "tokens per optimizer step (>= L)",
-            FlagSet::kOptionalNoDefault);
-  flags.Int("rounds", &options.rounds, "rounds (optimizer steps) to run", FlagSet::kOptionalNoDefault);
-  flags.Double("learning_rate", &options.learning_rate, "peak learning rate", FlagSet::kOptionalNoDefault);
+            base::FlagSet::kOptionalNoDefault);
+  flags.Int("rounds", &options.rounds, "rounds (optimizer steps) to run", base::FlagSet::kOptionalNoDefault);
+  flags.Double("learning_rate", &options.learning_rate, "peak learning rate", base::FlagSet::kOptionalNoDefault);
   flags.String("optimizer", &options.optimizer, "adamw or sgd");
   flags.Int("warmup_steps", &options.warmup_steps, "steps of linear learning-rate warm-up");
   flags.Double("weight_decay", &options.weight_decay, "weight decay");
   flags.Double("gradient_clip_norm", &options.gradient_clip_norm, "clip the gradient to this L2 norm",
-               FlagSet::kOptionalNoDefault);
+               base::FlagSet::kOptionalNoDefault);
   flags.Int("seed", &options.seed, "seeds initialisation, data order and FAVOR+ features");
   flags.Int("min_workers", &options.min_workers, "workers needed before rounds start");
   flags.Double("held_out_fraction", &options.held_out_fraction,
@@ -244,7 +244,7 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   ModelShapeFlags model(flags, "feature_map");
   flags.String("request_id", &options.request_id,
                "idempotency key: a retried submit with the same key returns the same job (default: random)",
-               FlagSet::kOptionalNoDefault);
+               base::FlagSet::kOptionalNoDefault);
   flags.Bool("watch", &options.watch, "then follow the job as 'slimfit watch' does");
   AddReconnectFlag(flags, &options.reconnect_seconds);
   AddCoordinatorFlags(flags, &connection);

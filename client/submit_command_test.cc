@@ -10,8 +10,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "proto/sha256.h"
-#include "tests/test_util.h"
+#include "base/sha256.h"
+#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {
@@ -92,11 +92,11 @@ TEST_F(SubmitCommandTest, SpecFromTextProtoAndFlagsWithUploadedData) {
     EXPECT_TRUE(upload.metadata_first);
     EXPECT_EQ(upload.content, contents) << files[i];
     EXPECT_EQ(upload.metadata.total_bytes(), static_cast<int64_t>(contents.size()));
-    EXPECT_EQ(upload.metadata.sha256(), rpc::Sha256Hex(contents));
+    EXPECT_EQ(upload.metadata.sha256(), base::Sha256Hex(contents));
     EXPECT_EQ(upload.metadata.content_type(), "text/plain");
     EXPECT_EQ(upload.metadata.document_separator(), "\n\n");
     EXPECT_THAT(upload.chunk_sizes, Each(Le(size_t{v1::LIMIT_MAX_CHUNK_BYTES})));
-    ids.push_back("ds-" + rpc::Sha256Hex(contents).substr(0, 12));
+    ids.push_back("ds-" + base::Sha256Hex(contents).substr(0, 12));
   }
   EXPECT_THAT(calls.upload_dataset[2].chunk_sizes, ElementsAre(1024 * 1024, 512 * 1024));
 
@@ -174,7 +174,7 @@ TEST_F(SubmitCommandTest, InitUploadsACheckpoint) {
   EXPECT_EQ(calls.upload_dataset[1].metadata.name(), "start.safetensors");
   const v1::ModelSpec& model = calls.submit_job.at(0).spec().model();
   ASSERT_TRUE(model.has_checkpoint());
-  EXPECT_EQ(model.checkpoint().upload_id(), "ds-" + rpc::Sha256Hex(std::string(100, '\0')).substr(0, 12));
+  EXPECT_EQ(model.checkpoint().upload_id(), "ds-" + base::Sha256Hex(std::string(100, '\0')).substr(0, 12));
   EXPECT_EQ(model.checkpoint().config().d_model(), 48);
 }
 

@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "client/json_output.h"
 #include "nlohmann/json.hpp"
 #include "planner/transformer_baselines.h"
@@ -63,7 +63,7 @@ absl::StatusOr<int> SmallInt(absl::string_view flag, int64_t value) {
 
 absl::Status RunTransformerPlanCommand(absl::Span<const std::string> args, std::ostream& out) {
   TransformerPlanOptions options;
-  FlagSet flags("plan --arch=transformer",
+  base::FlagSet flags("plan --arch=transformer",
                 "slimfit plan --arch=transformer --d_model=H --layers=N --heads=A [--d_ff=F] [--vocab=V]\n"
                 "           (--batch=B --seq_len=L | --length_distribution=FILE) [--bytes_per_element=2] "
                 "[--json]",
@@ -73,9 +73,9 @@ absl::Status RunTransformerPlanCommand(absl::Span<const std::string> args, std::
                 "(expected values). --length_distribution=FILE: the lengths, one per line.");
   flags.String("arch", &options.arch,
                "model family: transformer here (performer: see 'slimfit plan --help')");
-  flags.Int("d_model", &options.d_model, "model width h", FlagSet::kRequired);
-  flags.Int("layers", &options.layers, "layers", FlagSet::kRequired);
-  flags.Int("heads", &options.heads, "attention heads a (must divide d_model)", FlagSet::kRequired);
+  flags.Int("d_model", &options.d_model, "model width h", base::FlagSet::kRequired);
+  flags.Int("layers", &options.layers, "layers", base::FlagSet::kRequired);
+  flags.Int("heads", &options.heads, "attention heads a (must divide d_model)", base::FlagSet::kRequired);
   flags.Int("d_ff", &options.d_ff, "feed-forward width f; 0 means 4 * d_model");
   flags.Int("vocab", &options.vocab, "vocabulary size; 0 leaves the embedding out of the model state");
   flags.Int("batch", &options.batch, "uniform: sequences per batch B");

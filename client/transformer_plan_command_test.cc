@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "planner/transformer_baselines.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {

@@ -159,7 +159,7 @@ absl::Status Outcome(const std::string& job_id, v1::JobState state, const std::s
 
 }  // namespace
 
-void AddReconnectFlag(FlagSet& flags, double* seconds) {
+void AddReconnectFlag(base::FlagSet& flags, double* seconds) {
   flags.Double("reconnect_seconds", seconds,
                "how long to keep reconnecting when the coordinator goes away while watching");
 }
@@ -254,12 +254,12 @@ absl::Status RunWatchCommand(absl::Span<const std::string> args, std::ostream& o
   std::string job_id;
   double reconnect_seconds = 60;
   CoordinatorOptions connection;
-  FlagSet flags("watch", "slimfit watch JOB [--reconnect_seconds=S] [--json] [coordinator flags]",
+  base::FlagSet flags("watch", "slimfit watch JOB [--reconnect_seconds=S] [--json] [coordinator flags]",
                 "Follows a job until it ends: progress of every round (loss, bits per byte, tokens/s,\n"
                 "ETA), evaluations, checkpoints, plan changes, reassigned shards and state changes.\n"
                 "Exit status 0 when the job SUCCEEDED, 1 when it FAILED or was CANCELLED. --json\n"
                 "prints every event as one JSON object per line.");
-  flags.Positional("JOB", &job_id, "job id (from 'slimfit submit' or 'slimfit jobs')", FlagSet::kRequired);
+  flags.Positional("JOB", &job_id, "job id (from 'slimfit submit' or 'slimfit jobs')", base::FlagSet::kRequired);
   AddReconnectFlag(flags, &reconnect_seconds);
   AddCoordinatorFlags(flags, &connection);
   bool help = false;

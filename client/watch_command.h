@@ -31,7 +31,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/coordinator_client.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 
 namespace slimfit::client {
 
@@ -43,7 +43,7 @@ struct WatchOptions {
 };
 
 // Registers --reconnect_seconds writing to `*seconds` (default 60). For `watch` and `submit --watch`.
-void AddReconnectFlag(FlagSet& flags, double* seconds);
+void AddReconnectFlag(base::FlagSet& flags, double* seconds);
 // INVALID_ARGUMENT unless 0 ≤ seconds ≤ one day.
 absl::StatusOr<absl::Duration> ReconnectDuration(double seconds);
 

@@ -146,7 +146,7 @@ TEST_F(WatchCommandTest, FailedJobExitsOneWithItsReason) {
   const absl::Status status = Watch();
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(Message(status), "job-1 FAILED: round 3: every eligible worker refused the plan");
-  EXPECT_EQ(ExitCodeForStatus(status), kExitFailure);
+  EXPECT_EQ(base::ExitCodeForStatus(status), base::kExitFailure);
   EXPECT_THAT(out_.str(), HasSubstr("state RUNNING -> FAILED: round 3"));
 }
 
@@ -159,7 +159,7 @@ TEST_F(WatchCommandTest, CancelledJobExitsOne) {
   const absl::Status status = Watch();
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(Message(status), "job-1 CANCELLED: cancelled by client: wrong data");
-  EXPECT_EQ(ExitCodeForStatus(status), kExitFailure);
+  EXPECT_EQ(base::ExitCodeForStatus(status), base::kExitFailure);
 }
 
 TEST_F(WatchCommandTest, ReconnectsAfterUnavailableWithoutRepeatingEvents) {
@@ -217,7 +217,7 @@ TEST_F(WatchCommandTest, UnknownJobIsNotFoundAndNotRetried) {
   const absl::Status status = Watch();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Message(status), "WatchJob: job job-1 not found");
-  EXPECT_EQ(ExitCodeForStatus(status), kExitUsage);
+  EXPECT_EQ(base::ExitCodeForStatus(status), base::kExitUsage);
   EXPECT_EQ(fake_->calls().watch_job.size(), 1u);
 }
 

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
-#include "client/flags_util.h"
+#include "base/flags.h"
 #include "client/service_format.h"
 #include "client/text_table.h"
 #include "planner/plan_search.h"
@@ -60,7 +60,7 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers, absl::Tim
 absl::Status RunWorkersCommand(absl::Span<const std::string> args, std::ostream& out) {
   bool all = false;
   CoordinatorOptions connection;
-  FlagSet flags("workers", "slimfit workers [--all] [--json] [coordinator flags]",
+  base::FlagSet flags("workers", "slimfit workers [--all] [--json] [coordinator flags]",
                 "The coordinator's workers: device, memory budget, state, the plan each runs per job\n"
                 "(slice C and policies) with predicted and measured tokens per second, and the age of\n"
                 "the last heartbeat.");

@@ -1,6 +1,7 @@
 // The gradient engine: the exact gradient of a causal Performer LM on a packed token stream,
 // either by ordinary back-propagation over the whole sequence (Plan::slice == 0, the reference) or
-// by the sliced low-memory algorithm of seed 000 (Algorithms 1–2) for any slice size 1 ≤ C ≤ L:
+// by the sliced low-memory algorithm of the SLiM paper (Likhosherstov et al., Algorithms 1–2) for any
+// slice size 1 ≤ C ≤ L:
 //
 //   forward sweep (no autograd graph): for n = 1..N run slice n from the front U(n−1), keep only
 //     U(n) — plus, depending on the front policy, the fronts the backward sweep cannot recover;
@@ -24,11 +25,13 @@
 #define SLIMFIT_PERFORMER_GRADIENT_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <ATen/ATen.h>
 
 #include "absl/status/statusor.h"
+#include "performer/checkpoint_schedule.h"
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
 #include "performer/plan.h"
@@ -45,6 +48,11 @@ struct GradientOptions {
   uint64_t feature_seed = 0;
   // Explicit FAVOR+ projections, one [heads, head_dim, M] per layer, instead of the seed.
   std::vector<at::Tensor> favor_projections;
+  // Plans with the dp front policy: the checkpoint schedule to run over `slices` slices under the
+  // plan's kind, slots, α and β. The engine executes schedules but does not choose them; the
+  // planner does (planner::ScheduleForPlan). The engine checks what it is given (SimulateSchedule)
+  // before running it.
+  std::function<absl::StatusOr<Schedule>(const Plan& plan, int64_t slices)> dp_schedule;
 };
 
 struct GradientResult {
@@ -62,8 +70,9 @@ struct GradientResult {
 };
 
 // Errors: INVALID_ARGUMENT for a bad batch (empty, token outside the vocabulary, bad document
-// starts), a bad plan (C ≤ 0 with slicing, C > L, …), a plan dtype other than the model's, or bad
-// FAVOR+ projections; RESOURCE_EXHAUSTED when the device runs out of memory; INTERNAL for other
+// starts), a bad plan (C ≤ 0 with slicing, C > L, …), a plan dtype other than the model's, bad
+// FAVOR+ projections, or a dp schedule that does not fit the plan; FAILED_PRECONDITION for a dp
+// plan without options.dp_schedule; the schedule function's own error; RESOURCE_EXHAUSTED when the device runs out of memory; INTERNAL for other
 // LibTorch failures, with context.
 absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, const PackedBatch& batch,
                                                const Plan& plan, const GradientOptions& options);

@@ -135,40 +135,88 @@ TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {
   }
 }
 
-TEST(GradientEngineTest, DpRunsExactlyTheProgramsForwardsAndGivesTheFullGradient) {
+// The schedule that keeps every front (HSM with T slots): forward keeping f_0..f_{T−1}, then for
+// each slice from the last, restore its front, rebuild and back-propagate it, free the front. 2T
+// slice forwards. Written out by hand here: the engine executes schedules, the planner's optimal
+// programs (planner/bptt_schedule.h, tested with the engine in //planner:dp_gradient_test) choose
+// them.
+Schedule KeepEveryFront(int64_t slices) {
+  using Type = ScheduleAction::Type;
+  Schedule schedule;
+  schedule.kind = ScheduleKind::kHsm;
+  schedule.steps = slices;
+  schedule.slots = slices;
+  schedule.forward_count = 2 * slices;
+  for (int32_t i = 0; i < slices; ++i) {
+    schedule.actions.push_back({Type::kKeepFront, i});
+    schedule.actions.push_back({Type::kForward, i});
+  }
+  for (int32_t i = static_cast<int32_t>(slices) - 1; i >= 0; --i) {
+    schedule.actions.push_back({Type::kRestore, i});
+    schedule.actions.push_back({Type::kForwardBackward, i});
+    schedule.actions.push_back({Type::kFreeFront, i});
+  }
+  return schedule;
+}
+
+TEST(GradientEngineTest, DpExecutesTheScheduleItIsGiven) {
   const ModelConfig config = SmallConfig(FeatureMap::kRelu, LayerNormPlacement::kPre);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);
   ASSERT_TRUE(model.ok());
   const PackedBatch batch = PackedStream(config.vocab);
   const GradientResult reference = MustCompute(*model, batch, SlicedPlan(0, DType::kFloat64));
-  struct Case {
-    planner::ScheduleKind kind;
-    int64_t slice, slots;
-    double alpha, beta;
-  };
-  for (const Case& c : {Case{planner::ScheduleKind::kHsm, 3, 1, 0, 0}, Case{planner::ScheduleKind::kHsm, 2, 3, 0, 0},
-                        Case{planner::ScheduleKind::kHsm, 1, 40, 0, 0}, Case{planner::ScheduleKind::kIsm, 3, 2, 0, 0},
-                        Case{planner::ScheduleKind::kIsm, 4, 10, 0, 0}, Case{planner::ScheduleKind::kMsm, 3, 6, 3, 2},
-                        Case{planner::ScheduleKind::kMsm, 5, 4, 2.5, 1.5}}) {
-    Plan plan = SlicedPlan(c.slice, DType::kFloat64);
+  for (LayerRecompute recompute : {LayerRecompute::kNone, LayerRecompute::kLayers}) {
+    Plan plan = SlicedPlan(3, DType::kFloat64);
     plan.front_policy = FrontPolicy::kDp;
-    plan.schedule = c.kind;
-    plan.slots = c.slots;
-    plan.alpha = c.alpha;
-    plan.beta = c.beta;
-    const GradientResult result = MustCompute(*model, batch, plan);
-    const int64_t slices = (batch.size() + c.slice - 1) / c.slice;
-    absl::StatusOr<int64_t> predicted = planner::OptimalCost(c.kind, slices, c.slots, c.alpha, c.beta);
-    ASSERT_TRUE(predicted.ok()) << predicted.status();
-    EXPECT_EQ(result.slice_forwards, *predicted) << plan.DebugString();
+    plan.schedule = ScheduleKind::kHsm;
+    plan.slots = 14;
+    plan.recompute = recompute;
+    GradientOptions options;
+    int64_t asked_for = 0;
+    options.dp_schedule = [&](const Plan&, int64_t slices) {
+      asked_for = slices;
+      return KeepEveryFront(slices);
+    };
+    const GradientResult result = MustCompute(*model, batch, plan, options);
+    EXPECT_EQ(asked_for, 14);
+    EXPECT_EQ(result.slice_forwards, 28);
+    EXPECT_EQ(result.stored_fronts_peak, 14);
     EXPECT_LE(RelativeDiscrepancy(result.gradients, reference.gradients), 1e-10) << plan.DebugString();
     EXPECT_NEAR(result.loss_sum, reference.loss_sum, 1e-10 * reference.loss_sum);
   }
-  // One slot for 14 slices under HSM costs t(t+1)/2 forwards (seed 002).
-  Plan tight = SlicedPlan(3, DType::kFloat64);
-  tight.front_policy = FrontPolicy::kDp;
-  tight.slots = 1;
-  EXPECT_EQ(MustCompute(*model, batch, tight).slice_forwards, 14 * 15 / 2);
+}
+
+TEST(GradientEngineTest, DpRefusesAMissingOrUnfitSchedule) {
+  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);
+  ASSERT_TRUE(model.ok());
+  const PackedBatch batch = PackedStream(config.vocab);
+  Plan plan = SlicedPlan(4, DType::kFloat64);
+  plan.front_policy = FrontPolicy::kDp;
+  plan.slots = 10;
+  absl::Status missing = ComputeGradient(*model, batch, plan, {}).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("dp_schedule"));
+
+  GradientOptions options;
+  options.dp_schedule = [](const Plan&, int64_t slices) { return KeepEveryFront(slices - 1); };
+  EXPECT_EQ(ComputeGradient(*model, batch, plan, options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.dp_schedule = [](const Plan&, int64_t slices) {
+    Schedule schedule = KeepEveryFront(slices);
+    std::swap(schedule.actions[0], schedule.actions[1]);  // forward before keeping f_0: f_0 is lost
+    return schedule;
+  };
+  absl::Status broken = ComputeGradient(*model, batch, plan, options).status();
+  EXPECT_EQ(broken.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(broken.message()), HasSubstr("cannot run"));
+  plan.slots = 9;  // keeping all 10 fronts needs 10 slots
+  options.dp_schedule = [](const Plan&, int64_t slices) { return KeepEveryFront(slices); };
+  EXPECT_EQ(ComputeGradient(*model, batch, plan, options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.dp_schedule = [](const Plan&, int64_t) -> absl::StatusOr<Schedule> {
+    return absl::ResourceExhaustedError("too many actions");
+  };
+  plan.slots = 10;
+  EXPECT_EQ(ComputeGradient(*model, batch, plan, options).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 TEST(GradientEngineTest, LayerRecomputationGivesTheFullGradientUnderEveryPolicy) {
@@ -179,13 +227,11 @@ TEST(GradientEngineTest, LayerRecomputationGivesTheFullGradientUnderEveryPolicy)
     ASSERT_TRUE(model.ok());
     const PackedBatch batch = PackedStream(config.vocab);
     const GradientResult reference = MustCompute(*model, batch, SlicedPlan(0, DType::kFloat64));
-    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kDp}) {
+    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
       for (int64_t slice : {int64_t{1}, int64_t{7}, int64_t{40}}) {
         Plan plan = SlicedPlan(slice, DType::kFloat64);
         plan.recompute = LayerRecompute::kLayers;
         plan.front_policy = policy;
-        plan.slots = 2;
-        plan.schedule = planner::ScheduleKind::kIsm;
         plan.block = 3;
         const GradientResult result = MustCompute(*model, batch, plan);
         EXPECT_LE(RelativeDiscrepancy(result.gradients, reference.gradients), 1e-10) << plan.DebugString();

@@ -5,7 +5,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "performer/tensor_file.h"
+#include "performer/safetensors.h"
+#include "performer/torch_state_dict.h"
 
 namespace slimfit::performer {
 namespace {

@@ -6,8 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "performer/tensor_file.h"
-#include "tests/test_util.h"
+#include "performer/safetensors.h"
+#include "base/test_util.h"
 
 namespace slimfit::performer {
 namespace {

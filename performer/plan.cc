@@ -85,7 +85,7 @@ absl::Status Plan::Validate(int64_t seq_len) const {
     if (slots < 1) {
       return absl::InvalidArgumentError(absl::StrCat("front policy dp needs slots >= 1, got ", slots));
     }
-    if (schedule == planner::ScheduleKind::kMsm && !(alpha >= 1 && beta > 0 && beta <= alpha)) {
+    if (schedule == ScheduleKind::kMsm && !(alpha >= 1 && beta > 0 && beta <= alpha)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "dp with the msm program needs slice-graph sizes 1 <= alpha and 0 < beta <= alpha (in "
           "fronts), got alpha=%g beta=%g",
@@ -109,8 +109,8 @@ std::string Plan::DebugString() const {
   absl::StrAppend(&text, " front=", FrontPolicyName(front_policy));
   if (front_policy == FrontPolicy::kResync) absl::StrAppend(&text, " resync_every=", resync_every);
   if (front_policy == FrontPolicy::kDp) {
-    absl::StrAppend(&text, " schedule=", planner::ScheduleKindName(schedule), " slots=", slots);
-    if (schedule == planner::ScheduleKind::kMsm) absl::StrAppendFormat(&text, " alpha=%g beta=%g", alpha, beta);
+    absl::StrAppend(&text, " schedule=", ScheduleKindName(schedule), " slots=", slots);
+    if (schedule == ScheduleKind::kMsm) absl::StrAppendFormat(&text, " alpha=%g beta=%g", alpha, beta);
   }
   if (recompute != LayerRecompute::kNone) absl::StrAppend(&text, " recompute=", LayerRecomputeName(recompute));
   absl::StrAppend(&text, " dtype=", DTypeName(dtype));

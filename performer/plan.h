@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "planner/bptt_schedule.h"
+#include "performer/checkpoint_schedule.h"
 
 namespace slimfit::performer {
 
@@ -32,7 +32,7 @@ enum class FrontPolicy {
   kReverse,  // subtract slice n's contributions from U(n) (seed 000, eq. 9); O(1) memory
   kStore,    // keep every front from the forward sweep; N fronts of memory
   kResync,   // reverse, but keep every `resync_every`-th front so drift is reset
-  kDp,       // keep at most `slots` fronts/slice graphs, following an optimal seed-002 schedule
+  kDp,       // keep at most `slots` fronts/slice graphs, following a checkpoint schedule (checkpoint_schedule.h)
 };
 
 // What one slice's autograd graph keeps (seed 003's trade at layer granularity).
@@ -62,8 +62,8 @@ struct Plan {
   int64_t resync_every = 0;  // kResync: keep the front entering every r-th slice
   // kDp: which seed-002 program (HSM keeps fronts, ISM slice graphs, MSM both), its memory budget
   // in units of one front, and for MSM the sizes α (a slice graph with its input front) and β (a
-  // slice graph whose input front is held anyway), in fronts — see planner/bptt_schedule.h.
-  planner::ScheduleKind schedule = planner::ScheduleKind::kHsm;
+  // slice graph whose input front is held anyway), in fronts — see performer/checkpoint_schedule.h.
+  ScheduleKind schedule = ScheduleKind::kHsm;
   int64_t slots = 0;
   double alpha = 0;
   double beta = 0;

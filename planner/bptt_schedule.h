@@ -1,8 +1,7 @@
 // Optimal checkpoint schedules for the backward sweep over slices: the dynamic programs BPTT-HSM,
-// BPTT-ISM and BPTT-MSM of seeds/002 (Gruslys et al. 2016, "Memory-Efficient Backpropagation
-// Through Time"), a generator that turns an optimal policy into a flat list of actions an engine
-// runs one after another, and a simulator that replays such a list on an abstract machine, checks
-// it and counts its work. The `dp` front policy (DESIGN.md) executes these schedules.
+// BPTT-ISM and BPTT-MSM of Gruslys et al. 2016 ("Memory-Efficient Backpropagation Through Time"),
+// and a generator that turns an optimal policy into the flat list of actions the engine's `dp`
+// front policy executes (performer::Schedule, performer/checkpoint_schedule.h).
 //
 // Example: back-propagate through 1000 slices keeping at most 8 fronts.
 //   absl::StatusOr<Schedule> schedule = MakeSchedule(ScheduleKind::kHsm, /*steps=*/1000,
@@ -12,7 +11,7 @@
 //     switch (action.type) {
 //       case ScheduleAction::Type::kForward: ...           // cursor = RunSlice(index, cursor)
 //       case ScheduleAction::Type::kForwardKeepGraph: ...  // graphs[index] = RunSliceWithGraph(..)
-//       ...                                                // one case per type, see below
+//       ...                          // one case per type: performer/checkpoint_schedule.h
 //     }
 //   }
 //   // schedule->forward_count slice forwards were run: 5 285 here, against 1 000 for ordinary
@@ -20,40 +19,10 @@
 // Many queries (a plan search over slice sizes and budgets): build one BpttPolicy for the largest
 // (steps, slots) and ask it; every smaller query is then a table lookup.
 //
-// ---- The machine --------------------------------------------------------------------------------
-// Slices 0..T−1. Front f_i is the recurrent state entering slice i: f_0 is the initial front, slice
-// i maps f_i to f_{i+1}. (In seeds/002 a slice is a time step, a front is a hidden state, a slice
-// graph is an "internal RNN core state".) The executor holds
-//   - the cursor: one working front, initially f_0; it is not charged against the budget;
-//   - kept fronts, keyed by position p;
-//   - kept graphs, keyed by slice i: slice i's autograd graph together with its input f_i and its
-//     output f_{i+1}, both of which can be read back;
-//   - (HSM, MSM) a working core with room for one transient graph, not charged (seed §3.1: "a
-//     single RNN core available for the purposes of intermediate calculations").
-// Slice i can be back-propagated once slice i+1 has been (order T−1, T−2, ..., 0), and needs the
-// graph of slice i: either kept, or built in the working core from the cursor right before.
-//
-// Memory units and what `slots` (the budget m) counts, per kind:
-//   kHsm  a kept front costs 1; graphs are never kept. f_0 must be kept like any other front to be
-//         read back. Seed: C(t,1) = t(t+1)/2 and C(t,m) = 2t−1 for m ≥ t.
-//   kIsm  a kept graph costs 1; fronts are never kept; f_0 can always be read back for free.
-//         There is no working core: kForwardBackward needs one free slot for its moment. Seed:
-//         C(t,1) = t(t+1)/2 and C(t,m) = t for m ≥ t.
-//   kMsm  units of one front (α ≥ 1, 0 < β ≤ α, seed §3.3–3.4). A kept front costs 1. A kept graph
-//         of slice i costs β' = ceil(β) while f_i is otherwise held (kept front i, or kept graph
-//         i−1 whose output is f_i), and α' = ceil(α) otherwise — α is the size of a slice graph
-//         including its input front, β its size when that front is stored anyway (often α − 1).
-//         Charges follow the state: freeing front i turns a kept graph i from β' to α'. Seed:
-//         C(t,1) = t(t+1)/2 and C(t,m) = t for m ≥ αt. α and β may be fractional (a planner's
-//         bytes(graph) / bytes(front)); they are rounded up, so the budget is never exceeded.
-// At every moment the charged units must be ≤ slots.
-//
-// ---- Cost convention ----------------------------------------------------------------------------
-// C(t, m) — OptimalCost, Schedule::forward_count, ScheduleStats::forward_count — counts every slice
-// forward the schedule runs: the first pass over the sequence included, and every forward that
-// rebuilds a slice's graph right before its backward (kForwardBackward). Backward passes are not
-// counted: there are always exactly t. Ordinary BPTT (all t graphs kept) costs t,
-// so the recomputation overhead is C(t, m) − t. This is the C(t, m) of seeds/002 eq. 1–10.
+// The machine the schedules run on, its memory units, the cost convention C(t, m) and what each
+// action does are defined in performer/checkpoint_schedule.h (the engine executes schedules; this
+// file chooses them). Seed costs: HSM C(t,1) = t(t+1)/2 and C(t,m) = 2t−1 for m ≥ t; ISM
+// C(t,1) = t(t+1)/2 and C(t,m) = t for m ≥ t; MSM C(t,1) = t(t+1)/2 and C(t,m) = t for m ≥ αt.
 //
 // ---- The programs -------------------------------------------------------------------------------
 // Divide and conquer over a stretch of t slices whose start front is held, with budget m in the
@@ -90,22 +59,6 @@
 // in all. Measured (one core, -O2): T = 16384 with m = 16 / 128 solves in 0.01 / 0.07 s (HSM,
 // ISM) and 0.02–0.04 / 0.17–0.32 s (MSM); a table at kMaxPolicyTableCells in about 1.2 s.
 //
-// ---- Executing a schedule -----------------------------------------------------------------------
-// Keep a cursor front, a map position → kept front and a map slice → kept graph; run the actions in
-// order. Every action is valid in the state the previous ones leave (SimulateSchedule checks this):
-//   kForward(i)          (+1 forward) cursor is f_i; run slice i without a graph; cursor = f_{i+1}.
-//   kForwardKeepGraph(i) (+1 forward) cursor is f_i; run slice i building its graph and keep the
-//                        graph (with f_i and f_{i+1}); cursor = f_{i+1}.
-//   kForwardBackward(i)  (+1 forward) cursor is f_i; run slice i building its graph in the working
-//                        core and back-propagate it at once; then the cursor is empty.
-//   kBackward(i)         back-propagate the kept graph of slice i and release it; cursor empty.
-//   kKeepFront(p)        cursor is f_p; keep a copy of it.
-//   kFreeFront(p)        release the kept front f_p.
-//   kRestore(p)          cursor = f_p, read from the kept front p, else the kept graph of slice p−1
-//                        (its output) or of slice p (its input), else (kIsm, p = 0) the initial
-//                        front. MakeSchedule only uses the first, the second and the last source.
-// Gradients flow as usual: each backward receives dL/df_{i+1} from the previous one.
-//
 // Thread safety: every function here is pure; a BpttPolicy is immutable after Create and its const
 // methods may be called concurrently; copies share the tables.
 #ifndef SLIMFIT_PLANNER_BPTT_SCHEDULE_H_
@@ -119,81 +72,27 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "performer/checkpoint_schedule.h"
+#include "performer/plan.h"
 
 namespace slimfit::planner {
 
-// Which seeds/002 program, i.e. what may be kept: fronts (HSM), slice graphs (ISM) or both (MSM).
-enum class ScheduleKind {
-  kHsm,  // §3.1 BPTT-HSM: selective hidden-state (front) memorisation
-  kIsm,  // §3.2 BPTT-ISM: selective internal-state (slice graph) memorisation
-  kMsm,  // §3.3–3.4 BPTT-MSM: mixed, with double memorisation of fronts removed
-};
+// The schedule representation is the engine's (performer/checkpoint_schedule.h).
+using performer::kMaxScheduleActions;
+using performer::kMaxScheduleSlots;
+using performer::kMaxScheduleSteps;
+using performer::ParseScheduleKind;
+using performer::Schedule;
+using performer::ScheduleAction;
+using performer::ScheduleActionToString;
+using performer::ScheduleActionTypeName;
+using performer::ScheduleKind;
+using performer::ScheduleKindName;
+using performer::ScheduleStats;
+using performer::SimulateSchedule;
 
-absl::string_view ScheduleKindName(ScheduleKind kind);  // "hsm", "ism", "msm"
-// INVALID_ARGUMENT listing the accepted names when `name` is none of them.
-absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
-
-// Limits. Longer sequences: raise the slice size. They keep every table below ~128 MiB and every
-// cost below 2^31.
-inline constexpr int64_t kMaxScheduleSteps = 65535;
-inline constexpr int64_t kMaxScheduleSlots = int64_t{1} << 40;
 // (T+1)·m_eff·s cells per policy table (see Complexity above); RESOURCE_EXHAUSTED beyond.
 inline constexpr int64_t kMaxPolicyTableCells = int64_t{1} << 24;
-// Actions per generated schedule (8 bytes each); RESOURCE_EXHAUSTED beyond.
-inline constexpr int64_t kMaxScheduleActions = int64_t{1} << 24;
-
-// One step of a schedule. `index` is a slice (kForward, kForwardKeepGraph, kForwardBackward,
-// kBackward: 0 ≤ index < steps) or a front position (kKeepFront, kFreeFront, kRestore:
-// 0 ≤ index ≤ steps). The exact semantics are in "Executing a schedule" above.
-struct ScheduleAction {
-  enum class Type : uint8_t {
-    kForward,
-    kForwardKeepGraph,
-    kForwardBackward,
-    kBackward,
-    kKeepFront,
-    kFreeFront,
-    kRestore,
-  };
-  Type type = Type::kForward;
-  int32_t index = 0;
-
-  friend bool operator==(const ScheduleAction& a, const ScheduleAction& b) {
-    return a.type == b.type && a.index == b.index;
-  }
-  friend bool operator!=(const ScheduleAction& a, const ScheduleAction& b) { return !(a == b); }
-};
-
-// "forward", "forward_keep_graph", "forward_backward", "backward", "keep_front", "free_front",
-// "restore".
-absl::string_view ScheduleActionTypeName(ScheduleAction::Type type);
-std::string ScheduleActionToString(const ScheduleAction& action);  // e.g. "keep_front(12)"
-
-// A complete schedule for `steps` slices under a budget of `slots` units: starting with the cursor
-// at f_0 and nothing kept, it back-propagates every slice once, in order steps−1..0, never charges
-// more than `slots` units, and ends with nothing kept.
-struct Schedule {
-  ScheduleKind kind = ScheduleKind::kHsm;
-  int64_t steps = 0;
-  int64_t slots = 0;
-  double alpha = 0;  // kMsm only (graph sizes, see The machine); recorded for SimulateSchedule
-  double beta = 0;
-  // Slice forwards the actions run; equals OptimalCost(kind, steps, slots, alpha, beta).
-  int64_t forward_count = 0;
-  std::vector<ScheduleAction> actions;
-};
-
-// What SimulateSchedule measured.
-struct ScheduleStats {
-  int64_t forward_count = 0;   // kForward + kForwardKeepGraph + kForwardBackward
-  int64_t backward_count = 0;  // kForwardBackward + kBackward; always `steps`
-  int64_t restore_count = 0;
-  int64_t kept_front_count = 0;  // kKeepFront actions
-  int64_t kept_graph_count = 0;  // kForwardKeepGraph actions
-  int64_t peak_units = 0;        // most units charged at once (kIsm: including a kForwardBackward)
-  int64_t peak_kept_fronts = 0;  // most fronts kept at once
-  int64_t peak_kept_graphs = 0;  // most graphs kept at once
-};
 
 // Optimal costs and policies for every 1 ≤ t ≤ max_steps and 1 ≤ m ≤ max_slots of one kind (and,
 // for kMsm, one α, β). Immutable; thread-safe; cheap to copy (copies share the tables).
@@ -241,16 +140,11 @@ absl::StatusOr<int64_t> OptimalCost(ScheduleKind kind, int64_t steps, int64_t sl
 absl::StatusOr<Schedule> MakeSchedule(ScheduleKind kind, int64_t steps, int64_t slots, double alpha,
                                       double beta);
 
-// Replays `schedule.actions` on the machine for `steps` slices and a budget of `slots` units (the
-// kind, alpha and beta come from the schedule; steps and slots are given separately so a schedule
-// can be checked against another budget) and checks: every action is valid in its state (see
-// Executing a schedule), every slice is back-propagated exactly once in order steps−1..0, nothing
-// is forwarded after its backward, nothing stays kept at the end.
-// INVALID_ARGUMENT: steps or slots out of range, bad alpha/beta (kMsm), or the first action that
-//   breaks a rule (its number, the action and the rule in the message).
-// RESOURCE_EXHAUSTED: the first action after which more than `slots` units are charged.
-absl::StatusOr<ScheduleStats> SimulateSchedule(const Schedule& schedule, int64_t steps,
-                                               int64_t slots);
+// The schedule a `dp` plan runs over `slices` slices: MakeSchedule(plan.schedule, slices,
+// plan.slots, plan.alpha, plan.beta). This is what the engine is given as
+// performer::GradientOptions::dp_schedule. Same errors as MakeSchedule; INVALID_ARGUMENT when the
+// plan's front policy is not dp.
+absl::StatusOr<Schedule> ScheduleForPlan(const performer::Plan& plan, int64_t slices);
 
 }  // namespace slimfit::planner
 

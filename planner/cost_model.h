@@ -15,7 +15,7 @@
 // flops_per_second and h = half_rate_rows: a product runs at half speed when one of its dimensions
 // is h (SliceMatmulCost; a backward costs backward_factor forwards, exactly 2 for matrix
 // products); the number of computations follows from the policy (dp: the program's exact count).
-// The constants come from calibration (performer/calibration.h).
+// The constants come from calibration (planner/calibration.h).
 //
 // Thread safety: pure functions.
 #ifndef SLIMFIT_PLANNER_COST_MODEL_H_

@@ -1,6 +1,6 @@
 // DeviceProfile: what the planner knows about one device — its memory and how fast it runs the
 // engine — as constants of the cost model (planner/cost_model.h). Produced by calibration
-// (performer/calibration.h: short probes of the real engine), stored as a text-format proto
+// (planner/calibration.h: short probes of the real engine), stored as a text-format proto
 // (proto/device_profile.proto) by `slimfit calibrate` and by workers in their state directory.
 //
 // Thread safety: a plain value type.

@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "proto/atomic_file.h"
+#include "base/files.h"
 
 namespace slimfit::planner {
 namespace {
@@ -119,7 +119,7 @@ absl::Status WriteDeviceProfile(const std::string& path, const DeviceProfile& pr
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": refusing to write an invalid profile: ", valid.message()));
   }
-  return WriteFileAtomically(path, DeviceProfileToText(profile));
+  return base::WriteFileAtomically(path, DeviceProfileToText(profile));
 }
 
 }  // namespace slimfit::planner

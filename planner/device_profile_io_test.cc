@@ -6,14 +6,15 @@
 #include <fstream>
 #include <string>
 
+#include "base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 namespace slimfit::planner {
 namespace {
 
-using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::base::ReadFileToString;
 using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -137,7 +138,7 @@ TEST(DeviceProfileIoTest, WriteThenReadRoundTrips) {
   absl::StatusOr<DeviceProfile> read = ReadDeviceProfile(path);
   ASSERT_TRUE(read.ok()) << read.status();
   ExpectSameProfile(*read, profile);
-  absl::StatusOr<std::string> written = ReadFileToString(path);
+  absl::StatusOr<std::string> written = base::ReadFileToString(path);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_EQ(*written, DeviceProfileToText(profile));
 }
@@ -150,7 +151,7 @@ TEST(DeviceProfileIoTest, WriteReplacesAnExistingFileAndLeavesNoTemporaryFile) {
   DeviceProfile profile;
   profile.threads = 3;
   ASSERT_TRUE(WriteDeviceProfile(path, profile).ok());
-  absl::StatusOr<std::string> written = ReadFileToString(path);
+  absl::StatusOr<std::string> written = base::ReadFileToString(path);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_EQ(*written, DeviceProfileToText(profile));
   // Only the profile itself is left in the directory.
@@ -172,7 +173,7 @@ TEST(DeviceProfileIoTest, WriteRefusesAnInvalidProfileAndKeepsTheOldFile) {
   absl::Status status = WriteDeviceProfile(path, bad);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(status), HasSubstr("backward_factor"));
-  absl::StatusOr<std::string> kept = ReadFileToString(path);
+  absl::StatusOr<std::string> kept = base::ReadFileToString(path);
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(*kept, DeviceProfileToText(good));
 }

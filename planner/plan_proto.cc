@@ -20,6 +20,7 @@ using performer::LayerRecompute;
 using performer::ModelConfig;
 using performer::Plan;
 using performer::PrefixMode;
+using performer::ScheduleKind;
 
 absl::Status Unspecified(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what, " is required (UNSPECIFIED given)"));

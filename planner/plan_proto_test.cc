@@ -9,6 +9,7 @@ namespace slimfit::planner {
 namespace {
 
 using ::testing::HasSubstr;
+using performer::ScheduleKind;
 
 DeviceProfile Profile() {
   DeviceProfile p;

@@ -17,14 +17,14 @@
 #include "google/protobuf/util/time_util.h"
 #include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
-#include "performer/tensor_file.h"
+#include "performer/safetensors.h"
 #include "planner/device_profile.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
-#include "proto/log.h"
+#include "base/log.h"
 #include "proto/rpc_util.h"
-#include "proto/sha256.h"
+#include "base/sha256.h"
 #include "proto/token_codec.h"
 
 namespace slimfit::server {
@@ -149,7 +149,7 @@ class FileUploadSink : public UploadSink {
     }
     if (error) return absl::InternalError(absl::StrCat("storing the upload at ", record.path, ": ", error.message()));
     if (absl::Status stored = store_->PutDataset(record); !stored.ok()) return stored;
-    rpc::LogInfo("stored upload ", id_, " (", metadata_.name(), ", ", received_, " bytes, ", record.info.tokens(),
+    base::LogInfo("stored upload ", id_, " (", metadata_.name(), ", ", received_, " bytes, ", record.info.tokens(),
                  " tokens)");
     return record.info;
   }
@@ -161,7 +161,7 @@ class FileUploadSink : public UploadSink {
   std::string id_;
   std::string temp_path_;
   std::ofstream out_;
-  rpc::Sha256Hasher hasher_;
+  base::Sha256Hasher hasher_;
   int64_t received_ = 0;
 };
 
@@ -231,7 +231,7 @@ absl::Status Coordinator::ResumeJobs() {
       failed.set_state_reason(absl::StrCat("could not resume after a restart: ", started.message()));
       *failed.mutable_finished_at() = Now();
       *failed.mutable_state_changed_at() = failed.finished_at();
-      rpc::LogError(job.job_id(), ": ", failed.state_reason());
+      base::LogError(job.job_id(), ": ", failed.state_reason());
       if (absl::Status stored = store_->PutJob(failed); !stored.ok()) return stored;
       absl::StatusOr<int64_t> last = store_->LastEventSequence(job.job_id());
       if (!last.ok()) return last.status();
@@ -269,7 +269,7 @@ absl::StatusOr<std::unique_ptr<UploadSink>> Coordinator::BeginUpload(const v1::U
                                                   options_.upload_limit_bytes, " bytes")),
         detail);
   }
-  if (!rpc::IsSha256Hex(metadata.sha256())) {
+  if (!base::IsSha256Hex(metadata.sha256())) {
     return Invalid("metadata.sha256", "must be 64 lowercase hexadecimal characters");
   }
   if (type == "application/x-slimfit-tokens") {
@@ -288,7 +288,7 @@ absl::StatusOr<std::unique_ptr<UploadSink>> Coordinator::BeginUpload(const v1::U
   // Content-addressed: the same bytes, type and separator give the same id.
   const std::string key = absl::StrCat(type, "|", metadata.sha256(), "|", metadata.token_encoding(), "|",
                                        metadata.has_document_separator() ? metadata.document_separator() : "");
-  const std::string id = absl::StrCat(IsDatasetType(type) ? "ds-" : "ck-", rpc::Sha256Hex(key).substr(0, 16));
+  const std::string id = absl::StrCat(IsDatasetType(type) ? "ds-" : "ck-", base::Sha256Hex(key).substr(0, 16));
   absl::StatusOr<std::optional<DatasetRecord>> stored = store_->GetDataset(id);
   if (!stored.ok()) return stored.status();
   if (stored->has_value()) {
@@ -539,7 +539,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   created.mutable_state_changed()->set_state(v1::JOB_STATE_QUEUED);
   created.mutable_state_changed()->set_reason("submitted");
   if (absl::Status stored = store_->AppendEvent(created); !stored.ok()) return stored;
-  rpc::LogInfo(job.job_id(), ": submitted (", job.spec().rounds(), " rounds, L = ", job.spec().sequence_length(), ", ",
+  base::LogInfo(job.job_id(), ": submitted (", job.spec().rounds(), " rounds, L = ", job.spec().sequence_length(), ", ",
                job.training_tokens(), " training tokens)");
   if (absl::Status started = StartRunner(job, *std::move(prepared)); !started.ok()) {
     job.set_state(v1::JOB_STATE_FAILED);

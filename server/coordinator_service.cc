@@ -9,7 +9,7 @@
 #include "performer/tensor_chunks.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
-#include "proto/sha256.h"
+#include "base/sha256.h"
 
 namespace slimfit::server {
 
@@ -131,7 +131,7 @@ grpc::Status CoordinatorService::ExportModel(grpc::ServerContext* context, const
                              context);
   }
   if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-  rpc::Sha256Hasher hasher;
+  base::Sha256Hasher hasher;
   int64_t sent = 0;
   std::string buffer(static_cast<size_t>(v1::LIMIT_MAX_CHUNK_BYTES), '\0');
   while (in) {

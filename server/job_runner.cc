@@ -13,11 +13,11 @@
 #include "google/protobuf/util/time_util.h"
 #include "performer/performer_model.h"
 #include "performer/tensor_chunks.h"
-#include "performer/tensor_file.h"
+#include "performer/safetensors.h"
 #include "planner/plan_proto.h"
-#include "proto/log.h"
+#include "base/log.h"
 #include "proto/rpc_util.h"
-#include "proto/sha256.h"
+#include "base/sha256.h"
 #include "proto/token_codec.h"
 #include "server/shard_split.h"
 
@@ -140,7 +140,7 @@ absl::Status JobRunner::RestoreFromCheckpoint() {
   progress->set_checkpoint_round(latest.round);
   // Versions are never reused: continue above anything this job published before the restart.
   progress->set_parameter_version(std::max<uint64_t>(progress->parameter_version(), latest.parameter_version) + 1);
-  rpc::LogInfo(job_.job_id(), ": resuming from the round-", latest.round, " checkpoint as parameter version ",
+  base::LogInfo(job_.job_id(), ": resuming from the round-", latest.round, " checkpoint as parameter version ",
                progress->parameter_version());
   return absl::OkStatus();
 }
@@ -215,7 +215,7 @@ bool JobRunner::terminal() const {
 absl::Status JobRunner::PersistOrFail() {
   v1::Job copy = Snapshot();
   absl::Status stored = deps_.store->PutJob(copy);
-  if (!stored.ok()) rpc::LogError(copy.job_id(), ": could not store the job: ", stored.message());
+  if (!stored.ok()) base::LogError(copy.job_id(), ": could not store the job: ", stored.message());
   return stored;
 }
 
@@ -229,7 +229,7 @@ void JobRunner::Emit(v1::JobEvent event) {
     *event.mutable_time() = Now();
   }
   if (absl::Status stored = deps_.store->AppendEvent(event); !stored.ok()) {
-    rpc::LogError(event.job_id(), ": could not store an event: ", stored.message());
+    base::LogError(event.job_id(), ": could not store an event: ", stored.message());
   }
   deps_.signal->Notify();
 }
@@ -256,7 +256,7 @@ void JobRunner::SetState(v1::JobState state, const std::string& reason) {
   }
   Persist();
   if (event.has_state_changed()) {
-    rpc::LogInfo(job_.job_id(), ": ", v1::JobState_Name(event.state_changed().state()), " — ", reason);
+    base::LogInfo(job_.job_id(), ": ", v1::JobState_Name(event.state_changed().state()), " — ", reason);
     Emit(std::move(event));
   } else {
     deps_.signal->Notify();
@@ -374,7 +374,7 @@ absl::Status JobRunner::RunJob() {
     if (absl::Status stored = PersistOrFail(); !stored.ok()) return stored;
     Publish();
     Emit(std::move(event));
-    rpc::LogInfo(job_.job_id(), absl::StrFormat(": round %d/%d loss %.4f, %.0f tok/s, |g| %.3g, %d workers", round,
+    base::LogInfo(job_.job_id(), absl::StrFormat(": round %d/%d loss %.4f, %.0f tok/s, |g| %.3g, %d workers", round,
                                                 rounds, loss, static_cast<double>(output->tokens) / seconds,
                                                 step->gradient_norm, output->workers));
     if (evaluate && (round == rounds || (eval_interval > 0 && round % eval_interval == 0))) {
@@ -408,7 +408,7 @@ absl::Status JobRunner::Evaluate(int64_t round) {
   }
   Persist();
   Emit(std::move(event));
-  rpc::LogInfo(job_.job_id(), absl::StrFormat(": held-out loss after round %d: %.4f (%.4f bits/byte)", round, loss,
+  base::LogInfo(job_.job_id(), absl::StrFormat(": held-out loss after round %d: %.4f (%.4f bits/byte)", round, loss,
                                               loss / kLn2));
   return absl::OkStatus();
 }
@@ -428,7 +428,7 @@ absl::Status JobRunner::WriteCheckpoint(int64_t round) {
   if (absl::Status saved = trainer_->Save(model_path, optimizer_path, metadata); !saved.ok()) {
     return absl::InternalError(absl::StrCat("writing the round-", round, " checkpoint: ", saved.message()));
   }
-  absl::StatusOr<std::string> sha = rpc::Sha256OfFile(model_path);
+  absl::StatusOr<std::string> sha = base::Sha256OfFile(model_path);
   if (!sha.ok()) return sha.status();
   std::error_code error;
   const int64_t bytes = static_cast<int64_t>(std::filesystem::file_size(model_path, error));
@@ -476,7 +476,7 @@ absl::StatusOr<std::vector<JobRunner::WorkerPlan>> JobRunner::PlanWorkers(int64_
         if (!result.ok()) {
           refused_.insert(key);
           refusal = absl::StrCat("worker ", worker.worker_id, ": ", result.status().message());
-          rpc::LogWarning(job_.job_id(), ": ", refusal);
+          base::LogWarning(job_.job_id(), ": ", refusal);
           continue;
         }
         cached = plans_.emplace(key, result->chosen).first;
@@ -494,7 +494,7 @@ absl::StatusOr<std::vector<JobRunner::WorkerPlan>> JobRunner::PlanWorkers(int64_
         changed->set_predicted_tokens_per_second(static_cast<double>(data_.sequence_length()) /
                                                  std::max(1e-9, result->chosen.prediction.seconds));
         Emit(std::move(event));
-        rpc::LogInfo(job_.job_id(), ": worker ", worker.worker_id, " plan ", planner::PlanSummary(result->chosen.plan),
+        base::LogInfo(job_.job_id(), ": worker ", worker.worker_id, " plan ", planner::PlanSummary(result->chosen.plan),
                      " (predicted peak ", planner::HumanBytes(result->chosen.prediction.peak_bytes), ")");
       }
       WorkerPlan plan;
@@ -667,7 +667,7 @@ absl::StatusOr<JobRunner::RoundOutput> JobRunner::RunShards(int64_t round, const
       moved->set_reason(shard.last_error);
       moved->set_next_attempt(shard.attempt);
       Emit(std::move(event));
-      rpc::LogWarning(job_.job_id(), ": ", what, " shard ", shard.id, " on ", from, " failed (", shard.last_error,
+      base::LogWarning(job_.job_id(), ": ", what, " shard ", shard.id, " on ", from, " failed (", shard.last_error,
                       "); attempt ", shard.attempt, " on ", (*replanned)[shard.worker].worker.worker_id);
     }
     pending = std::move(failed);
@@ -809,7 +809,7 @@ void JobRunner::MaybeReplan(const WorkerPlan& plan, int64_t measured_peak, int64
   replans_[plan.worker.worker_id] = {
       plan.candidate.plan, absl::StrCat("measured ", planner::HumanBytes(measured_peak), " vs predicted ",
                                         planner::HumanBytes(predicted), ": replanned")};
-  rpc::LogWarning(job_.job_id(), ": worker ", plan.worker.worker_id, " measured ", planner::HumanBytes(measured_peak),
+  base::LogWarning(job_.job_id(), ": worker ", plan.worker.worker_id, " measured ", planner::HumanBytes(measured_peak),
                   " vs predicted ", planner::HumanBytes(predicted), ": replanning from round ", round);
 }
 

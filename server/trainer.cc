@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
-#include "performer/tensor_file.h"
+#include "performer/safetensors.h"
 
 namespace slimfit::server {
 namespace {

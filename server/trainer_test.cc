@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "performer/performer_model.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 namespace slimfit::server {
 namespace {

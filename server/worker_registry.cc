@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/time_util.h"
 #include "planner/device_profile_io.h"
-#include "proto/log.h"
+#include "base/log.h"
 #include "proto/rpc_util.h"
 
 namespace slimfit::server {
@@ -96,7 +96,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(const v1::Re
   entry.last_heartbeat = now;
   entry.stub = v1::Worker::NewStub(rpc::MakeChannel(request.advertise_address()));
   ++generation_;
-  rpc::LogInfo("worker ", id, " registered (incarnation ", incarnation, ", ", request.device(), ", budget ",
+  base::LogInfo("worker ", id, " registered (incarnation ", incarnation, ", ", request.device(), ", budget ",
                request.memory_budget_bytes(), " B, at ", request.advertise_address(), ")");
 
   v1::RegisterWorkerResponse response;
@@ -136,7 +136,7 @@ absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const v1::Heartb
   *entry.info.mutable_last_heartbeat_at() = ToTimestamp(entry.last_heartbeat);
   if (IsLiveState(before) != IsLiveState(state)) {
     ++generation_;
-    if (before == v1::WORKER_STATE_LOST) rpc::LogInfo("worker ", request.worker_id(), " is back");
+    if (before == v1::WORKER_STATE_LOST) base::LogInfo("worker ", request.worker_id(), " is back");
   }
   v1::HeartbeatResponse response;
   response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
@@ -164,7 +164,7 @@ absl::Status WorkerRegistry::Deregister(const v1::DeregisterWorkerRequest& reque
     it->second.info.set_state(v1::WORKER_STATE_LEFT);
     it->second.info.clear_current_work();
     ++generation_;
-    rpc::LogInfo("worker ", request.worker_id(), " left: ", request.reason());
+    base::LogInfo("worker ", request.worker_id(), " left: ", request.reason());
   }
   return absl::OkStatus();
 }
@@ -180,7 +180,7 @@ std::vector<std::string> WorkerRegistry::ExpireSilentWorkers() {
       entry.info.set_state(v1::WORKER_STATE_LOST);
       entry.info.clear_current_work();
       lost.push_back(id);
-      rpc::LogWarning("worker ", id, " lost: no heartbeat for ", absl::FormatDuration(now - entry.last_heartbeat));
+      base::LogWarning("worker ", id, " lost: no heartbeat for ", absl::FormatDuration(now - entry.last_heartbeat));
     }
   }
   if (!lost.empty()) ++generation_;

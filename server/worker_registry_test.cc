@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 namespace slimfit::server {
 namespace {

@@ -5,11 +5,12 @@
 #include <filesystem>
 #include <utility>
 
+#include "base/files.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/rpc_util.h"
-#include "proto/sha256.h"
-#include "tests/test_util.h"
+#include "base/sha256.h"
+#include "base/test_util.h"
 
 namespace slimfit::testing_util {
 
@@ -98,7 +99,7 @@ absl::StatusOr<std::string> Cluster::UploadText(const std::string& content, cons
   metadata->set_name("corpus.txt");
   metadata->set_content_type("text/plain");
   metadata->set_total_bytes(static_cast<int64_t>(content.size()));
-  metadata->set_sha256(rpc::Sha256Hex(content));
+  metadata->set_sha256(base::Sha256Hex(content));
   if (separator.has_value()) metadata->set_document_separator(*separator);
   if (writer->Write(request)) {
     for (size_t offset = 0; offset < content.size(); offset += v1::LIMIT_MAX_CHUNK_BYTES) {
@@ -162,14 +163,14 @@ absl::StatusOr<performer::TensorFile> Cluster::Export(const std::string& job_id)
   }
   grpc::Status status = reader->Finish();
   if (!status.ok()) return rpc::FromGrpcStatus(status, "ExportModel", context.get());
-  if (sha != rpc::Sha256Hex(bytes)) return absl::DataLossError("export digest mismatch");
+  if (sha != base::Sha256Hex(bytes)) return absl::DataLossError("export digest mismatch");
   return performer::ParseSafetensors(bytes);
 }
 
 std::string Cluster::Logs() const {
   std::string all;
   for (const std::string& log : logs_) {
-    absl::StatusOr<std::string> text = ReadFileToString(log);
+    absl::StatusOr<std::string> text = base::ReadFileToString(log);
     absl::StrAppend(&all, "==== ", log, "\n", text.ok() ? *text : text.status().ToString(), "\n");
   }
   return all;

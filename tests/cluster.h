@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "performer/tensor_file.h"
+#include "performer/safetensors.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "tests/daemon_process.h"
 

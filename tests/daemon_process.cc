@@ -10,11 +10,12 @@
 #include <fstream>
 #include <utility>
 
+#include "base/files.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 namespace slimfit::testing_util {
 namespace {
@@ -97,7 +98,7 @@ absl::StatusOr<std::string> DaemonProcess::WaitForAddress(const std::string& por
     std::string address;
     if (in && std::getline(in, address) && !address.empty()) return std::string(absl::StripAsciiWhitespace(address));
     if (!running()) {
-      absl::StatusOr<std::string> log = ReadFileToString(log_path_);
+      absl::StatusOr<std::string> log = base::ReadFileToString(log_path_);
       return absl::FailedPreconditionError(absl::StrCat("daemon exited with status ", exit_status_,
                                                         " before serving; log:\n", log.ok() ? *log : ""));
     }
@@ -146,8 +147,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::string& binary, const std::v
   }
   CommandResult result;
   result.exit_status = DecodeStatus(status);
-  absl::StatusOr<std::string> out = ReadFileToString(out_path);
-  absl::StatusOr<std::string> err = ReadFileToString(err_path);
+  absl::StatusOr<std::string> out = base::ReadFileToString(out_path);
+  absl::StatusOr<std::string> err = base::ReadFileToString(err_path);
   result.out = out.ok() ? *out : "";
   result.err = err.ok() ? *err : "";
   return result;

@@ -13,18 +13,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/files.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "performer/gradient_engine.h"
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
-#include "performer/tensor_file.h"
+#include "performer/safetensors.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
 #include "server/job_data.h"
 #include "server/trainer.h"
 #include "tests/cluster.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 namespace slimfit {
 namespace {
@@ -33,7 +34,7 @@ using ::testing::HasSubstr;
 using testing_util::Cluster;
 
 std::string Corpus(size_t bytes) {
-  absl::StatusOr<std::string> text = testing_util::ReadFileToString("/usr/share/common-licenses/GPL-3");
+  absl::StatusOr<std::string> text = base::ReadFileToString("/usr/share/common-licenses/GPL-3");
   EXPECT_TRUE(text.ok()) << text.status();
   return text->substr(0, bytes);
 }

@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
 #include "performer/model_checkpoint.h"
-#include "performer/tensor_file.h"
-#include "tests/test_util.h"
+#include "performer/safetensors.h"
+#include "base/test_util.h"
 
 namespace slimfit::performer {
 namespace {

@@ -9,7 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "performer/calibration.h"
+#include "planner/calibration.h"
+#include "planner/bptt_schedule.h"
 #include "performer/gradient_engine.h"
 #include "performer/performer_model.h"
 #include "planner/cost_model.h"
@@ -19,19 +20,19 @@ namespace slimfit {
 namespace {
 
 TEST(PlanHoldsTest, MeasuredPeaksStayUnderBudgetsAndMatchPredictions) {
-  performer::CalibrationOptions calibration;
+  planner::CalibrationOptions calibration;
   calibration.threads = 1;
-  calibration.models = {performer::ProbeModel(64), performer::ProbeModel(128)};
+  calibration.models = {planner::ProbeModel(64), planner::ProbeModel(128)};
   calibration.seq_len = 512;
   calibration.slices = {16, 64, 0};
   calibration.repeats = 1;
-  absl::StatusOr<performer::CalibrationResult> calibrated = performer::Calibrate(calibration);
+  absl::StatusOr<planner::CalibrationResult> calibrated = planner::Calibrate(calibration);
   ASSERT_TRUE(calibrated.ok()) << calibrated.status();
   const planner::DeviceProfile& profile = calibrated->profile;
 
   int runs = 0;
   for (int64_t width : {64, 128}) {
-    const performer::ModelConfig config = performer::ProbeModel(width);
+    const performer::ModelConfig config = planner::ProbeModel(width);
     absl::StatusOr<performer::PerformerModel> model =
         performer::PerformerModel::Create(config, performer::DType::kFloat32, at::kCPU, 3);
     ASSERT_TRUE(model.ok());
@@ -51,7 +52,9 @@ TEST(PlanHoldsTest, MeasuredPeaksStayUnderBudgetsAndMatchPredictions) {
         }
         performer::Plan plan = search->chosen.plan;
         plan.threads = 0;
-        absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, plan, {});
+        performer::GradientOptions options;
+        options.dp_schedule = planner::ScheduleForPlan;
+        absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, plan, options);
         ASSERT_TRUE(result.ok()) << result.status();
         const int64_t measured = result->peak_bytes - result->start_bytes + model->parameter_bytes();
         EXPECT_LE(measured, request.memory_budget_bytes) << plan.DebugString();

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "proto/log.h"
+#include "base/log.h"
 #include "proto/rpc_util.h"
 
 namespace slimfit::worker {
@@ -83,13 +83,13 @@ absl::Status CoordinatorLink::Register() {
         interval = heartbeat_interval_;
       }
       options_.service->SetWorkerId(response.worker_id());
-      rpc::SetLogComponent(absl::StrCat("worker ", response.worker_id()));
-      rpc::LogInfo("registered with the coordinator at ", options_.coordinator_address, " as ", response.worker_id(),
+      base::SetLogComponent(absl::StrCat("worker ", response.worker_id()));
+      base::LogInfo("registered with the coordinator at ", options_.coordinator_address, " as ", response.worker_id(),
                    " (incarnation ", response.incarnation(), ", heartbeat every ", absl::FormatDuration(interval), ")");
       return absl::OkStatus();
     }
     if (absl::IsNotFound(status) && !id.empty()) {
-      rpc::LogWarning("the coordinator does not know worker id ", id, " (", status.message(),
+      base::LogWarning("the coordinator does not know worker id ", id, " (", status.message(),
                       "): registering as a new worker");
       id.clear();
       // A coordinator that lost this worker's id lost its jobs too and may reuse their ids and
@@ -99,7 +99,7 @@ absl::Status CoordinatorLink::Register() {
     }
     if (IsTransient(status)) {
       if (failures++ % 10 == 0) {
-        rpc::LogWarning("coordinator at ", options_.coordinator_address, " unavailable (", status.message(),
+        base::LogWarning("coordinator at ", options_.coordinator_address, " unavailable (", status.message(),
                         "); retrying registration");
       }
       if (!Sleep(backoff, /*wake_on_request=*/false)) {
@@ -156,7 +156,7 @@ absl::Status CoordinatorLink::SendHeartbeat(int64_t* pending_peak) {
   }
   for (const std::string& job : response.finished_job_ids()) {
     if (options_.cache->CachedVersions().count(job) > 0) {
-      rpc::LogInfo("job ", job, " finished: dropping its cached parameters");
+      base::LogInfo("job ", job, " finished: dropping its cached parameters");
     }
     options_.cache->Drop(job);
   }
@@ -176,17 +176,17 @@ void CoordinatorLink::HeartbeatLoop() {
     if (!Sleep(wait, /*wake_on_request=*/true)) return;
     const absl::Status status = SendHeartbeat(&pending_peak);
     if (status.ok()) {
-      if (failures > 0) rpc::LogInfo("the coordinator answers heartbeats again");
+      if (failures > 0) base::LogInfo("the coordinator answers heartbeats again");
       failures = 0;
       backoff = options_.initial_backoff;
       continue;
     }
     if (absl::IsNotFound(status)) {
-      rpc::LogWarning("the coordinator does not know this worker (", status.message(), "): registering again");
+      base::LogWarning("the coordinator does not know this worker (", status.message(), "): registering again");
       const absl::Status registered = Register();
       if (absl::IsCancelled(registered)) return;
       if (!registered.ok()) {
-        rpc::LogError(registered.message());
+        base::LogError(registered.message());
         ++failures;
         backoff = std::min(backoff * 2, options_.max_backoff);
       } else {
@@ -196,13 +196,13 @@ void CoordinatorLink::HeartbeatLoop() {
       continue;
     }
     if (absl::IsFailedPrecondition(status)) {
-      rpc::LogError("this worker's registration was superseded (", status.message(), "): it must stop serving");
+      base::LogError("this worker's registration was superseded (", status.message(), "): it must stop serving");
       if (options_.on_superseded) options_.on_superseded(status);
       return;
     }
     if (IsTransient(status)) {
       if (failures == 0) {
-        rpc::LogWarning("heartbeat failed (", status.message(), "); retrying with back-off");
+        base::LogWarning("heartbeat failed (", status.message(), "); retrying with back-off");
       }
       ++failures;
       backoff = std::min(backoff * 2, options_.max_backoff);
@@ -210,7 +210,7 @@ void CoordinatorLink::HeartbeatLoop() {
     }
     // A refusal that is not transient (a bad token, a malformed heartbeat) will not go away by
     // asking faster: back off as for transient failures, logging each distinct refusal.
-    if (failures == 0 || backoff >= options_.max_backoff) rpc::LogError("heartbeat refused: ", status.message());
+    if (failures == 0 || backoff >= options_.max_backoff) base::LogError("heartbeat refused: ", status.message());
     ++failures;
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
@@ -234,7 +234,7 @@ absl::Status CoordinatorLink::Deregister(const std::string& reason, absl::Durati
     const absl::Status status = rpc::FromGrpcStatus(
         options_.coordinator->DeregisterWorker(context.get(), request, &response), "DeregisterWorker", context.get());
     if (status.ok()) {
-      rpc::LogInfo("deregistered from the coordinator (", reason, ")");
+      base::LogInfo("deregistered from the coordinator (", reason, ")");
       return status;
     }
     if (IsTransient(status) && absl::Now() + backoff < deadline) {

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "planner/device_profile_io.h"
 #include "proto/rpc_util.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 #include "worker/test_coordinator.h"
 
 namespace slimfit::worker {

@@ -1,6 +1,5 @@
 #include "worker/worker_daemon.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,13 +21,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
-#include "client/flags_util.h"
-#include "performer/calibration.h"
+#include "base/flags.h"
+#include "planner/calibration.h"
 #include "performer/cpu_runtime.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_search.h"
-#include "proto/atomic_file.h"
-#include "proto/log.h"
+#include "base/files.h"
+#include "base/exit_status.h"
+#include "base/log.h"
+#include "base/signal_pipe.h"
 #include "proto/rpc_util.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "worker/coordinator_link.h"
@@ -44,40 +45,10 @@ constexpr char kTokenEnv[] = "SLIMFIT_WORKER_TOKEN";
 // Calibration and the profile cache use float32, the planner's default dtype.
 constexpr performer::DType kProfileDType = performer::DType::kFloat32;
 
-int ExitCodeFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
-      return 0;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kPermissionDenied:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
 // Prints "slimfit-worker: <message>" as one line; the exit status for `status`.
 int Fail(std::ostream& err, const absl::Status& status) {
-  std::string message(status.message());
-  for (char& c : message) {
-    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-  }
-  err << kProgram << ": " << message << "\n" << std::flush;
-  return ExitCodeFor(status);
-}
-
-// The self-pipe: OnSignal writes the signal number to signal_pipe[1].
-int signal_pipe[2] = {-1, -1};
-
-extern "C" void OnSignal(int signal_number) {
-  const int saved_errno = errno;
-  const unsigned char byte = static_cast<unsigned char>(signal_number);
-  ssize_t ignored = write(signal_pipe[1], &byte, 1);
-  (void)ignored;
-  errno = saved_errno;
+  err << base::FormatErrorLine(kProgram, status.message()) << std::flush;
+  return base::ExitCodeForStatus(status);
 }
 
 // What ends the daemon: a signal (OK status) or a fatal error. The first request wins.
@@ -145,53 +116,43 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
     if (!profile.ok()) {
       return absl::Status(profile.status().code(), absl::StrCat("--profile: ", profile.status().message()));
     }
-    rpc::LogInfo("using the device profile ", options.profile, " (no calibration)");
+    base::LogInfo("using the device profile ", options.profile, " (no calibration)");
     return LoadedProfile{*std::move(profile), ModificationTime(options.profile)};
   }
   const ProfileKey key{options.device, static_cast<int>(options.threads), kProfileDType};
   absl::StatusOr<std::optional<CachedProfile>> cached = state.LoadProfile(key);
   if (!cached.ok()) {
-    rpc::LogWarning("ignoring the cached profile: ", cached.status().message());
+    base::LogWarning("ignoring the cached profile: ", cached.status().message());
   } else if (cached->has_value()) {
-    rpc::LogInfo("using the profile cached in ", state.path(), " (", key.ToString(), ", calibrated ",
+    base::LogInfo("using the profile cached in ", state.path(), " (", key.ToString(), ", calibrated ",
                  absl::FormatTime(absl::RFC3339_sec, (*cached)->calibrated_at, absl::UTCTimeZone()), ")");
     return LoadedProfile{(*cached)->profile, (*cached)->calibrated_at};
   }
-  rpc::LogInfo("calibrating ", key.ToString(), " with short probes of the engine (10 to 30 s)...");
-  performer::CalibrationOptions calibration;
+  base::LogInfo("calibrating ", key.ToString(), " with short probes of the engine (10 to 30 s)...");
+  planner::CalibrationOptions calibration;
   calibration.device = options.device;
   calibration.threads = static_cast<int>(options.threads);
   calibration.dtype = kProfileDType;
   const absl::Time start = absl::Now();
-  absl::StatusOr<performer::CalibrationResult> result = performer::Calibrate(calibration);
+  absl::StatusOr<planner::CalibrationResult> result = planner::Calibrate(calibration);
   if (!result.ok()) {
     return absl::Status(result.status().code(),
                         absl::StrCat("calibrating ", options.device, ": ", result.status().message()));
   }
   const absl::Time calibrated_at = absl::Now();
-  rpc::LogInfo(absl::StrFormat("calibrated in %.1f s: %.2f GFLOP/s, activation scale %.3f",
+  base::LogInfo(absl::StrFormat("calibrated in %.1f s: %.2f GFLOP/s, activation scale %.3f",
                                absl::ToDoubleSeconds(calibrated_at - start),
                                result->profile.flops_per_second / 1e9, result->profile.activation_scale));
   if (absl::Status s = state.StoreProfile(key, result->profile, calibrated_at); !s.ok()) {
-    rpc::LogWarning("cannot cache the profile (the next start calibrates again): ", s.message());
+    base::LogWarning("cannot cache the profile (the next start calibrates again): ", s.message());
   }
   return LoadedProfile{result->profile, calibrated_at};
 }
 
 int Run(const WorkerDaemonOptions& options, std::ostream& err) {
-  // Signals: the handler only writes the signal number to a pipe (async-signal-safe); a thread
-  // reads it and acts. (Blocking the signals and sigwait-ing would not do: libraries such as
-  // OpenBLAS start threads before main, and a signal delivered to one of them would kill us.)
-  if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
-    return Fail(err, absl::ErrnoToStatus(errno, "cannot create the signal pipe"));
-  }
-  fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
+  // Signals reach a thread of ours through a pipe (base/signal_pipe.h).
+  absl::StatusOr<std::unique_ptr<base::SignalPipe>> signals = base::SignalPipe::Install({SIGTERM, SIGINT});
+  if (!signals.ok()) return Fail(err, signals.status());
   ShutdownRequest shutdown;
   // The service the signal thread may act on; the mutex makes "load and call" and "clear before
   // the service is destroyed" exclusive.
@@ -199,40 +160,31 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   std::atomic<WorkerService*> running_service{nullptr};
   std::thread signal_thread([&] {
     int received = 0;
-    while (true) {
-      unsigned char signal = 0;
-      const ssize_t n = read(signal_pipe[0], &signal, 1);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0 || signal == 0) return;  // 0: the daemon is exiting
-      const std::string name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+    for (int signal; (signal = (*signals)->Wait()) != 0;) {
+      const std::string name = base::SignalName(signal);
       if (++received == 1) {
-        rpc::LogInfo(name, ": shutting down (the running shard may finish for up to ",
-                     absl::FormatDuration(kDrainTimeout), "; a second signal abandons it)");
+        base::LogInfo(name, ": shutting down (the running shard may finish for up to ",
+                      absl::FormatDuration(kDrainTimeout), "; a second signal abandons it)");
         shutdown.Request(name, absl::OkStatus());
       } else {
         absl::MutexLock lock(&running_service_mutex);
         if (WorkerService* service = running_service.load()) {
-          rpc::LogWarning(name, " again: abandoning the running shard");
+          base::LogWarning(name, " again: abandoning the running shard");
           service->CancelCurrentShard();
         }
       }
     }
   });
   struct StopSignalThread {
+    base::SignalPipe* signals;
     std::thread* thread;
     ~StopSignalThread() {
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGINT, SIG_DFL);
-      const unsigned char stop = 0;
-      while (write(signal_pipe[1], &stop, 1) < 0 && errno == EINTR) {
-      }
+      signals->Wake();
       thread->join();
-      close(signal_pipe[0]);
-      close(signal_pipe[1]);
     }
-  } stop_signal_thread{&signal_thread};
+  } stop_signal_thread{signals->get(), &signal_thread};
 
-  rpc::SetLogComponent("worker");
+  base::SetLogComponent("worker");
   performer::RetainFreedHeapMemory();
   absl::StatusOr<c10::Device> device = ParseDevice(options.device);
   if (!device.ok()) return Fail(err, device.status());
@@ -246,7 +198,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   absl::StatusOr<LoadedProfile> profile = LoadOrCalibrate(options, *state);
   if (!profile.ok()) return Fail(err, profile.status());
   if (shutdown.requested()) {
-    rpc::LogInfo("stopped before serving");
+    base::LogInfo("stopped before serving");
     return 0;
   }
 
@@ -290,9 +242,9 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   const std::string bound = absl::StrCat(host, ":", port);
   const std::string advertise = options.advertise.empty() ? bound : options.advertise;
   if (options.advertise.empty() && (host == "0.0.0.0" || host == "[::]")) {
-    rpc::LogWarning("advertising ", advertise, ", which the coordinator cannot reach: set --advertise");
+    base::LogWarning("advertising ", advertise, ", which the coordinator cannot reach: set --advertise");
   }
-  rpc::LogInfo("serving on ", bound, " (advertised as ", advertise, "): device ", options.device, ", budget ",
+  base::LogInfo("serving on ", bound, " (advertised as ", advertise, "): device ", options.device, ", budget ",
                planner::HumanBytes(static_cast<double>(options.memory_budget_bytes)), ", ", options.threads,
                " thread", options.threads == 1 ? "" : "s");
   auto stop_server = [&] {
@@ -303,7 +255,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   };
   if (!options.port_file.empty()) {
-    if (absl::Status s = WriteFileAtomically(options.port_file, bound + "\n"); !s.ok()) {
+    if (absl::Status s = base::WriteFileAtomically(options.port_file, bound + "\n"); !s.ok()) {
       stop_server();
       return Fail(err, absl::Status(s.code(), absl::StrCat("--port_file: ", s.message())));
     }
@@ -346,7 +298,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   if (status.ok()) {
     link.HeartbeatNow();  // report DRAINING at once
     if (!service.WaitUntilIdle(kDrainTimeout)) {
-      rpc::LogWarning("the running shard did not finish within ", absl::FormatDuration(kDrainTimeout),
+      base::LogWarning("the running shard did not finish within ", absl::FormatDuration(kDrainTimeout),
                       ": abandoning it");
       service.CancelCurrentShard();
       service.WaitUntilIdle(absl::Seconds(10));
@@ -358,12 +310,12 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   registrar.join();
   if (status.ok() && registered.load()) {
     if (absl::Status s = link.Deregister(reason, absl::Seconds(5)); !s.ok()) {
-      rpc::LogWarning(s.message());
+      base::LogWarning(s.message());
     }
   }
   stop_server();
   if (!status.ok()) return Fail(err, status);
-  rpc::LogInfo("stopped (", reason, ")");
+  base::LogInfo("stopped (", reason, ")");
   return 0;
 }
 
@@ -372,24 +324,24 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
 absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args, const char* env_token) {
   ParsedFlags parsed;
   WorkerDaemonOptions& o = parsed.options;
-  client::FlagSet flags(
+  base::FlagSet flags(
       "worker",
       "slimfit-worker --coordinator=HOST:PORT --memory_budget=BYTES --state_dir=DIR [--token=T] [flags]",
       "The slimfit worker daemon: registers with the coordinator and computes exact gradients of\n"
       "shards within its memory budget. The token may come from $SLIMFIT_WORKER_TOKEN instead of\n"
       "--token. SIGTERM or SIGINT: finish the running shard (up to 30 s), deregister, exit 0.");
   flags.SetInvocation("slimfit-worker");
-  flags.String("coordinator", &o.coordinator, "the coordinator's host:port", client::FlagSet::kRequired);
+  flags.String("coordinator", &o.coordinator, "the coordinator's host:port", base::FlagSet::kRequired);
   flags.String("listen", &o.listen, "host:port to serve the Worker service on; port 0 picks a free one");
   flags.String("advertise", &o.advertise,
                "host:port the coordinator reaches this worker at (default: the listen host and bound port)");
   flags.String("device", &o.device, "cpu, or cuda:N with a CUDA build of LibTorch");
   flags.ByteSize("memory_budget", &o.memory_budget_bytes,
                  "most tensor bytes one gradient call may use, e.g. 512MiB (plans keep a 10% margin)",
-                 client::FlagSet::kRequired);
+                 base::FlagSet::kRequired);
   flags.Int("threads", &o.threads, "compute threads");
   flags.String("state_dir", &o.state_dir, "directory for the worker id and the calibrated profile (created)",
-               client::FlagSet::kRequired);
+               base::FlagSet::kRequired);
   flags.String("token", &o.token, "the worker token (default: $SLIMFIT_WORKER_TOKEN)");
   flags.String("profile", &o.profile, "a text-format DeviceProfile to use instead of calibrating");
   flags.String("port_file", &o.port_file, "once serving, write the bound host:port to this file (atomically)");

@@ -12,10 +12,11 @@
 #include "performer/gradient_engine.h"
 #include "performer/memory_tracker.h"
 #include "performer/tensor_chunks.h"
+#include "planner/bptt_schedule.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
-#include "proto/log.h"
+#include "base/log.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
 #include "worker/shard_request.h"
@@ -152,7 +153,7 @@ grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const 
   if (grpc::Status s = Authenticate(*context); !s.ok()) return s;
   absl::StatusOr<performer::Plan> plan = ValidateShardRequest(*request);
   if (!plan.ok()) {
-    rpc::LogWarning(ShardName(*request), ": refused: ", plan.status().message());
+    base::LogWarning(ShardName(*request), ": refused: ", plan.status().message());
     return rpc::ToGrpcStatus(plan.status(), context);
   }
   {
@@ -193,7 +194,7 @@ grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const 
     absl::MutexLock lock(&mu_);
     current_.reset();
   }
-  if (!status.ok()) rpc::LogWarning(ShardName(*request), ": ", absl::StatusCodeToString(status.code()), ": ", status.message());
+  if (!status.ok()) base::LogWarning(ShardName(*request), ": ", absl::StatusCodeToString(status.code()), ": ", status.message());
   return rpc::ToGrpcStatus(status, context);
 }
 
@@ -234,6 +235,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   performer::GradientOptions gradient_options;
   gradient_options.loss_normalizer = request.loss_normalizer();
   gradient_options.feature_seed = request.feature_seed();
+  gradient_options.dp_schedule = planner::ScheduleForPlan;
   std::vector<at::Tensor> sum;
   v1::GradientSummary summary;
   double compute_seconds = 0;
@@ -330,7 +332,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   if (!writer->Write(response)) {
     return absl::CancelledError(absl::StrCat(ShardName(request), ": the caller went away before the summary"));
   }
-  rpc::LogInfo(ShardName(request), ": ", count, " sequence", count == 1 ? "" : "s", ", ", summary.token_count(),
+  base::LogInfo(ShardName(request), ": ", count, " sequence", count == 1 ? "" : "s", ", ", summary.token_count(),
                " predicted tokens, loss ", absl::StrFormat("%.4f", summary.loss_sum() / std::max<int64_t>(1, summary.token_count())),
                ", peak ", HumanBytes(static_cast<double>(measured_peak)), " (predicted ",
                HumanBytes(static_cast<double>(budget->needed_bytes)), "), ",

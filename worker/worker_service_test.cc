@@ -17,7 +17,7 @@
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 #include "worker/test_coordinator.h"
 
 namespace slimfit::worker {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "planner/device_profile_io.h"
-#include "proto/atomic_file.h"
+#include "base/files.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::worker {
@@ -114,7 +114,7 @@ absl::StatusOr<std::string> StateDir::ReadWorkerId() const {
 absl::Status StateDir::WriteWorkerId(absl::string_view id) const {
   const std::string file = FilePath(kWorkerIdFile);
   if (absl::Status s = ValidateWorkerId(id, file); !s.ok()) return s;
-  return WriteFileAtomically(file, absl::StrCat(id, "\n"));
+  return base::WriteFileAtomically(file, absl::StrCat(id, "\n"));
 }
 
 absl::StatusOr<std::optional<CachedProfile>> StateDir::LoadProfile(const ProfileKey& key) const {
@@ -161,7 +161,7 @@ absl::Status StateDir::StoreProfile(const ProfileKey& key, const planner::Device
       "# slimfit-worker: calibrated device profile, reused while the key matches\n", kKeyPrefix, key.ToString(),
       "\n", kCalibratedAtPrefix, absl::FormatTime(absl::RFC3339_full, calibrated_at, absl::UTCTimeZone()), "\n",
       planner::DeviceProfileToText(profile));
-  return WriteFileAtomically(file, text);
+  return base::WriteFileAtomically(file, text);
 }
 
 }  // namespace slimfit::worker

@@ -9,13 +9,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/device_profile_io.h"
-#include "proto/atomic_file.h"
-#include "tests/test_util.h"
+#include "base/files.h"
+#include "base/test_util.h"
 
 namespace slimfit::worker {
 namespace {
 
-using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::base::ReadFileToString;
 using ::slimfit::testing_util::RunfilePath;
 using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
@@ -41,7 +41,7 @@ TEST(StateDirTest, CreatesMissingParents) {
 
 TEST(StateDirTest, RefusesAFileAndAnEmptyPath) {
   const std::string file = TempPath("not_a_dir");
-  ASSERT_TRUE(WriteFileAtomically(file, "x").ok());
+  ASSERT_TRUE(base::WriteFileAtomically(file, "x").ok());
   absl::StatusOr<StateDir> state = StateDir::Open(file);
   EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(state.status().message(), HasSubstr("not a directory"));
@@ -74,7 +74,7 @@ TEST(StateDirTest, RejectsBadWorkerIds) {
   EXPECT_EQ(state->WriteWorkerId("").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(state->WriteWorkerId("two words").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(state->WriteWorkerId(std::string(300, 'w')).code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(WriteFileAtomically(state->path() + "/worker_id", "w-1\nw-2\n").ok());
+  ASSERT_TRUE(base::WriteFileAtomically(state->path() + "/worker_id", "w-1\nw-2\n").ok());
   absl::StatusOr<std::string> id = state->ReadWorkerId();
   EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(id.status().message(), HasSubstr("worker_id"));
@@ -112,7 +112,7 @@ TEST(StateDirTest, CorruptProfileIsReportedWithThePath) {
   absl::StatusOr<StateDir> state = StateDir::Open(TempPath("state_corrupt"));
   ASSERT_TRUE(state.ok());
   const ProfileKey key{"cpu", 1, performer::DType::kFloat32};
-  ASSERT_TRUE(WriteFileAtomically(state->path() + "/profile.textproto",
+  ASSERT_TRUE(base::WriteFileAtomically(state->path() + "/profile.textproto",
                                   absl::StrCat("# key: ", key.ToString(),
                                                "\n# calibrated_at: 2024-01-01T00:00:00Z\nflops_per_second: x\n"))
                   .ok());
@@ -120,7 +120,7 @@ TEST(StateDirTest, CorruptProfileIsReportedWithThePath) {
   EXPECT_EQ(cached.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(cached.status().message(), HasSubstr("profile.textproto"));
 
-  ASSERT_TRUE(WriteFileAtomically(state->path() + "/profile.textproto", "threads: 1\n").ok());
+  ASSERT_TRUE(base::WriteFileAtomically(state->path() + "/profile.textproto", "threads: 1\n").ok());
   cached = state->LoadProfile(key);
   EXPECT_EQ(cached.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(cached.status().message(), HasSubstr("header"));

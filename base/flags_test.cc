@@ -1,4 +1,4 @@
-#include "client/flags_util.h"
+#include "base/flags.h"
 
 #include <cstdint>
 #include <string>
@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace slimfit::client {
+namespace slimfit::base {
 namespace {
 
 using ::testing::HasSubstr;
@@ -425,4 +425,4 @@ TEST(FlagSetInvocationTest, NamesADaemonInMessages) {
 }
 
 }  // namespace
-}  // namespace slimfit::client
+}  // namespace slimfit::base

@@ -1,22 +1,22 @@
-// Small helpers shared by the tests: where a test may write files ($TEST_TMPDIR), where Bazel put
-// its data files (runfiles under $TEST_SRCDIR), and reading a file back.
+// Small helpers shared by the tests of every package: where a test may write files ($TEST_TMPDIR)
+// and where Bazel put its data files (runfiles under $TEST_SRCDIR). Read files back with
+// base::ReadFileToString (base/files.h).
 //
 // Example:
 //   const std::string path = slimfit::testing_util::TempPath("profile.txtpb");
 //   ASSERT_TRUE(WriteDeviceProfile(path, profile).ok());
-//   absl::StatusOr<std::string> written = slimfit::testing_util::ReadFileToString(path);
+//   absl::StatusOr<std::string> written = slimfit::base::ReadFileToString(path);
 //   ASSERT_TRUE(written.ok()) << written.status();
 //
 //   const std::string profile = slimfit::testing_util::RunfilePath("client/testdata/tiny_cpu.profile");
 //
 // Test-only (testonly = 1). Thread safety: the path functions only read the environment and may
-// be called concurrently; ReadFileToString reads one file and keeps no state.
-#ifndef SLIMFIT_TESTS_TEST_UTIL_H_
-#define SLIMFIT_TESTS_TEST_UTIL_H_
+// be called concurrently.
+#ifndef SLIMFIT_BASE_TEST_UTIL_H_
+#define SLIMFIT_BASE_TEST_UTIL_H_
 
 #include <string>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace slimfit::testing_util {
@@ -33,12 +33,6 @@ std::string TempPath(absl::string_view name);
 // Does not check that the file exists.
 std::string RunfilePath(absl::string_view workspace_relative_path);
 
-// The whole contents of the file at `path`, bytes as they are (no newline translation).
-// Errors: the errno-derived code (NOT_FOUND for a missing file, PERMISSION_DENIED, ...) when it
-// cannot be opened, INTERNAL when reading fails part way; the message names the path. Callers
-// assert on the status, so that a missing file fails the test rather than reading as "".
-[[nodiscard]] absl::StatusOr<std::string> ReadFileToString(const std::string& path);
-
 }  // namespace slimfit::testing_util
 
-#endif  // SLIMFIT_TESTS_TEST_UTIL_H_
+#endif  // SLIMFIT_BASE_TEST_UTIL_H_

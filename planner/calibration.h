@@ -1,5 +1,6 @@
 // Calibration: short probes of the real gradient engine on a device, fitted into the constants of
-// the planner's cost model (planner/device_profile.h, planner/cost_model.h).
+// the planner's cost model (device_profile.h, cost_model.h). The planner runs the engine here;
+// the engine knows nothing of the planner.
 //
 // Memory: the working bytes of sliced gradients at a few C (peak − start − gradient) against the
 // model's analytic saved elements give activation_scale and activation_overhead_bytes (least
@@ -11,12 +12,12 @@
 // Example:
 //   CalibrationOptions options;
 //   options.threads = 2;
-//   absl::StatusOr<planner::DeviceProfile> profile = Calibrate(options);
+//   absl::StatusOr<CalibrationResult> result = Calibrate(options);
 //
 // Thread safety: runs gradients on the device and sets the process's thread counts
-// (cpu_runtime.h); do not run other gradients concurrently.
-#ifndef SLIMFIT_PERFORMER_CALIBRATION_H_
-#define SLIMFIT_PERFORMER_CALIBRATION_H_
+// (performer/cpu_runtime.h); do not run other gradients concurrently.
+#ifndef SLIMFIT_PLANNER_CALIBRATION_H_
+#define SLIMFIT_PLANNER_CALIBRATION_H_
 
 #include <cstdint>
 #include <string>
@@ -27,18 +28,18 @@
 #include "performer/plan.h"
 #include "planner/device_profile.h"
 
-namespace slimfit::performer {
+namespace slimfit::planner {
 
 // A 2-layer, 4-head probe model of width d_model with d_ff = 4·d_model.
-ModelConfig ProbeModel(int64_t d_model);
+performer::ModelConfig ProbeModel(int64_t d_model);
 
 struct CalibrationOptions {
   std::string device = "cpu";
   int threads = 1;
-  DType dtype = DType::kFloat32;
+  performer::DType dtype = performer::DType::kFloat32;
   // The probe models and sequence: small enough to run in seconds, two widths so the fit sees how
   // matrix-product speed depends on every dimension, not only on the slice size.
-  std::vector<ModelConfig> models = {ProbeModel(128), ProbeModel(256), ProbeModel(512)};
+  std::vector<performer::ModelConfig> models = {ProbeModel(128), ProbeModel(256), ProbeModel(512)};
   int64_t seq_len = 1024;
   std::vector<int64_t> slices = {16, 64, 256, 0};  // 0: full back-propagation
   int repeats = 2;                                       // timed runs per probe (median)
@@ -47,13 +48,13 @@ struct CalibrationOptions {
 
 // One probe's measurements, for reports and tests.
 struct ProbeResult {
-  Plan plan;
+  performer::Plan plan;
   double seconds = 0;
   int64_t working_bytes = 0;
 };
 
 struct CalibrationResult {
-  planner::DeviceProfile profile;
+  DeviceProfile profile;
   std::vector<ProbeResult> probes;
 };
 
@@ -61,6 +62,6 @@ struct CalibrationResult {
 // errors of the engine otherwise.
 absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options);
 
-}  // namespace slimfit::performer
+}  // namespace slimfit::planner
 
-#endif  // SLIMFIT_PERFORMER_CALIBRATION_H_
+#endif  // SLIMFIT_PLANNER_CALIBRATION_H_

@@ -1,15 +1,13 @@
-#include "performer/tensor_file.h"
-
+// The safetensors reader: exhaustive header validation, then tensor bytes read straight into
+// their tensors.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -18,104 +16,19 @@
 
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
-#include <nlohmann/json.hpp>
-#include <torch/csrc/jit/serialization/pickle.h>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/types/optional.h"
-#include "absl/types/span.h"
+#include "performer/safetensors.h"
+#include "performer/safetensors_format.h"
 
-// safetensors stores tensor elements little-endian; tensor bytes are copied
-// verbatim between files and host memory, which is only right on such hosts.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "tensor_file.cc assumes a little-endian host");
-
-namespace slimfit {
-namespace performer {
+namespace slimfit::performer {
 namespace {
 
-using Json = nlohmann::json;
-using OrderedJson = nlohmann::ordered_json;
+using namespace safetensors_internal;  // NOLINT: the format's own helpers
 
-constexpr uint64_t kPrefixBytes = 8;  // u64 header length
-// Same bound as the reference implementation (which uses 100'000'000): keeps a
-// corrupt length from triggering a huge allocation.
-constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
-constexpr char kMetadataKey[] = "__metadata__";
-
-struct DtypeName {
-  const char* name;
-  at::ScalarType type;
-};
-constexpr DtypeName kDtypes[] = {
-    {"F64", at::kDouble},    {"F32", at::kFloat}, {"F16", at::kHalf},
-    {"BF16", at::kBFloat16}, {"I64", at::kLong},  {"I32", at::kInt},
-    {"I16", at::kShort},     {"I8", at::kChar},   {"U8", at::kByte},
-    {"BOOL", at::kBool},
-};
-
-absl::optional<at::ScalarType> DtypeFromName(absl::string_view name) {
-  for (const DtypeName& d : kDtypes) {
-    if (name == d.name) return d.type;
-  }
-  return absl::nullopt;
-}
-
-const char* NameOfDtype(at::ScalarType type) {
-  for (const DtypeName& d : kDtypes) {
-    if (type == d.type) return d.name;
-  }
-  return nullptr;
-}
-
-std::string SupportedDtypes() {
-  return absl::StrJoin(kDtypes, ", ", [](std::string* out, const DtypeName& d) {
-    out->append(d.name);
-  });
-}
-
-template <typename... Args>
-absl::Status Invalid(const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrCat(args...));
-}
-
-// Prefixes a non-OK status's message with `path`.
-absl::Status WithPath(const std::string& path, const absl::Status& status) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat(path, ": ", status.message()));
-}
-
-absl::Status ErrnoError(int err, absl::string_view what) {
-  // glibc's strerror is thread-safe for the errno values it knows.
-  std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-    case ENOMEM:
-      return absl::ResourceExhaustedError(message);
-    case EISDIR:
-    case ENAMETOOLONG:
-    case ELOOP:
-      return absl::InvalidArgumentError(message);
-    default:
-      return absl::UnknownError(message);
-  }
-}
-
-std::string ShapeString(absl::Span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
+absl::Status ErrnoError(int err, absl::string_view what) { return absl::ErrnoToStatus(err, what); }
 
 // -----------------------------------------------------------------------------
 // Header decoding.
@@ -427,21 +340,6 @@ absl::Status ReadFully(int fd, char* out, uint64_t size, uint64_t offset) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFully(int fd, const char* data, uint64_t size) {
-  while (size > 0) {
-    const size_t chunk = static_cast<size_t>(
-        std::min<uint64_t>(size, std::numeric_limits<ssize_t>::max()));
-    const ssize_t n = write(fd, data, chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, "write");
-    }
-    data += n;
-    size -= static_cast<uint64_t>(n);
-  }
-  return absl::OkStatus();
-}
-
 // An open regular file for reading; closes on destruction.
 class InputFile {
  public:
@@ -476,149 +374,7 @@ class InputFile {
   uint64_t size_ = 0;
 };
 
-// -----------------------------------------------------------------------------
-// Encoding.
-
-// What a safetensors file consists of: the length prefix and padded header,
-// followed by the bytes of `tensors` in order.
-struct Encoding {
-  std::string head;
-  std::vector<at::Tensor> tensors;  // contiguous, on CPU
-  uint64_t data_bytes = 0;
-};
-
-absl::Status CheckUtf8(const std::string& s, absl::string_view what) {
-  try {
-    (void)Json(s).dump();
-  } catch (const Json::type_error&) {
-    return Invalid(what, " is not valid UTF-8");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Encoding> Encode(const TensorFile& file) {
-  OrderedJson header = OrderedJson::object();
-  if (!file.metadata.empty()) {
-    OrderedJson& metadata = header[kMetadataKey] = OrderedJson::object();
-    for (const auto& [key, value] : file.metadata) {
-      absl::Status utf8 =
-          CheckUtf8(key, absl::StrCat("metadata key '", key, "'"));
-      if (utf8.ok()) {
-        utf8 =
-            CheckUtf8(value, absl::StrCat("metadata value of key '", key, "'"));
-      }
-      if (!utf8.ok()) return utf8;
-      metadata[key] = value;
-    }
-  }
-  Encoding encoding;
-  for (const auto& [name, tensor] : file.tensors) {
-    if (name == kMetadataKey) {
-      return Invalid("a tensor cannot be named \"", kMetadataKey, "\"");
-    }
-    absl::Status utf8 =
-        CheckUtf8(name, absl::StrCat("tensor name '", name, "'"));
-    if (!utf8.ok()) return utf8;
-    if (!tensor.defined()) return Invalid("tensor '", name, "' is undefined");
-    if (tensor.layout() != at::kStrided) {
-      return Invalid("tensor '", name, "' has layout ",
-                     c10::str(tensor.layout()),
-                     "; only dense (strided) tensors can be saved");
-    }
-    const char* dtype = NameOfDtype(tensor.scalar_type());
-    if (dtype == nullptr) {
-      return Invalid(
-          "tensor '", name, "' has dtype ", c10::toString(tensor.scalar_type()),
-          ", which cannot be saved (supported: ", SupportedDtypes(), ")");
-    }
-    at::Tensor cpu;
-    try {
-      // resolve_neg: a lazily negated view must be saved with its values.
-      cpu = tensor.to(at::kCPU).resolve_neg().contiguous();
-    } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat(
-          "cannot copy tensor '", name,
-          "' to contiguous CPU memory: ", e.what_without_backtrace()));
-    }
-    const uint64_t bytes = cpu.nbytes();
-    OrderedJson entry = OrderedJson::object();
-    entry["dtype"] = dtype;
-    entry["shape"] = cpu.sizes().vec();
-    entry["data_offsets"] =
-        OrderedJson::array({encoding.data_bytes, encoding.data_bytes + bytes});
-    header[name] = std::move(entry);
-    encoding.data_bytes += bytes;
-    encoding.tensors.push_back(std::move(cpu));
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  if (text.size() > kMaxHeaderBytes) {
-    return Invalid("header would be ", text.size(),
-                   " bytes, above the limit of ", kMaxHeaderBytes,
-                   " that readers accept (too many tensors?)");
-  }
-  encoding.head.reserve(kPrefixBytes + text.size());
-  for (int i = 0; i < 8; ++i) {
-    encoding.head.push_back(static_cast<char>((text.size() >> (8 * i)) & 0xff));
-  }
-  encoding.head += text;
-  return encoding;
-}
-
-const char* TensorBytes(const at::Tensor& tensor) {
-  return static_cast<const char*>(tensor.data_ptr());
-}
-
-// -----------------------------------------------------------------------------
-// torch.save files.
-
-// LibTorch's unpickler turns the collections.OrderedDict global into None
-// (harmless for the empty OrderedDict of backward hooks that every pickled
-// tensor carries), so an OrderedDict state dict loads as None when empty and
-// otherwise fails when its items are set on that None.
-bool MentionsOrderedDict(const std::vector<char>& bytes) {
-  // Pickles name globals in plain text; torch.save stores data.pkl
-  // uncompressed.
-  static constexpr absl::string_view kName = "OrderedDict";
-  return std::search(bytes.begin(), bytes.end(), kName.begin(), kName.end()) !=
-         bytes.end();
-}
-
-absl::Status OrderedDictError(const std::string& path) {
-  return Invalid(path,
-                 ": the file holds a collections.OrderedDict, which LibTorch "
-                 "cannot read; save it as torch.save(dict(model.state_dict()), "
-                 "path) or as safetensors");
-}
-
-absl::Status PickleLoadError(const std::string& path,
-                             const std::vector<char>& bytes,
-                             absl::string_view what) {
-  if (absl::StrContains(what, "central directory") ||
-      absl::StrContains(what, "not a ZIP archive")) {
-    // A legacy torch.save file is a bare pickle stream: PROTO opcode 0x80.
-    if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80) {
-      return Invalid(path,
-                     ": LibTorch failed finding the zip central directory: the "
-                     "file uses PyTorch's legacy torch.save format "
-                     "(_use_new_zipfile_serialization=False), which LibTorch "
-                     "cannot read; re-save it with "
-                     "torch.save(dict(state_dict), path) in the default zip "
-                     "format, or as safetensors");
-    }
-    return Invalid(path, ": not a torch.save zip archive (", what, ")");
-  }
-  if (absl::StrContains(what, "Expected GenericDict but got None") &&
-      MentionsOrderedDict(bytes)) {
-    return OrderedDictError(path);
-  }
-  return Invalid(path, ": cannot unpickle the torch.save file: ", what);
-}
-
 }  // namespace
-
-// -----------------------------------------------------------------------------
-// Public API.
 
 absl::StatusOr<TensorFile> ParseSafetensors(absl::string_view bytes) {
   absl::StatusOr<uint64_t> header_length = HeaderLength(bytes, bytes.size());
@@ -680,143 +436,4 @@ absl::StatusOr<TensorFile> ReadSafetensors(const std::string& path) {
   return file;
 }
 
-absl::StatusOr<std::string> SerializeSafetensors(const TensorFile& file) {
-  absl::StatusOr<Encoding> encoding = Encode(file);
-  if (!encoding.ok()) return encoding.status();
-  std::string out;
-  out.reserve(encoding->head.size() + encoding->data_bytes);
-  out += encoding->head;
-  for (const at::Tensor& tensor : encoding->tensors) {
-    out.append(TensorBytes(tensor), tensor.nbytes());
-  }
-  return out;
-}
-
-absl::Status WriteSafetensors(const std::string& path, const TensorFile& file) {
-  absl::StatusOr<Encoding> encoding = Encode(file);
-  if (!encoding.ok()) return WithPath(path, encoding.status());
-
-  // pid + counter makes names unique among live writers; O_EXCL plus retries
-  // skips leftovers of crashed processes that had the same pid.
-  static std::atomic<uint64_t> counter{0};
-  std::string temp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    temp = absl::StrCat(path, ".tmp.", getpid(), ".", counter++);
-    fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno != EEXIST || attempt >= 100)) {
-      return ErrnoError(errno,
-                        absl::StrCat("cannot create temporary file ", temp));
-    }
-  }
-  absl::Cleanup remove_temp = [&fd, &temp] {
-    if (fd >= 0) close(fd);
-    unlink(temp.c_str());
-  };
-  auto fail = [&temp](const absl::Status& status) {
-    return absl::Status(status.code(),
-                        absl::StrCat("writing ", temp, ": ", status.message()));
-  };
-
-  absl::Status written =
-      WriteFully(fd, encoding->head.data(), encoding->head.size());
-  for (const at::Tensor& tensor : encoding->tensors) {
-    if (!written.ok()) break;
-    written = WriteFully(fd, TensorBytes(tensor), tensor.nbytes());
-  }
-  if (!written.ok()) return fail(written);
-  if (fsync(fd) != 0) return fail(ErrnoError(errno, "fsync"));
-  const int closing = fd;
-  fd = -1;
-  if (close(closing) != 0) return fail(ErrnoError(errno, "close"));
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    return ErrnoError(errno,
-                      absl::StrCat("cannot rename ", temp, " to ", path));
-  }
-  std::move(remove_temp).Cancel();
-
-  // Make the rename itself durable. Some file systems cannot fsync a
-  // directory (EINVAL); the data is then as durable as they allow.
-  const std::string::size_type slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) {
-    return ErrnoError(errno, absl::StrCat("wrote ", path,
-                                          " but cannot open its directory to "
-                                          "fsync it"));
-  }
-  const bool synced = fsync(dir_fd) == 0 || errno == EINVAL;
-  const int sync_errno = errno;
-  close(dir_fd);
-  if (!synced) {
-    return ErrnoError(sync_errno, absl::StrCat("wrote ", path, " but fsync of ",
-                                               dir, " failed"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(
-    const std::string& path) {
-  absl::StatusOr<InputFile> input = InputFile::Open(path);
-  if (!input.ok()) return WithPath(path, input.status());
-  std::vector<char> bytes(input->size());
-  absl::Status read = ReadFully(input->fd(), bytes.data(), bytes.size(), 0);
-  if (!read.ok()) return WithPath(path, read);
-
-  c10::IValue value;
-  try {
-    value = torch::jit::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    return PickleLoadError(path, bytes, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return PickleLoadError(path, bytes, e.what());
-  }
-  if (!value.isGenericDict()) {
-    if (value.isNone() && MentionsOrderedDict(bytes)) {
-      return OrderedDictError(path);
-    }
-    return Invalid(path, ": the file holds a ", value.tagKind(),
-                   ", expected a dict of tensors");
-  }
-
-  c10::Dict<c10::IValue, c10::IValue> dict = value.toGenericDict();
-  std::string nesting;  // where the returned dict sits, for messages
-  for (const char* key : {"state_dict", "model"}) {
-    auto it = dict.find(c10::IValue(key));
-    if (it != dict.end() && it->value().isGenericDict()) {
-      dict = it->value().toGenericDict();
-      nesting = absl::StrCat(" under '", key, "'");
-      break;
-    }
-  }
-  std::map<std::string, at::Tensor> tensors;
-  for (const auto& item : dict) {
-    if (!item.key().isString()) {
-      return Invalid(path, ": the dict", nesting, " has a ",
-                     item.key().tagKind(), " key; expected string keys");
-    }
-    const std::string& key = item.key().toStringRef();
-    if (!item.value().isTensor()) {
-      return Invalid(path, ": value of key '", key, "'", nesting, " is a ",
-                     item.value().tagKind(), ", not a tensor",
-                     item.value().isNone() ? " (LibTorch also reads an empty "
-                                             "collections.OrderedDict as None)"
-                                           : "");
-    }
-    try {
-      // A no-op for CPU tensors; a LibTorch built with CUDA restores CUDA
-      // tensors on their device.
-      tensors.emplace(key, item.value().toTensor().to(at::kCPU));
-    } catch (const c10::Error& e) {
-      return absl::InternalError(
-          absl::StrCat(path, ": cannot copy tensor '", key,
-                       "' to CPU memory: ", e.what_without_backtrace()));
-    }
-  }
-  return tensors;
-}
-
-}  // namespace performer
-}  // namespace slimfit
+}  // namespace slimfit::performer

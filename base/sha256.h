@@ -2,8 +2,8 @@
 // exports). Sha256Hasher digests a stream piece by piece; Sha256Hex and Sha256OfFile are one-shot.
 //
 // Thread safety: a Sha256Hasher is used by one thread; the functions are pure.
-#ifndef SLIMFIT_PROTO_SHA256_H_
-#define SLIMFIT_PROTO_SHA256_H_
+#ifndef SLIMFIT_BASE_SHA256_H_
+#define SLIMFIT_BASE_SHA256_H_
 
 #include <memory>
 #include <string>
@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace slimfit::rpc {
+namespace slimfit::base {
 
 class Sha256Hasher {
  public:
@@ -37,6 +37,6 @@ absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
 // True for 64 lowercase hexadecimal characters.
 bool IsSha256Hex(absl::string_view text);
 
-}  // namespace slimfit::rpc
+}  // namespace slimfit::base
 
-#endif  // SLIMFIT_PROTO_SHA256_H_
+#endif  // SLIMFIT_BASE_SHA256_H_

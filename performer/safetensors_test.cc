@@ -1,4 +1,4 @@
-#include "performer/tensor_file.h"
+#include "performer/safetensors.h"
 
 #include <cmath>
 #include <cstdint>
@@ -10,17 +10,18 @@
 
 #include <ATen/ATen.h>
 
+#include "base/files.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "base/test_util.h"
 
 namespace slimfit {
 namespace performer {
 namespace {
 
-using ::slimfit::testing_util::ReadFileToString;
+using ::slimfit::base::ReadFileToString;
 using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
 
@@ -106,7 +107,7 @@ absl::Status ParseStatus(const std::string& bytes) {
 
 // --- Round trips -------------------------------------------------------------
 
-TEST(TensorFileTest, RoundTripsEveryDtype) {
+TEST(SafetensorsTest, RoundTripsEveryDtype) {
   TensorFile file;
   const std::vector<at::ScalarType> dtypes = {
       at::kDouble, at::kFloat, at::kHalf, at::kBFloat16, at::kLong,
@@ -126,7 +127,7 @@ TEST(TensorFileTest, RoundTripsEveryDtype) {
   EXPECT_TRUE(parsed->metadata.empty());
 }
 
-TEST(TensorFileTest, RoundTripsScalarsAndEmptyTensors) {
+TEST(SafetensorsTest, RoundTripsScalarsAndEmptyTensors) {
   TensorFile file;
   file.tensors["scalar_f64"] = at::scalar_tensor(-0.125, at::kDouble);
   file.tensors["scalar_i8"] = at::scalar_tensor(-7, at::kChar);
@@ -146,7 +147,7 @@ TEST(TensorFileTest, RoundTripsScalarsAndEmptyTensors) {
   EXPECT_EQ(parsed->tensors.at("empty_3d").numel(), 0);
 }
 
-TEST(TensorFileTest, EmptyFileIsAPaddedEmptyObject) {
+TEST(SafetensorsTest, EmptyFileIsAPaddedEmptyObject) {
   absl::StatusOr<std::string> bytes = SerializeSafetensors(TensorFile{});
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(*bytes, std::string("\x08\0\0\0\0\0\0\0{}      ", 16));
@@ -156,7 +157,7 @@ TEST(TensorFileTest, EmptyFileIsAPaddedEmptyObject) {
   EXPECT_TRUE(parsed->metadata.empty());
 }
 
-TEST(TensorFileTest, RoundTripsMetadataFirstInHeader) {
+TEST(SafetensorsTest, RoundTripsMetadataFirstInHeader) {
   TensorFile file;
   file.tensors["a"] = at::ones({2}, at::kFloat);
   file.metadata = {{"format", "pt"},
@@ -173,7 +174,7 @@ TEST(TensorFileTest, RoundTripsMetadataFirstInHeader) {
   ExpectTensorsEqual(parsed->tensors, file.tensors);
 }
 
-TEST(TensorFileTest, SavesValuesOfNonContiguousTensors) {
+TEST(SafetensorsTest, SavesValuesOfNonContiguousTensors) {
   at::Tensor base = at::arange(24, at::kFloat).reshape({4, 6});
   TensorFile file;
   file.tensors["transposed"] = base.t();
@@ -190,7 +191,7 @@ TEST(TensorFileTest, SavesValuesOfNonContiguousTensors) {
   EXPECT_TRUE(at::equal(parsed->tensors.at("negated"), -base));
 }
 
-TEST(TensorFileTest, ParsedTensorsOwnTheirMemory) {
+TEST(SafetensorsTest, ParsedTensorsOwnTheirMemory) {
   TensorFile file;
   file.tensors["x"] = at::arange(16, at::kInt);
   std::string bytes = *SerializeSafetensors(file);
@@ -202,7 +203,7 @@ TEST(TensorFileTest, ParsedTensorsOwnTheirMemory) {
   ExpectTensorsEqual(parsed->tensors, file.tensors);
 }
 
-TEST(TensorFileTest, AcceptsOtherHeaderOrderAndIgnoresUnknownFields) {
+TEST(SafetensorsTest, AcceptsOtherHeaderOrderAndIgnoresUnknownFields) {
   // Another writer's layout: data in non-name order, fields reordered,
   // an extra field, whitespace.
   const std::string header = R"( { "b": {"data_offsets": [0, 4], "shape": [2],
@@ -217,7 +218,7 @@ TEST(TensorFileTest, AcceptsOtherHeaderOrderAndIgnoresUnknownFields) {
 
 // --- Compatibility with an independently written file ------------------------
 
-TEST(TensorFileTest, ReadsIndependentlyWrittenFile) {
+TEST(SafetensorsTest, ReadsIndependentlyWrittenFile) {
   const std::string path = TestDataPath("reference.safetensors");
   absl::StatusOr<TensorFile> read = ReadSafetensors(path);
   ASSERT_TRUE(read.ok()) << read.status();
@@ -225,7 +226,7 @@ TEST(TensorFileTest, ReadsIndependentlyWrittenFile) {
   ExpectTensorsEqual(read->tensors, expected.tensors);
   EXPECT_EQ(read->metadata, expected.metadata);
 
-  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  absl::StatusOr<std::string> bytes = base::ReadFileToString(path);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   absl::StatusOr<TensorFile> parsed = ParseSafetensors(*bytes);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -233,9 +234,9 @@ TEST(TensorFileTest, ReadsIndependentlyWrittenFile) {
   EXPECT_EQ(parsed->metadata, expected.metadata);
 }
 
-TEST(TensorFileTest, WritesByteIdenticalFile) {
+TEST(SafetensorsTest, WritesByteIdenticalFile) {
   absl::StatusOr<std::string> read =
-      ReadFileToString(TestDataPath("reference.safetensors"));
+      base::ReadFileToString(TestDataPath("reference.safetensors"));
   ASSERT_TRUE(read.ok()) << read.status();
   const std::string& reference = *read;
   absl::StatusOr<std::string> from_scratch =
@@ -250,9 +251,9 @@ TEST(TensorFileTest, WritesByteIdenticalFile) {
   EXPECT_EQ(*round_trip, reference);
 }
 
-TEST(TensorFileTest, EveryTruncationIsAnErrorNeverACrash) {
+TEST(SafetensorsTest, EveryTruncationIsAnErrorNeverACrash) {
   absl::StatusOr<std::string> read =
-      ReadFileToString(TestDataPath("reference.safetensors"));
+      base::ReadFileToString(TestDataPath("reference.safetensors"));
   ASSERT_TRUE(read.ok()) << read.status();
   const std::string& bytes = *read;
   ASSERT_GT(bytes.size(), 8u);
@@ -270,13 +271,13 @@ TEST(TensorFileTest, EveryTruncationIsAnErrorNeverACrash) {
 
 // --- Corrupt input -----------------------------------------------------------
 
-TEST(TensorFileTest, RejectsShortFile) {
+TEST(SafetensorsTest, RejectsShortFile) {
   ExpectInvalid(ParseStatus(""), "0 bytes, shorter than the 8-byte");
   ExpectInvalid(ParseStatus(std::string("\x02\0\0", 3)),
                 "3 bytes, shorter than the 8-byte");
 }
 
-TEST(TensorFileTest, RejectsHeaderLengthBeyondFile) {
+TEST(SafetensorsTest, RejectsHeaderLengthBeyondFile) {
   std::string bytes = MakeFile("{}      ");
   bytes[0] = 9;
   ExpectInvalid(ParseStatus(bytes),
@@ -284,14 +285,14 @@ TEST(TensorFileTest, RejectsHeaderLengthBeyondFile) {
                 "prefix (file truncated?)");
 }
 
-TEST(TensorFileTest, RejectsAbsurdHeaderLength) {
+TEST(SafetensorsTest, RejectsAbsurdHeaderLength) {
   std::string bytes = MakeFile("{}");
   bytes.replace(0, 8, std::string("\0\0\0\0\0\x01\0\0", 8));  // 2^40
   ExpectInvalid(ParseStatus(bytes),
                 "header length 1099511627776 exceeds the limit of 104857600");
 }
 
-TEST(TensorFileTest, RejectsMalformedJson) {
+TEST(SafetensorsTest, RejectsMalformedJson) {
   ExpectInvalid(ParseStatus(MakeFile(R"({"a": )")), "header is not valid JSON");
   ExpectInvalid(ParseStatus(MakeFile("{} trailing")), "not valid JSON");
   ExpectInvalid(ParseStatus(MakeFile("\"\xff\xfe\"")), "not valid JSON");
@@ -299,7 +300,7 @@ TEST(TensorFileTest, RejectsMalformedJson) {
                 "header is a JSON array, expected an object");
 }
 
-TEST(TensorFileTest, RejectsEntryWithMissingOrMistypedFields) {
+TEST(SafetensorsTest, RejectsEntryWithMissingOrMistypedFields) {
   ExpectInvalid(ParseStatus(MakeFile(R"({"w": 3})")),
                 "tensor 'w' entry is a JSON number, expected an object");
   ExpectInvalid(
@@ -332,7 +333,7 @@ TEST(TensorFileTest, RejectsEntryWithMissingOrMistypedFields) {
       "tensor 'w' data_offsets is [-1,0], expected [begin, end]");
 }
 
-TEST(TensorFileTest, RejectsUnknownDtype) {
+TEST(SafetensorsTest, RejectsUnknownDtype) {
   ExpectInvalid(
       ParseStatus(MakeFile(
           R"({"z": {"dtype": "C64", "shape": [], "data_offsets": [0, 8]}})",
@@ -341,7 +342,7 @@ TEST(TensorFileTest, RejectsUnknownDtype) {
       "F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
 }
 
-TEST(TensorFileTest, RejectsBadDimensions) {
+TEST(SafetensorsTest, RejectsBadDimensions) {
   ExpectInvalid(ParseStatus(MakeFile(OneTensor("F32", "[3, -2]", "[0, 0]"))),
                 "tensor 'x' has negative dimension -2 at shape[1]");
   ExpectInvalid(
@@ -357,7 +358,7 @@ TEST(TensorFileTest, RejectsBadDimensions) {
                 "is too large: its dimensions multiply past 2^63 bytes");
 }
 
-TEST(TensorFileTest, RejectsBadOffsets) {
+TEST(SafetensorsTest, RejectsBadOffsets) {
   ExpectInvalid(ParseStatus(MakeFile(OneTensor("U8", "[4]", "[8, 4]"),
                                      std::string(8, '\0'))),
                 "tensor 'x' data_offsets [8, 4] have begin > end");
@@ -371,7 +372,7 @@ TEST(TensorFileTest, RejectsBadOffsets) {
                 "data_offsets [0, 20] span 20");
 }
 
-TEST(TensorFileTest, RejectsOverlapsHolesAndTrailingBytes) {
+TEST(SafetensorsTest, RejectsOverlapsHolesAndTrailingBytes) {
   const std::string data(12, '\0');
   ExpectInvalid(
       ParseStatus(MakeFile(
@@ -392,7 +393,7 @@ TEST(TensorFileTest, RejectsOverlapsHolesAndTrailingBytes) {
       "the data section is 12 bytes but the tensors cover only the first 4");
 }
 
-TEST(TensorFileTest, RejectsDuplicateKeys) {
+TEST(SafetensorsTest, RejectsDuplicateKeys) {
   ExpectInvalid(
       ParseStatus(MakeFile(
           R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
@@ -404,7 +405,7 @@ TEST(TensorFileTest, RejectsDuplicateKeys) {
       "header has duplicate key 'k'");
 }
 
-TEST(TensorFileTest, RejectsBadMetadata) {
+TEST(SafetensorsTest, RejectsBadMetadata) {
   ExpectInvalid(ParseStatus(MakeFile(R"({"__metadata__": {"k": 1}})")),
                 "\"__metadata__\" value of key 'k' is a number, expected a "
                 "string");
@@ -412,7 +413,7 @@ TEST(TensorFileTest, RejectsBadMetadata) {
                 "\"__metadata__\" is a JSON array, expected an object");
 }
 
-TEST(TensorFileTest, RejectsInvalidBoolBytes) {
+TEST(SafetensorsTest, RejectsInvalidBoolBytes) {
   ExpectInvalid(
       ParseStatus(MakeFile(
           R"({"m": {"dtype": "BOOL", "shape": [3], "data_offsets": [0, 3]}})",
@@ -422,7 +423,7 @@ TEST(TensorFileTest, RejectsInvalidBoolBytes) {
 
 // --- Serialization errors ----------------------------------------------------
 
-TEST(TensorFileTest, SerializeRejectsUnsavableInput) {
+TEST(SafetensorsTest, SerializeRejectsUnsavableInput) {
   TensorFile undefined;
   undefined.tensors["u"] = at::Tensor();
   ExpectInvalid(SerializeSafetensors(undefined).status(),
@@ -455,7 +456,7 @@ TEST(TensorFileTest, SerializeRejectsUnsavableInput) {
 
 // --- Files -------------------------------------------------------------------
 
-TEST(TensorFileTest, ReadReportsMissingFileAndDirectory) {
+TEST(SafetensorsTest, ReadReportsMissingFileAndDirectory) {
   const std::string missing = TempPath("no_such_file.safetensors");
   absl::Status status = ReadSafetensors(missing).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
@@ -464,7 +465,7 @@ TEST(TensorFileTest, ReadReportsMissingFileAndDirectory) {
   ExpectInvalid(ReadSafetensors(TempPath("")).status(), "not a regular file");
 }
 
-TEST(TensorFileTest, WriteIsAtomicAndReplacesExistingFile) {
+TEST(SafetensorsTest, WriteIsAtomicAndReplacesExistingFile) {
   namespace fs = std::filesystem;
   const fs::path dir = TempPath("atomic_write");
   fs::remove_all(dir);
@@ -478,7 +479,7 @@ TEST(TensorFileTest, WriteIsAtomicAndReplacesExistingFile) {
   const TensorFile second = ReferenceFile();
   absl::Status written = WriteSafetensors(path, second);
   ASSERT_TRUE(written.ok()) << written;
-  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  absl::StatusOr<std::string> bytes = base::ReadFileToString(path);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(*bytes, *SerializeSafetensors(second));
   absl::StatusOr<TensorFile> read = ReadSafetensors(path);
@@ -490,7 +491,7 @@ TEST(TensorFileTest, WriteIsAtomicAndReplacesExistingFile) {
   TensorFile invalid;
   invalid.tensors["c"] = at::zeros({2}, at::kComplexDouble);
   ExpectInvalid(WriteSafetensors(path, invalid), path);
-  bytes = ReadFileToString(path);
+  bytes = base::ReadFileToString(path);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(*bytes, *SerializeSafetensors(second));
 
@@ -501,67 +502,12 @@ TEST(TensorFileTest, WriteIsAtomicAndReplacesExistingFile) {
   EXPECT_THAT(names, ::testing::ElementsAre("model.safetensors"));
 }
 
-TEST(TensorFileTest, WriteIntoMissingDirectoryIsNotFound) {
+TEST(SafetensorsTest, WriteIntoMissingDirectoryIsNotFound) {
   const std::string path = TempPath("no_such_dir/model.safetensors");
   absl::Status status = WriteSafetensors(path, ReferenceFile());
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr(path));
   EXPECT_FALSE(std::filesystem::exists(TempPath("no_such_dir")));
-}
-
-// --- torch.save files --------------------------------------------------------
-
-// Must match state_dict() in testdata/make_tensor_file_testdata.py.
-std::map<std::string, at::Tensor> ExpectedStateDict() {
-  return {{"linear.weight", at::arange(6, at::kFloat).reshape({2, 3})},
-          {"linear.bias", at::tensor({0.5f, -0.5f})},
-          {"steps", at::scalar_tensor(42, at::kLong)}};
-}
-
-TEST(TorchStateDictTest, ReadsPlainDict) {
-  absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
-      ReadTorchStateDict(TestDataPath("state_dict_plain.pt"));
-  ASSERT_TRUE(tensors.ok()) << tensors.status();
-  ExpectTensorsEqual(*tensors, ExpectedStateDict());
-}
-
-TEST(TorchStateDictTest, ReadsDictNestedUnderStateDict) {
-  absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
-      ReadTorchStateDict(TestDataPath("state_dict_nested.pt"));
-  ASSERT_TRUE(tensors.ok()) << tensors.status();
-  ExpectTensorsEqual(*tensors, ExpectedStateDict());
-}
-
-TEST(TorchStateDictTest, ExplainsOrderedDict) {
-  ExpectInvalid(
-      ReadTorchStateDict(TestDataPath("state_dict_ordered.pt")).status(),
-      "the file holds a collections.OrderedDict, which LibTorch "
-      "cannot read; save it as torch.save(dict(model.state_dict()), "
-      "path) or as safetensors");
-}
-
-TEST(TorchStateDictTest, ExplainsLegacyFormat) {
-  const std::string path = TestDataPath("state_dict_legacy.pt");
-  absl::Status status = ReadTorchStateDict(path).status();
-  ExpectInvalid(status, "failed finding the zip central directory");
-  ExpectInvalid(status, "_use_new_zipfile_serialization=False");
-  EXPECT_THAT(std::string(status.message()), HasSubstr(path));
-}
-
-TEST(TorchStateDictTest, NamesNonTensorValue) {
-  ExpectInvalid(
-      ReadTorchStateDict(TestDataPath("state_dict_non_tensor.pt")).status(),
-      "value of key 'lr' is a Double, not a tensor");
-}
-
-TEST(TorchStateDictTest, RejectsOtherFiles) {
-  ExpectInvalid(
-      ReadTorchStateDict(TestDataPath("reference.safetensors")).status(),
-      "not a torch.save zip archive");
-  const std::string missing = TempPath("no_such_file.pt");
-  absl::Status status = ReadTorchStateDict(missing).status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr(missing));
 }
 
 }  // namespace

@@ -1,12 +1,11 @@
-// Checkpoint I/O: named tensors in and out of files.
+// Checkpoint I/O: named tensors in and out of safetensors files.
 //
 // slimfit's interchange format is safetensors
 // (https://github.com/huggingface/safetensors): an 8-byte little-endian header
 // length N, N bytes of UTF-8 JSON describing each tensor (dtype, shape, byte
 // range), then the raw tensor bytes. It is simple to validate, needs no code
-// execution to load, and is written by every major framework. As a second
-// option, files written by Python's `torch.save(dict_of_tensors, path)` in the
-// default zip format can be read (not written).
+// execution to load, and is written by every major framework. Files written by
+// Python's `torch.save` are read by torch_state_dict.h.
 //
 // Example:
 //
@@ -38,8 +37,8 @@
 // Byte order: tensor bytes are the host's; the implementation
 // static_asserts a little-endian host, which is what the format prescribes.
 
-#ifndef SLIMFIT_PERFORMER_TENSOR_FILE_H_
-#define SLIMFIT_PERFORMER_TENSOR_FILE_H_
+#ifndef SLIMFIT_PERFORMER_SAFETENSORS_H_
+#define SLIMFIT_PERFORMER_SAFETENSORS_H_
 
 #include <map>
 #include <string>
@@ -111,33 +110,11 @@ absl::StatusOr<std::string> SerializeSafetensors(const TensorFile& file);
 //
 // Errors: those of SerializeSafetensors; NOT_FOUND if the directory of `path`
 // does not exist; PERMISSION_DENIED if it is not writable; RESOURCE_EXHAUSTED
-// if the disk or quota is full; other I/O failures map from errno. Messages
-// name the path.
+// if the disk or quota is full; other I/O failures map from errno
+// (base/files.h). Messages name the path.
 absl::Status WriteSafetensors(const std::string& path, const TensorFile& file);
-
-// Reads a state dict written by Python's `torch.save(obj, path)` in the
-// default zip format, where `obj` is a dict mapping strings to tensors, e.g.
-// `torch.save(dict(model.state_dict()), path)`. A training checkpoint that
-// nests such a dict under "state_dict" or "model" (e.g.
-// `{"state_dict": {...}, "epoch": 3}`) is accepted too: the nested dict is
-// returned and the other keys are ignored. Tensors are CPU tensors that own
-// their memory; tensors that shared storage in Python may share it here. The
-// whole file is read into memory first (LibTorch's unpickler needs it), so
-// peak memory is about twice the tensors' size; prefer safetensors for large
-// checkpoints.
-//
-// Errors: NOT_FOUND / PERMISSION_DENIED as for ReadSafetensors;
-// INVALID_ARGUMENT when the file holds a collections.OrderedDict (what a raw
-// `model.state_dict()` is; LibTorch 1.13 cannot unpickle it), uses the legacy
-// non-zip format (`_use_new_zipfile_serialization=False`), is not a torch.save
-// file at all, holds something other than a dict, or has a non-string key or
-// a non-tensor value (the message names the key); INTERNAL if LibTorch fails
-// to copy a tensor to CPU memory. Messages start with `path` and say how to
-// re-save the file where that is the fix.
-absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(
-    const std::string& path);
 
 }  // namespace performer
 }  // namespace slimfit
 
-#endif  // SLIMFIT_PERFORMER_TENSOR_FILE_H_
+#endif  // SLIMFIT_PERFORMER_SAFETENSORS_H_

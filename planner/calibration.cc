@@ -1,4 +1,4 @@
-#include "performer/calibration.h"
+#include "planner/calibration.h"
 
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
@@ -19,7 +19,18 @@
 #include "performer/performer_model.h"
 #include "planner/cost_model.h"
 
-namespace slimfit::performer {
+namespace slimfit::planner {
+
+using performer::ComputeGradient;
+using performer::ConfigureCpuThreads;
+using performer::DTypeBytes;
+using performer::GradientResult;
+using performer::ModelConfig;
+using performer::PackedBatch;
+using performer::PerformerModel;
+using performer::Plan;
+using performer::RetainFreedHeapMemory;
+
 namespace {
 
 std::string CpuName() {
@@ -136,7 +147,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
     if (absl::Status s = ConfigureCpuThreads(options.threads); !s.ok()) return s;
   }
   CalibrationResult result;
-  planner::DeviceProfile& profile = result.profile;
+  DeviceProfile& profile = result.profile;
   profile.device = options.device;
   profile.device_name = device->is_cpu() ? CpuName() : options.device;
   profile.threads = options.threads;
@@ -176,8 +187,8 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       // Memory: working = scale · elements · dtype + overhead (+ the sweep's own fronts).
       const int64_t tokens = slice == 0 ? options.seq_len : slice;
       const double elements =
-          planner::SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block) * tokens;
-      const double fronts = (slice == 0 ? 0 : 4.0 * planner::FrontBytes(probe_model, options.dtype)) +
+          SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block) * tokens;
+      const double fronts = (slice == 0 ? 0 : 4.0 * FrontBytes(probe_model, options.dtype)) +
                             static_cast<double>(probe_model.layers * 3 * probe_model.d_model *
                                                 (probe_model.d_model + 1) * DTypeBytes(options.dtype));
       memory_x.push_back({elements * DTypeBytes(options.dtype), 1.0});
@@ -188,21 +199,21 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       const double backward = profile.backward_factor;
       double flops = 0, size_weighted = 0, elements_touched = 0, computations = 0;
       auto add = [&](int64_t rows, bool with_output, double weight, double count) {
-        const planner::MatmulCost cost =
-            planner::SliceMatmulCost(probe_model, rows, plan.prefix_mode, plan.block, with_output);
+        const MatmulCost cost =
+            SliceMatmulCost(probe_model, rows, plan.prefix_mode, plan.block, with_output);
         flops += weight * count * cost.flops;
         size_weighted += weight * count * cost.size_weighted_flops;
         computations += weight * count * static_cast<double>(probe_model.layers);
       elements_touched += weight * count * static_cast<double>(rows) *
-                          planner::SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block);
+                          SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block);
       };
       if (slice == 0) {
         add(options.seq_len, true, 1 + backward, 1);
       } else {
         const int64_t n = (options.seq_len + slice - 1) / slice;
         const int64_t last_rows = options.seq_len - (n - 1) * slice;
-        // The forward sweep runs its n − 1 slices in stretches (planner::SweepSlicesPerStretch).
-        const int64_t per = planner::SweepSlicesPerStretch(probe_model, plan);
+        // The forward sweep runs its n − 1 slices in stretches (SweepSlicesPerStretch).
+        const int64_t per = SweepSlicesPerStretch(probe_model, plan);
         const int64_t stretches = (n - 1) / per;
         if (stretches > 0) add(per * slice, false, 1, static_cast<double>(stretches));
         if ((n - 1) % per > 0) add(((n - 1) % per) * slice, false, 1, 1);
@@ -229,4 +240,4 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   return result;
 }
 
-}  // namespace slimfit::performer
+}  // namespace slimfit::planner

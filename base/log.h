@@ -4,13 +4,13 @@
 // interleave. Tokens are never logged.
 //
 // Thread safety: thread-safe.
-#ifndef SLIMFIT_PROTO_LOG_H_
-#define SLIMFIT_PROTO_LOG_H_
+#ifndef SLIMFIT_BASE_LOG_H_
+#define SLIMFIT_BASE_LOG_H_
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace slimfit::rpc {
+namespace slimfit::base {
 
 enum class LogLevel { kInfo, kWarning, kError };
 
@@ -25,6 +25,6 @@ void LogWarning(const Args&... args) { LogLine(LogLevel::kWarning, absl::StrCat(
 template <typename... Args>
 void LogError(const Args&... args) { LogLine(LogLevel::kError, absl::StrCat(args...)); }
 
-}  // namespace slimfit::rpc
+}  // namespace slimfit::base
 
-#endif  // SLIMFIT_PROTO_LOG_H_
+#endif  // SLIMFIT_BASE_LOG_H_

@@ -1,4 +1,4 @@
-#include "proto/log.h"
+#include "base/log.h"
 
 #include <cstdio>
 #include <string>
@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-namespace slimfit::rpc {
+namespace slimfit::base {
 namespace {
 
 absl::Mutex log_mutex;
@@ -32,4 +32,4 @@ void LogLine(LogLevel level, absl::string_view message) {
   std::fflush(stderr);
 }
 
-}  // namespace slimfit::rpc
+}  // namespace slimfit::base

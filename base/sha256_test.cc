@@ -1,8 +1,8 @@
-#include "proto/sha256.h"
+#include "base/sha256.h"
 
 #include <gtest/gtest.h>
 
-namespace slimfit::rpc {
+namespace slimfit::base {
 namespace {
 
 TEST(Sha256Test, KnownDigests) {
@@ -25,4 +25,4 @@ TEST(Sha256Test, MissingFileIsNotFound) {
 }
 
 }  // namespace
-}  // namespace slimfit::rpc
+}  // namespace slimfit::base

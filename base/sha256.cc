@@ -1,16 +1,16 @@
-#include "proto/sha256.h"
+#include "base/sha256.h"
 
+#include <fcntl.h>
 #include <openssl/sha.h>
+#include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace slimfit::rpc {
+namespace slimfit::base {
 
 struct Sha256Hasher::State {
   SHA256_CTX context;
@@ -40,19 +40,25 @@ std::string Sha256Hex(absl::string_view bytes) {
 }
 
 absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;
-    if (error == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::InternalError(absl::StrCat(path, ": cannot open: ", std::strerror(error)));
-  }
+  int fd;
+  do {
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open"));
   Sha256Hasher hasher;
   std::vector<char> buffer(1 << 20);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    hasher.Update(absl::string_view(buffer.data(), static_cast<size_t>(in.gcount())));
+  while (true) {
+    const ssize_t n = read(fd, buffer.data(), buffer.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error_number = errno;
+      close(fd);
+      return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": cannot read"));
+    }
+    if (n == 0) break;
+    hasher.Update(absl::string_view(buffer.data(), static_cast<size_t>(n)));
   }
-  if (in.bad()) return absl::InternalError(absl::StrCat(path, ": read failed"));
+  close(fd);
   return hasher.FinishHex();
 }
 
@@ -64,4 +70,4 @@ bool IsSha256Hex(absl::string_view text) {
   return true;
 }
 
-}  // namespace slimfit::rpc
+}  // namespace slimfit::base

@@ -38,8 +38,8 @@
 //
 // Thread safety: a FlagSet is not thread-safe; it writes through the pointers it was given, which
 // must outlive it. Not copyable.
-#ifndef SLIMFIT_CLIENT_FLAGS_UTIL_H_
-#define SLIMFIT_CLIENT_FLAGS_UTIL_H_
+#ifndef SLIMFIT_BASE_FLAGS_H_
+#define SLIMFIT_BASE_FLAGS_H_
 
 #include <cstdint>
 #include <string>
@@ -50,7 +50,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
-namespace slimfit::client {
+namespace slimfit::base {
 
 // Parses a byte count: a non-negative decimal number with an optional unit, case-insensitive,
 // optionally separated by spaces:
@@ -162,6 +162,6 @@ class FlagSet {
   bool help_requested_ = false;
 };
 
-}  // namespace slimfit::client
+}  // namespace slimfit::base
 
-#endif  // SLIMFIT_CLIENT_FLAGS_UTIL_H_
+#endif  // SLIMFIT_BASE_FLAGS_H_

@@ -1,4 +1,4 @@
-#include "client/flags_util.h"
+#include "base/flags.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-namespace slimfit::client {
+namespace slimfit::base {
 namespace {
 
 struct ByteUnit {
@@ -443,4 +443,4 @@ std::string FlagSet::Help() const {
   return text;
 }
 
-}  // namespace slimfit::client
+}  // namespace slimfit::base

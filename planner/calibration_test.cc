@@ -1,8 +1,8 @@
-#include "performer/calibration.h"
+#include "planner/calibration.h"
 
 #include <gtest/gtest.h>
 
-namespace slimfit::performer {
+namespace slimfit::planner {
 namespace {
 
 CalibrationOptions Quick() {
@@ -42,4 +42,4 @@ TEST(CalibrationTest, BadOptionsAreErrors) {
 }
 
 }  // namespace
-}  // namespace slimfit::performer
+}  // namespace slimfit::planner

@@ -1,0 +1,182 @@
+#include "performer/sliced_gradient.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace slimfit::performer::internal {
+
+void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, int64_t* stored_fronts_peak) {
+  const int64_t slices = runner.slices();
+  // Features are non-negative, so a denominator component that is exactly zero stays zero until
+  // some token of the document switches it on; relu features do this all the time. Subtraction
+  // would turn such an exact zero into rounding noise, and noise over a zero denominator is not
+  // small (num / (den + 1e-16)). So the forward sweep records, per layer and component, the slice
+  // in which it first became non-zero within the current document ("onset"), and the backward
+  // sweep restores those exact zeros. Costs one [k, M] integer tensor per layer.
+  // Only relu produces exact zeros in practice (elu+1 and FAVOR+ features are positive, x² is zero
+  // only for an exactly zero projection), so only relu pays for the bookkeeping.
+  const bool track_onset = c.feature_map == FeatureMap::kRelu;
+  const int64_t never = slices;
+  const at::TensorOptions long_options = runner.zero().denominator.options().dtype(at::kLong);
+  std::vector<at::Tensor> onset(c.layers, at::full({c.heads, c.features_per_head()}, never, long_options));
+  struct Kept {
+    ModelFront fronts;
+    std::vector<at::Tensor> onset;
+  };
+  // Fronts entering slices, kept by the front policy or because a document starts in the slice.
+  std::map<int64_t, Kept> kept;
+  // The forward sweep stops before the last slice: the backward sweep starts by rebuilding slice
+  // N from U(N−1), which the sweep ends with, so U(N) itself is never needed.
+  //
+  // Where no front inside it is needed, the sweep runs several slices as one stretch: the same
+  // arithmetic in fewer, larger matrix products. A graph-free forward holds about a third of what
+  // a slice graph holds per token, so kSweepSlices slices cost about the memory of one slice's
+  // graph. Relu's onset bookkeeping needs every slice boundary, so it sweeps slice by slice.
+  constexpr int64_t kSweepSlices = 3;
+  auto keep = [&](int64_t n) {
+    return n > 0 && n + 1 < slices &&
+           (plan.front_policy == FrontPolicy::kStore || !runner.Reversible(n) ||
+            (plan.front_policy == FrontPolicy::kResync && n % plan.resync_every == 0));
+  };
+  ModelFront front = runner.ZeroModelFront();
+  int64_t n = 0;
+  while (n + 1 < slices) {
+    if (keep(n)) kept.emplace(n, Kept{front, onset});
+    *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
+    int64_t end = n + 1;
+    if (!track_onset) {
+      while (end < slices - 1 && end - n < kSweepSlices && !keep(end)) ++end;
+    }
+    const Stretch stretch = runner.StretchOfSlices(n, end);
+    front = runner.Advance(stretch, front, end - n);
+    if (track_onset) {
+      at::NoGradGuard no_grad;
+      for (int64_t r = 0; r < c.layers; ++r) {
+        const at::Tensor on = front[r].denominator > 0;
+        const at::Tensor first_time = stretch.layout.reversible ? on & (onset[r] == never) : on;
+        onset[r] = at::where(first_time, at::full({}, n, long_options),
+                             stretch.layout.reversible ? onset[r] : at::full({}, never, long_options));
+      }
+    }
+    n = end;
+  }
+
+  // `front` is now U(N−1), the last slice's incoming front; walk back. `exit_grad` is G(n) for the
+  // slice being rebuilt, and `front` the front leaving it.
+  ModelFront exit_grad;  // empty: zero
+  for (int64_t n = slices - 1; n >= 0; --n) {
+    const Stretch stretch = runner.StretchOf(n);
+    auto kept_it = kept.find(n);
+    SliceRunner::Graph graph = runner.Build(n, stretch, [&](int64_t r, const AttentionInputs& in) -> Front {
+      if (n == 0) return runner.zero();
+      if (kept_it != kept.end()) return kept_it->second.fronts[r];
+      if (n + 1 == slices) return front[r];
+      // U(n−1) = U(n) − Σ_{l in slice n} φk_l ⊗ v_l (seed 000, eq. 9), with the components that
+      // switched on in slice n or later restored to exact zeros.
+      at::NoGradGuard no_grad;
+      const Front added = FrontContribution(in.phi_k.detach(), in.v.detach());
+      Front value{front[r].numerator - added.numerator, front[r].denominator - added.denominator};
+      if (track_onset) {
+        const at::Tensor off = onset[r] >= n;
+        value.numerator.masked_fill_(off.unsqueeze(2), 0);
+        value.denominator.masked_fill_(off, 0);
+      }
+      return value;
+    });
+    front = graph.entry;  // U(n) is no longer needed: release it before back-propagating
+    exit_grad = runner.Backpropagate(graph, exit_grad);
+    if (kept_it != kept.end()) {
+      onset = std::move(kept_it->second.onset);
+      kept.erase(kept_it);
+    }
+  }
+}
+
+absl::Status ScheduledGradient(SliceRunner& runner, const Schedule& schedule, int64_t* stored_fronts_peak) {
+  std::optional<ModelFront> cursor = runner.ZeroModelFront();
+  int64_t cursor_position = 0;
+  std::map<int64_t, ModelFront> kept_fronts;
+  std::map<int64_t, SliceRunner::Graph> kept_graphs;
+  ModelFront exit_grad;  // G of the next slice to back-propagate
+  auto broken = [&](const ScheduleAction& action, absl::string_view why) {
+    return absl::InternalError(absl::StrCat("dp schedule action ", ScheduleActionToString(action),
+                                            " cannot run: ", why));
+  };
+  auto detached = [](const ModelFront& fronts) {
+    ModelFront copy;
+    for (const Front& f : fronts) copy.push_back(Front{f.numerator.detach(), f.denominator.detach()});
+    return copy;
+  };
+  for (const ScheduleAction& action : schedule.actions) {
+    const int64_t i = action.index;
+    using Type = ScheduleAction::Type;
+    switch (action.type) {
+      case Type::kForward:
+        if (!cursor || cursor_position != i) return broken(action, "the cursor is not at the slice's front");
+        cursor = runner.Advance(runner.StretchOf(i), *cursor);
+        cursor_position = i + 1;
+        break;
+      case Type::kForwardKeepGraph:
+      case Type::kForwardBackward: {
+        if (!cursor || cursor_position != i) return broken(action, "the cursor is not at the slice's front");
+        const ModelFront entry = *cursor;
+        SliceRunner::Graph graph =
+            runner.Build(i, runner.StretchOf(i), [&](int64_t r, const AttentionInputs&) { return entry[r]; });
+        if (action.type == Type::kForwardBackward) {
+          cursor.reset();
+          exit_grad = runner.Backpropagate(graph, exit_grad);
+        } else {
+          cursor = detached(graph.exit);
+          cursor_position = i + 1;
+          kept_graphs.emplace(i, std::move(graph));
+        }
+        break;
+      }
+      case Type::kBackward: {
+        auto it = kept_graphs.find(i);
+        if (it == kept_graphs.end()) return broken(action, "the slice's graph was not kept");
+        cursor.reset();
+        exit_grad = runner.Backpropagate(it->second, exit_grad);
+        kept_graphs.erase(it);
+        break;
+      }
+      case Type::kKeepFront:
+        if (!cursor || cursor_position != i) return broken(action, "the cursor is not at that front");
+        kept_fronts[i] = *cursor;
+        break;
+      case Type::kFreeFront:
+        kept_fronts.erase(i);
+        break;
+      case Type::kRestore: {
+        if (auto it = kept_fronts.find(i); it != kept_fronts.end()) {
+          cursor = it->second;
+        } else if (auto graph = kept_graphs.find(i - 1); graph != kept_graphs.end()) {
+          cursor = detached(graph->second.exit);
+        } else if (auto graph_at = kept_graphs.find(i); graph_at != kept_graphs.end()) {
+          cursor = graph_at->second.entry;
+        } else if (i == 0) {
+          cursor = runner.ZeroModelFront();
+        } else {
+          return broken(action, "that front is neither kept nor held by a kept graph");
+        }
+        cursor_position = i;
+        break;
+      }
+    }
+    *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept_fronts.size() + kept_graphs.size());
+  }
+  if (!kept_graphs.empty() || !kept_fronts.empty()) {
+    return absl::InternalError("dp schedule ended with kept fronts or graphs");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace slimfit::performer::internal

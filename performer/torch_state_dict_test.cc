@@ -1,0 +1,95 @@
+#include "performer/torch_state_dict.h"
+
+#include <map>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "base/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace slimfit::performer {
+namespace {
+
+using ::slimfit::testing_util::TempPath;
+using ::testing::HasSubstr;
+
+std::string TestDataPath(absl::string_view name) {
+  return testing_util::RunfilePath(absl::StrCat("performer/testdata/", name));
+}
+
+void ExpectTensorsEqual(const std::map<std::string, at::Tensor>& actual,
+                        const std::map<std::string, at::Tensor>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (const auto& [name, want] : expected) {
+    SCOPED_TRACE(name);
+    auto it = actual.find(name);
+    ASSERT_NE(it, actual.end());
+    EXPECT_EQ(it->second.scalar_type(), want.scalar_type());
+    EXPECT_TRUE(it->second.device().is_cpu());
+    EXPECT_TRUE(at::equal(it->second, want));
+  }
+}
+
+void ExpectInvalid(const absl::Status& status, const std::string& phrase) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(phrase));
+}
+
+// Must match state_dict() in testdata/make_tensor_file_testdata.py.
+std::map<std::string, at::Tensor> ExpectedStateDict() {
+  return {{"linear.weight", at::arange(6, at::kFloat).reshape({2, 3})},
+          {"linear.bias", at::tensor({0.5f, -0.5f})},
+          {"steps", at::scalar_tensor(42, at::kLong)}};
+}
+
+TEST(TorchStateDictTest, ReadsPlainDict) {
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
+      ReadTorchStateDict(TestDataPath("state_dict_plain.pt"));
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ExpectTensorsEqual(*tensors, ExpectedStateDict());
+}
+
+TEST(TorchStateDictTest, ReadsDictNestedUnderStateDict) {
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
+      ReadTorchStateDict(TestDataPath("state_dict_nested.pt"));
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ExpectTensorsEqual(*tensors, ExpectedStateDict());
+}
+
+TEST(TorchStateDictTest, ExplainsOrderedDict) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_ordered.pt")).status(),
+      "the file holds a collections.OrderedDict, which LibTorch "
+      "cannot read; save it as torch.save(dict(model.state_dict()), "
+      "path) or as safetensors");
+}
+
+TEST(TorchStateDictTest, ExplainsLegacyFormat) {
+  const std::string path = TestDataPath("state_dict_legacy.pt");
+  absl::Status status = ReadTorchStateDict(path).status();
+  ExpectInvalid(status, "failed finding the zip central directory");
+  ExpectInvalid(status, "_use_new_zipfile_serialization=False");
+  EXPECT_THAT(std::string(status.message()), HasSubstr(path));
+}
+
+TEST(TorchStateDictTest, NamesNonTensorValue) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_non_tensor.pt")).status(),
+      "value of key 'lr' is a Double, not a tensor");
+}
+
+TEST(TorchStateDictTest, RejectsOtherFiles) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("reference.safetensors")).status(),
+      "not a torch.save zip archive");
+  const std::string missing = TempPath("no_such_file.pt");
+  absl::Status status = ReadTorchStateDict(missing).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(missing));
+}
+
+}  // namespace
+}  // namespace slimfit::performer

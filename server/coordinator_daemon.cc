@@ -1,0 +1,147 @@
+#include "server/coordinator_daemon.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "base/exit_status.h"
+#include "base/files.h"
+#include "base/flags.h"
+#include "base/log.h"
+#include "base/signal_pipe.h"
+#include "performer/cpu_runtime.h"
+#include "proto/rpc_util.h"
+#include "server/coordinator.h"
+#include "server/coordinator_service.h"
+
+namespace slimfit::server {
+namespace {
+
+constexpr char kProgram[] = "slimfit-coordinator";
+
+// Prints "slimfit-coordinator: <message>" as one line; the exit status for `status`.
+int Fail(std::ostream& err, const absl::Status& status) {
+  err << base::FormatErrorLine(kProgram, status.message()) << std::flush;
+  return base::ExitCodeForStatus(status);
+}
+
+// A start-up failure: exit status 1 whatever its code, since the flags were fine.
+int FailStart(std::ostream& err, absl::string_view message) {
+  err << base::FormatErrorLine(kProgram, message) << std::flush;
+  return base::kExitFailure;
+}
+
+int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
+  absl::StatusOr<std::unique_ptr<base::SignalPipe>> signals = base::SignalPipe::Install({SIGTERM, SIGINT});
+  if (!signals.ok()) return FailStart(err, signals.status().message());
+
+  base::SetLogComponent("coordinator");
+  (void)performer::ConfigureCpuThreads(static_cast<int>(flags.threads));
+  CoordinatorOptions options;
+  options.state_dir = flags.state_dir;
+  options.worker_token = flags.worker_token;
+  options.registry.heartbeat_interval = absl::Milliseconds(flags.heartbeat_interval_ms);
+  options.registry.lost_after = absl::Milliseconds(flags.lost_after_ms);
+  options.runner.shard_timeout = absl::Seconds(flags.shard_timeout_seconds);
+  options.runner.max_attempts = static_cast<int>(flags.max_attempts);
+  options.upload_limit_bytes = flags.upload_limit_bytes;
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(options);
+  if (!coordinator.ok()) return FailStart(err, coordinator.status().message());
+
+  CoordinatorService service(coordinator->get(), flags.token, flags.worker_token);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    (*coordinator)->Shutdown();
+    return FailStart(err, absl::StrCat("cannot listen on ", flags.listen, " (address in use?)"));
+  }
+  const std::string bound = absl::StrCat(flags.listen.substr(0, flags.listen.rfind(':')), ":", port);
+  base::LogInfo("serving on ", bound, ", state in ", flags.state_dir);
+  if (!flags.port_file.empty()) {
+    if (absl::Status written = base::WriteFileAtomically(flags.port_file, bound + "\n"); !written.ok()) {
+      server->Shutdown();
+      (*coordinator)->Shutdown();
+      return FailStart(err, written.message());
+    }
+  }
+
+  const int received = (*signals)->Wait();
+  base::LogInfo(base::SignalName(received), ": shutting down");
+  (*coordinator)->Shutdown();  // runners stop first so streams to clients can end
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  coordinator->reset();
+  base::LogInfo("stopped");
+  return base::kExitOk;
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const std::string> args,
+                                                             const CoordinatorEnvironment& env) {
+  ParsedCoordinatorFlags parsed;
+  CoordinatorDaemonOptions& o = parsed.options;
+  base::FlagSet flags("coordinator", "slimfit-coordinator --state_dir=DIR [flags]",
+                      "The slimfit coordinator: registers workers, runs fine-tuning jobs, keeps durable state.");
+  flags.SetInvocation(kProgram);
+  flags.String("listen", &o.listen, "host:port to serve on (port 0: any free port)");
+  flags.String("state_dir", &o.state_dir, "directory for the SQLite state, uploads and checkpoints",
+               base::FlagSet::kRequired);
+  flags.String("token", &o.token, "client token (default: $SLIMFIT_TOKEN)", base::FlagSet::kOptionalNoDefault);
+  flags.String("worker_token", &o.worker_token, "worker token (default: $SLIMFIT_WORKER_TOKEN)",
+               base::FlagSet::kOptionalNoDefault);
+  flags.Int("heartbeat_interval_ms", &o.heartbeat_interval_ms, "how often workers heartbeat");
+  flags.Int("lost_after_ms", &o.lost_after_ms, "silence after which a worker is LOST");
+  flags.Int("shard_timeout_seconds", &o.shard_timeout_seconds,
+            "a shard's deadline: this plus 10x its predicted compute time");
+  flags.Int("max_attempts", &o.max_attempts, "attempts per shard before the job fails");
+  flags.ByteSize("upload_limit", &o.upload_limit_bytes, "largest accepted upload");
+  flags.String("port_file", &o.port_file, "write the bound host:port here once serving");
+  flags.Int("threads", &o.threads, "BLAS threads for the optimizer step and checkpoints");
+  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
+  if (flags.help_requested()) {
+    parsed.help = true;
+    parsed.help_text = flags.Help();
+    return parsed;
+  }
+  if (absl::Status s = rpc::ValidateAddress(o.listen, "--listen", true); !s.ok()) return s;
+  if (!flags.IsSet("token") && env.token != nullptr) o.token = env.token;
+  if (!flags.IsSet("worker_token") && env.worker_token != nullptr) o.worker_token = env.worker_token;
+  if (o.state_dir.empty()) return absl::InvalidArgumentError("--state_dir is empty; expected a directory");
+  if (o.token.empty()) return absl::InvalidArgumentError("--token (or $SLIMFIT_TOKEN) is required");
+  if (o.worker_token.empty()) return absl::InvalidArgumentError("--worker_token (or $SLIMFIT_WORKER_TOKEN) is required");
+  if (o.token == o.worker_token) return absl::InvalidArgumentError("--token and --worker_token must differ");
+  if (o.heartbeat_interval_ms < 10 || o.lost_after_ms < 2 * o.heartbeat_interval_ms) {
+    return absl::InvalidArgumentError("--heartbeat_interval_ms must be ≥ 10 and --lost_after_ms at least twice it");
+  }
+  if (o.shard_timeout_seconds < 1) return absl::InvalidArgumentError("--shard_timeout_seconds must be ≥ 1");
+  if (o.max_attempts < 1) return absl::InvalidArgumentError("--max_attempts must be ≥ 1");
+  if (o.threads < 1 || o.threads > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads=", o.threads, ": expected 1 to 4096"));
+  }
+  if (flags.IsSet("port_file") && o.port_file.empty()) {
+    return absl::InvalidArgumentError("--port_file is empty; expected a file");
+  }
+  return parsed;
+}
+
+int CoordinatorMain(const std::vector<std::string>& args, const CoordinatorEnvironment& env, std::ostream& out,
+                    std::ostream& err) {
+  absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(args, env);
+  if (!parsed.ok()) return Fail(err, parsed.status());
+  if (parsed->help) {
+    out << parsed->help_text << std::flush;
+    return base::kExitOk;
+  }
+  return Run(parsed->options, err);
+}
+
+}  // namespace slimfit::server

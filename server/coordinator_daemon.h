@@ -1,0 +1,72 @@
+// The `slimfit-coordinator` daemon: flags, start-up, serving and shutdown. coordinator_main.cc
+// only calls CoordinatorMain.
+//
+//   slimfit-coordinator --state_dir=/var/lib/slimfit --listen=0.0.0.0:50051
+//       --token=$CLIENT_TOKEN --worker_token=$WORKER_TOKEN   (or $SLIMFIT_TOKEN, $SLIMFIT_WORKER_TOKEN)
+//
+// Start-up: parse the flags → open the state directory (jobs left QUEUED or RUNNING resume from
+// their latest checkpoint) → serve the Coordinator service on --listen (port 0: a free port) and,
+// with --port_file, write the bound "host:port" there atomically.
+//
+// SIGTERM/SIGINT: stops the job runners (jobs stay RUNNING in the state directory and resume at the
+// next start), stops accepting calls and exits 0.
+//
+// Exit statuses (base/exit_status.h): 0 after a clean shutdown (also --help); 2 for a usage error
+// (bad or missing flag); 1 for a start-up failure (state directory, port in use). Every fatal error
+// is one line "slimfit-coordinator: <message>" on stderr; log lines (base/log.h) go there too.
+//
+// Thread safety: CoordinatorMain is called once per process (it installs process-wide signal
+// handlers and thread settings).
+#ifndef SLIMFIT_SERVER_COORDINATOR_DAEMON_H_
+#define SLIMFIT_SERVER_COORDINATOR_DAEMON_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace slimfit::server {
+
+// What the flags say; defaults as documented in the --help text.
+struct CoordinatorDaemonOptions {
+  std::string listen = "127.0.0.1:50051";  // --listen=host:port; port 0 picks a free one
+  std::string state_dir;                   // --state_dir, required
+  std::string token;                       // --token, else $SLIMFIT_TOKEN; required
+  std::string worker_token;                // --worker_token, else $SLIMFIT_WORKER_TOKEN; required
+  int64_t heartbeat_interval_ms = 1000;    // how often workers heartbeat; ≥ 10
+  int64_t lost_after_ms = 5000;            // silence after which a worker is LOST; ≥ 2 intervals
+  int64_t shard_timeout_seconds = 120;     // a shard's deadline: this + 10× its predicted compute
+  int64_t max_attempts = 5;                // per shard, before the job fails
+  int64_t upload_limit_bytes = int64_t{1} << 30;
+  std::string port_file;                   // --port_file=FILE: the bound host:port, once serving
+  int64_t threads = 1;                     // BLAS threads for the optimizer step and checkpoints
+};
+
+struct ParsedCoordinatorFlags {
+  bool help = false;  // --help: `help_text` is to be printed, nothing else was checked
+  std::string help_text;
+  CoordinatorDaemonOptions options;
+};
+
+// The environment a daemon reads its secrets from (nullptr when unset).
+struct CoordinatorEnvironment {
+  const char* token = nullptr;         // $SLIMFIT_TOKEN
+  const char* worker_token = nullptr;  // $SLIMFIT_WORKER_TOKEN
+};
+
+// Parses the arguments after the program name. INVALID_ARGUMENT with a one-line message naming
+// the flag.
+[[nodiscard]] absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const std::string> args,
+                                                                           const CoordinatorEnvironment& env);
+
+// The whole daemon: parse, start, serve until SIGTERM/SIGINT, shut down. Returns the exit status
+// (see the file comment). Writes --help to `out` and the one-line fatal error to `err`.
+int CoordinatorMain(const std::vector<std::string>& args, const CoordinatorEnvironment& env, std::ostream& out,
+                    std::ostream& err);
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_COORDINATOR_DAEMON_H_

@@ -1,0 +1,94 @@
+// Flag parsing of slimfit-coordinator. The daemon itself runs in //tests:e2e_test.
+#include "server/coordinator_daemon.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace slimfit::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+CoordinatorEnvironment Env() {
+  CoordinatorEnvironment env;
+  env.token = "client-secret";
+  env.worker_token = "worker-secret";
+  return env;
+}
+
+TEST(ParseCoordinatorFlagsTest, DefaultsAndTokensFromTheEnvironment) {
+  absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags({"--state_dir=/var/lib/s"}, Env());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const CoordinatorDaemonOptions& o = parsed->options;
+  EXPECT_EQ(o.listen, "127.0.0.1:50051");
+  EXPECT_EQ(o.state_dir, "/var/lib/s");
+  EXPECT_EQ(o.token, "client-secret");
+  EXPECT_EQ(o.worker_token, "worker-secret");
+  EXPECT_EQ(o.heartbeat_interval_ms, 1000);
+  EXPECT_EQ(o.lost_after_ms, 5000);
+  EXPECT_EQ(o.shard_timeout_seconds, 120);
+  EXPECT_EQ(o.max_attempts, 5);
+  EXPECT_EQ(o.upload_limit_bytes, int64_t{1} << 30);
+  EXPECT_EQ(o.threads, 1);
+}
+
+TEST(ParseCoordinatorFlagsTest, FlagsWinOverTheEnvironment) {
+  absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(
+      {"--state_dir=/s", "--token=a", "--worker_token=b", "--listen=0.0.0.0:0", "--upload_limit=2GiB",
+       "--heartbeat_interval_ms=100", "--lost_after_ms=300", "--port_file=/tmp/p", "--threads=2"},
+      Env());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const CoordinatorDaemonOptions& o = parsed->options;
+  EXPECT_EQ(o.token, "a");
+  EXPECT_EQ(o.worker_token, "b");
+  EXPECT_EQ(o.listen, "0.0.0.0:0");
+  EXPECT_EQ(o.upload_limit_bytes, int64_t{2} << 30);
+  EXPECT_EQ(o.heartbeat_interval_ms, 100);
+  EXPECT_EQ(o.lost_after_ms, 300);
+  EXPECT_EQ(o.port_file, "/tmp/p");
+  EXPECT_EQ(o.threads, 2);
+}
+
+TEST(ParseCoordinatorFlagsTest, HelpNeverShowsASecret) {
+  absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags({"--help"}, Env());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_TRUE(parsed->help);
+  EXPECT_THAT(parsed->help_text, HasSubstr("slimfit-coordinator"));
+  EXPECT_THAT(parsed->help_text, HasSubstr("--worker_token"));
+  EXPECT_THAT(parsed->help_text, Not(HasSubstr("client-secret")));
+  EXPECT_THAT(parsed->help_text, Not(HasSubstr("worker-secret")));
+}
+
+TEST(ParseCoordinatorFlagsTest, PreciseErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    CoordinatorEnvironment env;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{}, Env(), "--state_dir"},
+      {{"--state_dir=/s"}, {}, "--token (or $SLIMFIT_TOKEN) is required"},
+      {{"--state_dir=/s", "--token=x"}, {}, "--worker_token (or $SLIMFIT_WORKER_TOKEN) is required"},
+      {{"--state_dir=/s", "--token=x", "--worker_token=x"}, {}, "must differ"},
+      {{"--state_dir=/s", "--listen=nowhere"}, Env(), "--listen"},
+      {{"--state_dir=/s", "--heartbeat_interval_ms=5"}, Env(), "--heartbeat_interval_ms"},
+      {{"--state_dir=/s", "--lost_after_ms=1500"}, Env(), "--lost_after_ms"},
+      {{"--state_dir=/s", "--shard_timeout_seconds=0"}, Env(), "--shard_timeout_seconds"},
+      {{"--state_dir=/s", "--max_attempts=0"}, Env(), "--max_attempts"},
+      {{"--state_dir=/s", "--threads=0"}, Env(), "--threads=0"},
+      {{"--state_dir=/s", "--port_file="}, Env(), "--port_file is empty"},
+      {{"--state_dir=/s", "--frobnicate"}, Env(), "frobnicate"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(c.args, c.env);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(c.message));
+  }
+}
+
+}  // namespace
+}  // namespace slimfit::server
