@@ -38,6 +38,19 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
+absl::Status InvalidFieldError(absl::string_view field, absl::string_view why) {
+  v1::ErrorDetail detail;
+  detail.set_field(std::string(field));
+  return AttachErrorDetail(absl::InvalidArgumentError(absl::StrCat(field, ": ", why)), detail);
+}
+
+absl::Status NotFoundResourceError(absl::string_view kind, absl::string_view id, absl::string_view message) {
+  v1::ErrorDetail detail;
+  detail.set_resource_kind(std::string(kind));
+  detail.set_resource_id(std::string(id));
+  return AttachErrorDetail(absl::NotFoundError(message), detail);
+}
+
 absl::Status AttachErrorDetail(absl::Status status, const v1::ErrorDetail& detail) {
   if (status.ok()) return status;
   status.SetPayload(kErrorDetailTypeUrl, absl::Cord(detail.SerializeAsString()));

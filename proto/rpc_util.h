@@ -43,6 +43,11 @@ absl::Status AttachErrorDetail(absl::Status status, const v1::ErrorDetail& detai
 // The ErrorDetail payload of `status`, if any.
 std::optional<v1::ErrorDetail> ErrorDetailOf(const absl::Status& status);
 
+// INVALID_ARGUMENT "<field>: <why>" with ErrorDetail.field = `field` ("spec.rounds").
+absl::Status InvalidFieldError(absl::string_view field, absl::string_view why);
+// NOT_FOUND `message` with ErrorDetail.resource_kind and resource_id ("dataset", "ds-…").
+absl::Status NotFoundResourceError(absl::string_view kind, absl::string_view id, absl::string_view message);
+
 // Server edge: the same code and message; an ErrorDetail payload goes to the trailing metadata of
 // `context` (when given).
 grpc::Status ToGrpcStatus(const absl::Status& status, grpc::ServerContext* context = nullptr);

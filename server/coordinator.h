@@ -27,8 +27,12 @@
 #include "absl/time/time.h"
 #include "performer/model_config.h"
 #include "proto/slimfit.pb.h"
+#include "server/event_signal.h"
+#include "server/job_preparer.h"
 #include "server/job_runner.h"
 #include "server/state_store.h"
+#include "server/upload_store.h"
+#include "server/worker_leases.h"
 #include "server/worker_registry.h"
 
 namespace slimfit::server {
@@ -39,16 +43,6 @@ struct CoordinatorOptions {
   RegistryOptions registry;
   RunnerOptions runner;
   int64_t upload_limit_bytes = int64_t{1} << 30;
-};
-
-// An upload in progress: bytes go to a temporary file while they are hashed.
-class UploadSink {
- public:
-  virtual ~UploadSink() = default;
-  // INVALID_ARGUMENT for an empty or oversized chunk or more bytes than declared.
-  virtual absl::Status Write(const std::string& chunk) = 0;
-  // Verifies size and SHA-256, parses a dataset, stores it (content-addressed).
-  virtual absl::StatusOr<v1::DatasetInfo> Finish() = 0;
 };
 
 class Coordinator {
@@ -88,16 +82,6 @@ class Coordinator {
  private:
   explicit Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
   absl::Status ResumeJobs();
-  // Validates a spec; fills the model config and the job's data.
-  struct PreparedJob {
-    performer::ModelConfig config;
-    std::vector<at::Tensor> initial;  // empty for a fresh model (drawn from the seed)
-    std::optional<JobData> data;
-  };
-  absl::StatusOr<PreparedJob> PrepareJob(const v1::JobSpec& spec, bool load_initial);
-  absl::StatusOr<performer::ModelConfig> ModelOf(const v1::ModelSpec& model, std::vector<at::Tensor>* initial);
-  absl::StatusOr<JobData> LoadData(const v1::JobSpec& spec, const performer::ModelConfig& config);
-  absl::Status CheckSomeWorkerFits(const v1::JobSpec& spec, const performer::ModelConfig& config, int64_t documents);
   absl::Status StartRunner(const v1::Job& job, PreparedJob prepared);
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
   void LivenessLoop();
@@ -105,6 +89,8 @@ class Coordinator {
   const CoordinatorOptions options_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<UploadStore> uploads_;
+  std::unique_ptr<JobPreparer> preparer_;
   WorkerLeases leases_;
   EventSignal signal_;
   std::atomic<bool> shutting_down_{false};

@@ -1,10 +1,9 @@
 // One job's life on the coordinator, on its own thread: wait for eligible workers (QUEUED), then
-// for every round — plan per worker (the planner with the worker's profile and budget), split the
-// round's sequences across workers in proportion to their predicted speed, send shards with
-// deadlines, reassign failed or timed-out shards, aggregate (GradientAggregator), step the
+// for every round — run its shards on the workers (WorkerPlanner: a plan per worker;
+// ShardDispatcher: speed-proportional shards, deadlines, reassignment, aggregation), step the
 // optimizer (Trainer), publish the new parameter version, evaluate and checkpoint on schedule —
 // until SUCCEEDED, FAILED or CANCELLED. Every state change, round, evaluation, checkpoint, plan
-// change and reassignment is stored (StateStore) and published as a JobEvent.
+// change and reassignment is stored and published as a JobEvent (JobRecord).
 //
 // Durability: a runner starts either fresh (writes the round-0 checkpoint first) or from the job's
 // latest checkpoint (parameters and optimizer state), so a coordinator restart resumes the job at
@@ -16,10 +15,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,50 +30,18 @@
 #include "performer/plan.h"
 #include "planner/plan_search.h"
 #include "proto/slimfit.pb.h"
-#include "server/gradient_aggregator.h"
+#include "server/event_signal.h"
 #include "server/job_data.h"
+#include "server/job_record.h"
+#include "server/runner_options.h"
+#include "server/shard_dispatcher.h"
 #include "server/state_store.h"
 #include "server/trainer.h"
+#include "server/worker_leases.h"
+#include "server/worker_planner.h"
 #include "server/worker_registry.h"
 
 namespace slimfit::server {
-
-// Wakes WatchJob streams when any job publishes an event.
-class EventSignal {
- public:
-  void Notify();
-  // Waits until Notify() after `seen` or until `timeout`; returns the current count.
-  uint64_t WaitAfter(uint64_t seen, absl::Duration timeout);
-  uint64_t count() const;
-
- private:
-  mutable absl::Mutex mutex_;
-  absl::CondVar changed_;
-  uint64_t count_ ABSL_GUARDED_BY(mutex_) = 0;
-};
-
-// One worker runs one shard at a time, whichever job it belongs to.
-class WorkerLeases {
- public:
-  // Blocks until the worker is free or `*give_up` becomes true (then returns null); the lease is
-  // held until the returned object dies.
-  std::shared_ptr<void> Acquire(const std::string& worker_id, const std::atomic<bool>* give_up);
-
- private:
-  void Release(const std::string& worker_id);
-  absl::Mutex mutex_;
-  absl::CondVar released_;
-  std::set<std::string> held_ ABSL_GUARDED_BY(mutex_);
-};
-
-struct RunnerOptions {
-  // A shard's deadline: this plus 10× its predicted compute time.
-  absl::Duration shard_timeout = absl::Seconds(120);
-  int max_attempts = 5;         // per shard, then the job fails
-  double safety_margin = 0.10;  // plans keep predicted peaks under (1 − margin) · budget
-  // Replan a worker when its measured peak exceeds the prediction by this factor.
-  double replan_ratio = 1.25;
-};
 
 struct RunnerDeps {
   StateStore* store = nullptr;
@@ -122,83 +87,36 @@ class JobRunner {
   int64_t max_documents_per_sequence() const { return data_.max_documents_per_sequence(); }
 
  private:
-  struct WorkerPlan {
-    WorkerHandle worker;
-    planner::PlanCandidate candidate;
-    double tokens_per_second = 0;
-  };
-  struct Shard {
-    int64_t id = 0;
-    std::vector<SequenceRef> sequences;
-    int64_t expected_tokens = 0;
-    int attempt = 1;   // sent to the worker: 1 + reassignments
-    int failures = 0;  // attempts that count against RunnerOptions::max_attempts
-    size_t worker = 0;  // index into the wave's plans
-    std::string last_error;
-  };
-  struct RoundOutput {
-    std::vector<at::Tensor> gradient;
-    double loss_sum = 0;
-    int64_t tokens = 0;
-    int workers = 0;
-    int shards = 0;
-    int reassigned = 0;
-  };
-
-  JobRunner(v1::Job job, JobData data, performer::ModelConfig config, RunnerDeps deps);
+  JobRunner(v1::Job job, int64_t next_sequence, JobData data, performer::ModelConfig config, RunnerDeps deps);
   void Run();
   absl::Status RunJob();
-  absl::StatusOr<RoundOutput> RunShards(int64_t round, const std::vector<SequenceRef>& sequences, bool evaluate_only);
-  absl::StatusOr<std::vector<WorkerPlan>> PlanWorkers(int64_t round);
-  absl::Status CallShard(const WorkerPlan& plan, const Shard& shard, int64_t round, uint64_t version,
-                         int64_t normalizer, bool evaluate_only, GradientAggregator* aggregator,
-                         int64_t* measured_peak);
-  void MaybeReplan(const WorkerPlan& plan, int64_t measured_peak, int64_t round);
-  // Cancels the calls in flight to workers that can no longer answer them (LOST, LEFT, or
-  // re-registered as a new incarnation); DRAINING workers may finish theirs.
-  void CancelCallsToGoneWorkers();
+  // One round: shards, aggregation, the optimizer step, the new version (durable, then published).
+  absl::Status RunRound(int64_t round, int64_t rounds);
   absl::Status Evaluate(int64_t round);
   absl::Status WriteCheckpoint(int64_t round);
   absl::Status RestoreFromCheckpoint();
   void Publish();  // snapshot of the trainer's parameters as the current version
-
-  void SetState(v1::JobState state, const std::string& reason);
-  void SetReason(const std::string& reason);
-  void Emit(v1::JobEvent event);
-  void Persist();
-  bool stopping() const { return stop_.load() || cancel_.load(); }
-  // The Persist of a round must succeed before the next round is sent out: a version the store
-  // does not know could be reused after a restart.
-  absl::Status PersistOrFail();
+  bool stopping() const { return stopping_.load(); }
 
   const RunnerDeps deps_;
   const JobData data_;
   const performer::ModelConfig config_;
   performer::DType dtype_ = performer::DType::kFloat32;
-  v1::TokenEncoding encoding_ = v1::TOKEN_ENCODING_UINT8;
   std::unique_ptr<Trainer> trainer_;  // runner thread only
-  std::vector<std::vector<int64_t>> shapes_;
-  std::map<std::string, planner::PlanCandidate> plans_;  // by worker id@incarnation; runner thread only
-  std::map<std::string, double> budget_scale_;           // replans: budget multiplier per worker id
-  std::map<std::string, std::pair<performer::Plan, std::string>> replans_;  // previous plan, why
-  std::set<std::string> refused_;                        // worker id@incarnation whose plan was refused
   std::vector<double> recent_round_seconds_;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_{false};
-  std::atomic<bool> stopping_{false};  // stop_ || cancel_, for WorkerLeases::Acquire
+  std::atomic<bool> stopping_{false};  // stop_ || cancel_: what the planner and dispatcher watch
+
+  JobRecord record_;
+  std::unique_ptr<WorkerPlanner> planner_;        // runner thread only
+  std::unique_ptr<ShardDispatcher> dispatcher_;  // Run: runner thread; CancelAll: any
 
   mutable absl::Mutex mutex_;
-  v1::Job job_ ABSL_GUARDED_BY(mutex_);
-  int64_t next_sequence_ ABSL_GUARDED_BY(mutex_) = 1;
   std::string cancel_reason_ ABSL_GUARDED_BY(mutex_);
   std::shared_ptr<const ParameterSnapshot> published_ ABSL_GUARDED_BY(mutex_);
-  // Calls in flight and the worker each goes to (id, incarnation), so that Cancel/Stop and a worker
-  // turning LOST can cancel them.
-  std::map<grpc::ClientContext*, std::pair<std::string, uint64_t>> in_flight_ ABSL_GUARDED_BY(mutex_);
-  // Calls cancelled because their worker went away: reported as UNAVAILABLE, not as failures.
-  std::set<grpc::ClientContext*> cancelled_gone_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace slimfit::server

@@ -34,4 +34,26 @@ int64_t MaxSequencesPerShard(int64_t sequence_length, int token_width) {
   return std::max<int64_t>(1, by_bytes);
 }
 
+std::vector<ShardCut> CutShards(const std::vector<int64_t>& counts, int64_t max_items, int64_t max_weight,
+                                const std::function<int64_t(int64_t item)>& weight) {
+  std::vector<ShardCut> shards;
+  int64_t next = 0;
+  for (size_t w = 0; w < counts.size(); ++w) {
+    for (int64_t left = counts[w]; left > 0;) {
+      int64_t take = 0;
+      int64_t total = 0;
+      while (take < std::min(left, max_items)) {
+        const int64_t more = weight(next + take);
+        if (take > 0 && total + more > max_weight) break;
+        total += more;
+        ++take;
+      }
+      shards.push_back(ShardCut{w, next, next + take});
+      next += take;
+      left -= take;
+    }
+  }
+  return shards;
+}
+
 }  // namespace slimfit::server

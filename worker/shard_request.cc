@@ -28,7 +28,7 @@ int64_t UsableBytes(int64_t memory_budget_bytes) {
 }
 
 absl::Status InvalidField(absl::string_view field, absl::string_view message) {
-  return WithField(absl::InvalidArgumentError(absl::StrCat(field, ": ", message)), field);
+  return rpc::InvalidFieldError(field, message);
 }
 
 absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRequest& request) {

@@ -1,0 +1,175 @@
+#include "server/job_preparer.h"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <utility>
+
+#include <c10/util/Exception.h>
+
+#include "absl/strings/str_cat.h"
+#include "performer/model_checkpoint.h"
+#include "performer/performer_model.h"
+#include "planner/plan_proto.h"
+#include "planner/plan_search.h"
+#include "proto/rpc_util.h"
+#include "proto/token_codec.h"
+#include "server/trainer.h"
+#include "server/upload_store.h"
+
+namespace slimfit::server {
+
+absl::StatusOr<performer::ModelConfig> JobPreparer::ResolveModel(const v1::ModelSpec& model,
+                                                            std::vector<at::Tensor>* initial) const {
+  switch (model.source_case()) {
+    case v1::ModelSpec::kConfig:
+      return planner::ModelConfigFromProto(model.config(), "spec.model.config");
+    case v1::ModelSpec::kCheckpoint: {
+      const v1::CheckpointRef& ref = model.checkpoint();
+      std::optional<performer::ModelConfig> expected;
+      if (ref.has_config()) {
+        absl::StatusOr<performer::ModelConfig> config =
+            planner::ModelConfigFromProto(ref.config(), "spec.model.checkpoint.config");
+        if (!config.ok()) return config.status();
+        expected = *config;
+      }
+      std::string path;
+      if (ref.source_case() == v1::CheckpointRef::kUploadId) {
+        if (ref.has_round()) return rpc::InvalidFieldError("spec.model.checkpoint.round", "only with job_id");
+        absl::StatusOr<std::optional<DatasetRecord>> record = store_->GetDataset(ref.upload_id());
+        if (!record.ok()) return record.status();
+        if (!record->has_value() || !IsCheckpointType((*record)->info.content_type())) {
+          return rpc::NotFoundResourceError("checkpoint", ref.upload_id(), absl::StrCat("no uploaded checkpoint ", ref.upload_id()));
+        }
+        path = (*record)->path;
+        if ((*record)->info.content_type() == "application/x-pytorch" && !expected.has_value()) {
+          return rpc::InvalidFieldError("spec.model.checkpoint.config", "required for a torch.save checkpoint");
+        }
+      } else if (ref.source_case() == v1::CheckpointRef::kJobId) {
+        absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = store_->Checkpoints(ref.job_id());
+        if (!checkpoints.ok()) return checkpoints.status();
+        const CheckpointRecord* chosen = nullptr;
+        for (const CheckpointRecord& c : *checkpoints) {
+          if (!ref.has_round() || c.round == ref.round()) chosen = &c;
+        }
+        if (chosen == nullptr) {
+          return rpc::NotFoundResourceError("checkpoint", ref.job_id(),
+                          absl::StrCat("job ", ref.job_id(), " has no checkpoint",
+                                       ref.has_round() ? absl::StrCat(" of round ", ref.round()) : ""));
+        }
+        path = chosen->model_path;
+      } else {
+        return rpc::InvalidFieldError("spec.model.checkpoint", "set upload_id or job_id");
+      }
+      absl::StatusOr<performer::PerformerModel> loaded =
+          performer::LoadModel(path, performer::DType::kFloat32, at::kCPU, expected);
+      if (!loaded.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat("spec.model.checkpoint: ", loaded.status().message()));
+      }
+      if (initial != nullptr) *initial = loaded->parameters();
+      return loaded->config();
+    }
+    default:
+      return rpc::InvalidFieldError("spec.model", "set config (a fresh model) or checkpoint");
+  }
+}
+
+absl::StatusOr<JobData> JobPreparer::LoadData(const v1::JobSpec& spec, const performer::ModelConfig& config) const {
+  if (spec.dataset_ids_size() == 0) return rpc::InvalidFieldError("spec.dataset_ids", "at least one dataset is required");
+  TokenStream stream;
+  for (const std::string& id : spec.dataset_ids()) {
+    absl::StatusOr<std::optional<DatasetRecord>> record = store_->GetDataset(id);
+    if (!record.ok()) return record.status();
+    if (!record->has_value() || !IsDatasetType((*record)->info.content_type())) {
+      return rpc::NotFoundResourceError("dataset", id, absl::StrCat("no dataset ", id));
+    }
+    std::ifstream in((*record)->path, std::ios::binary);
+    if (!in) return absl::DataLossError(absl::StrCat("dataset ", id, ": stored file ", (*record)->path, " is missing"));
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    absl::StatusOr<TokenStream> parsed = ParseDataset(bytes, (*record)->info.content_type(), (*record)->token_encoding,
+                                                      (*record)->document_separator);
+    if (!parsed.ok()) return parsed.status();
+    AppendStream(&stream, *parsed);
+  }
+  const int width = rpc::TokenWidth(rpc::NarrowestTokenEncoding(config.vocab));
+  if (spec.sequence_length() > v1::LIMIT_MAX_CHUNK_BYTES / width) {
+    return rpc::InvalidFieldError("spec.sequence_length", absl::StrCat(spec.sequence_length(), " tokens of ", width,
+                                                        " bytes do not fit one shard of ", v1::LIMIT_MAX_CHUNK_BYTES,
+                                                        " bytes"));
+  }
+  return JobData::Create(std::move(stream), config.vocab, spec.sequence_length(), spec.tokens_per_round(),
+                         spec.held_out_fraction(), spec.seed());
+}
+
+absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool load_initial) const {
+  if (spec.name().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) return rpc::InvalidFieldError("spec.name", "longer than 256 bytes");
+  PreparedJob prepared;
+  absl::StatusOr<performer::ModelConfig> config = ResolveModel(spec.model(), load_initial ? &prepared.initial : nullptr);
+  if (!config.ok()) return config.status();
+  prepared.config = *config;
+  if (spec.sequence_length() < 2) return rpc::InvalidFieldError("spec.sequence_length", absl::StrCat("must be ≥ 2, got ", spec.sequence_length()));
+  if (spec.tokens_per_round() < spec.sequence_length()) {
+    return rpc::InvalidFieldError("spec.tokens_per_round", absl::StrCat(spec.tokens_per_round(), " is less than sequence_length ",
+                                                         spec.sequence_length()));
+  }
+  if (spec.rounds() < 1) return rpc::InvalidFieldError("spec.rounds", absl::StrCat("must be ≥ 1, got ", spec.rounds()));
+  if (absl::Status optimizer = ValidateOptimizer(spec.optimizer()); !optimizer.ok()) {
+    v1::ErrorDetail detail;
+    detail.set_field(std::string(optimizer.message().substr(0, optimizer.message().find(':'))));
+    return rpc::AttachErrorDetail(optimizer, detail);
+  }
+  if (spec.eval_interval_rounds() < 0) return rpc::InvalidFieldError("spec.eval_interval_rounds", "must be ≥ 0");
+  if (spec.has_checkpoint_interval_rounds() && spec.checkpoint_interval_rounds() < 1) {
+    return rpc::InvalidFieldError("spec.checkpoint_interval_rounds", "must be ≥ 1");
+  }
+  if (spec.has_min_workers() && spec.min_workers() < 1) return rpc::InvalidFieldError("spec.min_workers", "must be ≥ 1");
+  if (spec.constraints().min_memory_bytes() < 0) return rpc::InvalidFieldError("spec.constraints.min_memory_bytes", "must be ≥ 0");
+  for (const std::string& kind : spec.constraints().device_kinds()) {
+    if (kind != "cpu" && kind != "cuda") return rpc::InvalidFieldError("spec.constraints.device_kinds", absl::StrCat("\"", kind, "\" is not cpu or cuda"));
+  }
+  if (spec.has_dtype() && spec.dtype() != v1::DTYPE_FLOAT32 && spec.dtype() != v1::DTYPE_FLOAT64) {
+    return rpc::InvalidFieldError("spec.dtype", "must be DTYPE_FLOAT32 or DTYPE_FLOAT64");
+  }
+  absl::StatusOr<JobData> data = LoadData(spec, prepared.config);
+  if (!data.ok()) return data.status();
+  prepared.data = *std::move(data);
+  return prepared;
+}
+
+absl::Status JobPreparer::CheckSomeWorkerFits(const v1::JobSpec& spec, const performer::ModelConfig& config,
+                                              int64_t documents) const {
+  std::vector<WorkerHandle> eligible = registry_->LiveWorkers(spec.constraints());
+  if (eligible.empty()) return absl::OkStatus();  // waits in QUEUED
+  std::sort(eligible.begin(), eligible.end(),
+            [](const WorkerHandle& a, const WorkerHandle& b) { return a.memory_budget_bytes > b.memory_budget_bytes; });
+  std::optional<v1::MemoryPlan> largest;
+  for (const WorkerHandle& worker : eligible) {
+    planner::PlanSearchRequest request;
+    request.workload.model = config;
+    request.workload.seq_len = spec.sequence_length();
+    request.workload.documents = documents;
+    // A worker's shard of several sequences keeps a running gradient sum (see the worker's check).
+    request.workload.gradient_sum = spec.tokens_per_round() / spec.sequence_length() > 1;
+    request.memory_budget_bytes = worker.memory_budget_bytes;
+    request.dtype = spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+    request.safety_margin = safety_margin_;
+    absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(request, worker.profile, false);
+    if (!plan.ok()) return plan.status();
+    if (!plan->has_refusal()) return absl::OkStatus();
+    if (!largest.has_value()) largest = *plan;
+  }
+  const WorkerHandle& best = eligible.front();
+  v1::ErrorDetail detail;
+  detail.set_required_bytes(largest->least_peak_bytes());
+  detail.set_budget_bytes(best.memory_budget_bytes);
+  detail.set_usable_bytes(largest->usable_bytes());
+  return rpc::AttachErrorDetail(
+      absl::ResourceExhaustedError(absl::StrCat(
+          "model needs at least ", planner::HumanBytes(largest->least_peak_bytes()), " at C = 1; the largest eligible budget allows ",
+          planner::HumanBytes(largest->usable_bytes()), " (worker ", best.worker_id, ", ",
+          planner::HumanBytes(best.memory_budget_bytes), " less a ",
+          static_cast<int>(safety_margin_ * 100 + 0.5), "% margin)")),
+      detail);
+}
+
+}  // namespace slimfit::server

@@ -1,0 +1,65 @@
+// What a job spec turns into before a runner can start: the spec checked field by field
+// (INVALID_ARGUMENT naming `spec.<field>`, also in ErrorDetail.field), the model (a fresh config,
+// or an uploaded or earlier job's checkpoint, shape-checked), and the job's data (its datasets
+// parsed, packed into sequences, the held-out part split off). Also the submission-time check that
+// some live eligible worker can hold the model at all.
+//
+// Thread safety: thread-safe (reads the store and registry, which are). Pointers not owned; they
+// must outlive the preparer.
+#ifndef SLIMFIT_SERVER_JOB_PREPARER_H_
+#define SLIMFIT_SERVER_JOB_PREPARER_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/status/statusor.h"
+#include "performer/model_config.h"
+#include "proto/slimfit.pb.h"
+#include "server/job_data.h"
+#include "server/state_store.h"
+#include "server/worker_registry.h"
+
+namespace slimfit::server {
+
+struct PreparedJob {
+  performer::ModelConfig config;
+  std::vector<at::Tensor> initial;  // empty for a fresh model (drawn from the seed)
+  std::optional<JobData> data;
+};
+
+class JobPreparer {
+ public:
+  JobPreparer(StateStore* store, WorkerRegistry* registry, double safety_margin)
+      : store_(store), registry_(registry), safety_margin_(safety_margin) {}
+
+  // Validates `spec`, resolves the model (its parameters too when `load_initial`) and loads the
+  // data. INVALID_ARGUMENT naming the field; NOT_FOUND for an unknown dataset or checkpoint
+  // (ErrorDetail.resource_kind/id); FAILED_PRECONDITION for a checkpoint that does not load or
+  // data too small for one training sequence; DATA_LOSS for a stored file gone missing.
+  absl::StatusOr<PreparedJob> Prepare(const v1::JobSpec& spec, bool load_initial) const;
+
+  // OK when no eligible worker is live (the job waits, QUEUED) or when one of them has a plan;
+  // otherwise RESOURCE_EXHAUSTED with what the least plan needs and the largest usable budget
+  // (ErrorDetail.required_bytes, budget_bytes, usable_bytes).
+  absl::Status CheckSomeWorkerFits(const v1::JobSpec& spec, const performer::ModelConfig& config,
+                                   int64_t documents) const;
+
+  // The model a spec names: a fresh config, or an uploaded or earlier job's checkpoint (its
+  // parameters into *initial when not null). Errors as Prepare, for `spec.model`.
+  absl::StatusOr<performer::ModelConfig> ResolveModel(const v1::ModelSpec& model,
+                                                      std::vector<at::Tensor>* initial) const;
+
+ private:
+  absl::StatusOr<JobData> LoadData(const v1::JobSpec& spec, const performer::ModelConfig& config) const;
+
+  StateStore* const store_;
+  WorkerRegistry* const registry_;
+  const double safety_margin_;
+};
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_JOB_PREPARER_H_

@@ -1,0 +1,74 @@
+// The record of one job while a runner drives it: the v1::Job (state, reason, progress) and its
+// event stream. Every change is stored (StateStore) before it is signalled (EventSignal), so a
+// WatchJob stream or a restarted coordinator never sees something that was not durable.
+//
+// Example:
+//   record.Update([&](v1::Job* job) { job->mutable_progress()->set_rounds_completed(round); });
+//   if (absl::Status s = record.PersistOrFail(); !s.ok()) return s;  // durable before published
+//   record.Emit(std::move(event));                                    // sequence, time, store, wake
+//
+// Thread safety: thread-safe. The store and signal are not owned and must outlive the record.
+#ifndef SLIMFIT_SERVER_JOB_RECORD_H_
+#define SLIMFIT_SERVER_JOB_RECORD_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/slimfit.pb.h"
+#include "server/event_signal.h"
+#include "server/state_store.h"
+
+namespace slimfit::server {
+
+// SUCCEEDED, FAILED or CANCELLED.
+bool IsTerminal(v1::JobState state);
+// Now, as the protocol's timestamps carry it.
+google::protobuf::Timestamp NowTimestamp();
+
+class JobRecord {
+ public:
+  // `next_sequence` is one above the last event sequence stored for this job.
+  JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, EventSignal* signal);
+  JobRecord(const JobRecord&) = delete;
+  JobRecord& operator=(const JobRecord&) = delete;
+
+  const std::string& job_id() const { return job_id_; }
+  v1::Job Snapshot() const;
+  v1::JobState state() const;
+  bool terminal() const { return IsTerminal(state()); }
+
+  // Applies `change` to the job under the record's lock. Not stored: call Persist afterwards.
+  void Update(const std::function<void(v1::Job*)>& change);
+  // Stores the job. A failure is logged and returned; a round must not publish a version the store
+  // does not know (it could be reused after a restart).
+  absl::Status PersistOrFail();
+  void Persist() { (void)PersistOrFail(); }
+
+  // Numbers `event` (per-job sequence), stamps it with the job id and time, stores it and wakes
+  // watchers. A store failure is logged; the event is still signalled.
+  void Emit(v1::JobEvent event);
+
+  // Sets the state and its reason, stores the job and, when the state changed, emits a
+  // JobStateChanged event (a new reason alone only wakes watchers). Sets started_at on the first
+  // RUNNING and finished_at on a terminal state.
+  void SetState(v1::JobState state, const std::string& reason);
+  // SetState with the current state: a new reason ("waiting for 2 workers").
+  void SetReason(const std::string& reason);
+
+ private:
+  const std::string job_id_;
+  StateStore* const store_;
+  EventSignal* const signal_;
+
+  mutable absl::Mutex mutex_;
+  v1::Job job_ ABSL_GUARDED_BY(mutex_);
+  int64_t next_sequence_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_JOB_RECORD_H_

@@ -1,0 +1,75 @@
+#include "server/job_record.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/test_util.h"
+#include "gtest/gtest.h"
+
+namespace slimfit::server {
+namespace {
+
+class JobRecordTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(testing_util::TempPath(
+        absl::StrCat(::testing::UnitTest::GetInstance()->current_test_info()->name(), ".db")));
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    v1::Job job;
+    job.set_job_id("job-000007");
+    job.set_state(v1::JOB_STATE_QUEUED);
+    ASSERT_TRUE(store_->PutJob(job).ok());
+    record_ = std::make_unique<JobRecord>(job, 1, store_.get(), &signal_);
+  }
+
+  std::vector<v1::JobEvent> Events() {
+    absl::StatusOr<std::vector<v1::JobEvent>> events = store_->Events("job-000007", 0, 100);
+    EXPECT_TRUE(events.ok()) << events.status();
+    return events.ok() ? *events : std::vector<v1::JobEvent>{};
+  }
+
+  std::unique_ptr<StateStore> store_;
+  EventSignal signal_;
+  std::unique_ptr<JobRecord> record_;
+};
+
+TEST_F(JobRecordTest, StateChangesAreStoredThenEmittedInSequence) {
+  const uint64_t seen = signal_.count();
+  record_->SetState(v1::JOB_STATE_RUNNING, "running on 2 workers");
+  EXPECT_GT(signal_.count(), seen);
+  record_->SetReason("waiting for 3 eligible workers (2 live)");  // stored, no event
+  record_->SetState(v1::JOB_STATE_SUCCEEDED, "all 4 rounds done");
+  const std::vector<v1::JobEvent> events = Events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].sequence(), 1);
+  EXPECT_EQ(events[0].state_changed().previous(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(events[0].state_changed().state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(events[1].sequence(), 2);
+  EXPECT_EQ(events[1].state_changed().reason(), "all 4 rounds done");
+  absl::StatusOr<std::optional<v1::Job>> stored = store_->GetJob("job-000007");
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE((*stored)->has_started_at());
+  EXPECT_TRUE((*stored)->has_finished_at());
+  EXPECT_TRUE(record_->terminal());
+}
+
+TEST_F(JobRecordTest, UpdatesAreStoredOnlyWhenPersisted) {
+  record_->Update([](v1::Job* job) { job->mutable_progress()->set_rounds_completed(3); });
+  EXPECT_EQ(record_->Snapshot().progress().rounds_completed(), 3);
+  EXPECT_EQ((*store_->GetJob("job-000007"))->progress().rounds_completed(), 0);
+  ASSERT_TRUE(record_->PersistOrFail().ok());
+  EXPECT_EQ((*store_->GetJob("job-000007"))->progress().rounds_completed(), 3);
+  v1::JobEvent event;
+  event.mutable_evaluation()->set_round(3);
+  record_->Emit(event);
+  const std::vector<v1::JobEvent> events = Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].job_id(), "job-000007");
+  EXPECT_TRUE(events[0].has_time());
+}
+
+}  // namespace
+}  // namespace slimfit::server

@@ -1,0 +1,22 @@
+// How a coordinator runs jobs: shard deadlines and attempts, plan margins. Filled from the
+// coordinator's flags (coordinator_daemon.h); read by the job runner, its worker planner and its
+// shard dispatcher.
+#ifndef SLIMFIT_SERVER_RUNNER_OPTIONS_H_
+#define SLIMFIT_SERVER_RUNNER_OPTIONS_H_
+
+#include "absl/time/time.h"
+
+namespace slimfit::server {
+
+struct RunnerOptions {
+  // A shard's deadline: this plus 10× its predicted compute time.
+  absl::Duration shard_timeout = absl::Seconds(120);
+  int max_attempts = 5;         // per shard, then the job fails
+  double safety_margin = 0.10;  // plans keep predicted peaks under (1 − margin) · budget
+  // Replan a worker when its measured peak exceeds the prediction by this factor.
+  double replan_ratio = 1.25;
+};
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_RUNNER_OPTIONS_H_

@@ -1,0 +1,117 @@
+#include "server/worker_planner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "planner/plan_proto.h"
+
+namespace slimfit::server {
+
+std::string WorkerKey(const WorkerHandle& worker) { return absl::StrCat(worker.worker_id, "@", worker.incarnation); }
+
+std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle& worker, int64_t round,
+                                                             std::string* refusal) {
+  const std::string key = WorkerKey(worker);
+  if (auto cached = plans_.find(key); cached != plans_.end()) return cached->second;
+  const JobData& data = *deps_.data;
+  planner::PlanSearchRequest request;
+  request.workload.model = deps_.config;
+  request.workload.seq_len = data.sequence_length();
+  request.workload.documents = data.max_documents_per_sequence();
+  // Shards of several sequences keep a running gradient sum on the worker.
+  request.workload.gradient_sum = data.sequences_per_round() > 1;
+  auto scale = budget_scale_.find(worker.worker_id);
+  request.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(worker.memory_budget_bytes) *
+                                                     (scale == budget_scale_.end() ? 1.0 : scale->second));
+  request.dtype = deps_.dtype;
+  request.safety_margin = deps_.options.safety_margin;
+  absl::StatusOr<planner::PlanSearchResult> result = planner::SearchPlans(request, worker.profile);
+  if (!result.ok()) {
+    refused_.insert(key);
+    *refusal = absl::StrCat("worker ", worker.worker_id, ": ", result.status().message());
+    base::LogWarning(deps_.record->job_id(), ": ", *refusal);
+    return std::nullopt;
+  }
+  plans_.emplace(key, result->chosen);
+  v1::JobEvent event;
+  v1::WorkerPlanChanged* changed = event.mutable_worker_plan_changed();
+  changed->set_worker_id(worker.worker_id);
+  changed->set_round(round);
+  *changed->mutable_plan() = planner::CandidateToProto(result->chosen);
+  changed->set_reason(result->reason);
+  if (auto replan = replans_.find(worker.worker_id); replan != replans_.end()) {
+    *changed->mutable_previous() = planner::PlanToProto(replan->second.first);
+    changed->set_reason(absl::StrCat(replan->second.second, "; ", result->reason));
+    replans_.erase(replan);
+  }
+  changed->set_predicted_tokens_per_second(static_cast<double>(data.sequence_length()) /
+                                           std::max(1e-9, result->chosen.prediction.seconds));
+  deps_.record->Emit(std::move(event));
+  base::LogInfo(deps_.record->job_id(), ": worker ", worker.worker_id, " plan ",
+                planner::PlanSummary(result->chosen.plan), " (predicted peak ",
+                planner::HumanBytes(result->chosen.prediction.peak_bytes), ")");
+  return result->chosen;
+}
+
+absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round) {
+  const v1::JobSpec spec = deps_.record->Snapshot().spec();
+  const int min_workers = spec.has_min_workers() ? spec.min_workers() : 1;
+  const int64_t sequence_length = deps_.data->sequence_length();
+  while (true) {
+    if (deps_.stopping->load()) return absl::CancelledError("stopped");
+    std::vector<WorkerHandle> live = deps_.registry->LiveWorkers(spec.constraints());
+    std::vector<WorkerPlan> plans;
+    std::string refusal;
+    for (const WorkerHandle& worker : live) {
+      if (refused_.count(WorkerKey(worker)) > 0) continue;
+      std::optional<planner::PlanCandidate> candidate = PlanFor(worker, round, &refusal);
+      if (!candidate.has_value()) continue;
+      WorkerPlan plan;
+      plan.worker = worker;
+      plan.candidate = *std::move(candidate);
+      plan.tokens_per_second =
+          static_cast<double>(sequence_length) / std::max(1e-9, plan.candidate.prediction.seconds);
+      v1::WorkerJobPlan job_plan;
+      job_plan.set_job_id(deps_.record->job_id());
+      *job_plan.mutable_plan() = planner::CandidateToProto(plan.candidate);
+      job_plan.set_predicted_tokens_per_second(plan.tokens_per_second);
+      deps_.registry->SetJobPlan(worker.worker_id, job_plan);
+      plans.push_back(std::move(plan));
+    }
+    const bool queued = deps_.record->state() == v1::JOB_STATE_QUEUED;
+    if (!plans.empty() && static_cast<int>(plans.size()) >= min_workers) {
+      if (queued) deps_.record->SetState(v1::JOB_STATE_RUNNING, absl::StrCat("running on ", plans.size(), " workers"));
+      return plans;
+    }
+    if (plans.empty() && !live.empty() && !refusal.empty()) {
+      bool all_refused = true;
+      for (const WorkerHandle& worker : live) all_refused &= refused_.count(WorkerKey(worker)) > 0;
+      if (all_refused && !queued) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("round ", round, ": every eligible worker refused the plan; ", refusal));
+      }
+    }
+    deps_.record->SetReason(absl::StrCat("waiting for ", min_workers, " eligible worker", min_workers == 1 ? "" : "s",
+                                         " (", plans.size(), " live)"));
+    deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(250));
+  }
+}
+
+void WorkerPlanner::MaybeReplan(const WorkerPlan& plan, int64_t measured_peak, int64_t round) {
+  const int64_t predicted = plan.candidate.prediction.peak_bytes;
+  if (measured_peak <= 0 || predicted <= 0) return;
+  const double ratio = static_cast<double>(measured_peak) / static_cast<double>(predicted);
+  if (ratio <= deps_.options.replan_ratio) return;
+  if (budget_scale_.count(plan.worker.worker_id) > 0) return;
+  budget_scale_[plan.worker.worker_id] = std::max(0.1, 1.0 / ratio);
+  plans_.erase(WorkerKey(plan.worker));
+  replans_[plan.worker.worker_id] = {
+      plan.candidate.plan, absl::StrCat("measured ", planner::HumanBytes(measured_peak), " vs predicted ",
+                                        planner::HumanBytes(predicted), ": replanned")};
+  base::LogWarning(deps_.record->job_id(), ": worker ", plan.worker.worker_id, " measured ",
+                   planner::HumanBytes(measured_peak), " vs predicted ", planner::HumanBytes(predicted),
+                   ": replanning from round ", round);
+}
+
+}  // namespace slimfit::server

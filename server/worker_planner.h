@@ -1,0 +1,86 @@
+// The plans of one job's workers: for every live eligible worker, the planner's choice for this
+// job (its profile and memory budget in, a Plan out), cached per worker incarnation; the wait for
+// `min_workers` (QUEUED until then); a worker whose plan was refused kept out; and one replan of a
+// worker whose measured peak exceeded the prediction. Every new plan is a WorkerPlanChanged event
+// and goes to the registry for `slimfit workers`.
+//
+// Thread safety: used by its job runner's thread only (PlanWorkers, Refuse, MaybeReplan). The
+// pointers it is given must outlive it.
+#ifndef SLIMFIT_SERVER_WORKER_PLANNER_H_
+#define SLIMFIT_SERVER_WORKER_PLANNER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "performer/model_config.h"
+#include "performer/plan.h"
+#include "planner/plan_search.h"
+#include "server/event_signal.h"
+#include "server/job_data.h"
+#include "server/job_record.h"
+#include "server/runner_options.h"
+#include "server/worker_registry.h"
+
+namespace slimfit::server {
+
+// A worker and what it runs for this job.
+struct WorkerPlan {
+  WorkerHandle worker;
+  planner::PlanCandidate candidate;
+  double tokens_per_second = 0;  // predicted
+};
+
+// "w-1234@3": a worker incarnation.
+std::string WorkerKey(const WorkerHandle& worker);
+
+class WorkerPlanner {
+ public:
+  struct Deps {
+    JobRecord* record = nullptr;
+    WorkerRegistry* registry = nullptr;
+    EventSignal* signal = nullptr;
+    const JobData* data = nullptr;
+    performer::ModelConfig config;
+    performer::DType dtype = performer::DType::kFloat32;
+    RunnerOptions options;
+    const std::atomic<bool>* stopping = nullptr;  // the runner's stop or cancel flag
+  };
+
+  explicit WorkerPlanner(Deps deps) : deps_(std::move(deps)) {}
+
+  // Plans of the live eligible workers, once at least `min_workers` of them have one (until then
+  // the job waits, its reason saying so; the first success moves a QUEUED job to RUNNING).
+  // CANCELLED when the runner stops; RESOURCE_EXHAUSTED for a RUNNING job whose every live eligible
+  // worker refused the plan (the message has the planner's reason).
+  absl::StatusOr<std::vector<WorkerPlan>> PlanWorkers(int64_t round);
+
+  // The worker refused its plan (RESOURCE_EXHAUSTED from the worker): no more shards of this job
+  // for this incarnation.
+  void Refuse(const WorkerHandle& worker) { refused_.insert(WorkerKey(worker)); }
+
+  // When `measured_peak` exceeds the plan's prediction by more than options.replan_ratio, the worker
+  // is planned again from `round`, once per worker and job, against its budget shrunk by the error
+  // (repeating would compound one device's constant overhead into a refusal).
+  void MaybeReplan(const WorkerPlan& plan, int64_t measured_peak, int64_t round);
+
+ private:
+  // The planner's choice for `worker`, searched and announced when it is new; nullopt (with
+  // *refusal set) when the planner refuses it.
+  std::optional<planner::PlanCandidate> PlanFor(const WorkerHandle& worker, int64_t round, std::string* refusal);
+
+  const Deps deps_;
+  std::map<std::string, planner::PlanCandidate> plans_;  // by WorkerKey
+  std::map<std::string, double> budget_scale_;           // replans: budget multiplier per worker id
+  std::map<std::string, std::pair<performer::Plan, std::string>> replans_;  // previous plan, why
+  std::set<std::string> refused_;                                           // by WorkerKey
+};
+
+}  // namespace slimfit::server
+
+#endif  // SLIMFIT_SERVER_WORKER_PLANNER_H_
