@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -25,7 +27,8 @@ std::string DirectoryOf(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+absl::Status ReadFileInChunks(const std::string& path, size_t chunk_bytes,
+                              const std::function<void(absl::string_view)>& consume) {
   int fd;
   do {
     fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -41,11 +44,9 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
-  std::string contents;
-  contents.reserve(static_cast<size_t>(info.st_size));
-  char buffer[1 << 16];
+  std::vector<char> buffer(std::max<size_t>(1, chunk_bytes));
   while (true) {
-    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    const ssize_t n = read(fd, buffer.data(), buffer.size());
     if (n < 0) {
       if (errno == EINTR) continue;
       const int error_number = errno;
@@ -53,9 +54,16 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
       return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": cannot read"));
     }
     if (n == 0) break;
-    contents.append(buffer, static_cast<size_t>(n));
+    consume(absl::string_view(buffer.data(), static_cast<size_t>(n)));
   }
   close(fd);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  std::string contents;
+  absl::Status read = ReadFileInChunks(path, size_t{1} << 16, [&](absl::string_view piece) { contents.append(piece.data(), piece.size()); });
+  if (!read.ok()) return read;
   return contents;
 }
 

@@ -23,6 +23,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -35,6 +36,11 @@ namespace slimfit::base {
 // Errors: the errno's code when it cannot be opened or read; INVALID_ARGUMENT when it is not a
 // regular file (a directory, say); the message starts with the path.
 [[nodiscard]] absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Reads the regular file at `path` in pieces of at most `chunk_bytes` (> 0), passing each to
+// `consume` in order; the file is never held whole. Errors as ReadFileToString.
+[[nodiscard]] absl::Status ReadFileInChunks(const std::string& path, size_t chunk_bytes,
+                                            const std::function<void(absl::string_view)>& consume);
 
 // Writes `contents` to `path` atomically (see above) with mode 0644 less the umask. The temporary
 // file is removed on failure.

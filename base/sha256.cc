@@ -1,14 +1,10 @@
 #include "base/sha256.h"
 
-#include <fcntl.h>
 #include <openssl/sha.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 
 namespace slimfit::base {
 
@@ -40,25 +36,9 @@ std::string Sha256Hex(absl::string_view bytes) {
 }
 
 absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
-  int fd;
-  do {
-    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open"));
   Sha256Hasher hasher;
-  std::vector<char> buffer(1 << 20);
-  while (true) {
-    const ssize_t n = read(fd, buffer.data(), buffer.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error_number = errno;
-      close(fd);
-      return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": cannot read"));
-    }
-    if (n == 0) break;
-    hasher.Update(absl::string_view(buffer.data(), static_cast<size_t>(n)));
-  }
-  close(fd);
+  absl::Status read = ReadFileInChunks(path, size_t{1} << 20, [&](absl::string_view piece) { hasher.Update(piece); });
+  if (!read.ok()) return read;
   return hasher.FinishHex();
 }
 

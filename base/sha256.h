@@ -31,7 +31,8 @@ class Sha256Hasher {
 
 std::string Sha256Hex(absl::string_view bytes);
 
-// NOT_FOUND / INTERNAL naming the path when the file cannot be read.
+// The errno's code (NOT_FOUND, PERMISSION_DENIED, ...) naming the path when the file cannot be
+// read (base/files.h, ReadFileInChunks).
 absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
 
 // True for 64 lowercase hexadecimal characters.

@@ -3,6 +3,8 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
+#include "gtest/gtest.h"
 
 namespace slimfit::testing_util {
 namespace {
@@ -22,6 +24,14 @@ std::string TempPath(absl::string_view name) {
 std::string RunfilePath(absl::string_view workspace_relative_path) {
   return absl::StrCat(EnvOr("TEST_SRCDIR", "."), "/", EnvOr("TEST_WORKSPACE", "slimfit"), "/",
                       workspace_relative_path);
+}
+
+std::string WriteTempFile(absl::string_view name, absl::string_view contents) {
+  const std::string path = TempPath(name);
+  if (absl::Status written = base::WriteFileAtomically(path, contents); !written.ok()) {
+    ADD_FAILURE() << written;
+  }
+  return path;
 }
 
 }  // namespace slimfit::testing_util

@@ -33,6 +33,10 @@ std::string TempPath(absl::string_view name);
 // Does not check that the file exists.
 std::string RunfilePath(absl::string_view workspace_relative_path);
 
+// Writes `contents` to TempPath(name) and returns that path. A failure fails the calling test
+// (ADD_FAILURE) and still returns the path, so the test goes on to fail where it reads the file.
+std::string WriteTempFile(absl::string_view name, absl::string_view contents);
+
 }  // namespace slimfit::testing_util
 
 #endif  // SLIMFIT_BASE_TEST_UTIL_H_

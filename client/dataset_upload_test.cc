@@ -23,9 +23,7 @@ using ::testing::StartsWith;
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
 std::string WriteFile(const std::string& name, const std::string& contents) {
-  const std::string path = TempPath(name);
-  std::ofstream(path, std::ios::binary) << contents;
-  return path;
+  return testing_util::WriteTempFile(name, contents);
 }
 
 // Deterministic bytes that are not all alike, so that chunk order matters.

@@ -27,9 +27,7 @@ using ::testing::StartsWith;
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
 std::string WriteFile(const std::string& name, const std::string& contents) {
-  const std::string path = TempPath(name);
-  std::ofstream(path, std::ios::binary) << contents;
-  return path;
+  return testing_util::WriteTempFile(name, contents);
 }
 
 class SubmitCommandTest : public ::testing::Test {

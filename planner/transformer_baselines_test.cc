@@ -12,33 +12,21 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
+#include "planner/transformer_baselines_testing.h"
 
 namespace slimfit::planner {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+using transformer_testing::Equal;
+using transformer_testing::ExpectInvalid;
+using transformer_testing::kGiB;
+using transformer_testing::Moments;
+using transformer_testing::Shape;
+
 constexpr AttentionLayout kAllLayouts[] = {AttentionLayout::kNaive, AttentionLayout::kFlash,
                                            AttentionLayout::kPaddingFree};
 constexpr Recompute kAllRecomputes[] = {Recompute::kNone, Recompute::kAttention,
                                         Recompute::kFeedForward, Recompute::kFull};
-
-TransformerShape Shape(int64_t d_model, int64_t heads, int64_t d_ff = 0, int bytes = 2,
-                       bool dropout = true, int64_t layers = 1) {
-  TransformerShape shape;
-  shape.d_model = d_model;
-  shape.layers = layers;
-  shape.heads = heads;
-  shape.d_ff = d_ff;
-  shape.bytes_per_element = bytes;
-  shape.dropout = dropout;
-  return shape;
-}
-
-BatchMoments Moments(const BatchSpec& batch) {
-  absl::StatusOr<BatchMoments> moments = ComputeBatchMoments(batch);
-  EXPECT_TRUE(moments.ok()) << moments.status();
-  return moments.ok() ? *moments : BatchMoments{};
-}
 
 LayerActivationBytes Layer(const TransformerShape& shape, const BatchSpec& batch,
                            AttentionLayout layout) {
@@ -60,11 +48,6 @@ RecomputeCost Cost(const TransformerShape& shape, const BatchSpec& batch, Attent
   return ComputeRecomputeCost(Layer(shape, batch, layout), Flops(shape, batch, layout),
                               shape.layers, recompute);
 }
-
-BatchSpec Equal(int64_t sequences, int64_t length) {
-  return BatchSpec::Explicit(std::vector<int64_t>(sequences, length));
-}
-
 
 // ---- Seed 003 / seed 004 per-layer formula ------------------------------------------------------
 
