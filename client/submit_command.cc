@@ -55,6 +55,7 @@ struct SubmitOptions {
   int64_t warmup_steps = 0;
   double weight_decay = 0;
   double gradient_clip_norm = 0;
+  double init_readout_scale = 0;
   int64_t seed = 0;
   int64_t min_workers = 1;
   double held_out_fraction = 0;
@@ -106,6 +107,7 @@ absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options
   if (flags.IsSet("warmup_steps")) optimizer.set_warmup_steps(options.warmup_steps);
   if (flags.IsSet("weight_decay")) optimizer.set_weight_decay(options.weight_decay);
   if (flags.IsSet("gradient_clip_norm")) optimizer.set_gradient_clip_norm(options.gradient_clip_norm);
+  if (flags.IsSet("init_readout_scale")) spec.mutable_model()->set_init_readout_scale(options.init_readout_scale);
 
   if (flags.IsSet("seed")) {
     if (options.seed < 0) {
@@ -227,11 +229,18 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   flags.Int("tokens_per_round", &options.tokens_per_round, "tokens per optimizer step (>= L)",
             base::FlagSet::kOptionalNoDefault);
   flags.Int("rounds", &options.rounds, "rounds (optimizer steps) to run", base::FlagSet::kOptionalNoDefault);
-  flags.Double("learning_rate", &options.learning_rate, "peak learning rate", base::FlagSet::kOptionalNoDefault);
+  flags.Double("learning_rate", &options.learning_rate,
+               "peak learning rate (default for adamw: 3e-4; required for sgd)", base::FlagSet::kOptionalNoDefault);
   flags.String("optimizer", &options.optimizer, "adamw or sgd");
-  flags.Int("warmup_steps", &options.warmup_steps, "steps of linear learning-rate warm-up");
+  flags.Int("warmup_steps", &options.warmup_steps,
+            "steps of linear learning-rate warm-up (default: min(100, rounds/10), at least 1; 0: none)",
+            base::FlagSet::kOptionalNoDefault);
   flags.Double("weight_decay", &options.weight_decay, "weight decay");
   flags.Double("gradient_clip_norm", &options.gradient_clip_norm, "clip the gradient to this L2 norm",
+               base::FlagSet::kOptionalNoDefault);
+  flags.Double("init_readout_scale", &options.init_readout_scale,
+               "a fresh model's output map starts at PyTorch's draw times this (default 0.1; 1: the "
+               "reference implementation's initialisation)",
                base::FlagSet::kOptionalNoDefault);
   flags.Int("seed", &options.seed, "seeds initialisation, data order and FAVOR+ features");
   flags.Int("min_workers", &options.min_workers, "workers needed before rounds start");

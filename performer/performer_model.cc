@@ -158,8 +158,13 @@ PerformerModel::PerformerModel(ModelConfig config, DType dtype, at::Device devic
       parameters_(std::move(parameters)) {}
 
 absl::StatusOr<PerformerModel> PerformerModel::Create(const ModelConfig& config, DType dtype,
-                                                      const at::Device& device, uint64_t seed) {
+                                                      const at::Device& device, uint64_t seed,
+                                                      const InitOptions& init) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
+  if (!(init.readout_scale > 0) || !std::isfinite(init.readout_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("readout scale must be finite and > 0, got ", init.readout_scale));
+  }
   try {
     at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
     const auto cpu64 = at::TensorOptions().dtype(at::kDouble);
@@ -179,6 +184,7 @@ absl::StatusOr<PerformerModel> PerformerModel::Create(const ModelConfig& config,
         const std::vector<int64_t>& weight_shape = absl::EndsWith(name, ".weight") ? shapes[i] : shapes[i - 1];
         const double bound = 1.0 / std::sqrt(static_cast<double>(weight_shape[1]));
         t = at::empty(shapes[i], cpu64).uniform_(-bound, bound, generator);
+        if (absl::StartsWith(name, "output_logit_map.")) t.mul_(init.readout_scale);
       }
       parameters.push_back(t.to(target));
     }

@@ -86,12 +86,29 @@ size_t FirstAttentionParameter(int64_t layer);
 
 at::ScalarType ToScalarType(DType dtype);
 
+// How a fresh model's parameters are drawn, beyond PyTorch's defaults.
+struct InitOptions {
+  // The output map's (output_logit_map) weight and bias are PyTorch's draw times this. 1 is the
+  // reference implementation's initialisation. Training jobs use kTrainingReadoutScale: with the
+  // default draw, the residual stream of a post-LN model (about √layers in size) through a full-size
+  // output map gives logits far from uniform (a first loss above ln vocab), and AdamW's first steps
+  // — sign steps of the learning rate on every weight, the same direction for every token — shift
+  // every logit together, which wide, deep post-LN models turn into a loss spike
+  // (docs/ARCHITECTURE.md, "Training defaults"). REQUIRES: finite, > 0.
+  double readout_scale = 1.0;
+};
+
+// The readout scale of fresh models in training jobs (JobSpec.model.init_readout_scale's default).
+inline constexpr double kTrainingReadoutScale = 0.1;
+
 class PerformerModel {
  public:
   // A freshly initialised model, as PyTorch initialises the reference's modules (Linear: uniform
-  // ±1/sqrt(fan_in); Embedding: N(0, 1); LayerNorm: ones and zeros), from `seed`.
+  // ±1/sqrt(fan_in); Embedding: N(0, 1); LayerNorm: ones and zeros), from `seed`, with the output
+  // map scaled by init.readout_scale. INVALID_ARGUMENT for a bad config or readout scale.
   static absl::StatusOr<PerformerModel> Create(const ModelConfig& config, DType dtype,
-                                               const at::Device& device, uint64_t seed);
+                                               const at::Device& device, uint64_t seed,
+                                               const InitOptions& init = {});
 
   // A model from named tensors (a checkpoint). Every parameter must be present with its exact
   // shape; extra names are an error unless they start with one of `ignored_prefixes`. Tensors of

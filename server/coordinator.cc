@@ -125,20 +125,6 @@ absl::StatusOr<std::unique_ptr<UploadSink>> Coordinator::BeginUpload(const v1::U
 
 absl::Status Coordinator::StartRunner(const v1::Job& job, PreparedJob prepared) {
   std::vector<at::Tensor> initial = std::move(prepared.initial);
-  const performer::DType dtype =
-      job.spec().dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
-  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = store_->Checkpoints(job.job_id());
-  if (!checkpoints.ok()) return checkpoints.status();
-  if (initial.empty() && checkpoints->empty()) {
-    try {
-      absl::StatusOr<performer::PerformerModel> model =
-          performer::PerformerModel::Create(prepared.config, dtype, at::kCPU, job.spec().seed());
-      if (!model.ok()) return model.status();
-      initial = model->parameters();
-    } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("initialising the model: ", e.what_without_backtrace()));
-    }
-  }
   RunnerDeps deps;
   deps.store = store_.get();
   deps.registry = registry_.get();
@@ -179,10 +165,10 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
     if (!existing.ok()) return existing.status();
     if (existing->has_value()) return **existing;
   }
-  absl::StatusOr<PreparedJob> prepared = preparer_->Prepare(request.spec(), /*load_initial=*/true);
+  const v1::JobSpec spec = WithJobDefaults(request.spec());
+  absl::StatusOr<PreparedJob> prepared = preparer_->Prepare(spec, /*load_initial=*/true);
   if (!prepared.ok()) return prepared.status();
-  if (absl::Status fits =
-          preparer_->CheckSomeWorkerFits(request.spec(), prepared->config, prepared->data->max_documents_per_sequence());
+  if (absl::Status fits = preparer_->CheckSomeWorkerFits(spec, prepared->config, prepared->data->max_documents_per_sequence());
       !fits.ok()) {
     return fits;
   }
@@ -190,13 +176,13 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   if (!number.ok()) return number.status();
   v1::Job job;
   job.set_job_id(absl::StrFormat("job-%06d", *number));
-  *job.mutable_spec() = request.spec();
+  *job.mutable_spec() = spec;
   if (job.spec().name().empty()) job.mutable_spec()->set_name(job.job_id());
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_state_reason("waiting for eligible workers");
   *job.mutable_created_at() = NowTimestamp();
   *job.mutable_state_changed_at() = job.created_at();
-  job.mutable_progress()->set_rounds(request.spec().rounds());
+  job.mutable_progress()->set_rounds(spec.rounds());
   job.mutable_progress()->set_parameter_version(1);
   job.set_training_tokens(prepared->data->training_tokens());
   job.set_held_out_tokens(prepared->data->held_out_tokens());

@@ -50,6 +50,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   options.registry.lost_after = absl::Milliseconds(flags.lost_after_ms);
   options.runner.shard_timeout = absl::Seconds(flags.shard_timeout_seconds);
   options.runner.max_attempts = static_cast<int>(flags.max_attempts);
+  options.runner.max_sequences_per_shard = flags.max_sequences_per_shard;
   options.upload_limit_bytes = flags.upload_limit_bytes;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(options);
   if (!coordinator.ok()) return FailStart(err, coordinator.status().message());
@@ -103,6 +104,8 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   flags.Int("shard_timeout_seconds", &o.shard_timeout_seconds,
             "a shard's deadline: this plus 10x its predicted compute time");
   flags.Int("max_attempts", &o.max_attempts, "attempts per shard before the job fails");
+  flags.Int("max_sequences_per_shard", &o.max_sequences_per_shard,
+            "most sequences in one shard (0: as many as fit one request)");
   flags.ByteSize("upload_limit", &o.upload_limit_bytes, "largest accepted upload");
   flags.String("port_file", &o.port_file, "write the bound host:port here once serving");
   flags.Int("threads", &o.threads, "BLAS threads for the optimizer step and checkpoints");
@@ -124,6 +127,7 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   }
   if (o.shard_timeout_seconds < 1) return absl::InvalidArgumentError("--shard_timeout_seconds must be ≥ 1");
   if (o.max_attempts < 1) return absl::InvalidArgumentError("--max_attempts must be ≥ 1");
+  if (o.max_sequences_per_shard < 0) return absl::InvalidArgumentError("--max_sequences_per_shard must be ≥ 0");
   if (o.threads < 1 || o.threads > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", o.threads, ": expected 1 to 4096"));
   }

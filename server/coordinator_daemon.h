@@ -40,6 +40,7 @@ struct CoordinatorDaemonOptions {
   int64_t lost_after_ms = 5000;            // silence after which a worker is LOST; ≥ 2 intervals
   int64_t shard_timeout_seconds = 120;     // a shard's deadline: this + 10× its predicted compute
   int64_t max_attempts = 5;                // per shard, before the job fails
+  int64_t max_sequences_per_shard = 0;     // 0: as many as fit one request
   int64_t upload_limit_bytes = int64_t{1} << 30;
   std::string port_file;                   // --port_file=FILE: the bound host:port, once serving
   int64_t threads = 1;                     // BLAS threads for the optimizer step and checkpoints

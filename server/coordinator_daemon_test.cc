@@ -79,6 +79,7 @@ TEST(ParseCoordinatorFlagsTest, PreciseErrors) {
       {{"--state_dir=/s", "--lost_after_ms=1500"}, Env(), "--lost_after_ms"},
       {{"--state_dir=/s", "--shard_timeout_seconds=0"}, Env(), "--shard_timeout_seconds"},
       {{"--state_dir=/s", "--max_attempts=0"}, Env(), "--max_attempts"},
+      {{"--state_dir=/s", "--max_sequences_per_shard=-1"}, Env(), "--max_sequences_per_shard"},
       {{"--state_dir=/s", "--threads=0"}, Env(), "--threads=0"},
       {{"--state_dir=/s", "--port_file="}, Env(), "--port_file is empty"},
       {{"--state_dir=/s", "--frobnicate"}, Env(), "frobnicate"},

@@ -101,6 +101,18 @@ absl::StatusOr<JobData> JobPreparer::LoadData(const v1::JobSpec& spec, const per
                          spec.held_out_fraction(), spec.seed());
 }
 
+v1::JobSpec WithJobDefaults(v1::JobSpec spec) {
+  if (spec.model().has_config() && !spec.model().has_init_readout_scale()) {
+    spec.mutable_model()->set_init_readout_scale(performer::kTrainingReadoutScale);
+  }
+  v1::Optimizer* optimizer = spec.mutable_optimizer();
+  if (optimizer->has_adamw() && !optimizer->has_learning_rate()) optimizer->set_learning_rate(kDefaultAdamWLearningRate);
+  if (!optimizer->has_warmup_steps()) {
+    optimizer->set_warmup_steps(std::min<int64_t>(100, std::max<int64_t>(1, spec.rounds() / 10)));
+  }
+  return spec;
+}
+
 absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool load_initial) const {
   if (spec.name().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) return rpc::InvalidFieldError("spec.name", "longer than 256 bytes");
   PreparedJob prepared;
@@ -130,9 +142,33 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
   if (spec.has_dtype() && spec.dtype() != v1::DTYPE_FLOAT32 && spec.dtype() != v1::DTYPE_FLOAT64) {
     return rpc::InvalidFieldError("spec.dtype", "must be DTYPE_FLOAT32 or DTYPE_FLOAT64");
   }
+  if (spec.model().has_init_readout_scale()) {
+    const double scale = spec.model().init_readout_scale();
+    if (!spec.model().has_config()) {
+      return rpc::InvalidFieldError("spec.model.init_readout_scale", "only for a fresh model (spec.model.config)");
+    }
+    if (!(scale > 0 && scale <= 10)) {
+      return rpc::InvalidFieldError("spec.model.init_readout_scale", absl::StrCat("must be in (0, 10], got ", scale));
+    }
+  }
   absl::StatusOr<JobData> data = LoadData(spec, prepared.config);
   if (!data.ok()) return data.status();
   prepared.data = *std::move(data);
+  if (load_initial && prepared.initial.empty()) {
+    // A fresh model, drawn from the seed.
+    performer::InitOptions init;
+    init.readout_scale = spec.model().has_init_readout_scale() ? spec.model().init_readout_scale() : 1.0;
+    const performer::DType dtype =
+        spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+    try {
+      absl::StatusOr<performer::PerformerModel> model =
+          performer::PerformerModel::Create(prepared.config, dtype, at::kCPU, spec.seed(), init);
+      if (!model.ok()) return model.status();
+      prepared.initial = model->parameters();
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("initialising the model: ", e.what_without_backtrace()));
+    }
+  }
   return prepared;
 }
 

@@ -4,6 +4,8 @@
 #ifndef SLIMFIT_SERVER_RUNNER_OPTIONS_H_
 #define SLIMFIT_SERVER_RUNNER_OPTIONS_H_
 
+#include <cstdint>
+
 #include "absl/time/time.h"
 
 namespace slimfit::server {
@@ -12,6 +14,9 @@ struct RunnerOptions {
   // A shard's deadline: this plus 10× its predicted compute time.
   absl::Duration shard_timeout = absl::Seconds(120);
   int max_attempts = 5;         // per shard, then the job fails
+  // The most sequences in one shard; 0: as many as fit one request. Smaller shards balance load and
+  // lose less to a failed worker, at the cost of more calls.
+  int64_t max_sequences_per_shard = 0;
   double safety_margin = 0.10;  // plans keep predicted peaks under (1 − margin) · budget
   // Replan a worker when its measured peak exceeds the prediction by this factor.
   double replan_ratio = 1.25;

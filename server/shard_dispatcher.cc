@@ -24,9 +24,10 @@ std::vector<ShardDispatcher::Shard> ShardDispatcher::CutRound(const std::vector<
   std::vector<double> speeds;
   for (const WorkerPlan& plan : plans) speeds.push_back(plan.tokens_per_second);
   const JobData& data = *deps_.data;
+  int64_t per_shard = MaxSequencesPerShard(data.sequence_length(), rpc::TokenWidth(deps_.encoding));
+  if (deps_.options.max_sequences_per_shard > 0) per_shard = std::min(per_shard, deps_.options.max_sequences_per_shard);
   const std::vector<ShardCut> cuts =
-      CutShards(SplitBySpeed(static_cast<int64_t>(sequences.size()), speeds),
-                MaxSequencesPerShard(data.sequence_length(), rpc::TokenWidth(deps_.encoding)),
+      CutShards(SplitBySpeed(static_cast<int64_t>(sequences.size()), speeds), per_shard,
                 v1::LIMIT_MAX_SHARD_DOC_STARTS,
                 [&](int64_t i) { return data.DocumentsIn(sequences[static_cast<size_t>(i)]); });
   std::vector<Shard> shards;

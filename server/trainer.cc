@@ -21,6 +21,9 @@ absl::Status ValidateOptimizer(const v1::Optimizer& optimizer) {
     return absl::InvalidArgumentError(absl::StrCat("spec.optimizer.", field, ": ", why));
   };
   if (optimizer.kind_case() == v1::Optimizer::KIND_NOT_SET) return bad("kind", "set adamw or sgd");
+  if (!optimizer.has_learning_rate()) {
+    return bad("learning_rate", optimizer.has_sgd() ? "required for SGD (it has no default)" : "required");
+  }
   if (!(optimizer.learning_rate() > 0) || !std::isfinite(optimizer.learning_rate())) {
     return bad("learning_rate", absl::StrCat("must be > 0, got ", optimizer.learning_rate()));
   }

@@ -20,7 +20,11 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
   request.workload.seq_len = data.sequence_length();
   request.workload.documents = data.max_documents_per_sequence();
   // Shards of several sequences keep a running gradient sum on the worker.
-  request.workload.gradient_sum = data.sequences_per_round() > 1;
+  int64_t most_per_shard = data.sequences_per_round();
+  if (deps_.options.max_sequences_per_shard > 0) {
+    most_per_shard = std::min(most_per_shard, deps_.options.max_sequences_per_shard);
+  }
+  request.workload.gradient_sum = most_per_shard > 1;
   auto scale = budget_scale_.find(worker.worker_id);
   request.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(worker.memory_budget_bytes) *
                                                      (scale == budget_scale_.end() ? 1.0 : scale->second));

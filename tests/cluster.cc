@@ -24,19 +24,20 @@ Cluster::~Cluster() {
   if (coordinator_ != nullptr) coordinator_->Signal(SIGKILL);
 }
 
-absl::Status Cluster::StartCoordinator() {
+absl::Status Cluster::StartCoordinator(const std::vector<std::string>& extra_flags) {
   const std::string port_file = absl::StrCat(root_, "/coordinator.port");
   std::filesystem::remove(port_file);
   // Restarts reuse the first address so workers find the coordinator again.
   const std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
   const std::string log = absl::StrCat(root_, "/coordinator.log");
-  absl::StatusOr<DaemonProcess> process = DaemonProcess::Start(
-      RunfilePath("server/slimfit-coordinator"),
-      {absl::StrCat("--state_dir=", root_, "/coordinator"), absl::StrCat("--listen=", listen),
-       absl::StrCat("--token=", kClientToken), absl::StrCat("--worker_token=", kWorkerToken),
-       "--heartbeat_interval_ms=200", "--lost_after_ms=1500", "--shard_timeout_seconds=60",
-       absl::StrCat("--port_file=", port_file)},
-      log);
+  std::vector<std::string> flags = {
+      absl::StrCat("--state_dir=", root_, "/coordinator"), absl::StrCat("--listen=", listen),
+      absl::StrCat("--token=", kClientToken), absl::StrCat("--worker_token=", kWorkerToken),
+      "--heartbeat_interval_ms=200", "--lost_after_ms=1500", "--shard_timeout_seconds=60",
+      absl::StrCat("--port_file=", port_file)};
+  flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
+  absl::StatusOr<DaemonProcess> process =
+      DaemonProcess::Start(RunfilePath("server/slimfit-coordinator"), flags, log);
   if (!process.ok()) return process.status();
   coordinator_ = std::make_unique<DaemonProcess>(*std::move(process));
   if (logs_.empty() || logs_.front() != log) logs_.insert(logs_.begin(), log);

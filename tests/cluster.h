@@ -29,8 +29,9 @@ class Cluster {
   explicit Cluster(std::string name);
   ~Cluster();
 
-  // Starts (or restarts, on the same state directory) the coordinator.
-  absl::Status StartCoordinator();
+  // Starts (or restarts, on the same state directory) the coordinator, with `extra_flags` after
+  // the cluster's own.
+  absl::Status StartCoordinator(const std::vector<std::string>& extra_flags = {});
   // Starts a worker with the tiny test profile (no calibration) and `budget` ("800KiB").
   // Returns its index. Waits until it is serving.
   absl::StatusOr<int> StartWorker(const std::string& budget);

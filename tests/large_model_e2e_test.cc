@@ -1,0 +1,89 @@
+// End to end at a real size: a model whose large tensors are 9 MiB each (nine 1 MiB chunks on the
+// wire, both ways), trained by three workers on different plans with several shards each, equals
+// the same rounds in one process.
+#include <set>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "performer/performer_model.h"
+#include "planner/plan_proto.h"
+#include "tests/cluster.h"
+#include "tests/single_process.h"
+
+namespace slimfit {
+namespace {
+
+using testing_util::AllEvents;
+using testing_util::Cluster;
+
+// d_model 1536: the q, k, v and both feed-forward maps are 1536 × 1536 floats, 9 MiB each.
+v1::JobSpec LargeSpec(const std::string& dataset) {
+  v1::JobSpec spec;
+  spec.set_name("large");
+  v1::ModelConfig* model = spec.mutable_model()->mutable_config();
+  model->set_d_model(1536);
+  model->set_layers(1);
+  model->set_heads(12);
+  model->set_d_ff(1536);
+  spec.add_dataset_ids(dataset);
+  spec.set_sequence_length(256);
+  spec.set_tokens_per_round(256 * 6);
+  spec.set_rounds(2);
+  spec.mutable_optimizer()->mutable_adamw();
+  spec.mutable_optimizer()->set_learning_rate(1e-3);
+  spec.set_checkpoint_interval_rounds(1);
+  spec.set_seed(3);
+  return spec;
+}
+
+TEST(LargeModelEndToEndTest, NineMiBTensorsOnThreePlansEqualOneProcess) {
+  Cluster cluster("large");
+  // One sequence per shard: six shards a round, two or so per worker.
+  ASSERT_TRUE(cluster.StartCoordinator({"--max_sequences_per_shard=1"}).ok()) << cluster.Logs();
+  // Parameters, their gradient and the running sum take ~124 MiB; the rest decides the plan: a
+  // short slice, a long one, full back-propagation.
+  for (const char* budget : {"148MiB", "160MiB", "1GiB"}) {
+    ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  }
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = testing_util::Corpus(20000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+
+  const v1::JobSpec spec = LargeSpec(*dataset);
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
+  ASSERT_TRUE(config.ok());
+  for (const std::vector<int64_t>& shape : performer::ParameterShapes(*config)) {
+    if (shape.size() == 2 && shape[0] == 1536 && shape[1] == 1536) {
+      EXPECT_EQ(shape[0] * shape[1] * 4, 9 << 20);  // 9 MiB: nine chunks
+    }
+  }
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(240));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job->job_id(), spec, text, std::string("\n\n")), 1e-5);
+
+  std::set<std::string> plans;
+  int max_shards = 0, workers = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+    if (event.has_worker_plan_changed()) plans.insert(planner::PlanSummary(
+        *planner::PlanFromProto(event.worker_plan_changed().plan().plan(), "plan")));
+    if (event.has_round_completed()) {
+      max_shards = std::max(max_shards, event.round_completed().shards());
+      workers = std::max(workers, event.round_completed().workers());
+      EXPECT_EQ(event.round_completed().reassigned_shards(), 0) << cluster.Logs();
+    }
+  }
+  EXPECT_EQ(plans.size(), 3u) << ::testing::PrintToString(plans) << cluster.Logs();
+  EXPECT_EQ(max_shards, 6);
+  EXPECT_EQ(workers, 3);
+}
+
+}  // namespace
+}  // namespace slimfit

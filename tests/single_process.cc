@@ -1,0 +1,93 @@
+#include "tests/single_process.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "base/files.h"
+#include "gtest/gtest.h"
+#include "performer/gradient_engine.h"
+#include "performer/packed_batch.h"
+#include "performer/performer_model.h"
+#include "performer/safetensors.h"
+#include "planner/plan_proto.h"
+#include "proto/rpc_util.h"
+#include "server/job_data.h"
+#include "server/job_preparer.h"
+#include "server/trainer.h"
+
+namespace slimfit::testing_util {
+
+std::string Corpus(size_t bytes) {
+  absl::StatusOr<std::string> text = base::ReadFileToString("/usr/share/common-licenses/GPL-3");
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text->substr(0, bytes);
+}
+
+std::vector<at::Tensor> TrainLocally(const v1::JobSpec& submitted, const std::string& text,
+                                     const std::optional<std::string>& separator) {
+  const v1::JobSpec spec = server::WithJobDefaults(submitted);  // as the coordinator resolves it
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "model");
+  EXPECT_TRUE(config.ok());
+  absl::StatusOr<server::TokenStream> stream = server::ParseDataset(text, "text/plain", v1::TOKEN_ENCODING_UNSPECIFIED, separator);
+  absl::StatusOr<server::JobData> data = server::JobData::Create(*stream, config->vocab, spec.sequence_length(),
+                                                                 spec.tokens_per_round(), spec.held_out_fraction(), spec.seed());
+  EXPECT_TRUE(data.ok()) << data.status();
+  absl::StatusOr<performer::PerformerModel> initial =
+      performer::PerformerModel::Create(*config, performer::DType::kFloat32, at::kCPU, spec.seed(),
+                                        performer::InitOptions{spec.model().init_readout_scale()});
+  auto trainer = server::Trainer::Create(*config, performer::DType::kFloat32, initial->parameters(), spec.optimizer());
+  EXPECT_TRUE(trainer.ok());
+  for (int64_t round = 1; round <= spec.rounds(); ++round) {
+    std::vector<server::SequenceRef> sequences = data->RoundSequences(round);
+    const int64_t normalizer = data->PredictedTokens(sequences);
+    std::map<std::string, at::Tensor> named;
+    for (size_t i = 0; i < (*trainer)->names().size(); ++i) named[(*trainer)->names()[i]] = (*trainer)->parameters()[i].detach();
+    absl::StatusOr<performer::PerformerModel> model =
+        performer::PerformerModel::FromTensors(*config, named, performer::DType::kFloat32, at::kCPU);
+    std::vector<at::Tensor> sum;
+    for (const server::SequenceRef& sequence : sequences) {
+      performer::PackedBatch batch;
+      data->Gather({sequence}, &batch.tokens, &batch.doc_starts);
+      performer::GradientOptions options;
+      options.loss_normalizer = normalizer;
+      options.feature_seed = spec.seed();
+      absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, performer::Plan(), options);
+      EXPECT_TRUE(result.ok()) << result.status();
+      for (size_t i = 0; i < result->gradients.size(); ++i) {
+        at::Tensor g = result->gradients[i].to(at::kDouble);
+        if (sum.size() <= i) sum.push_back(g); else sum[i] += g;
+      }
+    }
+    for (at::Tensor& g : sum) g = g.to(at::kFloat);
+    EXPECT_TRUE((*trainer)->Step(sum).ok());
+  }
+  return (*trainer)->parameters();
+}
+
+std::vector<v1::JobEvent> AllEvents(Cluster& cluster, const std::string& job_id) {
+  auto context = rpc::MakeClientContext(testing_util::kClientToken, std::chrono::seconds(30));
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  request.set_from_start(true);
+  auto reader = cluster.Stub()->WatchJob(context.get(), request);
+  std::vector<v1::JobEvent> events;
+  v1::JobEvent event;
+  while (reader->Read(&event)) events.push_back(event);
+  grpc::Status status = reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return events;
+}
+
+double DistanceFromSingleProcess(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec,
+                                 const std::string& text, const std::optional<std::string>& separator) {
+  absl::StatusOr<performer::TensorFile> exported = cluster.Export(job_id);
+  EXPECT_TRUE(exported.ok()) << exported.status();
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!exported.ok() || !config.ok()) return 1.0;
+  std::vector<at::Tensor> got;
+  for (const std::string& name : performer::ParameterNames(*config)) got.push_back(exported->tensors.at(name));
+  return performer::RelativeDiscrepancy(got, TrainLocally(spec, text, separator));
+}
+
+}  // namespace slimfit::testing_util
