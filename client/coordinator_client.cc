@@ -32,6 +32,7 @@ void AddCoordinatorFlags(base::FlagSet& flags, CoordinatorOptions* options) {
       absl::StrCat("client token, sent as 'authorization: Bearer <token>' (default: $", kTokenEnv, ")"));
   flags.Bool("json", &options->json, "print JSON instead of text");
   flags.Double("timeout", &options->timeout_seconds, "seconds each request may take");
+  rpc::AddTlsFlags(flags, rpc::TlsFlagSet::kClient, &options->tls);
 }
 
 absl::Status PageTokens::Next(const std::string& token) {
@@ -62,6 +63,7 @@ absl::Status ResolveCoordinatorOptions(const base::FlagSet& flags, CoordinatorOp
     if (options->coordinator.empty()) options->coordinator = kDefaultCoordinator;
   }
   if (!flags.IsSet("token")) options->token = FromEnvironment(kTokenEnv);
+  if (!flags.IsSet("tls_ca")) options->tls.ca_file = FromEnvironment(kTlsCaEnv);
   const absl::string_view source = flags.IsSet("coordinator") ? "--coordinator" : kCoordinatorEnv;
   if (absl::Status valid = rpc::ValidateAddress(options->coordinator, source, /*allow_port_zero=*/false);
       !valid.ok()) {
@@ -76,7 +78,9 @@ absl::Status ResolveCoordinatorOptions(const base::FlagSet& flags, CoordinatorOp
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
     const CoordinatorOptions& options) {
-  std::shared_ptr<grpc::Channel> channel = rpc::MakeChannel(options.coordinator);
+  absl::StatusOr<std::optional<rpc::TlsMaterial>> tls = rpc::LoadTls(options.tls);
+  if (!tls.ok()) return tls.status();
+  std::shared_ptr<grpc::Channel> channel = rpc::MakeChannel(options.coordinator, rpc::ChannelCredentials(*tls));
   if (channel == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot open a channel to ", options.coordinator));
   }

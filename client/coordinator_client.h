@@ -40,12 +40,14 @@
 #include "absl/types/span.h"
 #include "base/flags.h"
 #include "proto/slimfit.grpc.pb.h"
+#include "proto/transport_security.h"
 
 namespace slimfit::client {
 
 // Where --coordinator and --token come from when the flags are not given.
 inline constexpr char kCoordinatorEnv[] = "SLIMFIT_COORDINATOR";
 inline constexpr char kTokenEnv[] = "SLIMFIT_TOKEN";
+inline constexpr char kTlsCaEnv[] = "SLIMFIT_TLS_CA";
 inline constexpr char kDefaultCoordinator[] = "127.0.0.1:50051";
 
 struct CoordinatorOptions {
@@ -59,9 +61,12 @@ struct CoordinatorOptions {
   // Deadline of each unary call in seconds (> 0). Streams that carry files get this plus one
   // second per MiB; WatchJob has no deadline.
   double timeout_seconds = 30;
+  // --tls, --tls_ca (default: $SLIMFIT_TLS_CA), --tls_cert, --tls_key: TLS to the coordinator.
+  rpc::TlsOptions tls;
 };
 
-// Registers --coordinator, --token, --json and --timeout on `flags`, writing to `*options`.
+// Registers --coordinator, --token, --json, --timeout and the TLS flags on `flags`, writing to
+// `*options`.
 // REQUIRES: `options` outlives `flags`; none of these names is registered yet.
 void AddCoordinatorFlags(base::FlagSet& flags, CoordinatorOptions* options);
 

@@ -155,6 +155,16 @@ grpc::Status FakeCoordinator::ListWorkers(grpc::ServerContext* context, const v1
   return list_workers ? list_workers(*request, response) : Unimplemented("ListWorkers");
 }
 
+grpc::Status FakeCoordinator::RevokeWorker(grpc::ServerContext* context, const v1::RevokeWorkerRequest* request,
+                                           v1::WorkerInfo* response) {
+  RecordAuthorization(*context);
+  {
+    absl::MutexLock lock(&mutex_);
+    calls_.revoke_worker.push_back(*request);
+  }
+  return revoke_worker ? revoke_worker(*request, response) : Unimplemented("RevokeWorker");
+}
+
 grpc::Status FakeCoordinator::GetMemoryPlan(grpc::ServerContext* context,
                                             const v1::GetMemoryPlanRequest* request,
                                             v1::GetMemoryPlanResponse* response) {

@@ -54,6 +54,7 @@ struct ReceivedCalls {
   std::vector<v1::ListWorkersRequest> list_workers;
   std::vector<v1::GetMemoryPlanRequest> get_memory_plan;
   std::vector<v1::ExportModelRequest> export_model;
+  std::vector<v1::RevokeWorkerRequest> revoke_worker;
   // The `authorization` metadata of every call ("" when absent), in arrival order.
   std::vector<std::string> authorizations;
 };
@@ -97,6 +98,7 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   std::function<grpc::Status(const v1::GetMemoryPlanRequest&, v1::GetMemoryPlanResponse*)> get_memory_plan;
   std::function<grpc::Status(const v1::ExportModelRequest&, int call, const Writer<v1::ExportModelResponse>&)>
       export_model;
+  std::function<grpc::Status(const v1::RevokeWorkerRequest&, v1::WorkerInfo*)> revoke_worker;
 
   // v1::Coordinator::Service.
   grpc::Status UploadDataset(grpc::ServerContext* context,
@@ -118,6 +120,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
                              v1::GetMemoryPlanResponse* response) override;
   grpc::Status ExportModel(grpc::ServerContext* context, const v1::ExportModelRequest* request,
                            grpc::ServerWriter<v1::ExportModelResponse>* writer) override;
+  grpc::Status RevokeWorker(grpc::ServerContext* context, const v1::RevokeWorkerRequest* request,
+                            v1::WorkerInfo* response) override;
 
  private:
   FakeCoordinator() = default;

@@ -12,6 +12,7 @@
 
 #include "client/calibrate_command.h"
 #include "client/cancel_command.h"
+#include "client/certs_command.h"
 #include "client/command.h"
 #include "client/coordinator_plan_command.h"
 #include "client/export_command.h"
@@ -29,7 +30,7 @@ int main(int argc, char** argv) {
   // `watch` redraws its progress line in place only on a terminal.
   const bool terminal = isatty(STDOUT_FILENO) == 1;
   const std::vector<Command> commands = {
-      {"schedule", "optimal seed-002 checkpoint schedule for T slices in M slots (cost, peaks)",
+      {"schedule", "optimal checkpoint schedule (Gruslys et al.) for T slices in M slots (cost, peaks)",
        RunScheduleCommand},
       {"plan", "the plan a device (or a registered worker) should run within its memory, with baselines",
        [](absl::Span<const std::string> command_args, std::ostream& out) {
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
       {"jobs", "the coordinator's jobs, newest first", RunJobsCommand},
       {"workers", "the coordinator's workers with their budgets, plans and speeds", RunWorkersCommand},
       {"export", "download a job's checkpoint as a safetensors file", RunExportCommand},
+      {"certs", "make the CA and certificates of a TLS deployment", RunCertsCommand},
   };
   return RunCli(args, commands, std::cout, std::cerr);
 }

@@ -54,17 +54,65 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers, absl::Tim
       first = false;
     }
   }
-  return table.Render();
+  std::string text = table.Render();
+  for (const v1::WorkerInfo& worker : workers.workers()) {
+    if (worker.state() == v1::WORKER_STATE_REVOKED) {
+      absl::StrAppend(&text, worker.worker_id(), " revoked ", FormatAge(worker.revoked_at(), now), ": ",
+                      worker.revoked_reason(), "\n");
+    }
+    for (const v1::Quarantine& quarantine : worker.quarantines()) {
+      absl::StrAppend(&text, worker.worker_id(), " quarantined from ", quarantine.job_id(), " ",
+                      FormatAge(quarantine.since(), now), ": ", quarantine.reason(), "\n");
+    }
+  }
+  return text;
 }
 
+namespace {
+
+absl::Status RunRevoke(absl::Span<const std::string> args, std::ostream& out) {
+  std::string worker_id, reason;
+  CoordinatorOptions connection;
+  base::FlagSet flags("workers revoke", "slimfit workers revoke ID [--reason=TEXT] [coordinator flags]",
+                      "Revokes a worker: its calls are refused from now on, its shards are reassigned, and its\n"
+                      "credential can never register again (it may only join anew, with a join token, under a\n"
+                      "new id). Survives coordinator restarts.");
+  flags.Positional("ID", &worker_id, "worker id (from 'slimfit workers')", base::FlagSet::kRequired);
+  flags.String("reason", &reason, "why, shown by 'slimfit workers' and logged", base::FlagSet::kOptionalNoDefault);
+  AddCoordinatorFlags(flags, &connection);
+  bool help = false;
+  if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
+  if (!client.ok()) return client.status();
+  v1::RevokeWorkerRequest request;
+  request.set_worker_id(worker_id);
+  request.set_reason(reason);
+  v1::WorkerInfo revoked;
+  absl::Status status = (*client)->Call(
+      "RevokeWorker", Idempotency::kIdempotent,
+      [&](grpc::ClientContext* context) { return (*client)->stub().RevokeWorker(context, request, &revoked); });
+  if (!status.ok()) return status;
+  if (connection.json) {
+    out << ProtoToJson(revoked, /*pretty=*/true) << "\n";
+  } else {
+    out << "revoked " << revoked.worker_id() << ": " << revoked.revoked_reason() << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RunWorkersCommand(absl::Span<const std::string> args, std::ostream& out) {
+  if (!args.empty() && args[0] == "revoke") return RunRevoke(args.subspan(1), out);
   bool all = false;
   CoordinatorOptions connection;
-  base::FlagSet flags("workers", "slimfit workers [--all] [--json] [coordinator flags]",
+  base::FlagSet flags("workers",
+                      "slimfit workers [--all] [--json] [coordinator flags]\n       slimfit workers revoke ID "
+                      "[--reason=TEXT]",
                 "The coordinator's workers: device, memory budget, state, the plan each runs per job\n"
                 "(slice C and policies) with predicted and measured tokens per second, and the age of\n"
                 "the last heartbeat.");
-  flags.Bool("all", &all, "include LOST and LEFT workers");
+  flags.Bool("all", &all, "include LOST, LEFT and REVOKED workers");
   AddCoordinatorFlags(flags, &connection);
   bool help = false;
   if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
@@ -91,7 +139,7 @@ absl::Status RunWorkersCommand(absl::Span<const std::string> args, std::ostream&
   if (connection.json) {
     out << ProtoToJson(listed, /*pretty=*/true) << "\n";
   } else if (listed.workers_size() == 0) {
-    out << (all ? "no workers have registered\n" : "no live workers (--all lists lost and departed ones)\n");
+    out << (all ? "no workers have registered\n" : "no live workers (--all lists lost, departed and revoked ones)\n");
   } else {
     out << FormatWorkersTable(listed, absl::Now());
   }

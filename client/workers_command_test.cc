@@ -59,7 +59,13 @@ class WorkersCommandTest : public ::testing::Test {
         return grpc::Status::OK;
       }
       *response->add_workers() = Worker("w-idle", v1::WORKER_STATE_IDLE, 5);
-      if (request.include_gone()) *response->add_workers() = Worker("w-gone", v1::WORKER_STATE_LOST, 600);
+      if (request.include_gone()) {
+        *response->add_workers() = Worker("w-gone", v1::WORKER_STATE_LOST, 600);
+        v1::WorkerInfo revoked = Worker("w-bad", v1::WORKER_STATE_REVOKED, 900);
+        revoked.set_revoked_reason("stolen laptop");
+        revoked.mutable_revoked_at()->set_seconds(absl::ToUnixSeconds(absl::Now()) - 60);
+        *response->add_workers() = revoked;
+      }
       return grpc::Status::OK;
     };
   }
@@ -96,7 +102,40 @@ TEST_F(WorkersCommandTest, OneRowPerJobPlanAcrossPages) {
 TEST_F(WorkersCommandTest, AllIncludesLostWorkers) {
   ASSERT_TRUE(Workers({"--all"}).ok());
   EXPECT_TRUE(fake_->calls().list_workers[0].include_gone());
-  EXPECT_THAT(out_.str(), MatchesRegex("(.|\n)*w-gone +cpu +32.0 MiB +LOST +- +- +- +- +10m 0[0-9]s ago\n"));
+  EXPECT_THAT(out_.str(), MatchesRegex("(.|\n)*w-gone +cpu +32.0 MiB +LOST +- +- +- +- +10m 0[0-9]s ago\n(.|\n)*"));
+  EXPECT_THAT(out_.str(), HasSubstr("w-bad revoked 1m 0"));
+  EXPECT_THAT(out_.str(), HasSubstr("stolen laptop"));
+}
+
+TEST_F(WorkersCommandTest, RevokedAndQuarantinedWorkersSayWhy) {
+  fake_->list_workers = [](const v1::ListWorkersRequest&, v1::ListWorkersResponse* response) {
+    v1::WorkerInfo liar = Worker("w-liar", v1::WORKER_STATE_IDLE, 1);
+    v1::Quarantine& quarantine = *liar.add_quarantines();
+    quarantine.set_job_id("job-4");
+    quarantine.set_reason("gradient disagrees with w-9c1e's by 1.2e+03");
+    quarantine.mutable_since()->set_seconds(absl::ToUnixSeconds(absl::Now()) - 30);
+    *response->add_workers() = liar;
+    return grpc::Status::OK;
+  };
+  ASSERT_TRUE(Workers({}).ok());
+  EXPECT_THAT(out_.str(), HasSubstr("w-liar quarantined from job-4 "));
+  EXPECT_THAT(out_.str(), HasSubstr("gradient disagrees with w-9c1e's by 1.2e+03"));
+}
+
+TEST_F(WorkersCommandTest, RevokeSendsTheIdAndReason) {
+  fake_->revoke_worker = [](const v1::RevokeWorkerRequest& request, v1::WorkerInfo* response) {
+    if (request.worker_id() != "w-3f2a") return grpc::Status(grpc::StatusCode::NOT_FOUND, "no worker " + request.worker_id());
+    response->set_worker_id(request.worker_id());
+    response->set_state(v1::WORKER_STATE_REVOKED);
+    response->set_revoked_reason(request.reason());
+    return grpc::Status::OK;
+  };
+  ASSERT_TRUE(Workers({"revoke", "w-3f2a", "--reason=lost laptop"}).ok());
+  EXPECT_EQ(out_.str(), "revoked w-3f2a: lost laptop\n");
+  ASSERT_EQ(fake_->calls().revoke_worker.size(), 1u);
+  EXPECT_EQ(fake_->calls().revoke_worker[0].reason(), "lost laptop");
+  EXPECT_EQ(Workers({"revoke", "w-none"}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Workers({"revoke"}).code(), absl::StatusCode::kInvalidArgument);  // no id
 }
 
 TEST_F(WorkersCommandTest, JsonAndEmpty) {

@@ -1,5 +1,7 @@
 #include "proto/rpc_util.h"
 
+#include "proto/transport_security.h"
+
 #include <cstdint>
 #include <utility>
 
@@ -29,13 +31,6 @@ std::optional<std::string> BearerToken(const grpc::ServerContext& context) {
   value.remove_prefix(kBearerPrefix.size());
   if (value.empty()) return std::nullopt;
   return std::string(value);
-}
-
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 absl::Status InvalidFieldError(absl::string_view field, absl::string_view why) {
@@ -77,8 +72,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status, grpc::ServerContext* conte
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what,
                             const grpc::ClientContext* context) {
   if (status.ok()) return absl::OkStatus();
+  std::string hint;
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) hint = TlsFailureHint(status.error_message());
   absl::Status result(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
+                      absl::StrCat(what, ": ", status.error_message(), hint));
   if (context != nullptr) {
     const auto& trailers = context->GetServerTrailingMetadata();
     auto it = trailers.find(kErrorDetailKey);
@@ -100,14 +97,20 @@ std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::string_view token,
   return context;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   arguments.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   // Reconnect quickly after a peer restarts (a coordinator restart, a worker coming back).
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
+  return grpc::CreateCustomChannel(address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(),
+                                   arguments);
 }
 
 absl::Status ValidateAddress(absl::string_view address, absl::string_view flag, bool allow_port_zero) {

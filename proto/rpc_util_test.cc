@@ -8,13 +8,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(RpcUtilTest, ConstantTimeEquals) {
-  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
-  EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
-  EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
-  EXPECT_TRUE(ConstantTimeEquals("", ""));
-}
-
 TEST(RpcUtilTest, ErrorDetailSurvivesTheEdgeAsAPayload) {
   v1::ErrorDetail detail;
   detail.set_required_bytes(100);

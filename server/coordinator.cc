@@ -131,7 +131,6 @@ absl::Status Coordinator::StartRunner(const v1::Job& job, PreparedJob prepared) 
   deps.leases = &leases_;
   deps.signal = &signal_;
   deps.job_dir = absl::StrCat(options_.state_dir, "/jobs/", job.job_id());
-  deps.worker_token = options_.worker_token;
   deps.options = options_.runner;
   std::error_code error;
   fs::create_directories(deps.job_dir, error);

@@ -39,7 +39,6 @@ namespace slimfit::server {
 
 struct CoordinatorOptions {
   std::string state_dir;
-  std::string worker_token;  // presented to workers
   RegistryOptions registry;
   RunnerOptions runner;
   int64_t upload_limit_bytes = int64_t{1} << 30;
@@ -78,6 +77,9 @@ class Coordinator {
   absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> Parameters(const v1::FetchParametersRequest& request);
 
   WorkerRegistry& registry() { return *registry_; }
+  // Wakes job runners and watchers after a change to the workers made outside the registry's own
+  // calls (a revocation).
+  void WorkersChanged() { signal_.Notify(); }
 
  private:
   explicit Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}

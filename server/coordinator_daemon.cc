@@ -18,6 +18,7 @@
 #include "performer/cpu_runtime.h"
 #include "proto/rpc_util.h"
 #include "server/coordinator.h"
+#include "server/access_tokens.h"
 #include "server/coordinator_service.h"
 
 namespace slimfit::server {
@@ -38,16 +39,27 @@ int FailStart(std::ostream& err, absl::string_view message) {
 }
 
 int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
-  absl::StatusOr<std::unique_ptr<base::SignalPipe>> signals = base::SignalPipe::Install({SIGTERM, SIGINT});
+  absl::StatusOr<std::unique_ptr<base::SignalPipe>> signals = base::SignalPipe::Install({SIGTERM, SIGINT, SIGHUP});
   if (!signals.ok()) return FailStart(err, signals.status().message());
 
   base::SetLogComponent("coordinator");
+  absl::StatusOr<std::optional<rpc::TlsMaterial>> tls = rpc::LoadTls(flags.tls);
+  if (!tls.ok()) return Fail(err, tls.status());
+  absl::StatusOr<std::unique_ptr<AccessTokens>> client_tokens =
+      AccessTokens::Create("client", flags.token, flags.token_file);
+  if (!client_tokens.ok()) return Fail(err, client_tokens.status());
+  absl::StatusOr<std::unique_ptr<AccessTokens>> join_tokens =
+      AccessTokens::Create("join", flags.worker_token, flags.worker_token_file);
+  if (!join_tokens.ok()) return Fail(err, join_tokens.status());
+
   (void)performer::ConfigureCpuThreads(static_cast<int>(flags.threads));
   CoordinatorOptions options;
   options.state_dir = flags.state_dir;
-  options.worker_token = flags.worker_token;
   options.registry.heartbeat_interval = absl::Milliseconds(flags.heartbeat_interval_ms);
   options.registry.lost_after = absl::Milliseconds(flags.lost_after_ms);
+  // Workers are reached over TLS verified against the CA that signed their certificates.
+  const bool mutual_tls = tls->has_value() && !(*tls)->ca.empty();
+  if (mutual_tls) options.registry.worker_channel_credentials = rpc::ChannelCredentials(*tls);
   options.runner.shard_timeout = absl::Seconds(flags.shard_timeout_seconds);
   options.runner.max_attempts = static_cast<int>(flags.max_attempts);
   options.runner.max_sequences_per_shard = flags.max_sequences_per_shard;
@@ -55,18 +67,20 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(options);
   if (!coordinator.ok()) return FailStart(err, coordinator.status().message());
 
-  CoordinatorService service(coordinator->get(), flags.token, flags.worker_token);
+  CoordinatorService service(coordinator->get(), client_tokens->get(), join_tokens->get(), mutual_tls);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(flags.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequest), &port);
   builder.RegisterService(&service);
+  rpc::ConfigureServerKeepalive(&builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     (*coordinator)->Shutdown();
     return FailStart(err, absl::StrCat("cannot listen on ", flags.listen, " (address in use?)"));
   }
   const std::string bound = absl::StrCat(flags.listen.substr(0, flags.listen.rfind(':')), ":", port);
-  base::LogInfo("serving on ", bound, ", state in ", flags.state_dir);
+  base::LogInfo("serving on ", bound, tls->has_value() ? (mutual_tls ? " with mutual TLS" : " with TLS") : " in plaintext",
+                ", state in ", flags.state_dir);
   if (!flags.port_file.empty()) {
     if (absl::Status written = base::WriteFileAtomically(flags.port_file, bound + "\n"); !written.ok()) {
       server->Shutdown();
@@ -75,7 +89,18 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
     }
   }
 
-  const int received = (*signals)->Wait();
+  int received = 0;
+  while ((received = (*signals)->Wait()) == SIGHUP) {
+    for (AccessTokens* tokens : {client_tokens->get(), join_tokens->get()}) {
+      if (tokens->file().empty()) continue;
+      absl::Status reloaded = tokens->Reload();
+      if (reloaded.ok()) {
+        base::LogInfo("SIGHUP: re-read ", tokens->file(), " (", tokens->size(), " tokens accepted)");
+      } else {
+        base::LogError("SIGHUP: ", reloaded.message(), "; the tokens in use stay");
+      }
+    }
+  }
   base::LogInfo(base::SignalName(received), ": shutting down");
   (*coordinator)->Shutdown();  // runners stop first so streams to clients can end
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -97,8 +122,14 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   flags.String("state_dir", &o.state_dir, "directory for the SQLite state, uploads and checkpoints",
                base::FlagSet::kRequired);
   flags.String("token", &o.token, "client token (default: $SLIMFIT_TOKEN)", base::FlagSet::kOptionalNoDefault);
-  flags.String("worker_token", &o.worker_token, "worker token (default: $SLIMFIT_WORKER_TOKEN)",
+  flags.String("token_file", &o.token_file, "file of client tokens, one per line, re-read on SIGHUP",
                base::FlagSet::kOptionalNoDefault);
+  flags.String("worker_token", &o.worker_token,
+               "join token: what a new worker presents once to register (default: $SLIMFIT_WORKER_TOKEN)",
+               base::FlagSet::kOptionalNoDefault);
+  flags.String("worker_token_file", &o.worker_token_file, "file of join tokens, one per line, re-read on SIGHUP",
+               base::FlagSet::kOptionalNoDefault);
+  rpc::AddTlsFlags(flags, rpc::TlsFlagSet::kDaemon, &o.tls);
   flags.Int("heartbeat_interval_ms", &o.heartbeat_interval_ms, "how often workers heartbeat");
   flags.Int("lost_after_ms", &o.lost_after_ms, "silence after which a worker is LOST");
   flags.Int("shard_timeout_seconds", &o.shard_timeout_seconds,
@@ -119,9 +150,24 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   if (!flags.IsSet("token") && env.token != nullptr) o.token = env.token;
   if (!flags.IsSet("worker_token") && env.worker_token != nullptr) o.worker_token = env.worker_token;
   if (o.state_dir.empty()) return absl::InvalidArgumentError("--state_dir is empty; expected a directory");
-  if (o.token.empty()) return absl::InvalidArgumentError("--token (or $SLIMFIT_TOKEN) is required");
-  if (o.worker_token.empty()) return absl::InvalidArgumentError("--worker_token (or $SLIMFIT_WORKER_TOKEN) is required");
-  if (o.token == o.worker_token) return absl::InvalidArgumentError("--token and --worker_token must differ");
+  if (o.token.empty() && o.token_file.empty()) {
+    return absl::InvalidArgumentError("--token (or $SLIMFIT_TOKEN) or --token_file is required");
+  }
+  if (o.worker_token.empty() && o.worker_token_file.empty()) {
+    return absl::InvalidArgumentError("--worker_token (or $SLIMFIT_WORKER_TOKEN) or --worker_token_file is required");
+  }
+  if (!o.token.empty() && o.token == o.worker_token) {
+    return absl::InvalidArgumentError("--token and --worker_token must differ");
+  }
+  if (absl::Status s = rpc::CheckListenSecurity(o.listen, o.tls, "--listen"); !s.ok()) {
+    return absl::InvalidArgumentError(s.message());
+  }
+  if (o.tls.cert_file.empty() != o.tls.key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (!o.tls.ca_file.empty() && o.tls.cert_file.empty()) {
+    return absl::InvalidArgumentError("--tls_ca needs --tls_cert and --tls_key (the coordinator serves TLS)");
+  }
   if (o.heartbeat_interval_ms < 10 || o.lost_after_ms < 2 * o.heartbeat_interval_ms) {
     return absl::InvalidArgumentError("--heartbeat_interval_ms must be ≥ 10 and --lost_after_ms at least twice it");
   }

@@ -8,6 +8,11 @@
 // their latest checkpoint) → serve the Coordinator service on --listen (port 0: a free port) and,
 // with --port_file, write the bound "host:port" there atomically.
 //
+// Security: off loopback it serves TLS (--tls_cert, --tls_key) unless --insecure; with --tls_ca,
+// mutual TLS for workers (proto/transport_security.h). Client tokens come from --token and/or
+// --token_file, join tokens for new workers from --worker_token and/or --worker_token_file.
+//
+// SIGHUP: re-reads the token files (a bad file keeps the tokens in use and logs why).
 // SIGTERM/SIGINT: stops the job runners (jobs stay RUNNING in the state directory and resume at the
 // next start), stops accepting calls and exits 0.
 //
@@ -27,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "proto/transport_security.h"
 
 namespace slimfit::server {
 
@@ -34,8 +40,11 @@ namespace slimfit::server {
 struct CoordinatorDaemonOptions {
   std::string listen = "127.0.0.1:50051";  // --listen=host:port; port 0 picks a free one
   std::string state_dir;                   // --state_dir, required
-  std::string token;                       // --token, else $SLIMFIT_TOKEN; required
-  std::string worker_token;                // --worker_token, else $SLIMFIT_WORKER_TOKEN; required
+  std::string token;                       // --token, else $SLIMFIT_TOKEN
+  std::string token_file;                  // --token_file: more client tokens, re-read on SIGHUP
+  std::string worker_token;                // --worker_token (join token), else $SLIMFIT_WORKER_TOKEN
+  std::string worker_token_file;           // --worker_token_file: more join tokens, re-read on SIGHUP
+  rpc::TlsOptions tls;                     // --tls_cert --tls_key --tls_ca --insecure
   int64_t heartbeat_interval_ms = 1000;    // how often workers heartbeat; ≥ 10
   int64_t lost_after_ms = 5000;            // silence after which a worker is LOST; ≥ 2 intervals
   int64_t shard_timeout_seconds = 120;     // a shard's deadline: this + 10× its predicted compute

@@ -38,7 +38,7 @@ TEST(ParseCoordinatorFlagsTest, DefaultsAndTokensFromTheEnvironment) {
 
 TEST(ParseCoordinatorFlagsTest, FlagsWinOverTheEnvironment) {
   absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(
-      {"--state_dir=/s", "--token=a", "--worker_token=b", "--listen=0.0.0.0:0", "--upload_limit=2GiB",
+      {"--state_dir=/s", "--token=a", "--worker_token=b", "--listen=0.0.0.0:0", "--insecure", "--upload_limit=2GiB",
        "--heartbeat_interval_ms=100", "--lost_after_ms=300", "--port_file=/tmp/p", "--threads=2"},
       Env());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -46,11 +46,24 @@ TEST(ParseCoordinatorFlagsTest, FlagsWinOverTheEnvironment) {
   EXPECT_EQ(o.token, "a");
   EXPECT_EQ(o.worker_token, "b");
   EXPECT_EQ(o.listen, "0.0.0.0:0");
+  EXPECT_TRUE(o.tls.insecure);
   EXPECT_EQ(o.upload_limit_bytes, int64_t{2} << 30);
   EXPECT_EQ(o.heartbeat_interval_ms, 100);
   EXPECT_EQ(o.lost_after_ms, 300);
   EXPECT_EQ(o.port_file, "/tmp/p");
   EXPECT_EQ(o.threads, 2);
+}
+
+TEST(ParseCoordinatorFlagsTest, TokenFilesAndTls) {
+  absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(
+      {"--state_dir=/s", "--token_file=/etc/c", "--worker_token_file=/etc/j", "--listen=0.0.0.0:443",
+       "--tls_cert=c.pem", "--tls_key=k.pem", "--tls_ca=ca.pem"},
+      CoordinatorEnvironment{});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->options.token_file, "/etc/c");
+  EXPECT_EQ(parsed->options.worker_token_file, "/etc/j");
+  EXPECT_EQ(parsed->options.tls.cert_file, "c.pem");
+  EXPECT_EQ(parsed->options.tls.ca_file, "ca.pem");
 }
 
 TEST(ParseCoordinatorFlagsTest, HelpNeverShowsASecret) {
@@ -71,8 +84,11 @@ TEST(ParseCoordinatorFlagsTest, PreciseErrors) {
   };
   const std::vector<Case> cases = {
       {{}, Env(), "--state_dir"},
-      {{"--state_dir=/s"}, {}, "--token (or $SLIMFIT_TOKEN) is required"},
-      {{"--state_dir=/s", "--token=x"}, {}, "--worker_token (or $SLIMFIT_WORKER_TOKEN) is required"},
+      {{"--state_dir=/s"}, {}, "--token (or $SLIMFIT_TOKEN) or --token_file is required"},
+      {{"--state_dir=/s", "--token=x"}, {}, "--worker_token (or $SLIMFIT_WORKER_TOKEN) or --worker_token_file"},
+      {{"--state_dir=/s", "--listen=0.0.0.0:50051"}, Env(), "without TLS"},
+      {{"--state_dir=/s", "--tls_cert=c.pem"}, Env(), "--tls_cert and --tls_key go together"},
+      {{"--state_dir=/s", "--tls_ca=ca.pem"}, Env(), "--tls_ca needs --tls_cert"},
       {{"--state_dir=/s", "--token=x", "--worker_token=x"}, {}, "must differ"},
       {{"--state_dir=/s", "--listen=nowhere"}, Env(), "--listen"},
       {{"--state_dir=/s", "--heartbeat_interval_ms=5"}, Env(), "--heartbeat_interval_ms"},

@@ -1,5 +1,7 @@
 #include "server/coordinator_service.h"
 
+#include "proto/transport_security.h"
+
 #include <fstream>
 #include <optional>
 #include <utility>
@@ -13,29 +15,90 @@
 
 namespace slimfit::server {
 
-CoordinatorService::CoordinatorService(Coordinator* coordinator, std::string client_token, std::string worker_token)
-    : coordinator_(coordinator), client_token_(std::move(client_token)), worker_token_(std::move(worker_token)) {}
+CoordinatorService::CoordinatorService(Coordinator* coordinator, const AccessTokens* client_tokens,
+                                       const AccessTokens* join_tokens, bool require_worker_certificates)
+    : coordinator_(coordinator),
+      client_tokens_(client_tokens),
+      join_tokens_(join_tokens),
+      require_worker_certificates_(require_worker_certificates) {}
 
-absl::Status CoordinatorService::Authorize(const grpc::ServerContext& context, Role role, absl::string_view rpc) const {
+absl::StatusOr<CoordinatorService::Caller> CoordinatorService::Identify(const grpc::ServerContext& context,
+                                                                       absl::string_view rpc) const {
   std::optional<std::string> token = rpc::BearerToken(context);
   if (!token.has_value()) {
     return absl::UnauthenticatedError(absl::StrCat(rpc, ": missing \"authorization: Bearer <token>\" metadata"));
   }
-  const bool is_client = rpc::ConstantTimeEquals(*token, client_token_);
-  const bool is_worker = rpc::ConstantTimeEquals(*token, worker_token_);
-  if (!is_client && !is_worker) return absl::UnauthenticatedError(absl::StrCat(rpc, ": unknown token"));
-  if (role == Role::kClient && !is_client) {
-    return absl::PermissionDeniedError(absl::StrCat(rpc, ": a worker token cannot call client RPCs"));
+  Caller caller;
+  if (client_tokens_->Accepts(*token)) {
+    caller.kind = Caller::Kind::kClient;
+  } else if (join_tokens_->Accepts(*token)) {
+    caller.kind = Caller::Kind::kJoin;
+  } else if (std::optional<std::string> worker = coordinator_->registry().WorkerOfCredential(*token)) {
+    caller.kind = Caller::Kind::kWorker;
+    caller.worker_id = *std::move(worker);
+  } else {
+    return absl::UnauthenticatedError(absl::StrCat(rpc, ": unknown token"));
   }
-  if (role == Role::kWorker && !is_worker) {
-    return absl::PermissionDeniedError(absl::StrCat(rpc, ": a client token cannot call worker RPCs"));
+  return caller;
+}
+
+absl::Status CoordinatorService::AuthorizeClient(const grpc::ServerContext& context, absl::string_view rpc) const {
+  absl::StatusOr<Caller> caller = Identify(context, rpc);
+  if (!caller.ok()) return caller.status();
+  if (caller->kind != Caller::Kind::kClient) {
+    return absl::PermissionDeniedError(absl::StrCat(rpc, ": a worker's token cannot call client RPCs"));
   }
   return absl::OkStatus();
 }
 
-#define SLIMFIT_AUTHORIZE(role, rpc_name)                                          \
-  if (absl::Status auth = Authorize(*context, role, rpc_name); !auth.ok()) {       \
-    return rpc::ToGrpcStatus(auth, context);                                       \
+absl::Status CoordinatorService::CheckWorkerCertificate(const grpc::ServerContext& context,
+                                                        absl::string_view rpc) const {
+  if (!require_worker_certificates_ || rpc::HasVerifiedClientCertificate(context)) return absl::OkStatus();
+  return absl::UnauthenticatedError(absl::StrCat(
+      rpc, ": workers must present a TLS client certificate signed by the coordinator's --tls_ca"));
+}
+
+absl::StatusOr<std::optional<std::string>> CoordinatorService::AuthorizeRegistration(
+    const grpc::ServerContext& context) const {
+  absl::StatusOr<Caller> caller = Identify(context, "RegisterWorker");
+  if (!caller.ok()) return caller.status();
+  if (caller->kind == Caller::Kind::kClient) {
+    return absl::PermissionDeniedError("RegisterWorker: a client token cannot register a worker; use a join token");
+  }
+  if (absl::Status cert = CheckWorkerCertificate(context, "RegisterWorker"); !cert.ok()) return cert;
+  if (caller->kind == Caller::Kind::kJoin) return std::optional<std::string>();
+  return std::optional<std::string>(caller->worker_id);
+}
+
+absl::Status CoordinatorService::AuthorizeWorker(const grpc::ServerContext& context, absl::string_view rpc,
+                                                 const std::string& worker_id) const {
+  absl::StatusOr<Caller> caller = Identify(context, rpc);
+  if (!caller.ok()) return caller.status();
+  if (caller->kind == Caller::Kind::kClient) {
+    return absl::PermissionDeniedError(absl::StrCat(rpc, ": a client token cannot call worker RPCs"));
+  }
+  if (caller->kind == Caller::Kind::kJoin) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(rpc, ": a join token only registers workers; use the credential RegisterWorker returned"));
+  }
+  if (absl::Status cert = CheckWorkerCertificate(context, rpc); !cert.ok()) return cert;
+  if (absl::Status revoked = coordinator_->registry().CheckNotRevoked(caller->worker_id); !revoked.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat(rpc, ": ", revoked.message()));
+  }
+  if (!worker_id.empty() && worker_id != caller->worker_id) {
+    return absl::PermissionDeniedError(absl::StrCat(rpc, ": worker ", caller->worker_id, " cannot act as ", worker_id));
+  }
+  return absl::OkStatus();
+}
+
+#define SLIMFIT_AUTHORIZE_CLIENT(rpc_name)                                     \
+  if (absl::Status auth = AuthorizeClient(*context, rpc_name); !auth.ok()) {   \
+    return rpc::ToGrpcStatus(auth, context);                                   \
+  }
+
+#define SLIMFIT_AUTHORIZE_WORKER(rpc_name, worker_id)                                   \
+  if (absl::Status auth = AuthorizeWorker(*context, rpc_name, worker_id); !auth.ok()) { \
+    return rpc::ToGrpcStatus(auth, context);                                            \
   }
 
 template <typename T>
@@ -48,7 +111,7 @@ grpc::Status Answer(absl::StatusOr<T> result, T* response, grpc::ServerContext* 
 grpc::Status CoordinatorService::UploadDataset(grpc::ServerContext* context,
                                                grpc::ServerReader<v1::UploadDatasetRequest>* reader,
                                                v1::DatasetInfo* response) {
-  SLIMFIT_AUTHORIZE(Role::kClient, "UploadDataset");
+  SLIMFIT_AUTHORIZE_CLIENT("UploadDataset");
   v1::UploadDatasetRequest message;
   if (!reader->Read(&message)) {
     return rpc::ToGrpcStatus(absl::InvalidArgumentError("UploadDataset: empty stream; send metadata first"), context);
@@ -76,25 +139,25 @@ grpc::Status CoordinatorService::UploadDataset(grpc::ServerContext* context,
 
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                                            v1::Job* response) {
-  SLIMFIT_AUTHORIZE(Role::kClient, "SubmitJob");
+  SLIMFIT_AUTHORIZE_CLIENT("SubmitJob");
   return Answer(coordinator_->SubmitJob(*request), response, context);
 }
 
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                         v1::Job* response) {
-  SLIMFIT_AUTHORIZE(Role::kClient, "GetJob");
+  SLIMFIT_AUTHORIZE_CLIENT("GetJob");
   return Answer(coordinator_->GetJob(request->job_id()), response, context);
 }
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
                                           v1::ListJobsResponse* response) {
-  SLIMFIT_AUTHORIZE(Role::kClient, "ListJobs");
+  SLIMFIT_AUTHORIZE_CLIENT("ListJobs");
   return Answer(coordinator_->ListJobs(*request), response, context);
 }
 
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                                           grpc::ServerWriter<v1::JobEvent>* writer) {
-  SLIMFIT_AUTHORIZE(Role::kClient, "WatchJob");
+  SLIMFIT_AUTHORIZE_CLIENT("WatchJob");
   absl::Status status = coordinator_->WatchJob(
       *request, [&](const v1::JobEvent& event) { return writer->Write(event); },
       [&] { return context->IsCancelled(); });
@@ -103,25 +166,25 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1
 
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
                                            v1::Job* response) {
-  SLIMFIT_AUTHORIZE(Role::kClient, "CancelJob");
+  SLIMFIT_AUTHORIZE_CLIENT("CancelJob");
   return Answer(coordinator_->CancelJob(*request), response, context);
 }
 
 grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
                                              v1::ListWorkersResponse* response) {
-  SLIMFIT_AUTHORIZE(Role::kClient, "ListWorkers");
+  SLIMFIT_AUTHORIZE_CLIENT("ListWorkers");
   return Answer(coordinator_->ListWorkers(*request), response, context);
 }
 
 grpc::Status CoordinatorService::GetMemoryPlan(grpc::ServerContext* context, const v1::GetMemoryPlanRequest* request,
                                                v1::GetMemoryPlanResponse* response) {
-  SLIMFIT_AUTHORIZE(Role::kClient, "GetMemoryPlan");
+  SLIMFIT_AUTHORIZE_CLIENT("GetMemoryPlan");
   return Answer(coordinator_->GetMemoryPlan(*request), response, context);
 }
 
 grpc::Status CoordinatorService::ExportModel(grpc::ServerContext* context, const v1::ExportModelRequest* request,
                                              grpc::ServerWriter<v1::ExportModelResponse>* writer) {
-  SLIMFIT_AUTHORIZE(Role::kClient, "ExportModel");
+  SLIMFIT_AUTHORIZE_CLIENT("ExportModel");
   v1::ExportModelResponse message;
   absl::StatusOr<CheckpointRecord> checkpoint = coordinator_->ExportCheckpoint(*request, message.mutable_header());
   if (!checkpoint.ok()) return rpc::ToGrpcStatus(checkpoint.status(), context);
@@ -153,27 +216,28 @@ grpc::Status CoordinatorService::ExportModel(grpc::ServerContext* context, const
 
 grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
                                                 v1::RegisterWorkerResponse* response) {
-  SLIMFIT_AUTHORIZE(Role::kWorker, "RegisterWorker");
-  return Answer(coordinator_->registry().Register(*request), response, context);
+  absl::StatusOr<std::optional<std::string>> holder = AuthorizeRegistration(*context);
+  if (!holder.ok()) return rpc::ToGrpcStatus(holder.status(), context);
+  return Answer(coordinator_->registry().Register(*request, *holder), response, context);
 }
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
-  SLIMFIT_AUTHORIZE(Role::kWorker, "Heartbeat");
+  SLIMFIT_AUTHORIZE_WORKER("Heartbeat", request->worker_id());
   return Answer(coordinator_->registry().Heartbeat(*request), response, context);
 }
 
 grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext* context,
                                                   const v1::DeregisterWorkerRequest* request,
                                                   v1::DeregisterWorkerResponse* response) {
-  SLIMFIT_AUTHORIZE(Role::kWorker, "DeregisterWorker");
+  SLIMFIT_AUTHORIZE_WORKER("DeregisterWorker", request->worker_id());
   return rpc::ToGrpcStatus(coordinator_->registry().Deregister(*request), context);
 }
 
 grpc::Status CoordinatorService::FetchParameters(grpc::ServerContext* context,
                                                  const v1::FetchParametersRequest* request,
                                                  grpc::ServerWriter<v1::FetchParametersResponse>* writer) {
-  SLIMFIT_AUTHORIZE(Role::kWorker, "FetchParameters");
+  SLIMFIT_AUTHORIZE_WORKER("FetchParameters", "");
   absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> snapshot = coordinator_->Parameters(*request);
   if (!snapshot.ok()) return rpc::ToGrpcStatus(snapshot.status(), context);
   const ParameterSnapshot& parameters = **snapshot;
@@ -199,6 +263,17 @@ grpc::Status CoordinatorService::FetchParameters(grpc::ServerContext* context,
                                                     return writer->Write(piece);
                                                   });
   return rpc::ToGrpcStatus(streamed, context);
+}
+
+grpc::Status CoordinatorService::RevokeWorker(grpc::ServerContext* context, const v1::RevokeWorkerRequest* request,
+                                              v1::WorkerInfo* response) {
+  SLIMFIT_AUTHORIZE_CLIENT("RevokeWorker");
+  if (request->reason().size() > 1024) {
+    return rpc::ToGrpcStatus(rpc::InvalidFieldError("reason", "longer than 1024 bytes"), context);
+  }
+  absl::StatusOr<v1::WorkerInfo> revoked = coordinator_->registry().Revoke(request->worker_id(), request->reason());
+  if (revoked.ok()) coordinator_->WorkersChanged();
+  return Answer(std::move(revoked), response, context);
 }
 
 }  // namespace slimfit::server

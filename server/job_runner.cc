@@ -70,7 +70,6 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   dispatcher_deps.signal = r.deps_.signal;
   dispatcher_deps.planner = r.planner_.get();
   dispatcher_deps.data = &r.data_;
-  dispatcher_deps.worker_token = r.deps_.worker_token;
   dispatcher_deps.options = r.deps_.options;
   dispatcher_deps.names = r.trainer_->names();
   dispatcher_deps.shapes = performer::ParameterShapes(config);

@@ -48,8 +48,7 @@ struct RunnerDeps {
   WorkerRegistry* registry = nullptr;
   WorkerLeases* leases = nullptr;
   EventSignal* signal = nullptr;
-  std::string job_dir;       // checkpoints of this job
-  std::string worker_token;  // presented to workers
+  std::string job_dir;  // checkpoints of this job
   RunnerOptions options;
 };
 

@@ -193,7 +193,7 @@ absl::Status ShardDispatcher::CallShard(const WorkerPlan& plan, const Shard& sha
 
   const double predicted = plan.candidate.prediction.seconds * static_cast<double>(shard.sequences.size());
   auto context = rpc::MakeClientContext(
-      deps_.worker_token,
+      plan.worker.call_token,
       std::chrono::milliseconds(absl::ToInt64Milliseconds(deps_.options.shard_timeout + absl::Seconds(10 * predicted))));
   {
     absl::MutexLock lock(&mutex_);

@@ -58,7 +58,6 @@ class ShardDispatcher {
     EventSignal* signal = nullptr;
     WorkerPlanner* planner = nullptr;
     const JobData* data = nullptr;
-    std::string worker_token;  // presented to workers
     RunnerOptions options;
     // The model's parameter names and shapes (gradients are checked against them), its dtype on
     // the wire, the token encoding and the FAVOR+ seed.

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace slimfit::server {
@@ -87,6 +88,12 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
            "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, incarnation INTEGER NOT NULL)",
        }) {
     if (absl::Status s = store->Exec(sql); !s.ok()) return s;
+  }
+  // Columns added after the first release: a database written before them gets them here.
+  for (const char* column : {"credential_sha256 TEXT NOT NULL DEFAULT ''", "revoked INTEGER NOT NULL DEFAULT 0",
+                             "revoked_reason TEXT NOT NULL DEFAULT ''", "revoked_at INTEGER NOT NULL DEFAULT 0"}) {
+    absl::Status added = store->Exec(absl::StrCat("ALTER TABLE workers ADD COLUMN ", column));
+    if (!added.ok() && !absl::StrContains(added.message(), "duplicate column")) return added;
   }
   return store;
 }
@@ -271,21 +278,34 @@ absl::StatusOr<std::vector<CheckpointRecord>> StateStore::Checkpoints(const std:
   return records;
 }
 
-absl::Status StateStore::PutWorker(const std::string& worker_id, uint64_t incarnation) {
+absl::Status StateStore::PutWorker(const std::string& worker_id, const WorkerRecord& record) {
   absl::MutexLock lock(&mutex_);
-  Statement s(db_, "INSERT OR REPLACE INTO workers (id, incarnation) VALUES (?, ?)");
+  Statement s(db_,
+              "INSERT OR REPLACE INTO workers (id, incarnation, credential_sha256, revoked, revoked_reason, revoked_at) "
+              "VALUES (?, ?, ?, ?, ?, ?)");
   s.BindText(1, worker_id);
-  s.BindInt(2, static_cast<int64_t>(incarnation));
+  s.BindInt(2, static_cast<int64_t>(record.incarnation));
+  s.BindText(3, record.credential_sha256);
+  s.BindInt(4, record.revoked ? 1 : 0);
+  s.BindText(5, record.revoked_reason);
+  s.BindInt(6, record.revoked ? absl::ToUnixMillis(record.revoked_at) : 0);
   return RunToDone(s, "storing a worker");
 }
 
-absl::StatusOr<std::map<std::string, uint64_t>> StateStore::Workers() {
+absl::StatusOr<std::map<std::string, WorkerRecord>> StateStore::Workers() {
   absl::MutexLock lock(&mutex_);
-  Statement s(db_, "SELECT id, incarnation FROM workers");
+  Statement s(db_, "SELECT id, incarnation, credential_sha256, revoked, revoked_reason, revoked_at FROM workers");
   if (!s.ok()) return s.Error("reading workers");
-  std::map<std::string, uint64_t> workers;
+  std::map<std::string, WorkerRecord> workers;
   int step;
-  while ((step = s.Step()) == SQLITE_ROW) workers[s.Text(0)] = static_cast<uint64_t>(s.Int(1));
+  while ((step = s.Step()) == SQLITE_ROW) {
+    WorkerRecord& record = workers[s.Text(0)];
+    record.incarnation = static_cast<uint64_t>(s.Int(1));
+    record.credential_sha256 = s.Text(2);
+    record.revoked = s.Int(3) != 0;
+    record.revoked_reason = s.Text(4);
+    if (record.revoked) record.revoked_at = absl::FromUnixMillis(s.Int(5));
+  }
   if (step != SQLITE_DONE) return s.Error("reading workers");
   return workers;
 }

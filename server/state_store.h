@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/slimfit.pb.h"
 
@@ -41,6 +42,15 @@ struct CheckpointRecord {
   std::string optimizer_path;  // optimizer state (Trainer::Save)
   int64_t bytes = 0;           // of the model file
   std::string sha256;          // of the model file
+};
+
+// What the coordinator remembers of a worker across restarts.
+struct WorkerRecord {
+  uint64_t incarnation = 0;        // the latest
+  std::string credential_sha256;   // of its credential; empty for a worker that never got one
+  bool revoked = false;
+  std::string revoked_reason;
+  absl::Time revoked_at = absl::InfinitePast();
 };
 
 class StateStore {
@@ -75,9 +85,9 @@ class StateStore {
   // The job's checkpoints by increasing round.
   absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& job_id);
 
-  // Worker identities: id → latest incarnation.
-  absl::Status PutWorker(const std::string& worker_id, uint64_t incarnation);
-  absl::StatusOr<std::map<std::string, uint64_t>> Workers();
+  // Worker identities by id (inserted or replaced).
+  absl::Status PutWorker(const std::string& worker_id, const WorkerRecord& record);
+  absl::StatusOr<std::map<std::string, WorkerRecord>> Workers();
 
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}

@@ -1,5 +1,7 @@
 #include "server/state_store.h"
 
+#include <sqlite3.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -43,7 +45,9 @@ TEST(StateStoreTest, EverythingSurvivesReopening) {
     EXPECT_FALSE((*store)->AppendEvent(duplicate).ok());
     ASSERT_TRUE((*store)->PutCheckpoint({"job-000001", 5, 6, "/m", "/o", 100, "ab"}).ok());
     ASSERT_TRUE((*store)->PutCheckpoint({"job-000001", 0, 1, "/m0", "/o0", 100, "cd"}).ok());
-    ASSERT_TRUE((*store)->PutWorker("w-1", 3).ok());
+    ASSERT_TRUE((*store)->PutWorker("w-1", WorkerRecord{3, "ab12", false, "", absl::InfinitePast()}).ok());
+    WorkerRecord revoked{7, "cd34", true, "stolen laptop", absl::FromUnixSeconds(1700000000)};
+    ASSERT_TRUE((*store)->PutWorker("w-2", revoked).ok());
   }
   absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(path);
   ASSERT_TRUE(store.ok());
@@ -68,7 +72,35 @@ TEST(StateStoreTest, EverythingSurvivesReopening) {
   ASSERT_EQ(checkpoints->size(), 2u);
   EXPECT_EQ((*checkpoints)[1].round, 5);
   EXPECT_EQ((*checkpoints)[1].parameter_version, 6u);
-  EXPECT_EQ((*(*store)->Workers())["w-1"], 3u);
+  absl::StatusOr<std::map<std::string, WorkerRecord>> workers = (*store)->Workers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_EQ((*workers)["w-1"].incarnation, 3u);
+  EXPECT_EQ((*workers)["w-1"].credential_sha256, "ab12");
+  EXPECT_FALSE((*workers)["w-1"].revoked);
+  EXPECT_TRUE((*workers)["w-2"].revoked);
+  EXPECT_EQ((*workers)["w-2"].revoked_reason, "stolen laptop");
+  EXPECT_EQ((*workers)["w-2"].revoked_at, absl::FromUnixSeconds(1700000000));
+}
+
+TEST(StateStoreTest, AWorkersTableFromBeforeCredentialsGetsTheNewColumns) {
+  const std::string path = testing_util::TempPath("old_workers.db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE workers (id TEXT PRIMARY KEY, incarnation INTEGER NOT NULL);"
+                           "INSERT INTO workers VALUES ('w-old', 4);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::map<std::string, WorkerRecord>> workers = (*store)->Workers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_EQ((*workers)["w-old"].incarnation, 4u);
+  EXPECT_EQ((*workers)["w-old"].credential_sha256, "");
+  EXPECT_FALSE((*workers)["w-old"].revoked);
 }
 
 TEST(StateStoreTest, UnopenablePathIsAnError) {

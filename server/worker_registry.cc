@@ -9,6 +9,8 @@
 #include "google/protobuf/util/time_util.h"
 #include "planner/device_profile_io.h"
 #include "base/log.h"
+#include "base/secrets.h"
+#include "base/sha256.h"
 #include "proto/rpc_util.h"
 
 namespace slimfit::server {
@@ -29,18 +31,65 @@ std::string DeviceKind(const std::string& device) { return device.substr(0, devi
 
 absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(StateStore* store, RegistryOptions options) {
   std::unique_ptr<WorkerRegistry> registry(new WorkerRegistry(store, options));
-  absl::StatusOr<std::map<std::string, uint64_t>> known = store->Workers();
+  absl::StatusOr<std::map<std::string, WorkerRecord>> known = store->Workers();
   if (!known.ok()) return known.status();
   absl::MutexLock lock(&registry->mutex_);
   registry->known_ = *std::move(known);
+  for (const auto& [id, record] : registry->known_) {
+    if (!record.credential_sha256.empty()) registry->by_credential_[record.credential_sha256] = id;
+  }
   return registry;
+}
+
+std::optional<std::string> WorkerRegistry::WorkerOfCredential(absl::string_view bearer) const {
+  const std::string digest = base::Sha256Hex(bearer);
+  absl::MutexLock lock(&mutex_);
+  auto it = by_credential_.find(digest);
+  if (it == by_credential_.end()) return std::nullopt;
+  return it->second;
+}
+
+absl::Status WorkerRegistry::CheckNotRevoked(const std::string& worker_id) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = known_.find(worker_id);
+  if (it == known_.end() || !it->second.revoked) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("worker ", worker_id, " was revoked at ",
+                                                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", it->second.revoked_at,
+                                                                   absl::UTCTimeZone()),
+                                                  ": ", it->second.revoked_reason));
+}
+
+absl::StatusOr<v1::WorkerInfo> WorkerRegistry::Revoke(const std::string& worker_id, const std::string& reason) {
+  absl::MutexLock lock(&mutex_);
+  auto known = known_.find(worker_id);
+  if (known == known_.end()) {
+    return rpc::NotFoundResourceError("worker", worker_id, absl::StrCat("no worker ", worker_id));
+  }
+  if (!known->second.revoked) {
+    WorkerRecord record = known->second;
+    record.revoked = true;
+    record.revoked_reason = reason.empty() ? "revoked by an operator" : reason;
+    record.revoked_at = absl::Now();
+    if (absl::Status stored = store_->PutWorker(worker_id, record); !stored.ok()) return stored;
+    known->second = record;
+    base::LogWarning("worker ", worker_id, " revoked: ", record.revoked_reason);
+  }
+  Entry& entry = workers_[worker_id];
+  if (entry.info.worker_id().empty()) entry.info.set_worker_id(worker_id);
+  entry.info.set_state(v1::WORKER_STATE_REVOKED);
+  entry.info.clear_current_work();
+  entry.info.set_revoked_reason(known->second.revoked_reason);
+  *entry.info.mutable_revoked_at() = ToTimestamp(known->second.revoked_at);
+  ++generation_;
+  return entry.info;
 }
 
 bool WorkerRegistry::IsLiveState(v1::WorkerState state) {
   return state == v1::WORKER_STATE_IDLE || state == v1::WORKER_STATE_BUSY;
 }
 
-absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(const v1::RegisterWorkerRequest& request) {
+absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
+    const v1::RegisterWorkerRequest& request, const std::optional<std::string>& credential_holder) {
   if (request.memory_budget_bytes() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("memory_budget_bytes: must be > 0, got ", request.memory_budget_bytes()));
@@ -62,21 +111,37 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(const v1::Re
   }
 
   absl::MutexLock lock(&mutex_);
-  std::string id = request.worker_id();
-  uint64_t incarnation = 1;
-  if (!id.empty()) {
+  std::string id;
+  std::string credential;  // issued to a new worker only
+  WorkerRecord record;
+  if (credential_holder.has_value()) {
+    id = *credential_holder;
+    if (!request.worker_id().empty() && request.worker_id() != id) {
+      return absl::PermissionDeniedError(absl::StrCat("this credential belongs to worker ", id,
+                                                      ", not ", request.worker_id(), ": a worker acts only as itself"));
+    }
     auto known = known_.find(id);
     if (known == known_.end()) {
-      return absl::NotFoundError(absl::StrCat("worker ", id, " is unknown to this coordinator: register without an id"));
+      return absl::NotFoundError(absl::StrCat("worker ", id, " is unknown to this coordinator: join with a join token"));
     }
-    incarnation = known->second + 1;
+    if (known->second.revoked) {
+      return absl::PermissionDeniedError(absl::StrCat("worker ", id, " was revoked: ", known->second.revoked_reason));
+    }
+    record = known->second;
+    ++record.incarnation;
   } else {
+    // A join token: always a new worker. (A join token cannot take over an existing id.)
     do {
       id = NewWorkerId();
     } while (known_.count(id) > 0);
+    credential = base::RandomSecret("wc-");
+    record.incarnation = 1;
+    record.credential_sha256 = base::Sha256Hex(credential);
   }
-  if (absl::Status stored = store_->PutWorker(id, incarnation); !stored.ok()) return stored;
-  known_[id] = incarnation;
+  if (absl::Status stored = store_->PutWorker(id, record); !stored.ok()) return stored;
+  known_[id] = record;
+  by_credential_[record.credential_sha256] = id;
+  const uint64_t incarnation = record.incarnation;
 
   Entry& entry = workers_[id];
   entry.info.Clear();
@@ -94,7 +159,9 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(const v1::Re
   *entry.info.mutable_registered_at() = ToTimestamp(now);
   *entry.info.mutable_last_heartbeat_at() = ToTimestamp(now);
   entry.last_heartbeat = now;
-  entry.stub = v1::Worker::NewStub(rpc::MakeChannel(request.advertise_address()));
+  entry.stub = v1::Worker::NewStub(
+      rpc::MakeChannel(request.advertise_address(), options_.worker_channel_credentials));
+  entry.call_token = base::RandomSecret("ct-");
   ++generation_;
   base::LogInfo("worker ", id, " registered (incarnation ", incarnation, ", ", request.device(), ", budget ",
                request.memory_budget_bytes(), " B, at ", request.advertise_address(), ")");
@@ -104,6 +171,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(const v1::Re
   response.set_incarnation(incarnation);
   response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
   response.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
+  response.set_credential(credential);
+  response.set_coordinator_token(entry.call_token);
   return response;
 }
 
@@ -121,6 +190,9 @@ absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const v1::Heartb
   }
   if (entry.info.state() == v1::WORKER_STATE_LEFT) {
     return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " deregistered: register again"));
+  }
+  if (entry.info.state() == v1::WORKER_STATE_REVOKED) {
+    return absl::PermissionDeniedError(absl::StrCat("worker ", request.worker_id(), " was revoked"));
   }
   const v1::WorkerState before = entry.info.state();
   const v1::WorkerState state = request.state();
@@ -160,6 +232,7 @@ absl::Status WorkerRegistry::Deregister(const v1::DeregisterWorkerRequest& reque
     return absl::FailedPreconditionError(absl::StrCat("worker ", request.worker_id(), " incarnation ",
                                                       request.incarnation(), " was superseded"));
   }
+  if (it->second.info.state() == v1::WORKER_STATE_REVOKED) return absl::OkStatus();
   if (it->second.info.state() != v1::WORKER_STATE_LEFT) {
     it->second.info.set_state(v1::WORKER_STATE_LEFT);
     it->second.info.clear_current_work();
@@ -175,7 +248,7 @@ std::vector<std::string> WorkerRegistry::ExpireSilentWorkers() {
   const absl::Time now = absl::Now();
   for (auto& [id, entry] : workers_) {
     const v1::WorkerState state = entry.info.state();
-    if (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT) continue;
+    if (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT || state == v1::WORKER_STATE_REVOKED) continue;
     if (now - entry.last_heartbeat > options_.lost_after) {
       entry.info.set_state(v1::WORKER_STATE_LOST);
       entry.info.clear_current_work();
@@ -198,16 +271,21 @@ std::vector<WorkerHandle> WorkerRegistry::LiveWorkers(const v1::DeviceConstraint
                   DeviceKind(entry.info.device())) == constraints.device_kinds().end()) {
       continue;
     }
-    WorkerHandle handle;
-    handle.worker_id = id;
-    handle.incarnation = entry.info.incarnation();
-    handle.device = entry.info.device();
-    handle.memory_budget_bytes = entry.info.memory_budget_bytes();
-    handle.profile = planner::DeviceProfileFromProto(entry.info.profile());
-    handle.stub = entry.stub;
-    live.push_back(std::move(handle));
+    live.push_back(HandleOf(id, entry));
   }
   return live;
+}
+
+WorkerHandle WorkerRegistry::HandleOf(const std::string& id, const Entry& entry) const {
+  WorkerHandle handle;
+  handle.worker_id = id;
+  handle.incarnation = entry.info.incarnation();
+  handle.device = entry.info.device();
+  handle.memory_budget_bytes = entry.info.memory_budget_bytes();
+  handle.profile = planner::DeviceProfileFromProto(entry.info.profile());
+  handle.stub = entry.stub;
+  handle.call_token = entry.call_token;
+  return handle;
 }
 
 int WorkerRegistry::LiveCount() const {
@@ -234,14 +312,7 @@ std::optional<WorkerHandle> WorkerRegistry::Find(const std::string& worker_id) c
   absl::MutexLock lock(&mutex_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return std::nullopt;
-  WorkerHandle handle;
-  handle.worker_id = worker_id;
-  handle.incarnation = it->second.info.incarnation();
-  handle.device = it->second.info.device();
-  handle.memory_budget_bytes = it->second.info.memory_budget_bytes();
-  handle.profile = planner::DeviceProfileFromProto(it->second.info.profile());
-  handle.stub = it->second.stub;
-  return handle;
+  return HandleOf(worker_id, it->second);
 }
 
 void WorkerRegistry::SetJobPlan(const std::string& worker_id, const v1::WorkerJobPlan& plan) {
@@ -272,7 +343,23 @@ void WorkerRegistry::ClearJob(const std::string& job_id) {
     plans->erase(std::remove_if(plans->begin(), plans->end(),
                                 [&](const v1::WorkerJobPlan& p) { return p.job_id() == job_id; }),
                  plans->end());
+    auto* quarantines = entry.info.mutable_quarantines();
+    quarantines->erase(std::remove_if(quarantines->begin(), quarantines->end(),
+                                      [&](const v1::Quarantine& q) { return q.job_id() == job_id; }),
+                       quarantines->end());
   }
+}
+
+void WorkerRegistry::AddQuarantine(const std::string& worker_id, const std::string& job_id,
+                                   const std::string& reason) {
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  v1::Quarantine* quarantine = it->second.info.add_quarantines();
+  quarantine->set_job_id(job_id);
+  quarantine->set_reason(reason);
+  *quarantine->mutable_since() = ToTimestamp(absl::Now());
+  ++generation_;
 }
 
 void WorkerRegistry::RecordShard(const std::string& worker_id, bool ok, int64_t measured_peak_bytes) {
@@ -296,8 +383,24 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List(bool include_gone) const {
   std::vector<v1::WorkerInfo> list;
   for (const auto& [id, entry] : workers_) {
     const v1::WorkerState state = entry.info.state();
-    if (!include_gone && (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT)) continue;
+    if (!include_gone && (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT ||
+                          state == v1::WORKER_STATE_REVOKED)) {
+      continue;
+    }
     list.push_back(entry.info);
+  }
+  if (include_gone) {
+    // Revoked before this process started: known from the store only.
+    for (const auto& [id, record] : known_) {
+      if (!record.revoked || workers_.count(id) > 0) continue;
+      v1::WorkerInfo info;
+      info.set_worker_id(id);
+      info.set_incarnation(record.incarnation);
+      info.set_state(v1::WORKER_STATE_REVOKED);
+      info.set_revoked_reason(record.revoked_reason);
+      *info.mutable_revoked_at() = ToTimestamp(record.revoked_at);
+      list.push_back(std::move(info));
+    }
   }
   return list;
 }

@@ -1,5 +1,11 @@
-// The coordinator's view of its workers: registration (persistent ids, incarnations), liveness
-// from heartbeats, what each is doing, and a gRPC stub to reach it.
+// The coordinator's view of its workers: identity (persistent ids, credentials, revocation),
+// registration (incarnations), liveness from heartbeats, what each is doing, and a gRPC stub to
+// reach it.
+//
+// Identity: a worker registering with a join token gets a new id and a credential (a random
+// secret; only its SHA-256 is kept, in the StateStore). Later it registers with that credential
+// and keeps its id; every registration also issues a coordinator token, which the coordinator
+// presents when it calls that incarnation. A revoked worker's credential is refused for good.
 //
 // A worker is live while it heartbeats within lost_after; a sweep (ExpireSilentWorkers, called by
 // the coordinator's liveness thread) marks silent ones LOST and a heartbeat revives them. Ids are
@@ -21,7 +27,10 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "planner/device_profile.h"
@@ -34,6 +43,8 @@ namespace slimfit::server {
 struct RegistryOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lost_after = absl::Seconds(5);
+  // Credentials of the channels to the workers' Worker services; null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials;
 };
 
 // What a job runner needs of one worker.
@@ -44,6 +55,7 @@ struct WorkerHandle {
   int64_t memory_budget_bytes = 0;
   planner::DeviceProfile profile;
   std::shared_ptr<v1::Worker::StubInterface> stub;
+  std::string call_token;  // the coordinator token of this incarnation: the bearer of calls to it
 };
 
 class WorkerRegistry {
@@ -51,7 +63,19 @@ class WorkerRegistry {
   // Loads known ids from `store` (not owned; must outlive the registry).
   static absl::StatusOr<std::unique_ptr<WorkerRegistry>> Create(StateStore* store, RegistryOptions options);
 
-  absl::StatusOr<v1::RegisterWorkerResponse> Register(const v1::RegisterWorkerRequest& request);
+  // `credential_holder` is the worker whose credential authenticated the call, or nullopt for a
+  // join token: a new worker, whatever request.worker_id says (a join token cannot claim an id).
+  // PERMISSION_DENIED when the holder was revoked or request.worker_id is another's;
+  // INVALID_ARGUMENT for a malformed request.
+  absl::StatusOr<v1::RegisterWorkerResponse> Register(const v1::RegisterWorkerRequest& request,
+                                                      const std::optional<std::string>& credential_holder);
+  // The worker whose credential is `bearer` (revoked ones too), or nullopt.
+  std::optional<std::string> WorkerOfCredential(absl::string_view bearer) const;
+  // PERMISSION_DENIED "worker … was revoked …" for a revoked worker; OK otherwise.
+  absl::Status CheckNotRevoked(const std::string& worker_id) const;
+  // Revokes `worker_id` for good (durable; idempotent): its state becomes REVOKED, so calls in
+  // flight to it are cancelled by their runners. NOT_FOUND for an unknown id; the store's errors.
+  absl::StatusOr<v1::WorkerInfo> Revoke(const std::string& worker_id, const std::string& reason);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::Status Deregister(const v1::DeregisterWorkerRequest& request);
 
@@ -70,7 +94,10 @@ class WorkerRegistry {
 
   // Records what a worker computes / its plan for a job, for ListWorkers.
   void SetJobPlan(const std::string& worker_id, const v1::WorkerJobPlan& plan);
+  // Forgets a finished job's plans and quarantines.
   void ClearJob(const std::string& job_id);
+  // Shown by ListWorkers: the worker gets no more shards of `job_id` (the job runner decides).
+  void AddQuarantine(const std::string& worker_id, const std::string& job_id, const std::string& reason);
   void RecordShard(const std::string& worker_id, bool ok, int64_t measured_peak_bytes);
 
   // Jobs that finished, sent to workers with heartbeats so they drop cached parameters.
@@ -89,14 +116,17 @@ class WorkerRegistry {
     v1::WorkerInfo info;
     absl::Time last_heartbeat;
     std::shared_ptr<v1::Worker::StubInterface> stub;
+    std::string call_token;
   };
+  WorkerHandle HandleOf(const std::string& id, const Entry& entry) const;
   WorkerRegistry(StateStore* store, RegistryOptions options) : store_(store), options_(options) {}
   static bool IsLiveState(v1::WorkerState state);
 
   StateStore* store_;
   RegistryOptions options_;
   mutable absl::Mutex mutex_;
-  std::map<std::string, uint64_t> known_ ABSL_GUARDED_BY(mutex_);  // id → incarnation (durable)
+  std::map<std::string, WorkerRecord> known_ ABSL_GUARDED_BY(mutex_);       // by id (durable)
+  std::map<std::string, std::string> by_credential_ ABSL_GUARDED_BY(mutex_);  // credential SHA-256 → id
   std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::string> finished_jobs_ ABSL_GUARDED_BY(mutex_);
   uint64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;

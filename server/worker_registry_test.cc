@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/test_util.h"
 
@@ -31,7 +32,8 @@ v1::RegisterWorkerRequest Request(const std::string& id = "") {
 class WorkerRegistryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store_ = *StateStore::Open(testing_util::TempPath("registry.db"));
+    store_ = *StateStore::Open(testing_util::TempPath(
+        absl::StrCat(::testing::UnitTest::GetInstance()->current_test_info()->name(), ".db")));
     RegistryOptions options;
     options.heartbeat_interval = absl::Milliseconds(10);
     options.lost_after = absl::Milliseconds(100);
@@ -42,7 +44,7 @@ class WorkerRegistryTest : public ::testing::Test {
 };
 
 TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
-  absl::StatusOr<v1::RegisterWorkerResponse> first = registry_->Register(Request());
+  absl::StatusOr<v1::RegisterWorkerResponse> first = registry_->Register(Request(), std::nullopt);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->incarnation(), 1u);
   EXPECT_EQ(registry_->LiveWorkers({}).size(), 1u);
@@ -54,7 +56,7 @@ TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
   EXPECT_TRUE(registry_->Heartbeat(heartbeat).ok());
 
   // Registering again with the id: a new incarnation; the old one is superseded.
-  absl::StatusOr<v1::RegisterWorkerResponse> second = registry_->Register(Request(first->worker_id()));
+  absl::StatusOr<v1::RegisterWorkerResponse> second = registry_->Register(Request(first->worker_id()), first->worker_id());
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->worker_id(), first->worker_id());
   EXPECT_EQ(second->incarnation(), 2u);
@@ -89,7 +91,7 @@ TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
 }
 
 TEST_F(WorkerRegistryTest, IdsSurviveACoordinatorRestart) {
-  absl::StatusOr<v1::RegisterWorkerResponse> first = registry_->Register(Request());
+  absl::StatusOr<v1::RegisterWorkerResponse> first = registry_->Register(Request(), std::nullopt);
   ASSERT_TRUE(first.ok());
   RegistryOptions options;
   std::unique_ptr<WorkerRegistry> restarted = *WorkerRegistry::Create(store_.get(), options);
@@ -98,27 +100,28 @@ TEST_F(WorkerRegistryTest, IdsSurviveACoordinatorRestart) {
   heartbeat.set_worker_id(first->worker_id());
   heartbeat.set_incarnation(1);
   EXPECT_EQ(restarted->Heartbeat(heartbeat).status().code(), absl::StatusCode::kNotFound);
-  absl::StatusOr<v1::RegisterWorkerResponse> again = restarted->Register(Request(first->worker_id()));
+  absl::StatusOr<v1::RegisterWorkerResponse> again = restarted->Register(Request(first->worker_id()), restarted->WorkerOfCredential(first->credential()));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->incarnation(), 2u);
-  EXPECT_EQ(restarted->Register(Request("w-unknown")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(restarted->Register(Request("w-unknown"), std::string("w-unknown")).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(WorkerRegistryTest, RejectsBadRegistrationsAndFiltersByConstraints) {
   v1::RegisterWorkerRequest bad = Request();
   bad.set_memory_budget_bytes(0);
-  EXPECT_THAT(registry_->Register(bad).status().message(), HasSubstr("memory_budget_bytes"));
+  EXPECT_THAT(registry_->Register(bad, std::nullopt).status().message(), HasSubstr("memory_budget_bytes"));
   bad = Request();
   bad.set_device("tpu");
-  EXPECT_THAT(registry_->Register(bad).status().message(), HasSubstr("device"));
+  EXPECT_THAT(registry_->Register(bad, std::nullopt).status().message(), HasSubstr("device"));
   bad = Request();
   bad.set_advertise_address("nowhere");
-  EXPECT_THAT(registry_->Register(bad).status().message(), HasSubstr("advertise_address"));
+  EXPECT_THAT(registry_->Register(bad, std::nullopt).status().message(), HasSubstr("advertise_address"));
   bad = Request();
   bad.mutable_profile()->set_flops_per_second(-1);
-  EXPECT_THAT(registry_->Register(bad).status().message(), HasSubstr("profile"));
+  EXPECT_THAT(registry_->Register(bad, std::nullopt).status().message(), HasSubstr("profile"));
 
-  ASSERT_TRUE(registry_->Register(Request()).ok());
+  ASSERT_TRUE(registry_->Register(Request(), std::nullopt).ok());
   v1::DeviceConstraints constraints;
   constraints.set_min_memory_bytes(int64_t{128} << 20);
   EXPECT_TRUE(registry_->LiveWorkers(constraints).empty());
@@ -129,8 +132,78 @@ TEST_F(WorkerRegistryTest, RejectsBadRegistrationsAndFiltersByConstraints) {
   EXPECT_EQ(registry_->LiveWorkers(constraints).size(), 1u);
 }
 
+TEST_F(WorkerRegistryTest, AJoinGetsACredentialThatIdentifiesOnlyItsWorker) {
+  absl::StatusOr<v1::RegisterWorkerResponse> a = registry_->Register(Request(), std::nullopt);
+  absl::StatusOr<v1::RegisterWorkerResponse> b = registry_->Register(Request(), std::nullopt);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->worker_id(), b->worker_id());
+  EXPECT_FALSE(a->credential().empty());
+  EXPECT_NE(a->credential(), b->credential());
+  EXPECT_FALSE(a->coordinator_token().empty());
+  EXPECT_EQ(registry_->WorkerOfCredential(a->credential()), a->worker_id());
+  EXPECT_EQ(registry_->WorkerOfCredential("wc-guess"), std::nullopt);
+  // The coordinator presents the incarnation's token to the worker.
+  EXPECT_EQ(registry_->Find(a->worker_id())->call_token, a->coordinator_token());
+  // With its credential a worker keeps its id (no new credential) and gets a new coordinator token;
+  // it cannot claim another id.
+  absl::StatusOr<v1::RegisterWorkerResponse> again = registry_->Register(Request(a->worker_id()), a->worker_id());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->worker_id(), a->worker_id());
+  EXPECT_TRUE(again->credential().empty());
+  EXPECT_NE(again->coordinator_token(), a->coordinator_token());
+  EXPECT_EQ(registry_->Register(Request(b->worker_id()), a->worker_id()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // A join token that names an existing id still makes a new worker: a join cannot take an id over.
+  absl::StatusOr<v1::RegisterWorkerResponse> claim = registry_->Register(Request(a->worker_id()), std::nullopt);
+  ASSERT_TRUE(claim.ok());
+  EXPECT_NE(claim->worker_id(), a->worker_id());
+}
+
+TEST_F(WorkerRegistryTest, RevocationIsDurableAndFinal) {
+  absl::StatusOr<v1::RegisterWorkerResponse> worker = registry_->Register(Request(), std::nullopt);
+  ASSERT_TRUE(worker.ok());
+  absl::StatusOr<v1::WorkerInfo> revoked = registry_->Revoke(worker->worker_id(), "lost laptop");
+  ASSERT_TRUE(revoked.ok()) << revoked.status();
+  EXPECT_EQ(revoked->state(), v1::WORKER_STATE_REVOKED);
+  EXPECT_EQ(revoked->revoked_reason(), "lost laptop");
+  EXPECT_FALSE(registry_->IsServing(worker->worker_id(), 1));
+  EXPECT_TRUE(registry_->LiveWorkers({}).empty());
+  EXPECT_EQ(registry_->CheckNotRevoked(worker->worker_id()).code(), absl::StatusCode::kPermissionDenied);
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_worker_id(worker->worker_id());
+  heartbeat.set_incarnation(1);
+  heartbeat.set_state(v1::WORKER_STATE_IDLE);
+  EXPECT_EQ(registry_->Heartbeat(heartbeat).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry_->Revoke("w-none", "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry_->Revoke(worker->worker_id(), "again").ok());  // idempotent: the first reason stays
+  EXPECT_EQ(registry_->List(false).size(), 0u);
+
+  // After a coordinator restart: still revoked, listed, and its credential cannot register.
+  std::unique_ptr<WorkerRegistry> restarted = *WorkerRegistry::Create(store_.get(), RegistryOptions());
+  const std::optional<std::string> holder = restarted->WorkerOfCredential(worker->credential());
+  ASSERT_EQ(holder, worker->worker_id());
+  absl::Status refused = restarted->Register(Request(worker->worker_id()), holder).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("lost laptop"));
+  std::vector<v1::WorkerInfo> listed = restarted->List(true);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].state(), v1::WORKER_STATE_REVOKED);
+  EXPECT_EQ(listed[0].revoked_reason(), "lost laptop");
+}
+
+TEST_F(WorkerRegistryTest, QuarantinesAreShownUntilTheJobEnds) {
+  absl::StatusOr<v1::RegisterWorkerResponse> worker = registry_->Register(Request(), std::nullopt);
+  registry_->AddQuarantine(worker->worker_id(), "job-1", "3 results failed validation");
+  std::optional<v1::WorkerInfo> info = registry_->Info(worker->worker_id());
+  ASSERT_EQ(info->quarantines_size(), 1);
+  EXPECT_EQ(info->quarantines(0).job_id(), "job-1");
+  EXPECT_EQ(info->quarantines(0).reason(), "3 results failed validation");
+  registry_->ClearJob("job-1");
+  EXPECT_EQ(registry_->Info(worker->worker_id())->quarantines_size(), 0);
+}
+
 TEST_F(WorkerRegistryTest, JobPlansKeepTheLastMeasurement) {
-  absl::StatusOr<v1::RegisterWorkerResponse> worker = registry_->Register(Request());
+  absl::StatusOr<v1::RegisterWorkerResponse> worker = registry_->Register(Request(), std::nullopt);
   v1::WorkerJobPlan plan;
   plan.set_job_id("job-1");
   plan.set_predicted_tokens_per_second(100);

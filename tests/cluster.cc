@@ -9,22 +9,59 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/rpc_util.h"
+#include "proto/transport_security.h"
 #include "base/sha256.h"
 #include "base/test_util.h"
 
 namespace slimfit::testing_util {
 
-Cluster::Cluster(std::string name) : root_(TempPath(name)) {
+Cluster::Cluster(std::string name, ClusterOptions options) : options_(options), root_(TempPath(name)) {
   std::filesystem::remove_all(root_);
-  std::filesystem::create_directories(root_);
+  std::filesystem::create_directories(root_ + "/certs");
+  if (options_.tls) {
+    absl::StatusOr<base::KeyAndCertificate> ca =
+        base::MakeCertificateAuthority("cluster CA", absl::Now() - absl::Hours(1), absl::Hours(24));
+    if (ca.ok()) ca_ = *std::move(ca);
+  }
 }
+
+std::vector<std::string> Cluster::TlsFlags(const std::string& name, const base::KeyAndCertificate& pair) const {
+  const std::string base = absl::StrCat(root_, "/certs/", name);
+  (void)base::WriteFileAtomically(base + ".pem", pair.cert_pem);
+  (void)base::WriteFileAtomically(base + ".key", pair.key_pem);
+  (void)base::WriteFileAtomically(root_ + "/certs/ca.pem", ca_.cert_pem);
+  return {absl::StrCat("--tls_cert=", base, ".pem"), absl::StrCat("--tls_key=", base, ".key"),
+          absl::StrCat("--tls_ca=", root_, "/certs/ca.pem")};
+}
+
+// A certificate of the cluster's CA naming the loopback address.
+static base::KeyAndCertificate LoopbackCertificate(const base::KeyAndCertificate& ca, const std::string& name) {
+  base::CertificateRequest request;
+  request.common_name = name;
+  request.dns_names = {"localhost"};
+  request.ip_addresses = {"127.0.0.1"};
+  absl::StatusOr<base::KeyAndCertificate> issued = base::IssueCertificate(ca, request);
+  return issued.ok() ? *issued : base::KeyAndCertificate{};
+}
+
+std::shared_ptr<grpc::ChannelCredentials> Cluster::ClientCredentials() const {
+  if (!options_.tls) return nullptr;
+  return rpc::ChannelCredentials(rpc::TlsMaterial{"", "", ca_.cert_pem});
+}
+
+std::string Cluster::worker_state_dir(int index) const { return absl::StrCat(root_, "/worker", index, "/state"); }
 
 Cluster::~Cluster() {
   for (auto& worker : workers_) worker->Signal(SIGKILL);
   if (coordinator_ != nullptr) coordinator_->Signal(SIGKILL);
 }
 
-absl::Status Cluster::StartCoordinator(const std::vector<std::string>& extra_flags) {
+absl::Status Cluster::StartCoordinator(const std::vector<std::string>& extra_flags_given) {
+  std::vector<std::string> extra_flags = extra_flags_given;
+  if (options_.tls) {
+    const std::vector<std::string> tls = TlsFlags("coordinator", LoopbackCertificate(ca_, "coordinator"));
+    extra_flags.insert(extra_flags.begin(), tls.begin(), tls.end());
+  }
   const std::string port_file = absl::StrCat(root_, "/coordinator.port");
   std::filesystem::remove(port_file);
   // Restarts reuse the first address so workers find the coordinator again.
@@ -47,26 +84,52 @@ absl::Status Cluster::StartCoordinator(const std::vector<std::string>& extra_fla
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Cluster::StartWorker(const std::string& budget) {
+absl::StatusOr<int> Cluster::StartWorker(const std::string& budget, const WorkerOptions& options) {
   const int index = static_cast<int>(workers_.size());
+  if (absl::Status started = LaunchWorker(index, budget, options); !started.ok()) return started;
+  return index;
+}
+
+absl::Status Cluster::RestartWorker(int index, const WorkerOptions& options) {
+  workers_.at(index)->Signal(SIGKILL);
+  (void)workers_.at(index)->Wait(absl::Seconds(10));
+  return LaunchWorker(index, budgets_.at(index), options);
+}
+
+absl::Status Cluster::LaunchWorker(int index, const std::string& budget, const WorkerOptions& options) {
   const std::string dir = absl::StrCat(root_, "/worker", index);
   std::filesystem::create_directories(dir);
   const std::string port_file = absl::StrCat(dir, "/port");
+  std::filesystem::remove(port_file);
   const std::string log = absl::StrCat(root_, "/worker", index, ".log");
-  absl::StatusOr<DaemonProcess> process = DaemonProcess::Start(
-      RunfilePath("worker/slimfit-worker"),
-      {absl::StrCat("--coordinator=", address_), "--listen=127.0.0.1:0", "--device=cpu",
-       absl::StrCat("--memory_budget=", budget), "--threads=1", absl::StrCat("--state_dir=", dir, "/state"),
-       absl::StrCat("--token=", kWorkerToken), absl::StrCat("--profile=", RunfilePath("client/testdata/tiny_cpu.profile")),
-       absl::StrCat("--port_file=", port_file)},
-      log);
+  std::vector<std::string> flags = {
+      absl::StrCat("--coordinator=", address_), "--listen=127.0.0.1:0", "--device=cpu",
+      absl::StrCat("--memory_budget=", budget), "--threads=1", absl::StrCat("--state_dir=", worker_state_dir(index)),
+      absl::StrCat("--token=", kWorkerToken), absl::StrCat("--profile=", RunfilePath("client/testdata/tiny_cpu.profile")),
+      absl::StrCat("--port_file=", port_file)};
+  if (options_.tls) {
+    const base::KeyAndCertificate certificate = options.certificate.cert_pem.empty()
+                                                    ? LoopbackCertificate(ca_, absl::StrCat("worker", index))
+                                                    : options.certificate;
+    const std::vector<std::string> tls = TlsFlags(absl::StrCat("worker", index), certificate);
+    flags.insert(flags.end(), tls.begin(), tls.end());
+  }
+  flags.insert(flags.end(), options.extra_flags.begin(), options.extra_flags.end());
+  absl::StatusOr<DaemonProcess> process = DaemonProcess::Start(RunfilePath("worker/slimfit-worker"), flags, log);
   if (!process.ok()) return process.status();
-  workers_.push_back(std::make_unique<DaemonProcess>(*std::move(process)));
-  logs_.push_back(log);
-  absl::StatusOr<std::string> address = workers_.back()->WaitForAddress(port_file, absl::Seconds(60));
+  if (index == static_cast<int>(workers_.size())) {
+    workers_.push_back(std::make_unique<DaemonProcess>(*std::move(process)));
+    worker_addresses_.push_back("");
+    budgets_.push_back(budget);
+    logs_.push_back(log);
+  } else {
+    workers_.at(index) = std::make_unique<DaemonProcess>(*std::move(process));
+  }
+  if (!options.wait_until_serving) return absl::OkStatus();
+  absl::StatusOr<std::string> address = workers_.at(index)->WaitForAddress(port_file, absl::Seconds(60));
   if (!address.ok()) return address.status();
-  worker_addresses_.push_back(*address);
-  return index;
+  worker_addresses_.at(index) = *address;
+  return absl::OkStatus();
 }
 
 absl::Status Cluster::WaitForLiveWorkers(int count, absl::Duration timeout) {
@@ -88,7 +151,9 @@ absl::Status Cluster::WaitForLiveWorkers(int count, absl::Duration timeout) {
   return absl::DeadlineExceededError(absl::StrCat(live, " of ", count, " workers live"));
 }
 
-std::unique_ptr<v1::Coordinator::Stub> Cluster::Stub() const { return v1::Coordinator::NewStub(rpc::MakeChannel(address_)); }
+std::unique_ptr<v1::Coordinator::Stub> Cluster::Stub() const {
+  return v1::Coordinator::NewStub(rpc::MakeChannel(address_, ClientCredentials()));
+}
 
 absl::StatusOr<std::string> Cluster::UploadText(const std::string& content, const std::optional<std::string>& separator) {
   auto context = rpc::MakeClientContext(kClientToken, std::chrono::seconds(30));

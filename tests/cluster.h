@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/certificates.h"
 #include "performer/safetensors.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "tests/daemon_process.h"
@@ -21,24 +24,46 @@
 namespace slimfit::testing_util {
 
 inline constexpr char kClientToken[] = "client-secret";
-inline constexpr char kWorkerToken[] = "worker-secret";
+inline constexpr char kWorkerToken[] = "worker-secret";  // the join token
+
+struct ClusterOptions {
+  // Mutual TLS everywhere: a CA made for the cluster, a certificate for the coordinator and one per
+  // worker (all naming 127.0.0.1), the coordinator and workers started with --tls_cert, --tls_key
+  // and --tls_ca, and Stub() connecting over TLS verified against the CA.
+  bool tls = false;
+};
+
+struct WorkerOptions {
+  std::vector<std::string> extra_flags;
+  // TLS clusters: the worker's certificate; empty: one issued by the cluster's CA.
+  base::KeyAndCertificate certificate;
+  // Wait until the worker serves (writes its port file).
+  bool wait_until_serving = true;
+};
 
 class Cluster {
  public:
   // `name` keeps this cluster's files apart from another test's.
-  explicit Cluster(std::string name);
+  explicit Cluster(std::string name, ClusterOptions options = {});
   ~Cluster();
 
   // Starts (or restarts, on the same state directory) the coordinator, with `extra_flags` after
   // the cluster's own.
   absl::Status StartCoordinator(const std::vector<std::string>& extra_flags = {});
   // Starts a worker with the tiny test profile (no calibration) and `budget` ("800KiB").
-  // Returns its index. Waits until it is serving.
-  absl::StatusOr<int> StartWorker(const std::string& budget);
+  // Returns its index. Waits until it is serving (unless options say not to).
+  absl::StatusOr<int> StartWorker(const std::string& budget, const WorkerOptions& options = {});
+  // Starts worker `index` again on its state directory (it keeps its id and credential).
+  absl::Status RestartWorker(int index, const WorkerOptions& options = {});
+  std::string worker_state_dir(int index) const;
   // Waits until `count` workers are live (IDLE or BUSY) at the coordinator.
   absl::Status WaitForLiveWorkers(int count, absl::Duration timeout);
 
   DaemonProcess& coordinator() { return *coordinator_; }
+  // TLS clusters: the cluster's CA.
+  const base::KeyAndCertificate& ca() const { return ca_; }
+  // How Stub() connects: plaintext, or TLS verified against the cluster's CA.
+  std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const;
   DaemonProcess& worker(int index) { return *workers_.at(index); }
   // The host:port a worker serves on (what it advertises).
   const std::string& worker_address(int index) const { return worker_addresses_.at(index); }
@@ -60,8 +85,16 @@ class Cluster {
   std::string Logs() const;
 
  private:
+  // Starts the worker process of `index` (a new one when index == workers_.size()).
+  absl::Status LaunchWorker(int index, const std::string& budget, const WorkerOptions& options);
+  // Writes `pair` as <root>/certs/<name>.{pem,key}; the flags that use them.
+  std::vector<std::string> TlsFlags(const std::string& name, const base::KeyAndCertificate& pair) const;
+
+  const ClusterOptions options_;
   std::string root_;
   std::string address_;
+  base::KeyAndCertificate ca_;
+  std::vector<std::string> budgets_;
   std::unique_ptr<DaemonProcess> coordinator_;
   std::vector<std::unique_ptr<DaemonProcess>> workers_;
   std::vector<std::string> worker_addresses_;

@@ -11,7 +11,7 @@
 #include "performer/performer_model.h"
 #include "planner/plan_proto.h"
 #include "tests/cluster.h"
-#include "tests/single_process.h"
+#include "tests/e2e_support.h"
 
 namespace slimfit {
 namespace {

@@ -52,7 +52,12 @@ bool CoordinatorLink::Sleep(absl::Duration duration, bool wake_on_request) {
 absl::Status CoordinatorLink::Register() {
   absl::StatusOr<std::string> stored = options_.state->ReadWorkerId();
   if (!stored.ok()) return stored.status();
-  std::string id = *stored;
+  // An id is ours only with its credential: without one the worker joins as a new worker.
+  std::string id = options_.identity->has_credential() ? *stored : std::string();
+  if (id.empty() && !options_.identity->has_join_token()) {
+    return absl::FailedPreconditionError(
+        "this worker holds no credential yet: give the join token (--token or $SLIMFIT_WORKER_TOKEN) once");
+  }
   absl::Duration backoff = options_.initial_backoff;
   int failures = 0;
   while (true) {
@@ -62,7 +67,8 @@ absl::Status CoordinatorLink::Register() {
     }
     v1::RegisterWorkerRequest request = options_.registration;
     request.set_worker_id(id);
-    std::unique_ptr<grpc::ClientContext> context = rpc::MakeClientContext(options_.token, ToChrono(options_.rpc_timeout));
+    std::unique_ptr<grpc::ClientContext> context =
+        rpc::MakeClientContext(options_.identity->BearerForCoordinator(), ToChrono(options_.rpc_timeout));
     v1::RegisterWorkerResponse response;
     const absl::Status status = rpc::FromGrpcStatus(
         options_.coordinator->RegisterWorker(context.get(), request, &response), "RegisterWorker", context.get());
@@ -74,6 +80,13 @@ absl::Status CoordinatorLink::Register() {
       if (response.worker_id() != *stored) {
         if (absl::Status s = options_.state->WriteWorkerId(response.worker_id()); !s.ok()) return s;
       }
+      if (!response.credential().empty()) {
+        // Stored before it is used, so a crash now cannot leave a worker the coordinator knows
+        // without the secret that proves it.
+        if (absl::Status s = options_.state->WriteCredential(response.credential()); !s.ok()) return s;
+        options_.identity->SetCredential(response.credential());
+      }
+      options_.identity->SetCoordinatorToken(response.coordinator_token());
       absl::Duration interval;
       {
         absl::MutexLock lock(&mu_);
@@ -88,10 +101,18 @@ absl::Status CoordinatorLink::Register() {
                    " (incarnation ", response.incarnation(), ", heartbeat every ", absl::FormatDuration(interval), ")");
       return absl::OkStatus();
     }
-    if (absl::IsNotFound(status) && !id.empty()) {
+    // The coordinator does not know our identity (it lost its state, or never had it): join again.
+    if ((absl::IsNotFound(status) || absl::IsUnauthenticated(status)) && !id.empty()) {
+      if (!options_.identity->has_join_token()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the coordinator at ", options_.coordinator_address, " no longer knows worker ", id,
+            " and no join token was given to join again (--token or $SLIMFIT_WORKER_TOKEN)"));
+      }
       base::LogWarning("the coordinator does not know worker id ", id, " (", status.message(),
-                      "): registering as a new worker");
+                      "): joining as a new worker");
       id.clear();
+      options_.identity->ClearCredential();
+      if (absl::Status s = options_.state->ClearCredential(); !s.ok()) return s;
       // A coordinator that lost this worker's id lost its jobs too and may reuse their ids and
       // parameter versions: nothing cached from before may be used again.
       if (options_.cache != nullptr) options_.cache->Clear();
@@ -100,7 +121,7 @@ absl::Status CoordinatorLink::Register() {
     if (IsTransient(status)) {
       if (failures++ % 10 == 0) {
         base::LogWarning("coordinator at ", options_.coordinator_address, " unavailable (", status.message(),
-                        "); retrying registration");
+                         ")", options_.unavailable_hint, "; retrying registration");
       }
       if (!Sleep(backoff, /*wake_on_request=*/false)) {
         return absl::CancelledError("registration abandoned: the worker is shutting down");
@@ -144,7 +165,8 @@ absl::Status CoordinatorLink::SendHeartbeat(int64_t* pending_peak) {
   for (const auto& [job, version] : options_.cache->CachedVersions()) {
     (*request.mutable_cached_parameter_versions())[job] = version;
   }
-  std::unique_ptr<grpc::ClientContext> context = rpc::MakeClientContext(options_.token, ToChrono(options_.rpc_timeout));
+  std::unique_ptr<grpc::ClientContext> context =
+      rpc::MakeClientContext(options_.identity->BearerForCoordinator(), ToChrono(options_.rpc_timeout));
   v1::HeartbeatResponse response;
   const absl::Status status = rpc::FromGrpcStatus(options_.coordinator->Heartbeat(context.get(), request, &response),
                                                   "Heartbeat", context.get());
@@ -181,7 +203,7 @@ void CoordinatorLink::HeartbeatLoop() {
       backoff = options_.initial_backoff;
       continue;
     }
-    if (absl::IsNotFound(status)) {
+    if (absl::IsNotFound(status) || absl::IsUnauthenticated(status)) {
       base::LogWarning("the coordinator does not know this worker (", status.message(), "): registering again");
       const absl::Status registered = Register();
       if (absl::IsCancelled(registered)) return;
@@ -195,9 +217,10 @@ void CoordinatorLink::HeartbeatLoop() {
       }
       continue;
     }
-    if (absl::IsFailedPrecondition(status)) {
-      base::LogError("this worker's registration was superseded (", status.message(), "): it must stop serving");
-      if (options_.on_superseded) options_.on_superseded(status);
+    if (absl::IsFailedPrecondition(status) || absl::IsPermissionDenied(status)) {
+      base::LogError(absl::IsPermissionDenied(status) ? "this worker was refused (" : "this worker's registration was superseded (",
+                     status.message(), "): it must stop serving");
+      if (options_.on_stop) options_.on_stop(status);
       return;
     }
     if (IsTransient(status)) {
@@ -229,7 +252,7 @@ absl::Status CoordinatorLink::Deregister(const std::string& reason, absl::Durati
   while (true) {
     const absl::Duration left = deadline - absl::Now();
     std::unique_ptr<grpc::ClientContext> context =
-        rpc::MakeClientContext(options_.token, ToChrono(std::min(options_.rpc_timeout, left)));
+        rpc::MakeClientContext(options_.identity->BearerForCoordinator(), ToChrono(std::min(options_.rpc_timeout, left)));
     v1::DeregisterWorkerResponse response;
     const absl::Status status = rpc::FromGrpcStatus(
         options_.coordinator->DeregisterWorker(context.get(), request, &response), "DeregisterWorker", context.get());

@@ -1,21 +1,25 @@
 // CoordinatorLink: the worker's side of registration, heartbeats and deregistration
 // (docs/PROTOCOL.md, "Worker start-up").
 //
-//   Register()        RegisterWorker with the stored id (none on the first start), retrying with
-//                     back-off while the coordinator is UNAVAILABLE (or the call times out) until it
-//                     answers or Stop() is called. NOT_FOUND for a stored id (the coordinator lost
-//                     its state) → registers again without an id. The id the coordinator returns
-//                     is stored in the state directory, given to the WorkerService and put in the
-//                     log lines ("worker w-3f2a").
+//   Register()        RegisterWorker — with the stored id and credential, or on the first start
+//                     with the join token and no id — retrying with back-off while the coordinator
+//                     is UNAVAILABLE (or the call times out) until it answers or Stop() is called.
+//                     NOT_FOUND for the stored identity (the coordinator lost its state) → joins
+//                     again as a new worker with the join token (none: an error). The id and the
+//                     credential the coordinator returns are stored in the state directory and the
+//                     WorkerIdentity, the coordinator token of the incarnation in the
+//                     WorkerIdentity; the id goes to the WorkerService and the log lines
+//                     ("worker w-3f2a"). PERMISSION_DENIED (revoked) is final.
 //   StartHeartbeats() a thread sending Heartbeat every heartbeat_interval_ms (as the coordinator
 //                     says, refreshed by every answer) with the service's state, current work, the
 //                     highest measured peak since the last heartbeat that arrived, and the cached
 //                     parameter versions. Answers:
 //                       OK                   finished_job_ids are dropped from the ParameterCache;
-//                       NOT_FOUND            registers again, keeping the id (Register());
-//                       FAILED_PRECONDITION  this incarnation was superseded: `on_superseded` is
-//                                            called once and heartbeats stop; the process must
-//                                            stop serving;
+//                       NOT_FOUND, UNAUTHENTICATED  registers again (Register()): keeping the id,
+//                                            or joining anew if the coordinator forgot it;
+//                       FAILED_PRECONDITION  this incarnation was superseded, or
+//                       PERMISSION_DENIED    this worker was revoked: `on_stop` is called once and
+//                                            heartbeats stop; the process must stop serving;
 //                       UNAVAILABLE, DEADLINE_EXCEEDED  retried with back-off (a restarted
 //                                            coordinator then answers OK, or NOT_FOUND above);
 //                       anything else        logged, retried at the interval.
@@ -47,6 +51,7 @@
 #include "absl/time/time.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "worker/parameter_cache.h"
+#include "worker/worker_identity.h"
 #include "worker/worker_service.h"
 #include "worker/worker_state.h"
 
@@ -59,8 +64,8 @@ class CoordinatorLink {
     std::shared_ptr<v1::Coordinator::StubInterface> coordinator;
     // For log lines: where the coordinator is.
     std::string coordinator_address;
-    // The worker token.
-    std::string token;
+    // The join token, the credential and the coordinator token. Not owned; required.
+    WorkerIdentity* identity = nullptr;
     // Every field but worker_id: profile, budget, device, advertise address, threads, version.
     v1::RegisterWorkerRequest registration;
     // Where the worker id is kept. Not owned; required.
@@ -70,8 +75,11 @@ class CoordinatorLink {
     // Finished jobs are dropped from it. Not owned; required.
     ParameterCache* cache = nullptr;
     // Called once, from the heartbeat thread, when the coordinator says this incarnation is
-    // superseded. Must not call Stop() (it joins that thread): notify the main thread instead.
-    std::function<void(const absl::Status&)> on_superseded;
+    // superseded (FAILED_PRECONDITION) or the worker revoked (PERMISSION_DENIED). Must not call
+    // Stop() (it joins that thread): notify the main thread instead.
+    std::function<void(const absl::Status&)> on_stop;
+    // Appended to the log line of an unreachable coordinator (e.g. what to check when TLS is on).
+    std::string unavailable_hint;
     // Deadline of each unary call.
     absl::Duration rpc_timeout = absl::Seconds(10);
     // Back-off between retries: doubles from initial to max.

@@ -30,12 +30,13 @@ class CoordinatorLinkTest : public ::testing::Test {
     absl::StatusOr<planner::DeviceProfile> profile =
         planner::ReadDeviceProfile(testing_util::RunfilePath("client/testdata/tiny_cpu.profile"));
     ASSERT_TRUE(profile.ok()) << profile.status();
+    identity_ = std::make_unique<WorkerIdentity>(kToken, "");
     ParameterCache::Options cache_options;
     cache_options.coordinator = stub_;
-    cache_options.token = kToken;
+    cache_options.identity = identity_.get();
     cache_ = std::make_unique<ParameterCache>(cache_options);
     WorkerService::Options service_options;
-    service_options.token = kToken;
+    service_options.identity = identity_.get();
     service_options.profile = *profile;
     service_options.memory_budget_bytes = 64 << 20;
     service_options.cache = cache_.get();
@@ -48,16 +49,23 @@ class CoordinatorLinkTest : public ::testing::Test {
     *registration_.mutable_profile() = planner::DeviceProfileToProto(*profile);
   }
 
+  // A link with the fixture's identity (a restarted worker reads the same credential), or with a
+  // fresh identity holding `token` as its join token.
   std::unique_ptr<CoordinatorLink> MakeLink(const std::string& token = kToken) {
     CoordinatorLink::Options options;
     options.coordinator = stub_;
     options.coordinator_address = server_->address();
-    options.token = token;
+    if (token == kToken) {
+      options.identity = identity_.get();
+    } else {
+      other_identities_.push_back(std::make_unique<WorkerIdentity>(token, ""));
+      options.identity = other_identities_.back().get();
+    }
     options.registration = registration_;
     options.state = state_.get();
     options.service = service_.get();
     options.cache = cache_.get();
-    options.on_superseded = [this](const absl::Status& status) {
+    options.on_stop = [this](const absl::Status& status) {
       superseded_status_ = status;
       superseded_.Notify();
     };
@@ -77,6 +85,8 @@ class CoordinatorLinkTest : public ::testing::Test {
   std::unique_ptr<TestCoordinatorServer> server_;
   std::shared_ptr<v1::Coordinator::Stub> stub_;
   std::unique_ptr<StateDir> state_;
+  std::unique_ptr<WorkerIdentity> identity_;
+  std::vector<std::unique_ptr<WorkerIdentity>> other_identities_;
   std::unique_ptr<ParameterCache> cache_;
   std::unique_ptr<WorkerService> service_;
   v1::RegisterWorkerRequest registration_;
@@ -97,6 +107,10 @@ TEST_F(CoordinatorLinkTest, RegistersStoresTheIdAndHeartbeats) {
   EXPECT_EQ(registrations[0].advertise_address(), "127.0.0.1:5555");
   EXPECT_EQ(registrations[0].version(), "0.4.0");
   EXPECT_EQ(registrations[0].memory_budget_bytes(), 64 << 20);
+  // The credential is kept (state directory and identity); the coordinator's token is accepted.
+  EXPECT_EQ(state_->ReadCredential().value_or(""), "wc-w-0001");
+  EXPECT_EQ(identity_->BearerForCoordinator(), "wc-w-0001");
+  EXPECT_TRUE(identity_->AcceptsCoordinator(coordinator_.CoordinatorToken("w-0001")));
 
   link->StartHeartbeats();
   ASSERT_TRUE(WaitForHeartbeats(2));
@@ -133,16 +147,43 @@ TEST_F(CoordinatorLinkTest, KeepsItsIdAcrossRestarts) {
   EXPECT_EQ(coordinator_.registrations().back().worker_id(), "w-0001");
 }
 
-TEST_F(CoordinatorLinkTest, UnknownStoredIdRegistersAfresh) {
+TEST_F(CoordinatorLinkTest, AnIdWithoutItsCredentialIsNotClaimed) {
   ASSERT_TRUE(state_->WriteWorkerId("w-lost").ok());
   std::unique_ptr<CoordinatorLink> link = MakeLink();
   ASSERT_TRUE(link->Register().ok());
   EXPECT_EQ(link->worker_id(), "w-0001");
   EXPECT_EQ(state_->ReadWorkerId().value_or(""), "w-0001");
   const std::vector<v1::RegisterWorkerRequest> registrations = coordinator_.registrations();
-  ASSERT_EQ(registrations.size(), 2u);
-  EXPECT_EQ(registrations[0].worker_id(), "w-lost");
-  EXPECT_EQ(registrations[1].worker_id(), "");
+  ASSERT_EQ(registrations.size(), 1u);
+  EXPECT_EQ(registrations[0].worker_id(), "");  // joined: a join token cannot claim an id
+}
+
+TEST_F(CoordinatorLinkTest, ACredentialTheCoordinatorDoesNotKnowJoinsAgain) {
+  ASSERT_TRUE(state_->WriteWorkerId("w-lost").ok());
+  ASSERT_TRUE(state_->WriteCredential("wc-of-another-coordinator").ok());
+  identity_->SetCredential("wc-of-another-coordinator");
+  std::unique_ptr<CoordinatorLink> link = MakeLink();
+  ASSERT_TRUE(link->Register().ok());
+  EXPECT_EQ(link->worker_id(), "w-0001");
+  EXPECT_EQ(state_->ReadCredential().value_or(""), "wc-w-0001");
+}
+
+TEST_F(CoordinatorLinkTest, WithoutACredentialOrAJoinTokenThereIsNothingToRegisterWith) {
+  absl::Status registered = MakeLink("")->Register();
+  EXPECT_EQ(registered.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(registered.message(), HasSubstr("join token"));
+}
+
+TEST_F(CoordinatorLinkTest, RevokedWorkerStops) {
+  std::unique_ptr<CoordinatorLink> link = MakeLink();
+  ASSERT_TRUE(link->Register().ok());
+  link->StartHeartbeats();
+  ASSERT_TRUE(WaitForHeartbeats(1));
+  coordinator_.Revoke("w-0001");
+  ASSERT_TRUE(superseded_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(superseded_status_.code(), absl::StatusCode::kPermissionDenied);
+  link->Stop();
+  EXPECT_EQ(MakeLink()->Register().code(), absl::StatusCode::kPermissionDenied);  // a restart is refused too
 }
 
 TEST_F(CoordinatorLinkTest, RetriesWhileTheCoordinatorIsUnavailable) {
@@ -230,9 +271,9 @@ TEST_F(CoordinatorLinkTest, FinishedJobsAreDroppedFromTheCache) {
                                         at::kCPU, 1);
   ASSERT_TRUE(model.ok()) << model.status();
   coordinator_.Publish("job-1", 1, *model);
-  ASSERT_TRUE(cache_->Get("job-1", 1, performer::DType::kFloat32).ok());
   std::unique_ptr<CoordinatorLink> link = MakeLink();
-  ASSERT_TRUE(link->Register().ok());
+  ASSERT_TRUE(link->Register().ok());  // fetching needs the credential
+  ASSERT_TRUE(cache_->Get("job-1", 1, performer::DType::kFloat32).ok());
   link->StartHeartbeats();
   ASSERT_TRUE(WaitForHeartbeats(1));
   EXPECT_EQ(coordinator_.heartbeats().back().cached_parameter_versions().at("job-1"), 1u);

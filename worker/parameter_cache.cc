@@ -109,7 +109,7 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(cons
   const absl::Duration timeout =
       std::max(absl::ZeroDuration(), std::min(options_.fetch_timeout, deadline - absl::Now()));
   std::unique_ptr<grpc::ClientContext> context =
-      rpc::MakeClientContext(options_.token, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+      rpc::MakeClientContext(options_.identity->BearerForCoordinator(), std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
   v1::FetchParametersRequest request;
   request.set_job_id(job_id);
   request.set_parameter_version(version);

@@ -13,7 +13,7 @@
 // Example:
 //   ParameterCache::Options options;
 //   options.coordinator = stub;          // shared with the registration link
-//   options.token = token;
+//   options.identity = &identity;
 //   ParameterCache cache(options);
 //   absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> model =
 //       cache.Get("job-000001", 7, performer::DType::kFloat32);
@@ -47,6 +47,7 @@
 #include "performer/performer_model.h"
 #include "performer/plan.h"
 #include "proto/slimfit.grpc.pb.h"
+#include "worker/worker_identity.h"
 
 namespace slimfit::worker {
 
@@ -55,8 +56,9 @@ class ParameterCache {
   struct Options {
     // The coordinator's stub; required. Shared: the registration link uses the same channel.
     std::shared_ptr<v1::Coordinator::StubInterface> coordinator;
-    // The worker token, presented as `authorization: Bearer <token>`.
-    std::string token;
+    // The worker's bearer (its credential), presented as `authorization: Bearer <token>`. Not owned;
+    // must outlive the cache. Required.
+    const WorkerIdentity* identity = nullptr;
     // Where models are built.
     c10::Device device = c10::Device(c10::kCPU);
     // Deadline of one FetchParameters stream.

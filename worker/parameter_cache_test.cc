@@ -50,16 +50,20 @@ class ParameterCacheTest : public ::testing::Test {
     ASSERT_NE(server_, nullptr);
   }
 
-  std::unique_ptr<ParameterCache> MakeCache(const std::string& token = kToken) {
+  // A cache presenting a credential the coordinator issued, or `credential` when given.
+  std::unique_ptr<ParameterCache> MakeCache(const std::string& credential = "") {
+    identities_.push_back(
+        std::make_unique<WorkerIdentity>(kToken, credential.empty() ? coordinator_.AddWorker() : credential));
     ParameterCache::Options options;
     options.coordinator = v1::Coordinator::NewStub(rpc::MakeChannel(server_->address()));
-    options.token = token;
+    options.identity = identities_.back().get();
     options.fetch_timeout = absl::Seconds(10);
     return std::make_unique<ParameterCache>(options);
   }
 
   TestCoordinator coordinator_;
   std::unique_ptr<TestCoordinatorServer> server_;
+  std::vector<std::unique_ptr<WorkerIdentity>> identities_;
 };
 
 TEST_F(ParameterCacheTest, FetchesOnceAndRebuildsTheModel) {
@@ -176,7 +180,7 @@ TEST_F(ParameterCacheTest, CoordinatorErrorsMapAsTheProtocolSays) {
   EXPECT_EQ(cache->Get("job-1", 5, performer::DType::kFloat32).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(coordinator_.FetchCount("job-1", 5), 2);
 
-  auto refused = MakeCache("wrong")->Get("job-1", 4, performer::DType::kFloat32);
+  auto refused = MakeCache("wc-forged")->Get("job-1", 4, performer::DType::kFloat32);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.status().message(), HasSubstr("refused this worker's token"));
 

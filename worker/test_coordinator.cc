@@ -1,5 +1,7 @@
 #include "worker/test_coordinator.h"
 
+#include "base/secrets.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "planner/plan_proto.h"
@@ -68,6 +70,7 @@ void TestCoordinator::LoseState() {
   absl::MutexLock lock(&mu_);
   live_.clear();
   incarnations_.clear();
+  credentials_.clear();
 }
 
 void TestCoordinator::Supersede(const std::string& worker_id) {
@@ -97,12 +100,35 @@ bool TestCoordinator::WaitFor(const std::function<bool(const TestCoordinator&)>&
   return mu_.AwaitWithTimeout(absl::Condition(&holds), timeout);
 }
 
-grpc::Status TestCoordinator::CheckToken(const grpc::ServerContext& context) const {
+absl::StatusOr<std::string> TestCoordinator::Caller(const grpc::ServerContext& context) const {
   std::optional<std::string> token = rpc::BearerToken(context);
-  if (!token.has_value() || !rpc::ConstantTimeEquals(*token, options_.worker_token)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong worker token");
+  auto it = token.has_value() ? credentials_.find(*token) : credentials_.end();
+  if (it == credentials_.end()) return absl::UnauthenticatedError("missing or unknown worker credential");
+  if (revoked_.count(it->second) > 0) {
+    return absl::PermissionDeniedError(absl::StrCat("worker ", it->second, " was revoked"));
   }
-  return grpc::Status::OK;
+  return it->second;
+}
+
+std::string TestCoordinator::AddWorker() {
+  absl::MutexLock lock(&mu_);
+  const std::string id = absl::StrFormat("w-%04d", next_worker_++);
+  const std::string credential = absl::StrCat("wc-", id);
+  credentials_[credential] = id;
+  ++incarnations_[id];
+  live_.insert(id);
+  return credential;
+}
+
+void TestCoordinator::Revoke(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  revoked_.insert(worker_id);
+}
+
+std::string TestCoordinator::CoordinatorToken(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = incarnations_.find(worker_id);
+  return it == incarnations_.end() ? "" : absl::StrCat("ct-", worker_id, "-", it->second);
 }
 
 grpc::Status TestCoordinator::CheckIncarnation(const std::string& worker_id, uint64_t incarnation) const {
@@ -120,17 +146,32 @@ grpc::Status TestCoordinator::CheckIncarnation(const std::string& worker_id, uin
 
 grpc::Status TestCoordinator::RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
                                              v1::RegisterWorkerResponse* response) {
-  if (grpc::Status s = CheckToken(*context); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (unavailable_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
-  registrations_.push_back(*request);
-  std::string id = request->worker_id();
-  if (!id.empty() && incarnations_.count(id) == 0) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("worker ", id, " is unknown: register without it"));
+  const std::optional<std::string> token = rpc::BearerToken(*context);
+  const bool join = token.has_value() && base::ConstantTimeEquals(*token, options_.worker_token);
+  std::string id;
+  if (join) {
+    registrations_.push_back(*request);
+    id = absl::StrFormat("w-%04d", next_worker_++);
+    const std::string credential = absl::StrCat("wc-", id);
+    credentials_[credential] = id;
+    response->set_credential(credential);
+  } else {
+    absl::StatusOr<std::string> caller = Caller(*context);
+    if (!caller.ok()) return rpc::ToGrpcStatus(caller.status());
+    registrations_.push_back(*request);
+    id = *caller;
+    if (!request->worker_id().empty() && request->worker_id() != id) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "a worker registers only as itself");
+    }
+    if (incarnations_.count(id) == 0) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("worker ", id, " is unknown: join again"));
+    }
   }
-  if (id.empty()) id = absl::StrFormat("w-%04d", next_worker_++);
   response->set_worker_id(id);
   response->set_incarnation(++incarnations_[id]);
+  response->set_coordinator_token(absl::StrCat("ct-", id, "-", incarnations_[id]));
   live_.insert(id);
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   response->set_lost_after_ms(options_.lost_after_ms);
@@ -139,9 +180,13 @@ grpc::Status TestCoordinator::RegisterWorker(grpc::ServerContext* context, const
 
 grpc::Status TestCoordinator::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                                         v1::HeartbeatResponse* response) {
-  if (grpc::Status s = CheckToken(*context); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (unavailable_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return rpc::ToGrpcStatus(caller.status());
+  if (*caller != request->worker_id()) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "a worker heartbeats only as itself");
+  }
   heartbeats_.push_back(*request);
   if (grpc::Status s = CheckIncarnation(request->worker_id(), request->incarnation()); !s.ok()) return s;
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
@@ -153,16 +198,24 @@ grpc::Status TestCoordinator::Heartbeat(grpc::ServerContext* context, const v1::
 grpc::Status TestCoordinator::DeregisterWorker(grpc::ServerContext* context,
                                                const v1::DeregisterWorkerRequest* request,
                                                v1::DeregisterWorkerResponse*) {
-  if (grpc::Status s = CheckToken(*context); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (unavailable_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return rpc::ToGrpcStatus(caller.status());
+  if (*caller != request->worker_id()) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "a worker deregisters only as itself");
+  }
   deregistrations_.push_back(*request);
   return CheckIncarnation(request->worker_id(), request->incarnation());
 }
 
 grpc::Status TestCoordinator::FetchParameters(grpc::ServerContext* context, const v1::FetchParametersRequest* request,
                                               grpc::ServerWriter<v1::FetchParametersResponse>* writer) {
-  if (grpc::Status s = CheckToken(*context); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::string> caller = Caller(*context);
+    if (!caller.ok()) return rpc::ToGrpcStatus(caller.status());
+  }
   Published published;
   absl::Duration delay;
   std::function<void(v1::ParameterManifest*)> hook;

@@ -8,13 +8,17 @@
 //                    ABORTED with ErrorDetail.current_parameter_version; an unknown job or a
 //                    newer version → NOT_FOUND; a finished job → FAILED_PRECONDITION. Counts
 //                    fetches; optionally delays them or lets a test tamper with the manifest.
-//   RegisterWorker   assigns ids "w-0001", "w-0002", …; a known id keeps it and gets the next
-//                    incarnation; an unknown given id → NOT_FOUND. Records the requests.
+//   RegisterWorker   with the join token (options.worker_token): a new id "w-0001", "w-0002", …
+//                    and a credential "wc-<id>"; with a credential: its id, the next incarnation
+//                    (another id in the request → PERMISSION_DENIED; a forgotten one → NOT_FOUND;
+//                    a revoked one → PERMISSION_DENIED). Every registration gets a coordinator
+//                    token "ct-<id>-<incarnation>". Records the requests.
 //   Heartbeat        records; NOT_FOUND for a worker not live (unknown, or forgotten);
 //                    FAILED_PRECONDITION for an older incarnation; answers the configured
 //                    interval and the finished jobs.
 //   DeregisterWorker records; NOT_FOUND / FAILED_PRECONDITION as Heartbeat.
-// Every worker RPC needs the worker token (UNAUTHENTICATED otherwise). Requests refused as
+// Heartbeat, DeregisterWorker and FetchParameters need a worker's credential (UNAUTHENTICATED
+// otherwise; a heartbeat for another worker's id → PERMISSION_DENIED). Requests refused as
 // UNAVAILABLE are not recorded. The client RPCs are left
 // UNIMPLEMENTED. ForgetWorkers() and LoseState() act as a coordinator that lost its records; Supersede() as another
 // process registering with the same id; SetUnavailable() as a coordinator that is restarting.
@@ -39,6 +43,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "performer/performer_model.h"
@@ -76,11 +81,18 @@ class TestCoordinator final : public v1::Coordinator::Service {
   // Forgets which workers are live, keeping their ids: heartbeats get NOT_FOUND, a registration
   // with a known id is accepted (a coordinator that dropped the workers' records).
   void ForgetWorkers();
-  // Forgets every worker id too: registering with one gets NOT_FOUND (a coordinator that lost
-  // its whole state).
+  // Forgets every worker id and credential too: a credential gets UNAUTHENTICATED (a coordinator
+  // that lost its whole state).
   void LoseState();
   // A newer incarnation of `worker_id` registered elsewhere: the current one is superseded.
   void Supersede(const std::string& worker_id);
+  // A worker joined out of band (as if it had registered with the join token): its credential.
+  std::string AddWorker();
+  // Revokes `worker_id`: its credential gets PERMISSION_DENIED from now on.
+  void Revoke(const std::string& worker_id);
+  // The coordinator token of the worker's current incarnation ("" when it never registered): what
+  // a test presents to call the worker's ComputeGradient as its coordinator.
+  std::string CoordinatorToken(const std::string& worker_id) const;
 
   std::vector<v1::RegisterWorkerRequest> registrations() const;
   std::vector<v1::HeartbeatRequest> heartbeats() const;
@@ -109,7 +121,9 @@ class TestCoordinator final : public v1::Coordinator::Service {
     std::vector<at::Tensor> tensors;
   };
 
-  grpc::Status CheckToken(const grpc::ServerContext& context) const;
+  // The worker whose credential the call carries (UNAUTHENTICATED otherwise; PERMISSION_DENIED
+  // when revoked).
+  absl::StatusOr<std::string> Caller(const grpc::ServerContext& context) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK, or the status a heartbeat / deregistration of (id, incarnation) gets.
   grpc::Status CheckIncarnation(const std::string& worker_id, uint64_t incarnation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -125,6 +139,8 @@ class TestCoordinator final : public v1::Coordinator::Service {
   bool unavailable_ ABSL_GUARDED_BY(mu_) = false;
   int next_worker_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // worker id → current
+  std::map<std::string, std::string> credentials_ ABSL_GUARDED_BY(mu_);  // credential → worker id
+  std::set<std::string> revoked_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> live_ ABSL_GUARDED_BY(mu_);  // registered since the last ForgetWorkers
   std::vector<v1::RegisterWorkerRequest> registrations_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);

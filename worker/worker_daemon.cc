@@ -35,6 +35,7 @@
 #include "worker/coordinator_link.h"
 #include "worker/parameter_cache.h"
 #include "worker/worker_service.h"
+#include "worker/worker_identity.h"
 #include "worker/worker_state.h"
 
 namespace slimfit::worker {
@@ -195,6 +196,12 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   }
   absl::StatusOr<StateDir> state = StateDir::Open(options.state_dir);
   if (!state.ok()) return Fail(err, state.status());
+  absl::StatusOr<std::string> credential = state->ReadCredential();
+  if (!credential.ok()) return Fail(err, credential.status());
+  if (credential->empty() && options.token.empty()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "this worker has not joined yet: give the join token with --token or $", kTokenEnv)));
+  }
   absl::StatusOr<LoadedProfile> profile = LoadOrCalibrate(options, *state);
   if (!profile.ok()) return Fail(err, profile.status());
   if (shutdown.requested()) {
@@ -202,15 +209,20 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
     return 0;
   }
 
-  std::shared_ptr<v1::Coordinator::StubInterface> coordinator =
-      v1::Coordinator::NewStub(rpc::MakeChannel(options.coordinator));
+  absl::StatusOr<std::optional<rpc::TlsMaterial>> tls = rpc::LoadTls(options.tls);
+  if (!tls.ok()) return Fail(err, tls.status());
+  WorkerIdentity identity(options.token, *credential);
+  // The coordinator is reached over TLS verified against --tls_ca, presenting our certificate.
+  const bool tls_to_coordinator = tls->has_value() && !(*tls)->ca.empty();
+  std::shared_ptr<v1::Coordinator::StubInterface> coordinator = v1::Coordinator::NewStub(
+      rpc::MakeChannel(options.coordinator, rpc::ChannelCredentials(tls_to_coordinator ? *tls : std::nullopt)));
   ParameterCache::Options cache_options;
   cache_options.coordinator = coordinator;
-  cache_options.token = options.token;
+  cache_options.identity = &identity;
   cache_options.device = *device;
   ParameterCache cache(cache_options);
   WorkerService::Options service_options;
-  service_options.token = options.token;
+  service_options.identity = &identity;
   service_options.profile = profile->profile;
   service_options.calibrated_at = profile->calibrated_at;
   service_options.memory_budget_bytes = options.memory_budget_bytes;
@@ -221,8 +233,9 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequire), &port);
   builder.RegisterService(&service);
+  rpc::ConfigureServerKeepalive(&builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(err, absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
@@ -264,7 +277,12 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   CoordinatorLink::Options link_options;
   link_options.coordinator = coordinator;
   link_options.coordinator_address = options.coordinator;
-  link_options.token = options.token;
+  link_options.identity = &identity;
+  if (tls->has_value()) {
+    link_options.unavailable_hint =
+        " — with TLS, check that the coordinator's --tls_ca signed this worker's certificate and that it has not "
+        "expired, and that this worker's --tls_ca signed the coordinator's";
+  }
   v1::RegisterWorkerRequest& registration = link_options.registration;
   *registration.mutable_profile() = planner::DeviceProfileToProto(profile->profile);
   registration.set_memory_budget_bytes(options.memory_budget_bytes);
@@ -275,7 +293,13 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   link_options.state = &*state;
   link_options.service = &service;
   link_options.cache = &cache;
-  link_options.on_superseded = [&shutdown](const absl::Status& status) {
+  link_options.on_stop = [&shutdown](const absl::Status& status) {
+    if (absl::IsPermissionDenied(status)) {
+      shutdown.Request("revoked", absl::PermissionDeniedError(
+                                      absl::StrCat("stopped serving: the coordinator refuses this worker (",
+                                                   status.message(), ")")));
+      return;
+    }
     shutdown.Request("superseded", absl::FailedPreconditionError(absl::StrCat(
                                        "stopped serving: this worker's registration was superseded by another "
                                        "process with the same id (",
@@ -342,7 +366,11 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
   flags.Int("threads", &o.threads, "compute threads");
   flags.String("state_dir", &o.state_dir, "directory for the worker id and the calibrated profile (created)",
                base::FlagSet::kRequired);
-  flags.String("token", &o.token, "the worker token (default: $SLIMFIT_WORKER_TOKEN)");
+  flags.String("token", &o.token,
+               "the join token, needed until the state directory holds a credential (default: "
+               "$SLIMFIT_WORKER_TOKEN)",
+               base::FlagSet::kOptionalNoDefault);
+  rpc::AddTlsFlags(flags, rpc::TlsFlagSet::kDaemon, &o.tls);
   flags.String("profile", &o.profile, "a text-format DeviceProfile to use instead of calibrating");
   flags.String("port_file", &o.port_file, "once serving, write the bound host:port to this file (atomically)");
   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
@@ -369,9 +397,14 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
     return absl::InvalidArgumentError("--port_file is empty; expected a file");
   }
   if (!flags.IsSet("token") && env_token != nullptr) o.token = env_token;
-  if (o.token.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("missing the worker token: pass --token or set $", kTokenEnv));
+  if (absl::Status s = rpc::CheckListenSecurity(o.listen, o.tls, "--listen"); !s.ok()) {
+    return absl::InvalidArgumentError(s.message());
+  }
+  if (o.tls.cert_file.empty() != o.tls.key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (!o.tls.ca_file.empty() && o.tls.cert_file.empty()) {
+    return absl::InvalidArgumentError("--tls_ca needs --tls_cert and --tls_key (the worker serves TLS)");
   }
   return parsed;
 }

@@ -15,9 +15,17 @@
 // incarnation was superseded (another process registered with the same id) the worker stops
 // serving at once, without deregistering, and exits 1.
 //
+// Identity: the first start registers with the join token (--token) and keeps the id and the
+// credential the coordinator returns in the state directory; later starts use those, and the join
+// token is needed again only if the coordinator forgets the worker. Security: off loopback the
+// Worker service is served over TLS (--tls_cert, --tls_key) unless --insecure; with --tls_ca the
+// caller must present a certificate signed by that CA, and the coordinator is reached over TLS
+// verified against it (proto/transport_security.h).
+//
 // Exit statuses: 0 after a clean shutdown (also --help); 2 for a usage error (bad or missing
 // flag, unreadable --profile, a CUDA device without CUDA support, a coordinator that refuses the
-// token); 1 for any other failure (cannot listen, registration refused, superseded). Every fatal
+// token, a revoked worker); 1 for any other failure (cannot listen, registration refused,
+// superseded). Every fatal
 // error is one line "slimfit-worker: <message>" on stderr; log lines (proto/log.h) go to stderr
 // as well.
 //
@@ -34,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "proto/transport_security.h"
 
 namespace slimfit::worker {
 
@@ -49,7 +58,9 @@ struct WorkerDaemonOptions {
   int64_t memory_budget_bytes = 0;     // --memory_budget, required, > 0
   int64_t threads = 1;                 // --threads, 1..4096
   std::string state_dir;               // --state_dir, required
-  std::string token;                   // --token, else $SLIMFIT_WORKER_TOKEN; required
+  std::string token;                   // --token (join token), else $SLIMFIT_WORKER_TOKEN; needed
+                                       // until the state directory holds a credential
+  rpc::TlsOptions tls;                 // --tls_cert --tls_key --tls_ca --insecure
   std::string profile;                 // --profile=FILE: use this DeviceProfile, skip calibration
   std::string port_file;               // --port_file=FILE: the bound host:port, once serving
 };

@@ -38,7 +38,8 @@ TEST(ParseWorkerFlagsTest, DefaultsAndTokenFromTheEnvironment) {
 TEST(ParseWorkerFlagsTest, EveryFlag) {
   std::vector<std::string> args = Required();
   for (const char* flag : {"--listen=0.0.0.0:7100", "--advertise=node7:7100", "--device=cuda:1", "--threads=4",
-                           "--token=flag-secret", "--profile=p.textproto", "--port_file=/tmp/port"}) {
+                           "--token=flag-secret", "--profile=p.textproto", "--port_file=/tmp/port",
+                           "--tls_cert=w.pem", "--tls_key=w.key", "--tls_ca=ca.pem"}) {
     args.push_back(flag);
   }
   absl::StatusOr<ParsedFlags> parsed = ParseWorkerFlags(args, "env-secret");
@@ -51,6 +52,9 @@ TEST(ParseWorkerFlagsTest, EveryFlag) {
   EXPECT_EQ(o.token, "flag-secret");  // the flag wins over the environment
   EXPECT_EQ(o.profile, "p.textproto");
   EXPECT_EQ(o.port_file, "/tmp/port");
+  EXPECT_EQ(o.tls.cert_file, "w.pem");
+  EXPECT_EQ(o.tls.key_file, "w.key");
+  EXPECT_EQ(o.tls.ca_file, "ca.pem");
 }
 
 TEST(ParseWorkerFlagsTest, HelpNamesTheProgramAndEveryFlag) {
@@ -58,7 +62,8 @@ TEST(ParseWorkerFlagsTest, HelpNamesTheProgramAndEveryFlag) {
   ASSERT_TRUE(parsed.ok());
   EXPECT_TRUE(parsed->help);
   for (const char* flag : {"slimfit-worker", "--coordinator", "--listen", "--advertise", "--device",
-                           "--memory_budget", "--threads", "--state_dir", "--token", "--profile", "--port_file"}) {
+                           "--memory_budget", "--threads", "--state_dir", "--token", "--profile", "--port_file",
+                           "--tls_cert", "--tls_key", "--tls_ca", "--insecure"}) {
     EXPECT_THAT(parsed->help_text, HasSubstr(flag));
   }
 }
@@ -78,8 +83,9 @@ TEST(ParseWorkerFlagsTest, BadFlagsAreOneLineErrorsNamingTheFlag) {
       {{"--coordinator=host"}, "t", "--coordinator"},
       {{"--profile="}, "t", "--profile is empty"},
       {{"--frobnicate"}, "t", "unknown flag --frobnicate for 'slimfit-worker'"},
-      {{}, nullptr, "missing the worker token"},
-      {{"--token="}, "env", "missing the worker token"},
+      {{"--listen=0.0.0.0:7100"}, "t", "without TLS"},
+      {{"--tls_cert=w.pem"}, "t", "--tls_cert and --tls_key go together"},
+      {{"--tls_ca=ca.pem"}, "t", "--tls_ca needs --tls_cert"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = Required();

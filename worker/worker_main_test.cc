@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -166,7 +167,13 @@ TEST_F(WorkerMainTest, RegistersServesHeartbeatsAndLeavesOnSigterm) {
   EXPECT_EQ(heartbeat.worker_id(), "w-0001");
   EXPECT_EQ(heartbeat.state(), v1::WORKER_STATE_IDLE);
 
-  // The Worker service answers at the advertised address, with the worker token only.
+  // The worker keeps its credential privately.
+  struct stat credential_file;
+  ASSERT_EQ(stat((state_dir_ + "/credential").c_str(), &credential_file), 0);
+  EXPECT_EQ(credential_file.st_mode & 0777, 0600);
+
+  // The Worker service answers at the advertised address: its profile to the join token, gradients
+  // to the coordinator's token of this incarnation only.
   auto stub = v1::Worker::NewStub(rpc::MakeChannel(address));
   auto context = rpc::MakeClientContext(kToken, std::chrono::seconds(10));
   v1::GetProfileResponse profile;
@@ -190,6 +197,12 @@ TEST_F(WorkerMainTest, RegistersServesHeartbeatsAndLeavesOnSigterm) {
   request.set_tokens(std::string(20, '\x05'));
   request.set_loss_normalizer(18);
   context = rpc::MakeClientContext(kToken, std::chrono::seconds(30));
+  v1::ComputeGradientResponse refused_response;
+  auto refused = stub->ComputeGradient(context.get(), request);
+  while (refused->Read(&refused_response)) {
+  }
+  EXPECT_EQ(refused->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  context = rpc::MakeClientContext(coordinator_.CoordinatorToken("w-0001"), std::chrono::seconds(30));
   auto reader = stub->ComputeGradient(context.get(), request);
   v1::ComputeGradientResponse response;
   std::optional<v1::GradientSummary> summary;
@@ -264,6 +277,32 @@ TEST_F(WorkerMainTest, SupersededWorkerExitsNonZero) {
   EXPECT_TRUE(coordinator_.deregistrations().empty());
 }
 
+TEST_F(WorkerMainTest, RevokedWorkerStopsAndCannotComeBack) {
+  std::unique_ptr<WorkerProcess> worker = Start();
+  ASSERT_TRUE(WaitForCounts(1, 1)) << worker->Stderr();
+  coordinator_.Revoke("w-0001");
+  EXPECT_EQ(worker->Wait(), 2) << worker->Stderr();
+  EXPECT_THAT(worker->Stderr(), HasSubstr("slimfit-worker: stopped serving: the coordinator refuses this worker"));
+  std::unique_ptr<WorkerProcess> again = Start("_again");  // same state directory, same credential
+  EXPECT_EQ(again->Wait(), 2) << again->Stderr();
+  EXPECT_THAT(again->Stderr(), HasSubstr("revoked"));
+}
+
+TEST_F(WorkerMainTest, LaterStartsNeedNoJoinToken) {
+  {
+    std::unique_ptr<WorkerProcess> worker = Start();
+    ASSERT_TRUE(WaitForCounts(1, 1)) << worker->Stderr();
+    worker->Signal(SIGTERM);
+    ASSERT_EQ(worker->Wait(), 0) << worker->Stderr();
+  }
+  unlink(port_file_.c_str());
+  WorkerProcess worker(Args(server_->address()), "", name_ + "_tokenless");
+  ASSERT_TRUE(WaitForCounts(2, 1)) << worker.Stderr();
+  EXPECT_EQ(coordinator_.registrations().back().worker_id(), "w-0001");
+  worker.Signal(SIGTERM);
+  EXPECT_EQ(worker.Wait(), 0) << worker.Stderr();
+}
+
 TEST_F(WorkerMainTest, RefusedTokenExitsTwo) {
   WorkerProcess worker(Args(server_->address()), "not-the-token", name_);
   EXPECT_EQ(worker.Wait(), 2) << worker.Stderr();
@@ -284,7 +323,7 @@ TEST_F(WorkerMainTest, BadFlagsExitTwoWithOneLine) {
   cuda.push_back("--device=cuda:0");
   const std::vector<Case> cases = {
       {bad_budget, kToken, "--memory_budget=lots"},
-      {Args(server_->address()), "", "missing the worker token"},
+      {Args(server_->address()), "", "give the join token"},
       {{"--coordinator=127.0.0.1:1"}, kToken, "missing --memory_budget"},
       {missing_profile, kToken, "--profile"},
       {cuda, kToken, "--device=cuda:0"},

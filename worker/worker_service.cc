@@ -87,14 +87,18 @@ absl::StatusOr<planner::PlanSearchRequest> ToSearchRequest(const v1::PlanRequest
 
 WorkerService::WorkerService(Options options) : options_(std::move(options)) {}
 
-grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context) const {
+grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context, bool coordinator_only) const {
   std::optional<std::string> token = rpc::BearerToken(context);
   if (!token.has_value()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing worker token: send metadata \"authorization: Bearer <token>\"");
+                        "missing token: send metadata \"authorization: Bearer <token>\"");
   }
-  if (!rpc::ConstantTimeEquals(*token, options_.token)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong worker token");
+  const bool accepted = coordinator_only ? options_.identity->AcceptsCoordinator(*token)
+                                         : options_.identity->AcceptsOperator(*token);
+  if (!accepted) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        coordinator_only ? "not this worker's coordinator (unknown coordinator token)"
+                                         : "unknown token: present the worker's join token");
   }
   return grpc::Status::OK;
 }
@@ -150,7 +154,7 @@ void WorkerService::CancelCurrentShard() { abandon_.store(true); }
 grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const v1::ComputeGradientRequest* request,
                                             grpc::ServerWriter<v1::ComputeGradientResponse>* writer) {
   const absl::Time started = absl::Now();
-  if (grpc::Status s = Authenticate(*context); !s.ok()) return s;
+  if (grpc::Status s = Authenticate(*context, /*coordinator_only=*/true); !s.ok()) return s;
   absl::StatusOr<performer::Plan> plan = ValidateShardRequest(*request);
   if (!plan.ok()) {
     base::LogWarning(ShardName(*request), ": refused: ", plan.status().message());
@@ -342,7 +346,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
 
 grpc::Status WorkerService::GetProfile(grpc::ServerContext* context, const v1::GetProfileRequest*,
                                        v1::GetProfileResponse* response) {
-  if (grpc::Status s = Authenticate(*context); !s.ok()) return s;
+  if (grpc::Status s = Authenticate(*context, /*coordinator_only=*/false); !s.ok()) return s;
   response->set_worker_id(worker_id());
   *response->mutable_profile() = planner::DeviceProfileToProto(options_.profile);
   response->set_memory_budget_bytes(options_.memory_budget_bytes);
@@ -357,7 +361,7 @@ grpc::Status WorkerService::GetProfile(grpc::ServerContext* context, const v1::G
 
 grpc::Status WorkerService::Plan(grpc::ServerContext* context, const v1::PlanRequest* request,
                                  v1::MemoryPlan* response) {
-  if (grpc::Status s = Authenticate(*context); !s.ok()) return s;
+  if (grpc::Status s = Authenticate(*context, /*coordinator_only=*/false); !s.ok()) return s;
   absl::StatusOr<planner::PlanSearchRequest> search = ToSearchRequest(*request, options_.memory_budget_bytes);
   if (!search.ok()) return rpc::ToGrpcStatus(search.status(), context);
   const bool include_frontier = request->has_include_frontier() ? request->include_frontier() : true;

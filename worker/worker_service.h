@@ -3,7 +3,8 @@
 // planner run with its profile (proto/slimfit.proto, service Worker; docs/PROTOCOL.md, "One round").
 //
 // ComputeGradient, in order:
-//   1. the worker token (UNAUTHENTICATED, constant-time compare);
+//   1. the coordinator token of the current incarnation (WorkerIdentity::AcceptsCoordinator:
+//      UNAUTHENTICATED otherwise, constant-time compare);
 //   2. the request (ValidateShardRequest: INVALID_ARGUMENT naming the field);
 //   3. one shard at a time: UNAVAILABLE "busy with job X round R shard S" while another runs,
 //      UNAVAILABLE when draining;
@@ -45,6 +46,7 @@
 #include "planner/device_profile.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "worker/parameter_cache.h"
+#include "worker/worker_identity.h"
 
 namespace slimfit::worker {
 
@@ -54,8 +56,9 @@ inline constexpr char kWorkerVersion[] = "0.4.0";
 class WorkerService final : public v1::Worker::Service {
  public:
   struct Options {
-    // The worker token every caller must present. Required.
-    std::string token;
+    // Whom the service accepts (ComputeGradient: the coordinator; GetProfile, Plan: the coordinator
+    // or an operator with the join token). Not owned; must outlive the service. Required.
+    const WorkerIdentity* identity = nullptr;
     // The calibrated profile the budget check and the Plan RPC use, and when it was calibrated.
     planner::DeviceProfile profile;
     absl::Time calibrated_at = absl::InfinitePast();
@@ -105,7 +108,8 @@ class WorkerService final : public v1::Worker::Service {
   absl::Status RunShard(grpc::ServerContext* context, const v1::ComputeGradientRequest& request,
                         const performer::Plan& plan, absl::Time started,
                         grpc::ServerWriter<v1::ComputeGradientResponse>* writer);
-  grpc::Status Authenticate(const grpc::ServerContext& context) const;
+  // `coordinator_only`: ComputeGradient; otherwise the join token is accepted too.
+  grpc::Status Authenticate(const grpc::ServerContext& context, bool coordinator_only) const;
   // "w-3f2a", or "(unregistered)" before the first registration.
   std::string WorkerName() const;
   std::string WorkerNameLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

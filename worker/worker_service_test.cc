@@ -25,7 +25,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kToken[] = "worker-secret";
+constexpr char kJoinToken[] = "worker-secret";
+// What the coordinator presents to this worker's incarnation.
+constexpr char kToken[] = "ct-test";
 constexpr char kJob[] = "job-000001";
 constexpr int64_t kLength = 16;
 
@@ -144,12 +146,14 @@ class WorkerServiceTest : public ::testing::Test {
 
   void StartWorker(int64_t budget) {
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+    identity_ = std::make_unique<WorkerIdentity>(kJoinToken, coordinator_.AddWorker());
+    identity_->SetCoordinatorToken(kToken);
     ParameterCache::Options cache_options;
     cache_options.coordinator = v1::Coordinator::NewStub(rpc::MakeChannel(coordinator_server_->address()));
-    cache_options.token = kToken;
+    cache_options.identity = identity_.get();
     cache_ = std::make_unique<ParameterCache>(cache_options);
     WorkerService::Options options;
-    options.token = kToken;
+    options.identity = identity_.get();
     options.profile = profile_;
     options.calibrated_at = absl::FromUnixSeconds(1700000000);
     options.memory_budget_bytes = budget;
@@ -213,6 +217,7 @@ class WorkerServiceTest : public ::testing::Test {
   std::unique_ptr<TestCoordinatorServer> coordinator_server_;
   std::unique_ptr<performer::PerformerModel> model_;
   planner::DeviceProfile profile_;
+  std::unique_ptr<WorkerIdentity> identity_;
   std::unique_ptr<ParameterCache> cache_;
   std::unique_ptr<WorkerService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -337,8 +342,20 @@ TEST_F(WorkerServiceTest, OverBudgetPlanIsRefusedBeforeRunning) {
   EXPECT_EQ(service_->TakeHeartbeatState().measured_peak_bytes, 0);  // nothing ran
 }
 
+TEST_F(WorkerServiceTest, OnlyTheCoordinatorComputesAndTheJoinTokenReadsTheProfile) {
+  // The join token may ask for the profile, not for gradients.
+  EXPECT_EQ(Call(MakeRequest(FullPlan()), kJoinToken).status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  auto join_context = rpc::MakeClientContext(kJoinToken, std::chrono::seconds(10));
+  v1::GetProfileResponse join_profile;
+  EXPECT_TRUE(stub_->GetProfile(join_context.get(), v1::GetProfileRequest(), &join_profile).ok());
+  // A new incarnation's token replaces the old one.
+  identity_->SetCoordinatorToken("ct-next");
+  EXPECT_EQ(Call(MakeRequest(FullPlan()), kToken).status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  identity_->SetCoordinatorToken(kToken);
+}
+
 TEST_F(WorkerServiceTest, TokenIsRequiredOnEveryRpc) {
-  for (const std::string& token : {std::string(), std::string("wrong")}) {
+  for (const std::string& token : {std::string(), std::string("wrong"), std::string("wc-w-0001")}) {
     EXPECT_EQ(Call(MakeRequest(FullPlan()), token).status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
     auto context = rpc::MakeClientContext(token, std::chrono::seconds(10));
     v1::GetProfileResponse profile;

@@ -117,6 +117,37 @@ absl::Status StateDir::WriteWorkerId(absl::string_view id) const {
   return base::WriteFileAtomically(file, absl::StrCat(id, "\n"));
 }
 
+absl::StatusOr<std::string> StateDir::ReadCredential() const {
+  const std::string file = FilePath(kCredentialFile);
+  std::string contents;
+  if (absl::Status s = ReadFile(file, &contents); !s.ok()) {
+    if (absl::IsNotFound(s)) return std::string();
+    return s;
+  }
+  absl::string_view credential = contents;
+  absl::ConsumeSuffix(&credential, "\n");
+  if (credential.empty() || credential.size() > 256 ||
+      credential.find_first_of(" \t\r\n") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": not a credential (one line, no white space)"));
+  }
+  return std::string(credential);
+}
+
+absl::Status StateDir::WriteCredential(absl::string_view credential) const {
+  absl::StatusOr<base::AtomicFileWriter> writer = base::AtomicFileWriter::Create(FilePath(kCredentialFile), 0600);
+  if (!writer.ok()) return writer.status();
+  if (absl::Status s = writer->Append(absl::StrCat(credential, "\n")); !s.ok()) return s;
+  return writer->Commit();
+}
+
+absl::Status StateDir::ClearCredential() const {
+  const std::string file = FilePath(kCredentialFile);
+  if (unlink(file.c_str()) != 0 && errno != ENOENT) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot remove ", file));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<CachedProfile>> StateDir::LoadProfile(const ProfileKey& key) const {
   const std::string file = FilePath(kProfileFile);
   std::string contents;

@@ -2,6 +2,8 @@
 //
 //   <dir>/worker_id          the id the coordinator assigned at the first registration, one line;
 //                            sent back on every later start so the worker keeps its identity
+//   <dir>/credential         the secret the coordinator issued with that id (mode 0600): the
+//                            bearer of every later call to the coordinator
 //   <dir>/profile.textproto  the calibrated DeviceProfile as a text-format slimfit.v1.DeviceProfile,
 //                            preceded by comment lines naming the key it was calibrated for
 //                            (device, threads, dtype) and when; a start with another key
@@ -57,6 +59,7 @@ struct CachedProfile {
 class StateDir {
  public:
   static constexpr char kWorkerIdFile[] = "worker_id";
+  static constexpr char kCredentialFile[] = "credential";
   static constexpr char kProfileFile[] = "profile.textproto";
 
   // Opens `path`, creating it and its missing parents (mode 0755 less the umask).
@@ -72,6 +75,13 @@ class StateDir {
   [[nodiscard]] absl::StatusOr<std::string> ReadWorkerId() const;
   // Stores `id` atomically. INVALID_ARGUMENT for an id ReadWorkerId would refuse.
   [[nodiscard]] absl::Status WriteWorkerId(absl::string_view id) const;
+
+  // The stored credential; "" when none. INVALID_ARGUMENT (naming the file) for a malformed file.
+  [[nodiscard]] absl::StatusOr<std::string> ReadCredential() const;
+  // Stores `credential` atomically, readable by this user only (0600).
+  [[nodiscard]] absl::Status WriteCredential(absl::string_view credential) const;
+  // Removes the credential (the coordinator no longer knows this worker). OK when there is none.
+  [[nodiscard]] absl::Status ClearCredential() const;
 
   // The cached profile if one is stored for exactly `key`; nullopt when none is stored or the
   // stored one was calibrated for another key (a calibration is due). INVALID_ARGUMENT naming

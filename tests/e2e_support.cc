@@ -1,8 +1,9 @@
-#include "tests/single_process.h"
+#include "tests/e2e_support.h"
 
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/files.h"
 #include "gtest/gtest.h"
 #include "performer/gradient_engine.h"
@@ -88,6 +89,75 @@ double DistanceFromSingleProcess(Cluster& cluster, const std::string& job_id, co
   std::vector<at::Tensor> got;
   for (const std::string& name : performer::ParameterNames(*config)) got.push_back(exported->tensors.at(name));
   return performer::RelativeDiscrepancy(got, TrainLocally(spec, text, separator));
+}
+
+v1::JobSpec Spec(const std::string& dataset, int64_t d_model, int64_t d_ff, int64_t seq_len, int64_t sequences_per_round,
+                 int64_t rounds) {
+  v1::JobSpec spec;
+  spec.set_name("e2e");
+  v1::ModelConfig* model = spec.mutable_model()->mutable_config();
+  model->set_d_model(d_model);
+  model->set_layers(2);
+  model->set_heads(2);
+  model->set_d_ff(d_ff);
+  spec.add_dataset_ids(dataset);
+  spec.set_sequence_length(seq_len);
+  spec.set_tokens_per_round(seq_len * sequences_per_round);
+  spec.set_rounds(rounds);
+  spec.mutable_optimizer()->mutable_adamw();
+  spec.mutable_optimizer()->set_learning_rate(3e-3);
+  spec.mutable_optimizer()->set_weight_decay(0.01);
+  spec.mutable_optimizer()->set_gradient_clip_norm(1.0);
+  spec.set_held_out_fraction(0.1);
+  spec.set_eval_interval_rounds(2);
+  spec.set_checkpoint_interval_rounds(1);
+  spec.set_seed(11);
+  return spec;
+}
+
+int CountReassigned(Cluster& cluster, const std::string& job_id) {
+  int reassigned = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job_id)) reassigned += event.has_shard_reassigned() ? 1 : 0;
+  return reassigned;
+}
+
+absl::StatusOr<std::string> BusyWorkerAddress(Cluster& cluster, const std::string& job_id, int64_t round,
+                                              absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    auto context = rpc::MakeClientContext(testing_util::kClientToken, std::chrono::seconds(5));
+    v1::ListWorkersResponse response;
+    if (cluster.Stub()->ListWorkers(context.get(), v1::ListWorkersRequest(), &response).ok()) {
+      for (const v1::WorkerInfo& worker : response.workers()) {
+        if (worker.state() == v1::WORKER_STATE_BUSY && worker.current_work().job_id() == job_id &&
+            worker.current_work().round() >= round) {
+          return worker.advertise_address();
+        }
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError("no worker became busy");
+}
+
+void StartJobAndFindBusyWorker(Cluster& cluster, int64_t rounds, BusyJob* busy_job,
+                               const std::vector<std::string>& coordinator_flags) {
+  ASSERT_TRUE(cluster.StartCoordinator(coordinator_flags).ok()) << cluster.Logs();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartWorker("64MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
+  busy_job->text = Corpus(60000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(busy_job->text, std::nullopt);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  busy_job->spec = Spec(*dataset, 64, 256, 512, 48, rounds);
+  absl::StatusOr<v1::Job> job = cluster.Submit(busy_job->spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  busy_job->job_id = job->job_id();
+  absl::StatusOr<std::string> busy = BusyWorkerAddress(cluster, job->job_id(), 2, absl::Seconds(60));
+  ASSERT_TRUE(busy.ok()) << busy.status() << cluster.Logs();
+  for (int i = 0; i < 2; ++i) {
+    if (cluster.worker_address(i) == *busy) busy_job->busy_worker = i;
+  }
+  ASSERT_GE(busy_job->busy_worker, 0) << "no worker serves on " << *busy;
 }
 
 }  // namespace slimfit::testing_util
