@@ -59,6 +59,8 @@ struct SubmitOptions {
   int64_t seed = 0;
   int64_t min_workers = 1;
   double held_out_fraction = 0;
+  double verify_fraction = 0;
+  int64_t quarantine_after = 0;
   int64_t eval_interval = 0;
   int64_t checkpoint_interval = 10;
   std::string dtype = "float32";
@@ -124,6 +126,14 @@ absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options
     spec.set_min_workers(static_cast<int32_t>(options.min_workers));
   }
   if (flags.IsSet("held_out_fraction")) spec.set_held_out_fraction(options.held_out_fraction);
+  if (flags.IsSet("verify_fraction")) spec.set_verify_fraction(options.verify_fraction);
+  if (flags.IsSet("quarantine_after")) {
+    if (options.quarantine_after < 1 || options.quarantine_after > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--quarantine_after=", options.quarantine_after, ": expected at least 1"));
+    }
+    spec.set_quarantine_after(static_cast<int32_t>(options.quarantine_after));
+  }
   if (flags.IsSet("eval_interval")) spec.set_eval_interval_rounds(options.eval_interval);
   if (flags.IsSet("checkpoint_interval")) spec.set_checkpoint_interval_rounds(options.checkpoint_interval);
   if (flags.IsSet("dtype")) {
@@ -246,6 +256,13 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   flags.Int("min_workers", &options.min_workers, "workers needed before rounds start");
   flags.Double("held_out_fraction", &options.held_out_fraction,
                "fraction of the data held out for evaluation, [0, 0.5)");
+  flags.Double("verify_fraction", &options.verify_fraction,
+               "fraction of training shards a second worker also computes, compared before they count "
+               "(default 0.05; 0: none)",
+               base::FlagSet::kOptionalNoDefault);
+  flags.Int("quarantine_after", &options.quarantine_after,
+            "rejected results after which a worker gets no more shards of the job (default 3)",
+            base::FlagSet::kOptionalNoDefault);
   flags.Int("eval_interval", &options.eval_interval,
             "evaluate every K rounds (0: only before the first and after the last)");
   flags.Int("checkpoint_interval", &options.checkpoint_interval, "checkpoint every K rounds");

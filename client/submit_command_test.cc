@@ -112,6 +112,8 @@ TEST_F(SubmitCommandTest, SpecFromTextProtoAndFlagsWithUploadedData) {
   EXPECT_EQ(sent.optimizer().learning_rate(), 0.01);
   EXPECT_EQ(sent.seed(), 7u);
   EXPECT_FALSE(sent.has_min_workers());  // not given: the coordinator's default
+  EXPECT_FALSE(sent.has_verify_fraction());
+  EXPECT_FALSE(sent.has_quarantine_after());
   EXPECT_THAT(request.request_id(),
               MatchesRegex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"));
   EXPECT_THAT(calls.authorizations, Each(std::string("Bearer client-token")));
@@ -128,7 +130,8 @@ TEST_F(SubmitCommandTest, FlagsAloneMakeAFreshAdamWJob) {
   ASSERT_TRUE(
       Submit({"--data", data, "--data_type=uint16", "--name=flags", "--sequence_length=16",
               "--tokens_per_round=32", "--rounds=2", "--learning_rate=3e-4", "--d_model=32",
-              "--feature_map=favor+", "--min_workers=2", "--held_out_fraction=0.1", "--eval_interval=1",
+              "--feature_map=favor+", "--min_workers=2", "--held_out_fraction=0.1", "--verify_fraction=0.2",
+              "--quarantine_after=5", "--eval_interval=1",
               "--checkpoint_interval=1", "--dtype=float64", "--request_id=retry-key-1"})
           .ok());
   const v1::SubmitJobRequest request = OnlySubmit();
@@ -142,6 +145,8 @@ TEST_F(SubmitCommandTest, FlagsAloneMakeAFreshAdamWJob) {
   EXPECT_FALSE(spec.model().config().has_layers());
   EXPECT_EQ(spec.min_workers(), 2);
   EXPECT_EQ(spec.held_out_fraction(), 0.1);
+  EXPECT_EQ(spec.verify_fraction(), 0.2);
+  EXPECT_EQ(spec.quarantine_after(), 5);
   EXPECT_EQ(spec.eval_interval_rounds(), 1);
   EXPECT_EQ(spec.checkpoint_interval_rounds(), 1);
   EXPECT_EQ(spec.dtype(), v1::DTYPE_FLOAT64);
@@ -202,6 +207,10 @@ TEST_F(SubmitCommandTest, NothingIsSentWhenAnInputIsMissing) {
   status = Submit({"--data", good, "--optimizer=lamb"});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(status), HasSubstr("--optimizer=lamb: expected adamw or sgd"));
+
+  status = Submit({"--data", good, "--quarantine_after=0"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status), HasSubstr("--quarantine_after=0: expected at least 1"));
 
   status = Submit({"--data", good, "--init=model.bin"});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

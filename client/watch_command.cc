@@ -8,6 +8,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/service_format.h"
@@ -37,6 +38,7 @@ std::string RoundLine(const v1::RoundCompleted& round) {
   if (round.has_eta_seconds()) parts.push_back(absl::StrCat("ETA ", FormatDuration(round.eta_seconds())));
   if (round.reassigned_shards() > 0)
     parts.push_back(absl::StrCat(round.reassigned_shards(), " shards reassigned"));
+  if (round.verified_shards() > 0) parts.push_back(absl::StrCat(round.verified_shards(), " verified"));
   return absl::StrJoin(parts, "  ");
 }
 
@@ -82,6 +84,27 @@ std::string EventLine(const v1::JobEvent& event) {
       if (!shard.reason().empty()) absl::StrAppend(&line, ": ", shard.reason());
       return line;
     }
+    case v1::JobEvent::kWorkerQuarantined: {
+      const v1::WorkerQuarantined& quarantined = event.worker_quarantined();
+      std::string line = absl::StrCat("worker ", quarantined.worker_id(), " quarantined in round ",
+                                      quarantined.round(), ": ", quarantined.reason());
+      if (quarantined.recomputed_shards() > 0) {
+        absl::StrAppend(&line, " (the round is computed again without its ", quarantined.recomputed_shards(),
+                        " shard", quarantined.recomputed_shards() == 1 ? "" : "s", ")");
+      }
+      return line;
+    }
+    case v1::JobEvent::kShardVerified: {
+      const v1::ShardVerified& verified = event.shard_verified();
+      const std::string workers = absl::StrJoin(verified.worker_ids(), ", ");
+      if (verified.agreed()) {
+        return absl::StrFormat("round %d shard %d verified: %s agree (relative difference %.2g)", verified.round(),
+                               verified.shard_id(), workers, verified.relative_difference());
+      }
+      return absl::StrFormat("round %d shard %d: %s disagreed; %s outvoted (the other two agree to %.2g)",
+                             verified.round(), verified.shard_id(), workers, verified.odd_worker_id(),
+                             verified.relative_difference());
+    }
     case v1::JobEvent::kRoundCompleted:
       return RoundLine(event.round_completed());
     case v1::JobEvent::kSnapshot:
@@ -106,6 +129,8 @@ class Renderer {
       Line(absl::StrCat(reconnected ? "reconnected: " : "watching ", JobSummary(event.snapshot())));
     } else if (event.has_round_completed()) {
       Progress(RoundLine(event.round_completed()));
+    } else if (event.has_shard_verified() && event.shard_verified().agreed()) {
+      // Routine: counted in the round's line ("N verified").
     } else {
       Line(EventLine(event));
     }

@@ -119,8 +119,29 @@ TEST_F(WatchCommandTest, RendersEveryKindOfEventAndSucceeds) {
     shard.mutable_shard_reassigned()->set_from_worker_id("w-77");
     shard.mutable_shard_reassigned()->set_next_attempt(2);
     shard.mutable_shard_reassigned()->set_reason("worker lost");
+    v1::JobEvent agreed;
+    agreed.set_sequence(9);
+    v1::ShardVerified& check = *agreed.mutable_shard_verified();
+    check.set_round(2);
+    check.set_shard_id(1);
+    check.add_worker_ids("w-3f2a");
+    check.add_worker_ids("w-77");
+    check.set_relative_difference(3e-7);
+    check.set_agreed(true);
+    v1::JobEvent outvoted = agreed;
+    outvoted.set_sequence(10);
+    outvoted.mutable_shard_verified()->add_worker_ids("w-9c");
+    outvoted.mutable_shard_verified()->set_agreed(false);
+    outvoted.mutable_shard_verified()->set_odd_worker_id("w-77");
+    v1::JobEvent quarantine;
+    quarantine.set_sequence(11);
+    quarantine.mutable_worker_quarantined()->set_round(2);
+    quarantine.mutable_worker_quarantined()->set_worker_id("w-77");
+    quarantine.mutable_worker_quarantined()->set_reason("outvoted on round 2 shard 1");
+    quarantine.mutable_worker_quarantined()->set_recomputed_shards(3);
     return Stream(write, {Snapshot(3, v1::JOB_STATE_RUNNING, 0), Round(4, 1), evaluation, checkpoint, plan,
-                          shard, StateChange(9, v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED, "")});
+                          shard, agreed, outvoted, quarantine,
+                          StateChange(12, v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED, "")});
   };
   const absl::Status status = Watch();
   ASSERT_TRUE(status.ok()) << status;
@@ -133,6 +154,9 @@ TEST_F(WatchCommandTest, RendersEveryKindOfEventAndSucceeds) {
                           "5.00k tokens/s predicted "
                           "(worker joined)",
                           "round 2 shard 4 reassigned from worker w-77 (next attempt 2): worker lost",
+                          "round 2 shard 1: w-3f2a, w-77, w-9c disagreed; w-77 outvoted (the other two agree to 3e-07)",
+                          "worker w-77 quarantined in round 2: outvoted on round 2 shard 1 (the round is computed "
+                          "again without its 3 shards)",
                           "state RUNNING -> SUCCEEDED"));
   EXPECT_THAT(fake_->calls().authorizations, ElementsAre("Bearer tok"));
 }

@@ -20,7 +20,7 @@ GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version
   }
 }
 
-absl::Status GradientAggregator::Add(ShardResult result) {
+absl::Status GradientAggregator::Validate(const ShardResult& result) const {
   const v1::GradientSummary& s = result.summary;
   const std::string what = absl::StrCat("round ", round_, " shard ", s.shard_id(), ": ");
   if (s.round() != round_ || s.parameter_version() != parameter_version_) {
@@ -50,6 +50,13 @@ absl::Status GradientAggregator::Add(ShardResult result) {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status GradientAggregator::Add(ShardResult result) {
+  if (absl::Status valid = Validate(result); !valid.ok()) return valid;
+  const v1::GradientSummary& s = result.summary;
+  const std::string what = absl::StrCat("round ", round_, " shard ", s.shard_id(), ": ");
   absl::MutexLock lock(&mutex_);
   if (counted_[s.shard_id()]) return absl::AlreadyExistsError(absl::StrCat(what, "already counted"));
   counted_[s.shard_id()] = true;

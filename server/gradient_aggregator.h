@@ -36,8 +36,11 @@ class GradientAggregator {
   GradientAggregator(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
                      std::vector<std::vector<int64_t>> shapes, bool evaluate_only);
 
+  // INVALID_ARGUMENT (naming the problem) when the result does not belong to this round (round,
+  // version, shard id, token count) or is malformed or not finite; OK otherwise. Add checks it too.
+  absl::Status Validate(const ShardResult& result) const;
   // Counts the result once. ALREADY_EXISTS when the shard already counted (the result is dropped,
-  // harmless); INVALID_ARGUMENT (naming the problem) when it does not belong or is not finite.
+  // harmless); the errors of Validate.
   absl::Status Add(ShardResult result);
 
   bool complete() const;

@@ -101,18 +101,6 @@ absl::StatusOr<JobData> JobPreparer::LoadData(const v1::JobSpec& spec, const per
                          spec.held_out_fraction(), spec.seed());
 }
 
-v1::JobSpec WithJobDefaults(v1::JobSpec spec) {
-  if (spec.model().has_config() && !spec.model().has_init_readout_scale()) {
-    spec.mutable_model()->set_init_readout_scale(performer::kTrainingReadoutScale);
-  }
-  v1::Optimizer* optimizer = spec.mutable_optimizer();
-  if (optimizer->has_adamw() && !optimizer->has_learning_rate()) optimizer->set_learning_rate(kDefaultAdamWLearningRate);
-  if (!optimizer->has_warmup_steps()) {
-    optimizer->set_warmup_steps(std::min<int64_t>(100, std::max<int64_t>(1, spec.rounds() / 10)));
-  }
-  return spec;
-}
-
 absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool load_initial) const {
   if (spec.name().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) return rpc::InvalidFieldError("spec.name", "longer than 256 bytes");
   PreparedJob prepared;
@@ -135,6 +123,12 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
     return rpc::InvalidFieldError("spec.checkpoint_interval_rounds", "must be ≥ 1");
   }
   if (spec.has_min_workers() && spec.min_workers() < 1) return rpc::InvalidFieldError("spec.min_workers", "must be ≥ 1");
+  if (spec.has_verify_fraction() && !(spec.verify_fraction() >= 0 && spec.verify_fraction() <= 1)) {
+    return rpc::InvalidFieldError("spec.verify_fraction", absl::StrCat("must be in [0, 1], got ", spec.verify_fraction()));
+  }
+  if (spec.has_quarantine_after() && spec.quarantine_after() < 1) {
+    return rpc::InvalidFieldError("spec.quarantine_after", absl::StrCat("must be ≥ 1, got ", spec.quarantine_after()));
+  }
   if (spec.constraints().min_memory_bytes() < 0) return rpc::InvalidFieldError("spec.constraints.min_memory_bytes", "must be ≥ 0");
   for (const std::string& kind : spec.constraints().device_kinds()) {
     if (kind != "cpu" && kind != "cuda") return rpc::InvalidFieldError("spec.constraints.device_kinds", absl::StrCat("\"", kind, "\" is not cpu or cuda"));

@@ -24,14 +24,6 @@
 
 namespace slimfit::server {
 
-// AdamW's learning rate when a spec gives none.
-inline constexpr double kDefaultAdamWLearningRate = 3e-4;
-
-// `spec` with the defaults a submission gets filled in, so the stored job shows what runs: a fresh
-// model's init_readout_scale (performer::kTrainingReadoutScale), AdamW's learning rate
-// (kDefaultAdamWLearningRate) and the warm-up, min(100, max(1, rounds / 10)) steps
-// (docs/ARCHITECTURE.md, "Training defaults"). Fields the spec sets are kept.
-v1::JobSpec WithJobDefaults(v1::JobSpec spec);
 
 struct PreparedJob {
   performer::ModelConfig config;

@@ -14,6 +14,7 @@
 #include "performer/safetensors.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
+#include "server/job_defaults.h"
 
 namespace slimfit::server {
 namespace {
@@ -76,8 +77,18 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   dispatcher_deps.dtype = r.dtype_;
   dispatcher_deps.encoding = rpc::NarrowestTokenEncoding(config.vocab);
   dispatcher_deps.feature_seed = spec.seed();
+  dispatcher_deps.verify_fraction = spec.verify_fraction();
+  dispatcher_deps.quarantine_after = spec.has_quarantine_after() ? spec.quarantine_after() : kDefaultQuarantineAfter;
   dispatcher_deps.stopping = &r.stopping_;
   r.dispatcher_ = std::make_unique<ShardDispatcher>(std::move(dispatcher_deps));
+  // Quarantines outlive a coordinator restart: the job's events have them.
+  absl::StatusOr<std::vector<v1::JobEvent>> events = r.deps_.store->Events(r.record_.job_id(), 0);
+  if (!events.ok()) return events.status();
+  for (const v1::JobEvent& event : *events) {
+    if (event.has_worker_quarantined()) {
+      r.dispatcher_->RestoreQuarantine(event.worker_quarantined().worker_id(), event.worker_quarantined().reason());
+    }
+  }
 
   runner->Publish();
   return runner;
@@ -305,6 +316,7 @@ absl::Status JobRunner::RunRound(int64_t round, int64_t rounds) {
     done->set_workers(output->workers);
     done->set_shards(output->shards);
     done->set_reassigned_shards(output->reassigned);
+    done->set_verified_shards(output->verified);
     job->set_state_reason(absl::StrFormat("round %d/%d done", round, rounds));
   });
   // The new version is durable before any worker can fetch it.

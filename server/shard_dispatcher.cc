@@ -1,24 +1,22 @@
 #include "server/shard_dispatcher.h"
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
-#include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/log.h"
-#include "performer/tensor_chunks.h"
-#include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
 #include "proto/token_codec.h"
 #include "server/shard_split.h"
+#include "server/spot_checks.h"
 
 namespace slimfit::server {
 
-std::vector<ShardDispatcher::Shard> ShardDispatcher::CutRound(const std::vector<SequenceRef>& sequences,
-                                                              const std::vector<WorkerPlan>& plans) const {
+std::vector<ShardDispatcher::Task> ShardDispatcher::CutRound(const std::vector<SequenceRef>& sequences,
+                                                             const std::vector<WorkerPlan>& plans) const {
   // Each worker's speed-proportional share, cut to fit one request: at most a request's bytes of
   // tokens and LIMIT_MAX_SHARD_DOC_STARTS document starts.
   std::vector<double> speeds;
@@ -30,20 +28,47 @@ std::vector<ShardDispatcher::Shard> ShardDispatcher::CutRound(const std::vector<
       CutShards(SplitBySpeed(static_cast<int64_t>(sequences.size()), speeds), per_shard,
                 v1::LIMIT_MAX_SHARD_DOC_STARTS,
                 [&](int64_t i) { return data.DocumentsIn(sequences[static_cast<size_t>(i)]); });
-  std::vector<Shard> shards;
+  std::vector<Task> tasks;
   for (const ShardCut& cut : cuts) {
-    Shard shard;
-    shard.id = static_cast<int64_t>(shards.size());
-    shard.sequences.assign(sequences.begin() + cut.begin, sequences.begin() + cut.end);
-    shard.expected_tokens = data.PredictedTokens(shard.sequences);
-    shard.worker = cut.worker;
-    shards.push_back(std::move(shard));
+    Task task;
+    task.id = static_cast<int64_t>(tasks.size());
+    task.sequences.assign(sequences.begin() + cut.begin, sequences.begin() + cut.end);
+    task.expected_tokens = data.PredictedTokens(task.sequences);
+    task.worker = cut.worker;
+    task.fresh = false;
+    tasks.push_back(std::move(task));
   }
-  return shards;
+  return tasks;
+}
+
+void ShardDispatcher::AddSpotChecks(int64_t round, size_t workers, RoundCollector* collector,
+                                    std::vector<Task>* tasks) const {
+  if (deps_.verify_fraction <= 0 || workers < 2) return;
+  const size_t shards = tasks->size();
+  for (size_t i = 0; i < shards; ++i) {
+    if (!IsSpotChecked(deps_.feature_seed, round, (*tasks)[i].id, deps_.verify_fraction)) continue;
+    collector->ExpectCheck((*tasks)[i].id);
+    Task check = (*tasks)[i];
+    check.opinion = 2;
+    // Another worker, spread over all of them.
+    check.worker = (check.worker + 1 + i % (workers - 1)) % workers;
+    tasks->push_back(std::move(check));
+  }
 }
 
 absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version,
                                                  const std::vector<SequenceRef>& sequences, bool evaluate_only) {
+  while (true) {
+    bool redo = false;
+    absl::StatusOr<RoundOutput> output = RunOnce(round, version, sequences, evaluate_only, &redo);
+    if (!output.ok() || !redo) return output;
+    base::LogWarning(deps_.record->job_id(), ": round ", round, ": computing it again without the quarantined worker");
+  }
+}
+
+absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t version,
+                                                     const std::vector<SequenceRef>& sequences, bool evaluate_only,
+                                                     bool* redo) {
   const JobData& data = *deps_.data;
   const int64_t normalizer = std::max<int64_t>(1, data.PredictedTokens(sequences));
   const std::string what = evaluate_only ? absl::StrCat("evaluation after round ", round) : absl::StrCat("round ", round);
@@ -51,241 +76,261 @@ absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version
   absl::StatusOr<std::vector<WorkerPlan>> plans = deps_.planner->PlanWorkers(round);
   if (!plans.ok()) return plans.status();
 
-  std::vector<Shard> shards = CutRound(sequences, *plans);
+  const std::vector<Task> shards = CutRound(sequences, *plans);
   std::vector<int64_t> expected;
-  for (const Shard& shard : shards) expected.push_back(shard.expected_tokens);
-  GradientAggregator aggregator(round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : deps_.shapes,
-                                evaluate_only);
+  for (const Task& shard : shards) expected.push_back(shard.expected_tokens);
+  RoundCollector collector(round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : deps_.shapes,
+                           evaluate_only, normalizer, evaluate_only ? nullptr : &screen_,
+                           VerificationTolerance(deps_.dtype));
   RoundOutput output;
   output.shards = static_cast<int>(shards.size());
-  std::set<std::string> contributors;
+  std::vector<Task> pending = shards;
+  if (!evaluate_only) AddSpotChecks(round, plans->size(), &collector, &pending);
+  std::map<int64_t, std::set<std::string>> answered;  // by shard: workers whose results are in
   std::set<int64_t> reassigned_shards;
 
-  std::vector<Shard> pending = std::move(shards);
   std::vector<WorkerPlan> wave_plans = *std::move(plans);
   while (!pending.empty()) {
     if (stopping()) return absl::CancelledError("stopped");
-    // One thread per worker with shards in this wave; each runs its shards in order.
-    std::vector<std::vector<size_t>> by_worker(wave_plans.size());
-    for (size_t i = 0; i < pending.size(); ++i) by_worker[pending[i].worker].push_back(i);
-    std::vector<absl::Status> results(pending.size());
-    std::vector<int64_t> peaks(pending.size(), 0);
-    std::vector<std::thread> threads;
-    std::atomic<int> running{0};
-    for (size_t w = 0; w < wave_plans.size(); ++w) {
-      if (by_worker[w].empty()) continue;
-      ++running;
-      threads.emplace_back([&, w] {
-        struct Done {
-          std::atomic<int>* running;
-          ~Done() { --*running; }
-        } done{&running};
-        const WorkerHandle& worker = wave_plans[w].worker;
-        std::shared_ptr<void> lease = deps_.leases->Acquire(worker.worker_id, deps_.stopping);
-        for (size_t i : by_worker[w]) {
-          if (lease == nullptr || stopping()) {
-            results[i] = absl::CancelledError("stopped");
-          } else if (!deps_.registry->IsServing(worker.worker_id, worker.incarnation)) {
-            results[i] = absl::UnavailableError(absl::StrCat("worker ", worker.worker_id, " is gone"));
-          } else {
-            results[i] = CallShard(wave_plans[w], pending[i], round, version, normalizer, evaluate_only,
-                                   &aggregator, &peaks[i]);
-          }
-        }
-      });
-    }
-    // While the wave runs, a worker that stops heartbeating (LOST) has its call cancelled at once
-    // rather than at the shard's deadline.
-    while (running.load() > 0) {
-      CancelCallsToGoneWorkers();
-      deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(200));
-    }
-    for (std::thread& thread : threads) thread.join();
+    const std::vector<CallOutcome> outcomes =
+        RunWave(round, version, normalizer, evaluate_only, wave_plans, pending, &collector);
     if (stopping()) return absl::CancelledError("stopped");
 
-    std::vector<Shard> failed;
+    std::vector<Task> failed;
     std::set<std::string> failed_workers;
     for (size_t i = 0; i < pending.size(); ++i) {
       const WorkerPlan& plan = wave_plans[pending[i].worker];
-      const bool ok = results[i].ok() || results[i].code() == absl::StatusCode::kAlreadyExists;
-      deps_.registry->RecordShard(plan.worker.worker_id, ok, peaks[i]);
+      const CallOutcome& outcome = outcomes[i];
+      const bool ok = outcome.status.ok() || outcome.status.code() == absl::StatusCode::kAlreadyExists;
+      deps_.registry->RecordShard(plan.worker.worker_id, ok, outcome.peak);
       if (ok) {
-        contributors.insert(plan.worker.worker_id);
-        if (!evaluate_only) deps_.planner->MaybeReplan(plan, peaks[i], round + 1);
+        answered[pending[i].id].insert(plan.worker.worker_id);
+        if (!evaluate_only) deps_.planner->MaybeReplan(plan, outcome.peak, round + 1);
         continue;
       }
-      Shard shard = pending[i];
-      shard.last_error = std::string(results[i].message());
-      if (results[i].code() == absl::StatusCode::kResourceExhausted) deps_.planner->Refuse(plan.worker);
+      Task task = pending[i];
+      task.last_error = std::string(outcome.status.message());
       failed_workers.insert(plan.worker.worker_id);
-      // A busy, draining or unreachable worker (UNAVAILABLE) says nothing about the shard: only other
-      // failures count against max_attempts. A dead worker stops being offered work once it is LOST.
-      if (results[i].code() != absl::StatusCode::kUnavailable) ++shard.failures;
-      if (shard.failures >= deps_.options.max_attempts) {
-        return absl::UnavailableError(absl::StrCat(what, ": shard ", shard.id, " failed ", shard.failures,
-                                                   " times; last: ", shard.last_error));
+      if (outcome.misbehaved) {
+        // The worker's fault, not the shard's: it does not count against max_attempts (quarantine
+        // bounds how often one worker can fail this way).
+        Strike(plan.worker.worker_id, round, absl::StrCat(what, " shard ", task.id, ": ", task.last_error));
+      } else {
+        if (outcome.status.code() == absl::StatusCode::kResourceExhausted) deps_.planner->Refuse(plan.worker);
+        // A busy, draining or unreachable worker (UNAVAILABLE) says nothing about the shard: only
+        // other failures count against max_attempts. A dead worker stops being offered work once it
+        // is LOST.
+        if (outcome.status.code() != absl::StatusCode::kUnavailable) ++task.failures;
+        if (task.failures >= deps_.options.max_attempts) {
+          return absl::UnavailableError(absl::StrCat(what, ": shard ", task.id, " failed ", task.failures,
+                                                     " times; last: ", task.last_error));
+        }
       }
-      ++shard.attempt;
-      failed.push_back(std::move(shard));
+      ++task.attempt;
+      failed.push_back(std::move(task));
     }
+    if (absl::Status settled = Settle(round, what, &collector, shards, &output, &failed, redo); !settled.ok()) {
+      return settled;
+    }
+    if (*redo) return output;
     if (failed.empty()) break;
-
-    // Reassign: prefer live workers that did not just fail.
-    absl::StatusOr<std::vector<WorkerPlan>> replanned = deps_.planner->PlanWorkers(round);
+    for (const Task& task : failed) {
+      if (!task.fresh) reassigned_shards.insert(task.id);
+    }
+    absl::StatusOr<std::vector<WorkerPlan>> replanned =
+        Reassign(round, what, wave_plans, failed_workers, answered, &collector, &failed);
     if (!replanned.ok()) return replanned.status();
-    std::vector<size_t> preferred;
-    for (size_t w = 0; w < replanned->size(); ++w) {
-      if (failed_workers.count((*replanned)[w].worker.worker_id) == 0) preferred.push_back(w);
-    }
-    if (preferred.empty()) {
-      for (size_t w = 0; w < replanned->size(); ++w) preferred.push_back(w);
-      deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(500));  // back off before retrying
-    }
-    for (size_t k = 0; k < failed.size(); ++k) {
-      Shard& shard = failed[k];
-      const std::string from = wave_plans[shard.worker].worker.worker_id;
-      shard.worker = preferred[k % preferred.size()];
-      reassigned_shards.insert(shard.id);
-      v1::JobEvent event;
-      v1::ShardReassigned* moved = event.mutable_shard_reassigned();
-      moved->set_round(round);
-      moved->set_shard_id(shard.id);
-      moved->set_from_worker_id(from);
-      moved->set_reason(shard.last_error);
-      moved->set_next_attempt(shard.attempt);
-      deps_.record->Emit(std::move(event));
-      base::LogWarning(deps_.record->job_id(), ": ", what, " shard ", shard.id, " on ", from, " failed (", shard.last_error,
-                      "); attempt ", shard.attempt, " on ", (*replanned)[shard.worker].worker.worker_id);
-    }
     pending = std::move(failed);
     wave_plans = *std::move(replanned);
   }
-  if (!aggregator.complete()) return absl::InternalError(absl::StrCat(what, ": aggregation incomplete"));
-  output.loss_sum = aggregator.loss_sum();
-  output.tokens = aggregator.token_count();
-  if (!evaluate_only) output.gradient = aggregator.gradient();
-  output.workers = static_cast<int>(contributors.size());
+  if (!collector.complete()) return absl::InternalError(absl::StrCat(what, ": aggregation incomplete"));
+  output.loss_sum = collector.loss_sum();
+  output.tokens = collector.token_count();
+  if (!evaluate_only) output.gradient = collector.gradient();
+  output.workers = static_cast<int>(collector.contributions().size());
   output.reassigned = static_cast<int>(reassigned_shards.size());
   return output;
 }
 
-absl::Status ShardDispatcher::CallShard(const WorkerPlan& plan, const Shard& shard, int64_t round, uint64_t version,
-                                  int64_t normalizer, bool evaluate_only, GradientAggregator* aggregator,
-                                  int64_t* measured_peak) {
-  v1::ComputeGradientRequest request;
-  request.set_job_id(deps_.record->job_id());
-  request.set_round(round);
-  request.set_shard_id(shard.id);
-  request.set_attempt(shard.attempt);
-  request.set_parameter_version(version);
-  *request.mutable_plan() = planner::PlanToProto(plan.candidate.plan);
-  request.set_sequence_length(deps_.data->sequence_length());
-  request.set_token_encoding(deps_.encoding);
-  std::vector<int64_t> tokens, doc_starts;
-  deps_.data->Gather(shard.sequences, &tokens, &doc_starts);
-  absl::StatusOr<std::string> encoded = rpc::EncodeTokens(tokens, deps_.encoding);
-  if (!encoded.ok()) return encoded.status();
-  request.set_tokens(*std::move(encoded));
-  for (int64_t start : doc_starts) request.add_doc_starts(start);
-  request.set_loss_normalizer(normalizer);
-  request.set_feature_seed(deps_.feature_seed);
-  request.set_evaluate_only(evaluate_only);
-
-  const double predicted = plan.candidate.prediction.seconds * static_cast<double>(shard.sequences.size());
-  auto context = rpc::MakeClientContext(
-      plan.worker.call_token,
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(deps_.options.shard_timeout + absl::Seconds(10 * predicted))));
-  {
-    absl::MutexLock lock(&mutex_);
-    in_flight_[context.get()] = {plan.worker.worker_id, plan.worker.incarnation};
-    if (stopping()) context->TryCancel();
-  }
-  struct Untrack {
-    ShardDispatcher* dispatcher;
-    grpc::ClientContext* context;
-    ~Untrack() {
-      absl::MutexLock lock(&dispatcher->mutex_);
-      dispatcher->in_flight_.erase(context);
-      dispatcher->cancelled_gone_.erase(context);
-    }
-  } untrack{this, context.get()};
-
-  std::vector<performer::TensorSpec> specs;
-  for (size_t i = 0; i < deps_.shapes.size(); ++i) specs.push_back({deps_.names[i], deps_.shapes[i]});
-  performer::TensorAssembler assembler(std::move(specs), deps_.dtype,
-                                       absl::StrCat("gradient of round ", round, " shard ", shard.id, " from ",
-                                                    plan.worker.worker_id));
-  std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
-      plan.worker.stub->ComputeGradient(context.get(), request);
-  v1::ComputeGradientResponse response;
-  std::optional<v1::GradientSummary> summary;
-  absl::Status stream_error;
-  while (reader->Read(&response)) {
-    if (!stream_error.ok()) continue;
-    if (response.has_chunk()) {
-      if (evaluate_only || summary.has_value()) {
-        stream_error = absl::InvalidArgumentError("unexpected gradient chunk");
-      } else {
-        stream_error = assembler.Add(response.chunk());
+std::vector<ShardDispatcher::CallOutcome> ShardDispatcher::RunWave(int64_t round, uint64_t version,
+                                                                   int64_t normalizer, bool evaluate_only,
+                                                                   const std::vector<WorkerPlan>& plans,
+                                                                   const std::vector<Task>& tasks,
+                                                                   RoundCollector* collector) {
+  // One thread per worker with tasks in this wave; each runs its tasks in order.
+  std::vector<std::vector<size_t>> by_worker(plans.size());
+  for (size_t i = 0; i < tasks.size(); ++i) by_worker[tasks[i].worker].push_back(i);
+  std::vector<CallOutcome> outcomes(tasks.size());
+  std::vector<std::thread> threads;
+  std::atomic<int> running{0};
+  for (size_t w = 0; w < plans.size(); ++w) {
+    if (by_worker[w].empty()) continue;
+    ++running;
+    threads.emplace_back([&, w] {
+      struct Done {
+        std::atomic<int>* running;
+        ~Done() { --*running; }
+      } done{&running};
+      const WorkerHandle& worker = plans[w].worker;
+      std::shared_ptr<void> lease = deps_.leases->Acquire(worker.worker_id, deps_.stopping);
+      for (size_t i : by_worker[w]) {
+        if (lease == nullptr || stopping()) {
+          outcomes[i].status = absl::CancelledError("stopped");
+        } else if (!deps_.registry->IsServing(worker.worker_id, worker.incarnation)) {
+          outcomes[i].status = absl::UnavailableError(absl::StrCat("worker ", worker.worker_id, " is gone"));
+        } else {
+          outcomes[i] = CallShard(plans[w], tasks[i], round, version, normalizer, evaluate_only, collector);
+        }
       }
-      if (!stream_error.ok()) context->TryCancel();
-    } else if (response.has_summary()) {
-      summary = response.summary();
-    }
+    });
   }
-  grpc::Status finished = reader->Finish();
-  {
-    absl::MutexLock lock(&mutex_);
-    if (cancelled_gone_.count(context.get()) > 0) {
-      return absl::UnavailableError(absl::StrCat("worker ", plan.worker.worker_id,
-                                                 " stopped heartbeating; its call was cancelled"));
-    }
+  // While the wave runs, a worker that stops heartbeating (LOST) has its call cancelled at once
+  // rather than at the shard's deadline.
+  while (running.load() > 0) {
+    CancelCallsToGoneWorkers();
+    deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(200));
   }
-  if (!stream_error.ok()) return stream_error;
-  if (!finished.ok()) {
-    return rpc::FromGrpcStatus(finished, absl::StrCat("worker ", plan.worker.worker_id), context.get());
-  }
-  if (!summary.has_value()) return absl::InvalidArgumentError("stream ended without a summary");
-  if (summary->job_id() != deps_.record->job_id() || summary->shard_id() != shard.id || summary->attempt() != shard.attempt) {
-    return absl::InvalidArgumentError("summary does not echo the request");
-  }
-  *measured_peak = summary->measured_peak_bytes();
-  ShardResult result;
-  result.summary = *summary;
-  if (!evaluate_only) {
-    absl::StatusOr<std::vector<at::Tensor>> gradient = assembler.Finish();
-    if (!gradient.ok()) return gradient.status();
-    result.gradient = *std::move(gradient);
-  }
-  absl::Status added = aggregator->Add(std::move(result));
-  if (added.ok() && !evaluate_only) {
-    v1::WorkerJobPlan job_plan;
-    job_plan.set_job_id(deps_.record->job_id());
-    *job_plan.mutable_plan() = planner::CandidateToProto(plan.candidate);
-    job_plan.set_predicted_tokens_per_second(plan.tokens_per_second);
-    if (summary->compute_seconds() > 0) {
-      job_plan.set_measured_tokens_per_second(
-          static_cast<double>(shard.sequences.size() * deps_.data->sequence_length()) / summary->compute_seconds());
-    }
-    job_plan.set_measured_peak_bytes(summary->measured_peak_bytes());
-    deps_.registry->SetJobPlan(plan.worker.worker_id, job_plan);
-  }
-  return added;
+  for (std::thread& thread : threads) thread.join();
+  return outcomes;
 }
 
-void ShardDispatcher::CancelAll() {
-  absl::MutexLock lock(&mutex_);
-  for (auto& [context, worker] : in_flight_) context->TryCancel();
+absl::Status ShardDispatcher::Settle(int64_t round, const std::string& what, RoundCollector* collector,
+                                     const std::vector<Task>& shards, RoundOutput* output,
+                                     std::vector<Task>* tiebreaks, bool* redo) {
+  const double tolerance = VerificationTolerance(deps_.dtype);
+  for (RoundCollector::Verdict& verdict : collector->TakeVerdicts()) {
+    const SpotChecks::Decision& decision = verdict.decision;
+    using Kind = SpotChecks::Decision::Kind;
+    const std::string workers = absl::StrJoin(decision.workers, ", ");
+    if (decision.kind == Kind::kNeedsTiebreak) {
+      Task tiebreak = shards[static_cast<size_t>(verdict.shard_id)];
+      tiebreak.opinion = 3;
+      tiebreak.fresh = true;
+      tiebreaks->push_back(std::move(tiebreak));
+      base::LogWarning(deps_.record->job_id(), ": ", what, " shard ", verdict.shard_id, ": workers ", workers,
+                       absl::StrFormat(" disagree (relative difference %.3g > %.3g); asking a third",
+                                       decision.difference, tolerance));
+      continue;
+    }
+    if (decision.kind == Kind::kUnresolvable) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": shard ", verdict.shard_id, ": workers ", workers,
+                       " returned three different results; no two agree, so none can be trusted"));
+    }
+    ++output->verified;
+    v1::JobEvent event;
+    v1::ShardVerified* verified = event.mutable_shard_verified();
+    verified->set_round(round);
+    verified->set_shard_id(verdict.shard_id);
+    for (const std::string& worker : decision.workers) verified->add_worker_ids(worker);
+    verified->set_relative_difference(decision.difference);
+    verified->set_tolerance(tolerance);
+    verified->set_agreed(decision.kind == Kind::kAgreed);
+    if (decision.kind == Kind::kResolved) verified->set_odd_worker_id(decision.odd);
+    deps_.record->Emit(std::move(event));
+    if (decision.kind != Kind::kResolved) continue;
+    // Its other results of this round may be wrong too: when any counted, the round starts over.
+    std::map<std::string, std::set<int64_t>> contributions = collector->contributions();
+    const int recomputed = static_cast<int>(contributions[decision.odd].size());
+    Quarantine(decision.odd, round,
+               absl::StrCat("outvoted on ", what, " shard ", verdict.shard_id, ": its gradient disagrees with ",
+                            "those of the others (", workers, ")"),
+               recomputed);
+    if (recomputed > 0) *redo = true;
+  }
+  return absl::OkStatus();
 }
 
-void ShardDispatcher::CancelCallsToGoneWorkers() {
-  absl::MutexLock lock(&mutex_);
-  for (auto& [context, worker] : in_flight_) {
-    if (cancelled_gone_.count(context) == 0 && !deps_.registry->IsServing(worker.first, worker.second)) {
-      cancelled_gone_.insert(context);
-      context->TryCancel();
-    }
+absl::StatusOr<std::vector<WorkerPlan>> ShardDispatcher::Reassign(
+    int64_t round, const std::string& what, const std::vector<WorkerPlan>& previous,
+    const std::set<std::string>& failed_workers, const std::map<int64_t, std::set<std::string>>& answered,
+    RoundCollector* collector, std::vector<Task>* failed) {
+  absl::StatusOr<std::vector<WorkerPlan>> replanned = deps_.planner->PlanWorkers(round);
+  if (!replanned.ok()) return replanned.status();
+  const std::vector<WorkerPlan>& plans = *replanned;
+  std::vector<size_t> preferred;
+  for (size_t w = 0; w < plans.size(); ++w) {
+    if (failed_workers.count(plans[w].worker.worker_id) == 0) preferred.push_back(w);
   }
+  if (preferred.empty()) deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(500));  // back off
+  // A checked shard's opinions come from different workers: those that answered, and those given
+  // another copy of it now.
+  std::map<int64_t, std::set<std::string>> taken = answered;
+  std::vector<Task> assigned;
+  size_t next = 0;
+  for (Task& task : *failed) {
+    const bool checked = collector->IsChecked(task.id);
+    auto allowed = [&](size_t w) { return !checked || taken[task.id].count(plans[w].worker.worker_id) == 0; };
+    std::vector<size_t> eligible;
+    for (size_t w : preferred) {
+      if (allowed(w)) eligible.push_back(w);
+    }
+    for (size_t w = 0; eligible.empty() && w < plans.size(); ++w) {
+      if (allowed(w)) eligible.push_back(w);
+    }
+    if (eligible.empty()) {
+      auto it = answered.find(task.id);
+      const std::set<std::string> opinions = it == answered.end() ? std::set<std::string>{} : it->second;
+      if (task.opinion == 3 || opinions.size() >= 2) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            what, ": shard ", task.id, ": workers ", absl::StrJoin(opinions, ", "),
+            " disagree and no other eligible worker is live to decide which is right (verification needs three "
+            "workers to settle a disagreement; JobSpec.verify_fraction 0 turns it off)"));
+      }
+      // No other worker for a second opinion: the shard counts unverified.
+      if (absl::Status abandoned = collector->AbandonCheck(task.id); !abandoned.ok()) return abandoned;
+      base::LogWarning(deps_.record->job_id(), ": ", what, " shard ", task.id,
+                       ": no other worker for its spot check; it counts unverified");
+      continue;
+    }
+    const size_t w = eligible[next++ % eligible.size()];
+    if (checked) taken[task.id].insert(plans[w].worker.worker_id);
+    if (!task.fresh) {
+      const std::string from = previous[task.worker].worker.worker_id;
+      v1::JobEvent event;
+      v1::ShardReassigned* moved = event.mutable_shard_reassigned();
+      moved->set_round(round);
+      moved->set_shard_id(task.id);
+      moved->set_from_worker_id(from);
+      moved->set_reason(task.last_error);
+      moved->set_next_attempt(task.attempt);
+      deps_.record->Emit(std::move(event));
+      base::LogWarning(deps_.record->job_id(), ": ", what, " shard ", task.id, " on ", from, " failed (",
+                       task.last_error, "); attempt ", task.attempt, " on ", plans[w].worker.worker_id);
+    }
+    task.worker = w;
+    task.fresh = false;
+    assigned.push_back(std::move(task));
+  }
+  *failed = std::move(assigned);
+  return replanned;
+}
+
+void ShardDispatcher::Strike(const std::string& worker_id, int64_t round, const std::string& why) {
+  const int strikes = ++strikes_[worker_id];
+  base::LogWarning(deps_.record->job_id(), ": result of worker ", worker_id, " rejected (", strikes, " of ",
+                   deps_.quarantine_after, " before quarantine): ", why);
+  if (strikes >= deps_.quarantine_after) {
+    Quarantine(worker_id, round, absl::StrCat(strikes, " results rejected; last: ", why), 0);
+  }
+}
+
+void ShardDispatcher::Quarantine(const std::string& worker_id, int64_t round, const std::string& reason,
+                                 int recomputed_shards) {
+  if (!deps_.planner->Quarantine(worker_id)) return;
+  deps_.registry->AddQuarantine(worker_id, deps_.record->job_id(), reason);
+  v1::JobEvent event;
+  v1::WorkerQuarantined* quarantined = event.mutable_worker_quarantined();
+  quarantined->set_round(round);
+  quarantined->set_worker_id(worker_id);
+  quarantined->set_reason(reason);
+  quarantined->set_recomputed_shards(recomputed_shards);
+  deps_.record->Emit(std::move(event));
+  base::LogWarning(deps_.record->job_id(), ": worker ", worker_id, " quarantined: ", reason);
+}
+
+void ShardDispatcher::RestoreQuarantine(const std::string& worker_id, const std::string& reason) {
+  if (deps_.planner->Quarantine(worker_id)) deps_.registry->AddQuarantine(worker_id, deps_.record->job_id(), reason);
 }
 
 }  // namespace slimfit::server

@@ -7,6 +7,13 @@
 // workers that stop being live (LOST, LEFT, re-registered) are cancelled at once, so a frozen
 // worker costs the registry's lost_after, not the shard's deadline.
 //
+// What workers return is checked before it counts (RoundCollector): a result that fails
+// validation or the norm screen, or breaks the protocol, is a strike against its worker, and at
+// JobSpec.quarantine_after strikes the worker is quarantined (WorkerQuarantined; no more shards of
+// the job). A fraction JobSpec.verify_fraction of training shards (drawn from the seed) is also
+// computed by a second worker; when the two disagree a third decides, the outvoted worker is
+// quarantined and the round is computed again without it (ShardVerified events).
+//
 // Thread safety: Run is called by the job runner's thread; CancelAll from any thread. The pointers
 // in Deps must outlive the dispatcher.
 #ifndef SLIMFIT_SERVER_SHARD_DISPATCHER_H_
@@ -29,9 +36,10 @@
 #include "performer/plan.h"
 #include "proto/slimfit.pb.h"
 #include "server/event_signal.h"
-#include "server/gradient_aggregator.h"
 #include "server/job_data.h"
 #include "server/job_record.h"
+#include "server/norm_screen.h"
+#include "server/round_collector.h"
 #include "server/runner_options.h"
 #include "server/worker_leases.h"
 #include "server/worker_planner.h"
@@ -47,6 +55,7 @@ struct RoundOutput {
   int workers = 0;  // workers whose results counted
   int shards = 0;
   int reassigned = 0;  // shards that needed more than one attempt
+  int verified = 0;    // spot-checked shards whose check settled
 };
 
 class ShardDispatcher {
@@ -65,7 +74,9 @@ class ShardDispatcher {
     std::vector<std::vector<int64_t>> shapes;
     performer::DType dtype = performer::DType::kFloat32;
     v1::TokenEncoding encoding = v1::TOKEN_ENCODING_UINT8;
-    uint64_t feature_seed = 0;
+    uint64_t feature_seed = 0;  // also draws the spot-checked shards
+    double verify_fraction = 0;  // JobSpec.verify_fraction
+    int quarantine_after = 3;    // JobSpec.quarantine_after
     const std::atomic<bool>* stopping = nullptr;  // the runner's stop or cancel flag
   };
 
@@ -76,35 +87,76 @@ class ShardDispatcher {
   // Runs `sequences` against parameter `version`: every shard's gradient is ∇(its loss sum / the
   // predicted tokens of all `sequences`), so the sum is the gradient of their mean loss.
   // CANCELLED when the runner stops; UNAVAILABLE naming the shard when one fails max_attempts
-  // times; the planner's errors.
+  // times; FAILED_PRECONDITION when a spot check cannot be settled (two workers disagree and no
+  // third is live, or three disagree); the planner's errors.
   absl::StatusOr<RoundOutput> Run(int64_t round, uint64_t version, const std::vector<SequenceRef>& sequences,
                                   bool evaluate_only);
+
+  // Shuts `worker_id` out of the job: the planner skips it, `slimfit workers` shows why, and a
+  // WorkerQuarantined event says so (with the shards of `round` it had contributed, which are
+  // computed again). No-op when it already is.
+  void Quarantine(const std::string& worker_id, int64_t round, const std::string& reason, int recomputed_shards);
+  // A quarantine from before a coordinator restart (the job's WorkerQuarantined events): no event.
+  void RestoreQuarantine(const std::string& worker_id, const std::string& reason);
 
   // Cancels every call in flight. REQUIRES: *deps.stopping was set first, so that a call starting
   // after this is cancelled as it registers.
   void CancelAll();
 
  private:
-  struct Shard {
-    int64_t id = 0;
+  // One computation of a shard by one worker: the shard itself, a second opinion on a spot-checked
+  // shard, or a third after a disagreement.
+  struct Task {
+    int64_t id = 0;  // the shard
     std::vector<SequenceRef> sequences;
     int64_t expected_tokens = 0;
+    int opinion = 1;    // 1: the shard; 2: a spot check; 3: a tiebreak
+    bool fresh = true;  // not sent yet (a tiebreak waiting for its worker)
     int attempt = 1;    // sent to the worker: 1 + reassignments
     int failures = 0;   // attempts that count against RunnerOptions::max_attempts
     size_t worker = 0;  // index into the wave's plans
     std::string last_error;
   };
+  struct CallOutcome {
+    absl::Status status;
+    bool misbehaved = false;  // the worker broke the protocol or its result was rejected: a strike
+    int64_t peak = 0;         // measured peak bytes the worker reported
+  };
 
-  std::vector<Shard> CutRound(const std::vector<SequenceRef>& sequences, const std::vector<WorkerPlan>& plans) const;
-  absl::Status CallShard(const WorkerPlan& plan, const Shard& shard, int64_t round, uint64_t version,
-                         int64_t normalizer, bool evaluate_only, GradientAggregator* aggregator,
-                         int64_t* measured_peak);
+  // One try at a round; *redo when a spot check outvoted a worker (quarantined now) whose other
+  // results this round may be wrong too.
+  absl::StatusOr<RoundOutput> RunOnce(int64_t round, uint64_t version, const std::vector<SequenceRef>& sequences,
+                                      bool evaluate_only, bool* redo);
+  std::vector<Task> CutRound(const std::vector<SequenceRef>& sequences, const std::vector<WorkerPlan>& plans) const;
+  // Adds a second-opinion task, on another worker, for every shard drawn for a spot check.
+  void AddSpotChecks(int64_t round, size_t workers, RoundCollector* collector, std::vector<Task>* tasks) const;
+  // Runs `tasks` on their workers, one thread per worker; the outcome of each.
+  std::vector<CallOutcome> RunWave(int64_t round, uint64_t version, int64_t normalizer, bool evaluate_only,
+                                   const std::vector<WorkerPlan>& plans, const std::vector<Task>& tasks,
+                                   RoundCollector* collector);
+  CallOutcome CallShard(const WorkerPlan& plan, const Task& task, int64_t round, uint64_t version,
+                        int64_t normalizer, bool evaluate_only, RoundCollector* collector);
+  // Acts on settled spot checks: events, a tiebreak task into *tiebreaks, a quarantine and *redo.
+  absl::Status Settle(int64_t round, const std::string& what, RoundCollector* collector,
+                      const std::vector<Task>& shards, RoundOutput* output, std::vector<Task>* tiebreaks, bool* redo);
+  // Gives every task in *failed a worker of the new plans (preferring workers not in
+  // `failed_workers`; never one that already answered a checked shard); drops a spot check that no
+  // other worker can do. The new plans.
+  absl::StatusOr<std::vector<WorkerPlan>> Reassign(int64_t round, const std::string& what,
+                                                   const std::vector<WorkerPlan>& previous,
+                                                   const std::set<std::string>& failed_workers,
+                                                   const std::map<int64_t, std::set<std::string>>& answered,
+                                                   RoundCollector* collector, std::vector<Task>* failed);
+  // A rejected result of `worker_id`: quarantined at deps.quarantine_after.
+  void Strike(const std::string& worker_id, int64_t round, const std::string& why);
   // Cancels the calls in flight to workers that can no longer answer them (LOST, LEFT, or
   // re-registered as a new incarnation); DRAINING workers may finish theirs.
   void CancelCallsToGoneWorkers();
   bool stopping() const { return deps_.stopping->load(); }
 
   const Deps deps_;
+  NormScreen screen_;                      // the job's recent per-token gradient norms
+  std::map<std::string, int> strikes_;     // rejected results per worker; runner thread only
 
   absl::Mutex mutex_;
   // Calls in flight and the worker each goes to (id, incarnation).

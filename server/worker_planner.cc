@@ -68,7 +68,7 @@ absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round
     std::vector<WorkerPlan> plans;
     std::string refusal;
     for (const WorkerHandle& worker : live) {
-      if (refused_.count(WorkerKey(worker)) > 0) continue;
+      if (refused_.count(WorkerKey(worker)) > 0 || quarantined_.count(worker.worker_id) > 0) continue;
       std::optional<planner::PlanCandidate> candidate = PlanFor(worker, round, &refusal);
       if (!candidate.has_value()) continue;
       WorkerPlan plan;
@@ -90,14 +90,18 @@ absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round
     }
     if (plans.empty() && !live.empty() && !refusal.empty()) {
       bool all_refused = true;
-      for (const WorkerHandle& worker : live) all_refused &= refused_.count(WorkerKey(worker)) > 0;
+      for (const WorkerHandle& worker : live) {
+        all_refused &= refused_.count(WorkerKey(worker)) > 0 || quarantined_.count(worker.worker_id) > 0;
+      }
       if (all_refused && !queued) {
         return absl::ResourceExhaustedError(
             absl::StrCat("round ", round, ": every eligible worker refused the plan; ", refusal));
       }
     }
+    const std::string quarantined =
+        quarantined_.empty() ? "" : absl::StrCat(", ", quarantined_.size(), " quarantined");
     deps_.record->SetReason(absl::StrCat("waiting for ", min_workers, " eligible worker", min_workers == 1 ? "" : "s",
-                                         " (", plans.size(), " live)"));
+                                         " (", plans.size(), " live", quarantined, ")"));
     deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(250));
   }
 }

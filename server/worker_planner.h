@@ -1,6 +1,7 @@
 // The plans of one job's workers: for every live eligible worker, the planner's choice for this
 // job (its profile and memory budget in, a Plan out), cached per worker incarnation; the wait for
-// `min_workers` (QUEUED until then); a worker whose plan was refused kept out; and one replan of a
+// `min_workers` (QUEUED until then); a worker whose plan was refused, or that is quarantined from
+// the job, kept out; and one replan of a
 // worker whose measured peak exceeded the prediction. Every new plan is a WorkerPlanChanged event
 // and goes to the registry for `slimfit workers`.
 //
@@ -64,6 +65,11 @@ class WorkerPlanner {
   // for this incarnation.
   void Refuse(const WorkerHandle& worker) { refused_.insert(WorkerKey(worker)); }
 
+  // The worker returned results that failed validation or verification: no more shards of this
+  // job, whatever incarnation. False when it already was quarantined.
+  bool Quarantine(const std::string& worker_id) { return quarantined_.insert(worker_id).second; }
+  bool IsQuarantined(const std::string& worker_id) const { return quarantined_.count(worker_id) > 0; }
+
   // When `measured_peak` exceeds the plan's prediction by more than options.replan_ratio, the worker
   // is planned again from `round`, once per worker and job, against its budget shrunk by the error
   // (repeating would compound one device's constant overhead into a refusal).
@@ -79,6 +85,7 @@ class WorkerPlanner {
   std::map<std::string, double> budget_scale_;           // replans: budget multiplier per worker id
   std::map<std::string, std::pair<performer::Plan, std::string>> replans_;  // previous plan, why
   std::set<std::string> refused_;                                           // by WorkerKey
+  std::set<std::string> quarantined_;                                       // by worker id
 };
 
 }  // namespace slimfit::server

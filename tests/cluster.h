@@ -65,7 +65,7 @@ class Cluster {
   // How Stub() connects: plaintext, or TLS verified against the cluster's CA.
   std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const;
   DaemonProcess& worker(int index) { return *workers_.at(index); }
-  // The host:port a worker serves on (what it advertises).
+  // The host:port a worker serves on (what it advertises, unless started with --advertise).
   const std::string& worker_address(int index) const { return worker_addresses_.at(index); }
   const std::string& address() const { return address_; }
 

@@ -13,7 +13,7 @@
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
 #include "server/job_data.h"
-#include "server/job_preparer.h"
+#include "server/job_defaults.h"
 #include "server/trainer.h"
 
 namespace slimfit::testing_util {

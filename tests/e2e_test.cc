@@ -23,7 +23,6 @@
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
 #include "server/job_data.h"
-#include "server/job_preparer.h"
 #include "server/trainer.h"
 #include "tests/cluster.h"
 #include "tests/e2e_support.h"
@@ -240,6 +239,12 @@ TEST(EndToEndTest, BadRequestsGetPreciseErrors) {
   malformed = good;
   malformed.mutable_optimizer()->clear_kind();
   EXPECT_THAT(cluster.Submit(malformed).status().message(), HasSubstr("spec.optimizer.kind"));
+  malformed = good;
+  malformed.set_verify_fraction(1.5);
+  EXPECT_THAT(cluster.Submit(malformed).status().message(), HasSubstr("spec.verify_fraction: must be in [0, 1]"));
+  malformed = good;
+  malformed.set_quarantine_after(0);
+  EXPECT_THAT(cluster.Submit(malformed).status().message(), HasSubstr("spec.quarantine_after"));
   malformed = good;
   malformed.set_dataset_ids(0, "ds-nope");
   EXPECT_EQ(cluster.Submit(malformed).status().code(), absl::StatusCode::kNotFound);

@@ -1,0 +1,117 @@
+#include "server/round_collector.h"
+
+#include <torch/torch.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace slimfit::server {
+namespace {
+
+using ::testing::HasSubstr;
+using Kind = SpotChecks::Decision::Kind;
+
+constexpr int64_t kTokens = 10;
+
+ShardResult Result(int64_t shard, float value, double loss = 5.0) {
+  ShardResult r;
+  r.summary.set_round(3);
+  r.summary.set_parameter_version(9);
+  r.summary.set_shard_id(shard);
+  r.summary.set_token_count(kTokens);
+  r.summary.set_loss_sum(loss);
+  r.gradient = {torch::full({2, 2}, value), torch::full({3}, value)};
+  return r;
+}
+
+class RoundCollectorTest : public ::testing::Test {
+ protected:
+  RoundCollector Collector(int shards, NormScreen* screen = nullptr) {
+    return RoundCollector(3, 9, std::vector<int64_t>(static_cast<size_t>(shards), kTokens), {{2, 2}, {3}},
+                          /*evaluate_only=*/false, /*normalizer=*/100, screen, 1e-4);
+  }
+};
+
+TEST_F(RoundCollectorTest, UncheckedResultsCountOnceAndInvalidOnesNever) {
+  RoundCollector collector = Collector(2);
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 1.0f)).ok());
+  EXPECT_EQ(collector.Accept("w-b", Result(0, 1.0f)).code(), absl::StatusCode::kAlreadyExists);  // harmless
+  ShardResult stale = Result(1, 1.0f);
+  stale.summary.set_round(2);
+  absl::Status rejected = collector.Accept("w-b", stale);
+  EXPECT_EQ(rejected.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(collector.complete());
+  ASSERT_TRUE(collector.Accept("w-b", Result(1, 2.0f)).ok());
+  ASSERT_TRUE(collector.complete());
+  EXPECT_DOUBLE_EQ(collector.gradient()[1][0].item<double>(), 3.0);
+  EXPECT_EQ(collector.contributions(),
+            (std::map<std::string, std::set<int64_t>>{{"w-a", {0}}, {"w-b", {1}}}));
+  EXPECT_TRUE(collector.TakeVerdicts().empty());
+}
+
+TEST_F(RoundCollectorTest, TheNormScreenRejectsAResultFarOutOfLine) {
+  NormScreen screen(/*factor=*/30, /*window=*/64, /*min_history=*/2);
+  RoundCollector collector = Collector(4, &screen);
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 1.0f)).ok());
+  ASSERT_TRUE(collector.Accept("w-a", Result(1, 1.5f)).ok());
+  absl::Status scaled = collector.Accept("w-liar", Result(2, 1000.0f));
+  EXPECT_EQ(scaled.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(scaled.message(), HasSubstr("shard 2"));
+  EXPECT_EQ(collector.Accept("w-liar", Result(2, 0.0f)).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(collector.Accept("w-b", Result(2, 0.5f)).ok());
+  ASSERT_TRUE(collector.Accept("w-b", Result(3, 2.0f)).ok());
+  ASSERT_TRUE(collector.complete());
+  EXPECT_DOUBLE_EQ(collector.gradient()[0][0][0].item<double>(), 5.0);
+  EXPECT_EQ(collector.contributions().count("w-liar"), 0u);
+}
+
+TEST_F(RoundCollectorTest, ACheckedShardCountsOnlyOnceTwoWorkersAgree) {
+  RoundCollector collector = Collector(1);
+  collector.ExpectCheck(0);
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 1.0f)).ok());
+  EXPECT_FALSE(collector.complete());
+  EXPECT_TRUE(collector.TakeVerdicts().empty());
+  ASSERT_TRUE(collector.Accept("w-b", Result(0, 1.0f + 1e-7f)).ok());
+  ASSERT_TRUE(collector.complete());
+  std::vector<RoundCollector::Verdict> verdicts = collector.TakeVerdicts();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].decision.kind, Kind::kAgreed);
+  EXPECT_EQ(verdicts[0].decision.workers, (std::vector<std::string>{"w-a", "w-b"}));
+  EXPECT_EQ(collector.contributions(), (std::map<std::string, std::set<int64_t>>{{"w-a", {0}}}));
+}
+
+TEST_F(RoundCollectorTest, ADisagreementIsSettledByAThirdWorkerAndTheLiarsResultIsDropped) {
+  RoundCollector collector = Collector(1);
+  collector.ExpectCheck(0);
+  ASSERT_TRUE(collector.Accept("w-liar", Result(0, 1.3f)).ok());
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 1.0f)).ok());
+  std::vector<RoundCollector::Verdict> verdicts = collector.TakeVerdicts();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].decision.kind, Kind::kNeedsTiebreak);
+  EXPECT_FALSE(collector.complete());
+  ASSERT_TRUE(collector.Accept("w-b", Result(0, 1.0f)).ok());
+  verdicts = collector.TakeVerdicts();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].decision.kind, Kind::kResolved);
+  EXPECT_EQ(verdicts[0].decision.odd, "w-liar");
+  ASSERT_TRUE(collector.complete());
+  EXPECT_DOUBLE_EQ(collector.gradient()[0][1][1].item<double>(), 1.0);
+  EXPECT_EQ(collector.contributions(), (std::map<std::string, std::set<int64_t>>{{"w-a", {0}}}));
+}
+
+TEST_F(RoundCollectorTest, AnAbandonedCheckCountsTheHeldResultOrTheNextOne) {
+  RoundCollector collector = Collector(2);
+  collector.ExpectCheck(0);
+  collector.ExpectCheck(1);
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 1.0f)).ok());
+  ASSERT_TRUE(collector.AbandonCheck(0).ok());  // held: counts now
+  ASSERT_TRUE(collector.AbandonCheck(1).ok());  // nothing yet: the next result counts
+  EXPECT_FALSE(collector.IsChecked(1));
+  ASSERT_TRUE(collector.Accept("w-a", Result(1, 2.0f)).ok());
+  ASSERT_TRUE(collector.complete());
+  EXPECT_DOUBLE_EQ(collector.gradient()[1][2].item<double>(), 3.0);
+  EXPECT_TRUE(collector.TakeVerdicts().empty());
+}
+
+}  // namespace
+}  // namespace slimfit::server

@@ -1,0 +1,149 @@
+// ShardDispatcher: one ComputeGradient call and the cancellation of calls in flight.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "performer/tensor_chunks.h"
+#include "planner/plan_proto.h"
+#include "proto/rpc_util.h"
+#include "proto/token_codec.h"
+#include "server/shard_dispatcher.h"
+
+namespace slimfit::server {
+
+ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, const Task& task, int64_t round,
+                                                        uint64_t version, int64_t normalizer, bool evaluate_only,
+                                                        RoundCollector* collector) {
+  CallOutcome outcome;
+  v1::ComputeGradientRequest request;
+  request.set_job_id(deps_.record->job_id());
+  request.set_round(round);
+  request.set_shard_id(task.id);
+  request.set_attempt(task.attempt);
+  request.set_parameter_version(version);
+  *request.mutable_plan() = planner::PlanToProto(plan.candidate.plan);
+  request.set_sequence_length(deps_.data->sequence_length());
+  request.set_token_encoding(deps_.encoding);
+  std::vector<int64_t> tokens, doc_starts;
+  deps_.data->Gather(task.sequences, &tokens, &doc_starts);
+  absl::StatusOr<std::string> encoded = rpc::EncodeTokens(tokens, deps_.encoding);
+  if (!encoded.ok()) {
+    outcome.status = encoded.status();
+    return outcome;
+  }
+  request.set_tokens(*std::move(encoded));
+  for (int64_t start : doc_starts) request.add_doc_starts(start);
+  request.set_loss_normalizer(normalizer);
+  request.set_feature_seed(deps_.feature_seed);
+  request.set_evaluate_only(evaluate_only);
+
+  const double predicted = plan.candidate.prediction.seconds * static_cast<double>(task.sequences.size());
+  auto context = rpc::MakeClientContext(
+      plan.worker.call_token,
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(deps_.options.shard_timeout + absl::Seconds(10 * predicted))));
+  {
+    absl::MutexLock lock(&mutex_);
+    in_flight_[context.get()] = {plan.worker.worker_id, plan.worker.incarnation};
+    if (stopping()) context->TryCancel();
+  }
+  struct Untrack {
+    ShardDispatcher* dispatcher;
+    grpc::ClientContext* context;
+    ~Untrack() {
+      absl::MutexLock lock(&dispatcher->mutex_);
+      dispatcher->in_flight_.erase(context);
+      dispatcher->cancelled_gone_.erase(context);
+    }
+  } untrack{this, context.get()};
+
+  std::vector<performer::TensorSpec> specs;
+  for (size_t i = 0; i < deps_.shapes.size(); ++i) specs.push_back({deps_.names[i], deps_.shapes[i]});
+  performer::TensorAssembler assembler(std::move(specs), deps_.dtype,
+                                       absl::StrCat("gradient of round ", round, " shard ", task.id, " from ",
+                                                    plan.worker.worker_id));
+  std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
+      plan.worker.stub->ComputeGradient(context.get(), request);
+  v1::ComputeGradientResponse response;
+  std::optional<v1::GradientSummary> summary;
+  absl::Status stream_error;
+  while (reader->Read(&response)) {
+    if (!stream_error.ok()) continue;
+    if (response.has_chunk()) {
+      if (evaluate_only || summary.has_value()) {
+        stream_error = absl::InvalidArgumentError("unexpected gradient chunk");
+      } else {
+        stream_error = assembler.Add(response.chunk());
+      }
+      if (!stream_error.ok()) context->TryCancel();
+    } else if (response.has_summary()) {
+      summary = response.summary();
+    }
+  }
+  grpc::Status finished = reader->Finish();
+  {
+    absl::MutexLock lock(&mutex_);
+    if (cancelled_gone_.count(context.get()) > 0) {
+      outcome.status = absl::UnavailableError(
+          absl::StrCat("worker ", plan.worker.worker_id, " stopped heartbeating; its call was cancelled"));
+      return outcome;
+    }
+  }
+  // From here on, anything wrong with what came back is the worker's doing.
+  auto misbehaved = [&](absl::Status status) {
+    outcome.status = std::move(status);
+    outcome.misbehaved = true;
+    return outcome;
+  };
+  if (!stream_error.ok()) return misbehaved(stream_error);
+  if (!finished.ok()) {
+    outcome.status = rpc::FromGrpcStatus(finished, absl::StrCat("worker ", plan.worker.worker_id), context.get());
+    return outcome;
+  }
+  if (!summary.has_value()) return misbehaved(absl::InvalidArgumentError("stream ended without a summary"));
+  if (summary->job_id() != deps_.record->job_id() || summary->shard_id() != task.id ||
+      summary->attempt() != task.attempt) {
+    return misbehaved(absl::InvalidArgumentError("summary does not echo the request"));
+  }
+  outcome.peak = summary->measured_peak_bytes();
+  ShardResult result;
+  result.summary = *summary;
+  if (!evaluate_only) {
+    absl::StatusOr<std::vector<at::Tensor>> gradient = assembler.Finish();
+    if (!gradient.ok()) return misbehaved(gradient.status());
+    result.gradient = *std::move(gradient);
+  }
+  outcome.status = collector->Accept(plan.worker.worker_id, std::move(result));
+  if (outcome.status.code() == absl::StatusCode::kInvalidArgument) outcome.misbehaved = true;
+  if (outcome.status.ok() && !evaluate_only) {
+    v1::WorkerJobPlan job_plan;
+    job_plan.set_job_id(deps_.record->job_id());
+    *job_plan.mutable_plan() = planner::CandidateToProto(plan.candidate);
+    job_plan.set_predicted_tokens_per_second(plan.tokens_per_second);
+    if (summary->compute_seconds() > 0) {
+      job_plan.set_measured_tokens_per_second(
+          static_cast<double>(task.sequences.size() * deps_.data->sequence_length()) / summary->compute_seconds());
+    }
+    job_plan.set_measured_peak_bytes(summary->measured_peak_bytes());
+    deps_.registry->SetJobPlan(plan.worker.worker_id, job_plan);
+  }
+  return outcome;
+}
+
+void ShardDispatcher::CancelAll() {
+  absl::MutexLock lock(&mutex_);
+  for (auto& [context, worker] : in_flight_) context->TryCancel();
+}
+
+void ShardDispatcher::CancelCallsToGoneWorkers() {
+  absl::MutexLock lock(&mutex_);
+  for (auto& [context, worker] : in_flight_) {
+    if (cancelled_gone_.count(context) == 0 && !deps_.registry->IsServing(worker.first, worker.second)) {
+      cancelled_gone_.insert(context);
+      context->TryCancel();
+    }
+  }
+}
+
+}  // namespace slimfit::server

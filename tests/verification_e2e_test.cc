@@ -1,0 +1,186 @@
+// End to end, workers that lie (tests/lying_proxy.h puts a tampering proxy in front of a real
+// worker): results that fail validation or the norm screen get their worker quarantined, a subtle
+// lie is caught by a second opinion and settled by a third, and in every case the job's result is
+// what one honest process computes. Two workers that disagree with no third to decide fail the
+// job with a message that names them.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "proto/rpc_util.h"
+#include "tests/cluster.h"
+#include "tests/e2e_support.h"
+#include "tests/lying_proxy.h"
+
+namespace slimfit {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_util::Cluster;
+using testing_util::Lie;
+using testing_util::LyingProxy;
+
+// Starts a worker behind a proxy that tells `lie`.
+std::unique_ptr<LyingProxy> StartLiar(Cluster& cluster, const std::string& budget, Lie lie) {
+  absl::StatusOr<std::unique_ptr<LyingProxy>> proxy = LyingProxy::Start(lie);
+  EXPECT_TRUE(proxy.ok()) << proxy.status();
+  if (!proxy.ok()) return nullptr;
+  testing_util::WorkerOptions options;
+  options.extra_flags = {absl::StrCat("--advertise=", (*proxy)->address())};
+  absl::StatusOr<int> index = cluster.StartWorker(budget, options);
+  EXPECT_TRUE(index.ok()) << index.status() << cluster.Logs();
+  if (!index.ok()) return nullptr;
+  (*proxy)->SetUpstream(cluster.worker_address(*index));
+  return *std::move(proxy);
+}
+
+// The registered worker id behind `address` (what the worker advertised).
+std::string WorkerIdAt(Cluster& cluster, const std::string& address) {
+  auto context = rpc::MakeClientContext(testing_util::kClientToken, std::chrono::seconds(10));
+  v1::ListWorkersResponse workers;
+  grpc::Status status = cluster.Stub()->ListWorkers(context.get(), v1::ListWorkersRequest(), &workers);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  for (const v1::WorkerInfo& worker : workers.workers()) {
+    if (worker.advertise_address() == address) return worker.worker_id();
+  }
+  ADD_FAILURE() << "no worker advertises " << address;
+  return "";
+}
+
+struct Finished {
+  v1::Job job;
+  std::vector<v1::JobEvent> events;
+};
+
+Finished RunJob(Cluster& cluster, const v1::JobSpec& spec) {
+  Finished finished;
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  EXPECT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  if (!job.ok()) return finished;
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(240));
+  EXPECT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  if (!done.ok()) return finished;
+  finished.job = *done;
+  finished.events = testing_util::AllEvents(cluster, job->job_id());
+  return finished;
+}
+
+TEST(VerificationEndToEndTest, RejectedResultsGetTheirWorkerQuarantinedAndChangeNothing) {
+  Cluster cluster("quarantine");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (const char* budget : {"700KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  std::unique_ptr<LyingProxy> nan = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kNotFinite, 0, 2});
+  std::unique_ptr<LyingProxy> scaled = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kScale, 1000, 3});
+  std::unique_ptr<LyingProxy> stale = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kWrongVersion, 0, 2});
+  ASSERT_TRUE(nan && scaled && stale);
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(5, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::map<std::string, std::string> liars = {{WorkerIdAt(cluster, nan->address()), "not finite"},
+                                                    {WorkerIdAt(cluster, scaled->address()), "out of line"},
+                                                    {WorkerIdAt(cluster, stale->address()), "version"}};
+
+  const std::string text = testing_util::Corpus(16000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  v1::JobSpec spec = testing_util::Spec(*dataset, 32, 64, 128, 10, 5);
+  spec.set_verify_fraction(0);  // the validation and the norm screen alone
+  spec.set_quarantine_after(2);
+  const Finished finished = RunJob(cluster, spec);
+  ASSERT_EQ(finished.job.state(), v1::JOB_STATE_SUCCEEDED) << finished.job.state_reason() << cluster.Logs();
+
+  std::map<std::string, std::string> quarantined;
+  for (const v1::JobEvent& event : finished.events) {
+    if (event.has_worker_quarantined()) {
+      quarantined[event.worker_quarantined().worker_id()] = event.worker_quarantined().reason();
+      EXPECT_THAT(event.worker_quarantined().reason(), HasSubstr("2 results rejected"));
+    }
+    // A quarantined worker's results never counted, so nothing had to be computed again.
+    if (event.has_worker_quarantined()) EXPECT_EQ(event.worker_quarantined().recomputed_shards(), 0);
+  }
+  ASSERT_EQ(quarantined.size(), liars.size()) << cluster.Logs();
+  for (const auto& [worker_id, why] : liars) {
+    ASSERT_EQ(quarantined.count(worker_id), 1u) << worker_id;
+    EXPECT_THAT(quarantined[worker_id], HasSubstr(why));
+  }
+  for (const LyingProxy* liar : {nan.get(), scaled.get(), stale.get()}) EXPECT_GE(liar->lies_told(), 2);
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text, std::string("\n\n")),
+            1e-5);
+}
+
+TEST(VerificationEndToEndTest, ASubtleLieIsOutvotedBySpotChecksAndChangesNothing) {
+  Cluster cluster("spot_checks");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  // Different budgets: the honest workers run different plans and still agree.
+  for (const char* budget : {"700KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  std::unique_ptr<LyingProxy> liar = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kScale, 1.01, 1});
+  ASSERT_TRUE(liar);
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string liar_id = WorkerIdAt(cluster, liar->address());
+
+  const std::string text = testing_util::Corpus(16000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  v1::JobSpec spec = testing_util::Spec(*dataset, 32, 64, 128, 8, 3);
+  spec.set_verify_fraction(1);  // every shard gets a second opinion
+  const Finished finished = RunJob(cluster, spec);
+  ASSERT_EQ(finished.job.state(), v1::JOB_STATE_SUCCEEDED) << finished.job.state_reason() << cluster.Logs();
+
+  int agreed = 0, outvoted = 0, quarantines = 0;
+  double largest_honest_difference = 0;
+  for (const v1::JobEvent& event : finished.events) {
+    if (event.has_shard_verified()) {
+      const v1::ShardVerified& verified = event.shard_verified();
+      if (verified.agreed()) {
+        ++agreed;
+        largest_honest_difference = std::max(largest_honest_difference, verified.relative_difference());
+      } else {
+        ++outvoted;
+        EXPECT_EQ(verified.odd_worker_id(), liar_id);
+        EXPECT_EQ(verified.worker_ids_size(), 3);
+      }
+      EXPECT_LE(verified.relative_difference(), verified.tolerance());
+    }
+    if (event.has_worker_quarantined()) {
+      ++quarantines;
+      EXPECT_EQ(event.worker_quarantined().worker_id(), liar_id);
+      EXPECT_THAT(event.worker_quarantined().reason(), HasSubstr("outvoted"));
+    }
+    if (event.has_round_completed()) EXPECT_EQ(event.round_completed().verified_shards(), event.round_completed().shards());
+  }
+  EXPECT_GE(outvoted, 1);  // every shard it had a hand in before the quarantine
+  EXPECT_EQ(quarantines, 1);
+  EXPECT_GT(agreed, 0);
+  EXPECT_GT(largest_honest_difference, 0);  // different plans round differently...
+  EXPECT_LT(largest_honest_difference, 1e-5);  // ...by far less than the tolerance
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text, std::string("\n\n")),
+            1e-5);
+}
+
+TEST(VerificationEndToEndTest, ADisagreementWithNoThirdWorkerFailsTheJobNamingBoth) {
+  Cluster cluster("no_tiebreak");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  std::unique_ptr<LyingProxy> liar = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kScale, 1.01, 1});
+  ASSERT_TRUE(liar);
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string liar_id = WorkerIdAt(cluster, liar->address());
+
+  absl::StatusOr<std::string> dataset = cluster.UploadText(testing_util::Corpus(8000), std::nullopt);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  v1::JobSpec spec = testing_util::Spec(*dataset, 32, 64, 128, 4, 2);
+  spec.set_verify_fraction(1);
+  const Finished finished = RunJob(cluster, spec);
+  ASSERT_EQ(finished.job.state(), v1::JOB_STATE_FAILED) << cluster.Logs();
+  EXPECT_THAT(finished.job.state_reason(), HasSubstr("disagree and no other eligible worker is live"));
+  EXPECT_THAT(finished.job.state_reason(), HasSubstr(liar_id));
+}
+
+}  // namespace
+}  // namespace slimfit
