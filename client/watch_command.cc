@@ -92,14 +92,22 @@ std::string EventLine(const v1::JobEvent& event) {
         absl::StrAppend(&line, " (the round is computed again without its ", quarantined.recomputed_shards(),
                         " shard", quarantined.recomputed_shards() == 1 ? "" : "s", ")");
       }
+      if (quarantined.has_recompute_from_round()) {
+        absl::StrAppend(&line, "; its results since round ", quarantined.recompute_from_round(),
+                        " are undone: training goes back to ",
+                        quarantined.rolled_back_to_round() == 0
+                            ? std::string("the initial model")
+                            : absl::StrCat("round ", quarantined.rolled_back_to_round(), "'s checkpoint"));
+      }
       return line;
     }
     case v1::JobEvent::kShardVerified: {
       const v1::ShardVerified& verified = event.shard_verified();
       const std::string workers = absl::StrJoin(verified.worker_ids(), ", ");
       if (verified.agreed()) {
-        return absl::StrFormat("round %d shard %d verified: %s agree (relative difference %.2g)", verified.round(),
-                               verified.shard_id(), workers, verified.relative_difference());
+        return absl::StrFormat("round %d shard %d verified: %s agree (relative difference %.2g)",
+                               verified.round(), verified.shard_id(), workers,
+                               verified.relative_difference());
       }
       return absl::StrFormat("round %d shard %d: %s disagreed; %s outvoted (the other two agree to %.2g)",
                              verified.round(), verified.shard_id(), workers, verified.odd_worker_id(),
@@ -280,11 +288,12 @@ absl::Status RunWatchCommand(absl::Span<const std::string> args, std::ostream& o
   double reconnect_seconds = 60;
   CoordinatorOptions connection;
   base::FlagSet flags("watch", "slimfit watch JOB [--reconnect_seconds=S] [--json] [coordinator flags]",
-                "Follows a job until it ends: progress of every round (loss, bits per byte, tokens/s,\n"
-                "ETA), evaluations, checkpoints, plan changes, reassigned shards and state changes.\n"
-                "Exit status 0 when the job SUCCEEDED, 1 when it FAILED or was CANCELLED. --json\n"
-                "prints every event as one JSON object per line.");
-  flags.Positional("JOB", &job_id, "job id (from 'slimfit submit' or 'slimfit jobs')", base::FlagSet::kRequired);
+                      "Follows a job until it ends: progress of every round (loss, bits per byte, tokens/s,\n"
+                      "ETA), evaluations, checkpoints, plan changes, reassigned shards and state changes.\n"
+                      "Exit status 0 when the job SUCCEEDED, 1 when it FAILED or was CANCELLED. --json\n"
+                      "prints every event as one JSON object per line.");
+  flags.Positional("JOB", &job_id, "job id (from 'slimfit submit' or 'slimfit jobs')",
+                   base::FlagSet::kRequired);
   AddReconnectFlag(flags, &reconnect_seconds);
   AddCoordinatorFlags(flags, &connection);
   bool help = false;

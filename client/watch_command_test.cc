@@ -139,25 +139,36 @@ TEST_F(WatchCommandTest, RendersEveryKindOfEventAndSucceeds) {
     quarantine.mutable_worker_quarantined()->set_worker_id("w-77");
     quarantine.mutable_worker_quarantined()->set_reason("outvoted on round 2 shard 1");
     quarantine.mutable_worker_quarantined()->set_recomputed_shards(3);
+    v1::JobEvent late;
+    late.set_sequence(12);
+    late.mutable_worker_quarantined()->set_round(5);
+    late.mutable_worker_quarantined()->set_worker_id("w-9c");
+    late.mutable_worker_quarantined()->set_reason("outvoted on round 5 shard 0");
+    late.mutable_worker_quarantined()->set_recompute_from_round(3);
+    late.mutable_worker_quarantined()->set_rolled_back_to_round(2);
     return Stream(write, {Snapshot(3, v1::JOB_STATE_RUNNING, 0), Round(4, 1), evaluation, checkpoint, plan,
-                          shard, agreed, outvoted, quarantine,
-                          StateChange(12, v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED, "")});
+                          shard, agreed, outvoted, quarantine, late,
+                          StateChange(13, v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED, "")});
   };
   const absl::Status status = Watch();
   ASSERT_TRUE(status.ok()) << status;
-  EXPECT_THAT(Lines(),
-              ElementsAre("watching job-1 \"tiny\": RUNNING, round 0/10",
-                          "round 1/10  loss 2.4000  3.462 bits/byte  12.3k tokens/s  ETA 9m 00s",
-                          "evaluation after round 1: loss 2.2500, 3.246 bits/byte (65,536 held-out tokens)",
-                          "checkpoint of round 1 written (3.0 MiB, sha256 aaaaaaaaaaaa...)",
-                          "worker w-3f2a plan from round 2: C = 256, chunked/64, reverse, peak 20.0 MiB, "
-                          "5.00k tokens/s predicted "
-                          "(worker joined)",
-                          "round 2 shard 4 reassigned from worker w-77 (next attempt 2): worker lost",
-                          "round 2 shard 1: w-3f2a, w-77, w-9c disagreed; w-77 outvoted (the other two agree to 3e-07)",
-                          "worker w-77 quarantined in round 2: outvoted on round 2 shard 1 (the round is computed "
-                          "again without its 3 shards)",
-                          "state RUNNING -> SUCCEEDED"));
+  EXPECT_THAT(
+      Lines(),
+      ElementsAre(
+          "watching job-1 \"tiny\": RUNNING, round 0/10",
+          "round 1/10  loss 2.4000  3.462 bits/byte  12.3k tokens/s  ETA 9m 00s",
+          "evaluation after round 1: loss 2.2500, 3.246 bits/byte (65,536 held-out tokens)",
+          "checkpoint of round 1 written (3.0 MiB, sha256 aaaaaaaaaaaa...)",
+          "worker w-3f2a plan from round 2: C = 256, chunked/64, reverse, peak 20.0 MiB, "
+          "5.00k tokens/s predicted "
+          "(worker joined)",
+          "round 2 shard 4 reassigned from worker w-77 (next attempt 2): worker lost",
+          "round 2 shard 1: w-3f2a, w-77, w-9c disagreed; w-77 outvoted (the other two agree to 3e-07)",
+          "worker w-77 quarantined in round 2: outvoted on round 2 shard 1 (the round is computed "
+          "again without its 3 shards)",
+          "worker w-9c quarantined in round 5: outvoted on round 5 shard 0; its results since "
+          "round 3 are undone: training goes back to round 2's checkpoint",
+          "state RUNNING -> SUCCEEDED"));
   EXPECT_THAT(fake_->calls().authorizations, ElementsAre("Bearer tok"));
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
+#include <set>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -23,16 +24,23 @@ constexpr double kLn2 = 0.69314718055994530942;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobData data, performer::ModelConfig config,
-                                                             std::vector<at::Tensor> initial, RunnerDeps deps) {
+absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobData data,
+                                                             performer::ModelConfig config,
+                                                             std::vector<at::Tensor> initial,
+                                                             RunnerDeps deps) {
   absl::StatusOr<int64_t> last_sequence = deps.store->LastEventSequence(job.job_id());
   if (!last_sequence.ok()) return last_sequence.status();
   std::unique_ptr<JobRunner> runner(
       new JobRunner(std::move(job), *last_sequence + 1, std::move(data), config, std::move(deps)));
   const v1::JobSpec spec = runner->record_.Snapshot().spec();
-  runner->dtype_ = spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+  runner->dtype_ =
+      spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
 
-  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = runner->deps_.store->Checkpoints(runner->record_.job_id());
+  absl::StatusOr<std::vector<v1::JobEvent>> events = runner->deps_.store->Events(runner->record_.job_id(), 0);
+  if (!events.ok()) return events.status();
+  if (absl::Status voided = runner->VoidRolledBackCheckpoints(*events); !voided.ok()) return voided;
+  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints =
+      runner->deps_.store->Checkpoints(runner->record_.job_id());
   if (!checkpoints.ok()) return checkpoints.status();
   if (checkpoints->empty()) {
     absl::StatusOr<std::unique_ptr<Trainer>> trainer =
@@ -45,7 +53,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
       if (progress->parameter_version() == 0) progress->set_parameter_version(1);
     });
   } else {
-    if (absl::Status restored = runner->RestoreFromCheckpoint(); !restored.ok()) return restored;
+    if (absl::Status restored = runner->RestoreFromCheckpoint(checkpoints->back()); !restored.ok())
+      return restored;
   }
   runner->record_.Update([&](v1::Job* job) {
     job->set_training_tokens(runner->data_.training_tokens());
@@ -66,6 +75,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
 
   ShardDispatcher::Deps dispatcher_deps;
   dispatcher_deps.record = &r.record_;
+  dispatcher_deps.store = r.deps_.store;
   dispatcher_deps.registry = r.deps_.registry;
   dispatcher_deps.leases = r.deps_.leases;
   dispatcher_deps.signal = r.deps_.signal;
@@ -78,17 +88,12 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   dispatcher_deps.encoding = rpc::NarrowestTokenEncoding(config.vocab);
   dispatcher_deps.feature_seed = spec.seed();
   dispatcher_deps.verify_fraction = spec.verify_fraction();
-  dispatcher_deps.quarantine_after = spec.has_quarantine_after() ? spec.quarantine_after() : kDefaultQuarantineAfter;
+  dispatcher_deps.quarantine_after =
+      spec.has_quarantine_after() ? spec.quarantine_after() : kDefaultQuarantineAfter;
   dispatcher_deps.stopping = &r.stopping_;
   r.dispatcher_ = std::make_unique<ShardDispatcher>(std::move(dispatcher_deps));
-  // Quarantines outlive a coordinator restart: the job's events have them.
-  absl::StatusOr<std::vector<v1::JobEvent>> events = r.deps_.store->Events(r.record_.job_id(), 0);
-  if (!events.ok()) return events.status();
-  for (const v1::JobEvent& event : *events) {
-    if (event.has_worker_quarantined()) {
-      r.dispatcher_->RestoreQuarantine(event.worker_quarantined().worker_id(), event.worker_quarantined().reason());
-    }
-  }
+  // Quarantines and what spot checks verified outlive a coordinator restart: the events have them.
+  r.dispatcher_->Replay(*events);
 
   runner->Publish();
   return runner;
@@ -103,10 +108,41 @@ JobRunner::JobRunner(v1::Job job, int64_t next_sequence, JobData data, performer
 
 JobRunner::~JobRunner() { Stop(); }
 
-absl::Status JobRunner::RestoreFromCheckpoint() {
-  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = deps_.store->Checkpoints(record_.job_id());
-  if (!checkpoints.ok()) return checkpoints.status();
-  const CheckpointRecord& latest = checkpoints->back();
+absl::Status JobRunner::VoidRolledBackCheckpoints(const std::vector<v1::JobEvent>& events) {
+  // A checkpoint is void when a rollback to an earlier round was announced after it was written:
+  // the coordinator stopped between the announcement and forgetting it.
+  std::set<int64_t> written, voided;
+  for (const v1::JobEvent& event : events) {
+    if (event.has_checkpoint_written()) {
+      written.insert(event.checkpoint_written().round());
+      voided.erase(event.checkpoint_written().round());
+    } else if (event.has_worker_quarantined() && event.worker_quarantined().has_rolled_back_to_round()) {
+      for (int64_t round : written) {
+        if (round > event.worker_quarantined().rolled_back_to_round()) voided.insert(round);
+      }
+    }
+  }
+  if (voided.empty()) return absl::OkStatus();
+  return ForgetCheckpointsAfter(*voided.begin() - 1);
+}
+
+absl::Status JobRunner::ForgetCheckpointsAfter(int64_t round) {
+  absl::StatusOr<std::vector<CheckpointRecord>> forgotten =
+      deps_.store->DeleteCheckpointsAfter(record_.job_id(), round);
+  if (!forgotten.ok()) return forgotten.status();
+  for (const CheckpointRecord& checkpoint : *forgotten) {
+    std::error_code ignored;  // a file already gone is what we want
+    std::filesystem::remove(checkpoint.model_path, ignored);
+    std::filesystem::remove(checkpoint.optimizer_path, ignored);
+  }
+  if (!forgotten->empty()) {
+    base::LogWarning(record_.job_id(), ": checkpoints of rounds ", forgotten->front().round, " to ",
+                     forgotten->back().round, " are void (rolled back to round ", round, ")");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
   absl::StatusOr<performer::TensorFile> file = performer::ReadSafetensors(latest.model_path);
   if (!file.ok()) return file.status();
   std::vector<at::Tensor> parameters;
@@ -135,11 +171,12 @@ absl::Status JobRunner::RestoreFromCheckpoint() {
     progress->set_tokens_trained(tokens_trained);
     progress->set_checkpoint_round(latest.round);
     // Versions are never reused: continue above anything this job published before the restart.
-    progress->set_parameter_version(std::max<uint64_t>(progress->parameter_version(), latest.parameter_version) + 1);
+    progress->set_parameter_version(
+        std::max<uint64_t>(progress->parameter_version(), latest.parameter_version) + 1);
     version = progress->parameter_version();
   });
-  base::LogInfo(record_.job_id(), ": resuming from the round-", latest.round, " checkpoint as parameter version ",
-                version);
+  base::LogInfo(record_.job_id(), ": continuing from the round-", latest.round,
+                " checkpoint as parameter version ", version);
   return absl::OkStatus();
 }
 
@@ -159,7 +196,8 @@ void JobRunner::Publish() {
 absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> JobRunner::Parameters(uint64_t version) const {
   const v1::JobState state = record_.state();
   if (IsTerminal(state)) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", record_.job_id(), " is ", v1::JobState_Name(state)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", record_.job_id(), " is ", v1::JobState_Name(state)));
   }
   absl::MutexLock lock(&mutex_);
   if (published_ == nullptr) {
@@ -181,7 +219,9 @@ absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> JobRunner::Parameters(u
   return published_;
 }
 
-void JobRunner::Start() { thread_ = std::thread([this] { Run(); }); }
+void JobRunner::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void JobRunner::Cancel(const std::string& reason) {
   if (record_.terminal()) return;
@@ -222,7 +262,8 @@ void JobRunner::Run() {
   }
   if (stop_.load() && !cancel_.load() && !status.ok()) return;  // shutdown: resumes at the next start
   if (status.ok()) {
-    record_.SetState(v1::JOB_STATE_SUCCEEDED, absl::StrCat("all ", record_.Snapshot().spec().rounds(), " rounds done"));
+    record_.SetState(v1::JOB_STATE_SUCCEEDED,
+                     absl::StrCat("all ", record_.Snapshot().spec().rounds(), " rounds done"));
   } else if (cancel_.load()) {
     std::string reason;
     {
@@ -254,7 +295,8 @@ absl::Status JobRunner::RunJob() {
   }
   const bool evaluate = data_.held_out_sequences() > 0;
   const int64_t eval_interval = spec.eval_interval_rounds();
-  const int64_t checkpoint_interval = spec.has_checkpoint_interval_rounds() ? spec.checkpoint_interval_rounds() : 10;
+  const int64_t checkpoint_interval =
+      spec.has_checkpoint_interval_rounds() ? spec.checkpoint_interval_rounds() : 10;
 
   const v1::JobProgress progress = record_.Snapshot().progress();
   if (evaluate && progress.rounds_completed() == 0 && !progress.has_eval_round()) {
@@ -262,7 +304,12 @@ absl::Status JobRunner::RunJob() {
   }
   for (int64_t round = progress.rounds_completed() + 1; round <= rounds; ++round) {
     if (stopping()) return absl::CancelledError("stopped");
-    if (absl::Status done = RunRound(round, rounds); !done.ok()) return done;
+    absl::StatusOr<int64_t> next = RunRound(round, rounds);
+    if (!next.ok()) return next.status();
+    if (*next != round + 1) {  // rolled back
+      round = *next - 1;
+      continue;
+    }
     if (evaluate && (round == rounds || (eval_interval > 0 && round % eval_interval == 0))) {
       if (absl::Status evaluated = Evaluate(round); !evaluated.ok()) return evaluated;
     }
@@ -273,12 +320,16 @@ absl::Status JobRunner::RunJob() {
   return absl::OkStatus();
 }
 
-absl::Status JobRunner::RunRound(int64_t round, int64_t rounds) {
+absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   const absl::Time started = absl::Now();
   const uint64_t version = record_.Snapshot().progress().parameter_version();
   absl::StatusOr<RoundOutput> output = dispatcher_->Run(round, version, data_.RoundSequences(round),
                                                         /*evaluate_only=*/false);
   if (!output.ok()) return output.status();
+  if (output->rolled_back_to.has_value()) {
+    if (absl::Status back = RollBack(*output->rolled_back_to); !back.ok()) return back;
+    return *output->rolled_back_to + 1;
+  }
   std::vector<at::Tensor> gradient;
   for (const at::Tensor& g : output->gradient) gradient.push_back(g.to(performer::ToScalarType(dtype_)));
   absl::StatusOr<StepResult> step = trainer_->Step(gradient);
@@ -286,8 +337,9 @@ absl::Status JobRunner::RunRound(int64_t round, int64_t rounds) {
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   recent_round_seconds_.push_back(seconds);
   if (recent_round_seconds_.size() > 5) recent_round_seconds_.erase(recent_round_seconds_.begin());
-  const double mean_seconds = std::accumulate(recent_round_seconds_.begin(), recent_round_seconds_.end(), 0.0) /
-                              static_cast<double>(recent_round_seconds_.size());
+  const double mean_seconds =
+      std::accumulate(recent_round_seconds_.begin(), recent_round_seconds_.end(), 0.0) /
+      static_cast<double>(recent_round_seconds_.size());
   const double loss = output->loss_sum / static_cast<double>(std::max<int64_t>(1, output->tokens));
 
   v1::JobEvent event;
@@ -317,15 +369,33 @@ absl::Status JobRunner::RunRound(int64_t round, int64_t rounds) {
     done->set_shards(output->shards);
     done->set_reassigned_shards(output->reassigned);
     done->set_verified_shards(output->verified);
+    for (const std::string& worker : output->unverified_workers) done->add_unverified_workers(worker);
     job->set_state_reason(absl::StrFormat("round %d/%d done", round, rounds));
   });
   // The new version is durable before any worker can fetch it.
   if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
   Publish();
   record_.Emit(std::move(event));
-  base::LogInfo(record_.job_id(), absl::StrFormat(": round %d/%d loss %.4f, %.0f tok/s, |g| %.3g, %d workers", round,
-                                                  rounds, loss, static_cast<double>(output->tokens) / seconds,
-                                                  step->gradient_norm, output->workers));
+  base::LogInfo(
+      record_.job_id(),
+      absl::StrFormat(": round %d/%d loss %.4f, %.0f tok/s, |g| %.3g, %d workers", round, rounds, loss,
+                      static_cast<double>(output->tokens) / seconds, step->gradient_norm, output->workers));
+  return round + 1;
+}
+
+absl::Status JobRunner::RollBack(int64_t round) {
+  // The WorkerQuarantined event announcing it is stored already: should the coordinator stop in
+  // between, VoidRolledBackCheckpoints finishes this at the next start.
+  if (absl::Status forgotten = ForgetCheckpointsAfter(round); !forgotten.ok()) return forgotten;
+  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = deps_.store->Checkpoints(record_.job_id());
+  if (!checkpoints.ok()) return checkpoints.status();
+  if (checkpoints->empty() || checkpoints->back().round != round) {
+    return absl::InternalError(absl::StrCat("rolling back: no checkpoint of round ", round));
+  }
+  if (absl::Status restored = RestoreFromCheckpoint(checkpoints->back()); !restored.ok()) return restored;
+  dispatcher_->RolledBack(round);
+  if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
+  Publish();
   return absl::OkStatus();
 }
 
@@ -351,8 +421,8 @@ absl::Status JobRunner::Evaluate(int64_t round) {
   });
   record_.Persist();
   record_.Emit(std::move(event));
-  base::LogInfo(record_.job_id(), absl::StrFormat(": held-out loss after round %d: %.4f (%.4f bits/byte)", round,
-                                                  loss, loss / kLn2));
+  base::LogInfo(record_.job_id(), absl::StrFormat(": held-out loss after round %d: %.4f (%.4f bits/byte)",
+                                                  round, loss, loss / kLn2));
   return absl::OkStatus();
 }
 

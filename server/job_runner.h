@@ -7,11 +7,15 @@
 //
 // Durability: a runner starts either fresh (writes the round-0 checkpoint first) or from the job's
 // latest checkpoint (parameters and optimizer state), so a coordinator restart resumes the job at
-// its last checkpoint. Parameter versions keep increasing across restarts.
+// its last checkpoint. Parameter versions keep increasing across restarts. A spot check that
+// catches a worker whose unverified results went into earlier rounds sends the job back to the
+// newest checkpoint before them (ShardDispatcher); later checkpoints are void.
 //
 // Thread safety: public methods are thread-safe; the runner's thread owns the trainer.
 #ifndef SLIMFIT_SERVER_JOB_RUNNER_H_
 #define SLIMFIT_SERVER_JOB_RUNNER_H_
+
+#include <ATen/ATen.h>
 
 #include <atomic>
 #include <cstdint>
@@ -20,8 +24,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -67,7 +69,8 @@ class JobRunner {
   // `job` as stored; `initial` the job's initial parameters for a fresh job (ignored when the job
   // has checkpoints: it resumes from the latest). FAILED_PRECONDITION/INVALID_ARGUMENT when the
   // checkpoint cannot be restored.
-  static absl::StatusOr<std::unique_ptr<JobRunner>> Create(v1::Job job, JobData data, performer::ModelConfig config,
+  static absl::StatusOr<std::unique_ptr<JobRunner>> Create(v1::Job job, JobData data,
+                                                           performer::ModelConfig config,
                                                            std::vector<at::Tensor> initial, RunnerDeps deps);
   ~JobRunner();
 
@@ -90,10 +93,18 @@ class JobRunner {
   void Run();
   absl::Status RunJob();
   // One round: shards, aggregation, the optimizer step, the new version (durable, then published).
-  absl::Status RunRound(int64_t round, int64_t rounds);
+  // The next round to run: round + 1, or one after the checkpoint the job went back to when a spot
+  // check caught a worker whose unverified results went into earlier rounds.
+  absl::StatusOr<int64_t> RunRound(int64_t round, int64_t rounds);
   absl::Status Evaluate(int64_t round);
   absl::Status WriteCheckpoint(int64_t round);
-  absl::Status RestoreFromCheckpoint();
+  // Parameters, optimizer state and progress from `checkpoint`; a new parameter version.
+  absl::Status RestoreFromCheckpoint(const CheckpointRecord& checkpoint);
+  // Back to the checkpoint of `round`: later checkpoints are forgotten, their rounds run again.
+  absl::Status RollBack(int64_t round);
+  absl::Status ForgetCheckpointsAfter(int64_t round);
+  // Finishes a rollback the coordinator stopped in the middle of (from the job's events).
+  absl::Status VoidRolledBackCheckpoints(const std::vector<v1::JobEvent>& events);
   void Publish();  // snapshot of the trainer's parameters as the current version
   bool stopping() const { return stopping_.load(); }
 
@@ -110,7 +121,7 @@ class JobRunner {
   std::atomic<bool> stopping_{false};  // stop_ || cancel_: what the planner and dispatcher watch
 
   JobRecord record_;
-  std::unique_ptr<WorkerPlanner> planner_;        // runner thread only
+  std::unique_ptr<WorkerPlanner> planner_;       // runner thread only
   std::unique_ptr<ShardDispatcher> dispatcher_;  // Run: runner thread; CancelAll: any
 
   mutable absl::Mutex mutex_;

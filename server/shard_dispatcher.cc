@@ -23,11 +23,11 @@ std::vector<ShardDispatcher::Task> ShardDispatcher::CutRound(const std::vector<S
   for (const WorkerPlan& plan : plans) speeds.push_back(plan.tokens_per_second);
   const JobData& data = *deps_.data;
   int64_t per_shard = MaxSequencesPerShard(data.sequence_length(), rpc::TokenWidth(deps_.encoding));
-  if (deps_.options.max_sequences_per_shard > 0) per_shard = std::min(per_shard, deps_.options.max_sequences_per_shard);
-  const std::vector<ShardCut> cuts =
-      CutShards(SplitBySpeed(static_cast<int64_t>(sequences.size()), speeds), per_shard,
-                v1::LIMIT_MAX_SHARD_DOC_STARTS,
-                [&](int64_t i) { return data.DocumentsIn(sequences[static_cast<size_t>(i)]); });
+  if (deps_.options.max_sequences_per_shard > 0)
+    per_shard = std::min(per_shard, deps_.options.max_sequences_per_shard);
+  const std::vector<ShardCut> cuts = CutShards(
+      SplitBySpeed(static_cast<int64_t>(sequences.size()), speeds), per_shard, v1::LIMIT_MAX_SHARD_DOC_STARTS,
+      [&](int64_t i) { return data.DocumentsIn(sequences[static_cast<size_t>(i)]); });
   std::vector<Task> tasks;
   for (const ShardCut& cut : cuts) {
     Task task;
@@ -57,21 +57,28 @@ void ShardDispatcher::AddSpotChecks(int64_t round, size_t workers, RoundCollecto
 }
 
 absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version,
-                                                 const std::vector<SequenceRef>& sequences, bool evaluate_only) {
+                                                 const std::vector<SequenceRef>& sequences,
+                                                 bool evaluate_only) {
   while (true) {
     bool redo = false;
     absl::StatusOr<RoundOutput> output = RunOnce(round, version, sequences, evaluate_only, &redo);
-    if (!output.ok() || !redo) return output;
-    base::LogWarning(deps_.record->job_id(), ": round ", round, ": computing it again without the quarantined worker");
+    if (!output.ok() || output->rolled_back_to.has_value()) return output;
+    if (!redo) {
+      if (!evaluate_only) ledger_.RoundCompleted(round, output->unverified_workers, output->vouched_workers);
+      return output;
+    }
+    base::LogWarning(deps_.record->job_id(), ": round ", round,
+                     ": computing it again without the quarantined worker");
   }
 }
 
 absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t version,
-                                                     const std::vector<SequenceRef>& sequences, bool evaluate_only,
-                                                     bool* redo) {
+                                                     const std::vector<SequenceRef>& sequences,
+                                                     bool evaluate_only, bool* redo) {
   const JobData& data = *deps_.data;
   const int64_t normalizer = std::max<int64_t>(1, data.PredictedTokens(sequences));
-  const std::string what = evaluate_only ? absl::StrCat("evaluation after round ", round) : absl::StrCat("round ", round);
+  const std::string what =
+      evaluate_only ? absl::StrCat("evaluation after round ", round) : absl::StrCat("round ", round);
 
   absl::StatusOr<std::vector<WorkerPlan>> plans = deps_.planner->PlanWorkers(round);
   if (!plans.ok()) return plans.status();
@@ -79,15 +86,16 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   const std::vector<Task> shards = CutRound(sequences, *plans);
   std::vector<int64_t> expected;
   for (const Task& shard : shards) expected.push_back(shard.expected_tokens);
-  RoundCollector collector(round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : deps_.shapes,
-                           evaluate_only, normalizer, evaluate_only ? nullptr : &screen_,
-                           VerificationTolerance(deps_.dtype));
+  RoundCollector collector(
+      round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : deps_.shapes,
+      evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype));
   RoundOutput output;
   output.shards = static_cast<int>(shards.size());
   std::vector<Task> pending = shards;
   if (!evaluate_only) AddSpotChecks(round, plans->size(), &collector, &pending);
   std::map<int64_t, std::set<std::string>> answered;  // by shard: workers whose results are in
   std::set<int64_t> reassigned_shards;
+  Checked checked;
 
   std::vector<WorkerPlan> wave_plans = *std::move(plans);
   while (!pending.empty()) {
@@ -129,10 +137,11 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       ++task.attempt;
       failed.push_back(std::move(task));
     }
-    if (absl::Status settled = Settle(round, what, &collector, shards, &output, &failed, redo); !settled.ok()) {
+    if (absl::Status settled = Settle(round, what, &collector, shards, &output, &checked, &failed, redo);
+        !settled.ok()) {
       return settled;
     }
-    if (*redo) return output;
+    if (*redo || output.rolled_back_to.has_value()) return output;
     if (failed.empty()) break;
     for (const Task& task : failed) {
       if (!task.fresh) reassigned_shards.insert(task.id);
@@ -147,7 +156,14 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   output.loss_sum = collector.loss_sum();
   output.tokens = collector.token_count();
   if (!evaluate_only) output.gradient = collector.gradient();
-  output.workers = static_cast<int>(collector.contributions().size());
+  const std::map<std::string, std::set<int64_t>> contributions = collector.contributions();
+  output.workers = static_cast<int>(contributions.size());
+  for (const auto& [worker, counted] : contributions) {
+    for (int64_t shard : counted) {
+      if (checked.shards.count(shard) == 0) output.unverified_workers.insert(worker);
+    }
+  }
+  output.vouched_workers = std::move(checked.vouched);
   output.reassigned = static_cast<int>(reassigned_shards.size());
   return output;
 }
@@ -195,7 +211,7 @@ std::vector<ShardDispatcher::CallOutcome> ShardDispatcher::RunWave(int64_t round
 }
 
 absl::Status ShardDispatcher::Settle(int64_t round, const std::string& what, RoundCollector* collector,
-                                     const std::vector<Task>& shards, RoundOutput* output,
+                                     const std::vector<Task>& shards, RoundOutput* output, Checked* checked,
                                      std::vector<Task>* tiebreaks, bool* redo) {
   const double tolerance = VerificationTolerance(deps_.dtype);
   for (RoundCollector::Verdict& verdict : collector->TakeVerdicts()) {
@@ -227,18 +243,48 @@ absl::Status ShardDispatcher::Settle(int64_t round, const std::string& what, Rou
     verified->set_tolerance(tolerance);
     verified->set_agreed(decision.kind == Kind::kAgreed);
     if (decision.kind == Kind::kResolved) verified->set_odd_worker_id(decision.odd);
+    checked->shards.insert(verdict.shard_id);
+    const std::set<std::string> vouched = VerificationLedger::Vouched(*verified);
+    checked->vouched.insert(vouched.begin(), vouched.end());
     deps_.record->Emit(std::move(event));
-    if (decision.kind != Kind::kResolved) continue;
-    // Its other results of this round may be wrong too: when any counted, the round starts over.
+    if (decision.kind != Kind::kResolved || deps_.planner->IsQuarantined(decision.odd)) continue;
+
+    const std::string reason =
+        absl::StrCat("outvoted on ", what, " shard ", verdict.shard_id,
+                     ": its gradient disagrees with those of the others (", workers, ")");
     std::map<std::string, std::set<int64_t>> contributions = collector->contributions();
-    const int recomputed = static_cast<int>(contributions[decision.odd].size());
-    Quarantine(decision.odd, round,
-               absl::StrCat("outvoted on ", what, " shard ", verdict.shard_id, ": its gradient disagrees with ",
-                            "those of the others (", workers, ")"),
-               recomputed);
-    if (recomputed > 0) *redo = true;
+    v1::WorkerQuarantined quarantined;
+    quarantined.set_recomputed_shards(static_cast<int>(contributions[decision.odd].size()));
+    // Its unverified results of earlier rounds may be lies too: back to the checkpoint before them.
+    const int64_t since = ledger_.SuspectSince(decision.odd);
+    if (since > 0 && since < round) {
+      absl::StatusOr<int64_t> back = CheckpointBefore(since);
+      if (!back.ok()) return back.status();
+      quarantined.set_recompute_from_round(since);
+      quarantined.set_rolled_back_to_round(*back);
+      output->rolled_back_to = *back;
+    } else if (quarantined.recomputed_shards() > 0) {
+      *redo = true;  // its results of this round counted: the round starts over
+    }
+    Quarantine(decision.odd, round, reason, std::move(quarantined));
+    if (output->rolled_back_to.has_value()) return absl::OkStatus();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ShardDispatcher::CheckpointBefore(int64_t round) const {
+  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints =
+      deps_.store->Checkpoints(deps_.record->job_id());
+  if (!checkpoints.ok()) return checkpoints.status();
+  int64_t newest = -1;
+  for (const CheckpointRecord& checkpoint : *checkpoints) {
+    if (checkpoint.round < round) newest = std::max(newest, checkpoint.round);
+  }
+  if (newest < 0) {
+    return absl::InternalError(
+        absl::StrCat("no checkpoint of ", deps_.record->job_id(), " before round ", round));
+  }
+  return newest;
 }
 
 absl::StatusOr<std::vector<WorkerPlan>> ShardDispatcher::Reassign(
@@ -272,10 +318,11 @@ absl::StatusOr<std::vector<WorkerPlan>> ShardDispatcher::Reassign(
       auto it = answered.find(task.id);
       const std::set<std::string> opinions = it == answered.end() ? std::set<std::string>{} : it->second;
       if (task.opinion == 3 || opinions.size() >= 2) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            what, ": shard ", task.id, ": workers ", absl::StrJoin(opinions, ", "),
-            " disagree and no other eligible worker is live to decide which is right (verification needs three "
-            "workers to settle a disagreement; JobSpec.verify_fraction 0 turns it off)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": shard ", task.id, ": workers ", absl::StrJoin(opinions, ", "),
+                         " disagree and no other eligible worker is live to decide which is right "
+                         "(verification needs three "
+                         "workers to settle a disagreement; JobSpec.verify_fraction 0 turns it off)"));
       }
       // No other worker for a second opinion: the shard counts unverified.
       if (absl::Status abandoned = collector->AbandonCheck(task.id); !abandoned.ok()) return abandoned;
@@ -311,26 +358,38 @@ void ShardDispatcher::Strike(const std::string& worker_id, int64_t round, const 
   base::LogWarning(deps_.record->job_id(), ": result of worker ", worker_id, " rejected (", strikes, " of ",
                    deps_.quarantine_after, " before quarantine): ", why);
   if (strikes >= deps_.quarantine_after) {
-    Quarantine(worker_id, round, absl::StrCat(strikes, " results rejected; last: ", why), 0);
+    Quarantine(worker_id, round, absl::StrCat(strikes, " results rejected; last: ", why));
   }
 }
 
 void ShardDispatcher::Quarantine(const std::string& worker_id, int64_t round, const std::string& reason,
-                                 int recomputed_shards) {
+                                 v1::WorkerQuarantined event) {
   if (!deps_.planner->Quarantine(worker_id)) return;
   deps_.registry->AddQuarantine(worker_id, deps_.record->job_id(), reason);
-  v1::JobEvent event;
-  v1::WorkerQuarantined* quarantined = event.mutable_worker_quarantined();
-  quarantined->set_round(round);
-  quarantined->set_worker_id(worker_id);
-  quarantined->set_reason(reason);
-  quarantined->set_recomputed_shards(recomputed_shards);
-  deps_.record->Emit(std::move(event));
-  base::LogWarning(deps_.record->job_id(), ": worker ", worker_id, " quarantined: ", reason);
+  event.set_round(round);
+  event.set_worker_id(worker_id);
+  event.set_reason(reason);
+  v1::JobEvent job_event;
+  *job_event.mutable_worker_quarantined() = event;
+  deps_.record->Emit(std::move(job_event));
+  if (event.has_rolled_back_to_round()) {
+    base::LogWarning(deps_.record->job_id(), ": worker ", worker_id, " quarantined: ", reason,
+                     "; its unverified results since round ", event.recompute_from_round(),
+                     " are undone: back to the checkpoint of round ", event.rolled_back_to_round());
+  } else {
+    base::LogWarning(deps_.record->job_id(), ": worker ", worker_id, " quarantined: ", reason);
+  }
 }
 
-void ShardDispatcher::RestoreQuarantine(const std::string& worker_id, const std::string& reason) {
-  if (deps_.planner->Quarantine(worker_id)) deps_.registry->AddQuarantine(worker_id, deps_.record->job_id(), reason);
+void ShardDispatcher::Replay(const std::vector<v1::JobEvent>& events) {
+  for (const v1::JobEvent& event : events) {
+    if (!event.has_worker_quarantined()) continue;
+    const v1::WorkerQuarantined& quarantined = event.worker_quarantined();
+    if (deps_.planner->Quarantine(quarantined.worker_id())) {
+      deps_.registry->AddQuarantine(quarantined.worker_id(), deps_.record->job_id(), quarantined.reason());
+    }
+  }
+  ledger_.Replay(events);
 }
 
 }  // namespace slimfit::server

@@ -12,23 +12,26 @@
 // JobSpec.quarantine_after strikes the worker is quarantined (WorkerQuarantined; no more shards of
 // the job). A fraction JobSpec.verify_fraction of training shards (drawn from the seed) is also
 // computed by a second worker; when the two disagree a third decides, the outvoted worker is
-// quarantined and the round is computed again without it (ShardVerified events).
+// quarantined and the round is computed again without it (ShardVerified events) — or, when results
+// of earlier rounds it computed were never verified (VerificationLedger), the job goes back to the
+// newest checkpoint before the first of them (RoundOutput::rolled_back_to).
 //
 // Thread safety: Run is called by the job runner's thread; CancelAll from any thread. The pointers
 // in Deps must outlive the dispatcher.
 #ifndef SLIMFIT_SERVER_SHARD_DISPATCHER_H_
 #define SLIMFIT_SERVER_SHARD_DISPATCHER_H_
 
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -41,6 +44,8 @@
 #include "server/norm_screen.h"
 #include "server/round_collector.h"
 #include "server/runner_options.h"
+#include "server/state_store.h"
+#include "server/verification_ledger.h"
 #include "server/worker_leases.h"
 #include "server/worker_planner.h"
 #include "server/worker_registry.h"
@@ -56,12 +61,19 @@ struct RoundOutput {
   int shards = 0;
   int reassigned = 0;  // shards that needed more than one attempt
   int verified = 0;    // spot-checked shards whose check settled
+  // Workers with results counted that no spot check compared, and workers a spot check vouched for.
+  std::set<std::string> unverified_workers;
+  std::set<std::string> vouched_workers;
+  // Set when the round did not complete: a worker was outvoted whose unverified results went into
+  // earlier rounds; the job must restore its checkpoint of this round and go on from there.
+  std::optional<int64_t> rolled_back_to;
 };
 
 class ShardDispatcher {
  public:
   struct Deps {
     JobRecord* record = nullptr;
+    StateStore* store = nullptr;  // the job's checkpoints (where a rollback can go)
     WorkerRegistry* registry = nullptr;
     WorkerLeases* leases = nullptr;
     EventSignal* signal = nullptr;
@@ -74,9 +86,9 @@ class ShardDispatcher {
     std::vector<std::vector<int64_t>> shapes;
     performer::DType dtype = performer::DType::kFloat32;
     v1::TokenEncoding encoding = v1::TOKEN_ENCODING_UINT8;
-    uint64_t feature_seed = 0;  // also draws the spot-checked shards
-    double verify_fraction = 0;  // JobSpec.verify_fraction
-    int quarantine_after = 3;    // JobSpec.quarantine_after
+    uint64_t feature_seed = 0;                    // also draws the spot-checked shards
+    double verify_fraction = 0;                   // JobSpec.verify_fraction
+    int quarantine_after = 3;                     // JobSpec.quarantine_after
     const std::atomic<bool>* stopping = nullptr;  // the runner's stop or cancel flag
   };
 
@@ -92,12 +104,11 @@ class ShardDispatcher {
   absl::StatusOr<RoundOutput> Run(int64_t round, uint64_t version, const std::vector<SequenceRef>& sequences,
                                   bool evaluate_only);
 
-  // Shuts `worker_id` out of the job: the planner skips it, `slimfit workers` shows why, and a
-  // WorkerQuarantined event says so (with the shards of `round` it had contributed, which are
-  // computed again). No-op when it already is.
-  void Quarantine(const std::string& worker_id, int64_t round, const std::string& reason, int recomputed_shards);
-  // A quarantine from before a coordinator restart (the job's WorkerQuarantined events): no event.
-  void RestoreQuarantine(const std::string& worker_id, const std::string& reason);
+  // The job went back to its checkpoint of `round` (after Run returned rolled_back_to).
+  void RolledBack(int64_t round) { ledger_.RolledBack(round); }
+  // After a coordinator restart: the quarantines and the verification ledger from the job's
+  // events, oldest first. No events are emitted.
+  void Replay(const std::vector<v1::JobEvent>& events);
 
   // Cancels every call in flight. REQUIRES: *deps.stopping was set first, so that a call starting
   // after this is cancelled as it registers.
@@ -125,20 +136,30 @@ class ShardDispatcher {
 
   // One try at a round; *redo when a spot check outvoted a worker (quarantined now) whose other
   // results this round may be wrong too.
-  absl::StatusOr<RoundOutput> RunOnce(int64_t round, uint64_t version, const std::vector<SequenceRef>& sequences,
-                                      bool evaluate_only, bool* redo);
-  std::vector<Task> CutRound(const std::vector<SequenceRef>& sequences, const std::vector<WorkerPlan>& plans) const;
+  absl::StatusOr<RoundOutput> RunOnce(int64_t round, uint64_t version,
+                                      const std::vector<SequenceRef>& sequences, bool evaluate_only,
+                                      bool* redo);
+  std::vector<Task> CutRound(const std::vector<SequenceRef>& sequences,
+                             const std::vector<WorkerPlan>& plans) const;
   // Adds a second-opinion task, on another worker, for every shard drawn for a spot check.
-  void AddSpotChecks(int64_t round, size_t workers, RoundCollector* collector, std::vector<Task>* tasks) const;
+  void AddSpotChecks(int64_t round, size_t workers, RoundCollector* collector,
+                     std::vector<Task>* tasks) const;
   // Runs `tasks` on their workers, one thread per worker; the outcome of each.
   std::vector<CallOutcome> RunWave(int64_t round, uint64_t version, int64_t normalizer, bool evaluate_only,
                                    const std::vector<WorkerPlan>& plans, const std::vector<Task>& tasks,
                                    RoundCollector* collector);
   CallOutcome CallShard(const WorkerPlan& plan, const Task& task, int64_t round, uint64_t version,
                         int64_t normalizer, bool evaluate_only, RoundCollector* collector);
-  // Acts on settled spot checks: events, a tiebreak task into *tiebreaks, a quarantine and *redo.
+  // What the spot checks of one try at a round settled.
+  struct Checked {
+    std::set<int64_t> shards;       // shards verified
+    std::set<std::string> vouched;  // workers a check vouched for
+  };
+  // Acts on settled spot checks: events, *checked, a tiebreak task into *tiebreaks, a quarantine
+  // with *redo (this round again) or output->rolled_back_to (earlier rounds too).
   absl::Status Settle(int64_t round, const std::string& what, RoundCollector* collector,
-                      const std::vector<Task>& shards, RoundOutput* output, std::vector<Task>* tiebreaks, bool* redo);
+                      const std::vector<Task>& shards, RoundOutput* output, Checked* checked,
+                      std::vector<Task>* tiebreaks, bool* redo);
   // Gives every task in *failed a worker of the new plans (preferring workers not in
   // `failed_workers`; never one that already answered a checked shard); drops a spot check that no
   // other worker can do. The new plans.
@@ -149,14 +170,22 @@ class ShardDispatcher {
                                                    RoundCollector* collector, std::vector<Task>* failed);
   // A rejected result of `worker_id`: quarantined at deps.quarantine_after.
   void Strike(const std::string& worker_id, int64_t round, const std::string& why);
+  // Shuts the worker out of the job: the planner skips it, `slimfit workers` shows why, and a
+  // WorkerQuarantined event (`event`, with the worker, round and reason filled in here) says so.
+  // No-op when it already is.
+  void Quarantine(const std::string& worker_id, int64_t round, const std::string& reason,
+                  v1::WorkerQuarantined event = {});
+  // The newest checkpoint of a round before `round`.
+  absl::StatusOr<int64_t> CheckpointBefore(int64_t round) const;
   // Cancels the calls in flight to workers that can no longer answer them (LOST, LEFT, or
   // re-registered as a new incarnation); DRAINING workers may finish theirs.
   void CancelCallsToGoneWorkers();
   bool stopping() const { return deps_.stopping->load(); }
 
   const Deps deps_;
-  NormScreen screen_;                      // the job's recent per-token gradient norms
-  std::map<std::string, int> strikes_;     // rejected results per worker; runner thread only
+  NormScreen screen_;                   // the job's recent per-token gradient norms
+  std::map<std::string, int> strikes_;  // rejected results per worker; runner thread only
+  VerificationLedger ledger_;           // runner thread only
 
   absl::Mutex mutex_;
   // Calls in flight and the worker each goes to (id, incarnation).

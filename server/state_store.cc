@@ -13,25 +13,34 @@ namespace {
 // A prepared statement that finalises itself.
 class Statement {
  public:
-  Statement(sqlite3* db, const char* sql) : db_(db) { status_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    status_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
   ~Statement() { sqlite3_finalize(stmt_); }
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
 
   bool ok() const { return status_ == SQLITE_OK; }
-  void BindText(int i, const std::string& text) { sqlite3_bind_text(stmt_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT); }
-  void BindBlob(int i, const std::string& blob) { sqlite3_bind_blob(stmt_, i, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT); }
+  void BindText(int i, const std::string& text) {
+    sqlite3_bind_text(stmt_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+  }
+  void BindBlob(int i, const std::string& blob) {
+    sqlite3_bind_blob(stmt_, i, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  }
   void BindInt(int i, int64_t value) { sqlite3_bind_int64(stmt_, i, value); }
   void BindNull(int i) { sqlite3_bind_null(stmt_, i); }
   // SQLITE_ROW, SQLITE_DONE or an error code.
   int Step() { return sqlite3_step(stmt_); }
   std::string Text(int column) {
     const unsigned char* text = sqlite3_column_text(stmt_, column);
-    return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text), sqlite3_column_bytes(stmt_, column));
+    return text == nullptr
+               ? std::string()
+               : std::string(reinterpret_cast<const char*>(text), sqlite3_column_bytes(stmt_, column));
   }
   std::string Blob(int column) {
     const void* blob = sqlite3_column_blob(stmt_, column);
-    return blob == nullptr ? std::string() : std::string(static_cast<const char*>(blob), sqlite3_column_bytes(stmt_, column));
+    return blob == nullptr ? std::string()
+                           : std::string(static_cast<const char*>(blob), sqlite3_column_bytes(stmt_, column));
   }
   int64_t Int(int column) { return sqlite3_column_int64(stmt_, column); }
   bool IsNull(int column) { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
@@ -54,7 +63,8 @@ absl::Status RunToDone(Statement& statement, absl::string_view what) {
 template <typename Message>
 absl::StatusOr<Message> ParseRecord(const std::string& bytes, absl::string_view what) {
   Message message;
-  if (!message.ParseFromString(bytes)) return absl::DataLossError(absl::StrCat("state database: corrupt ", what));
+  if (!message.ParseFromString(bytes))
+    return absl::DataLossError(absl::StrCat("state database: corrupt ", what));
   return message;
 }
 
@@ -62,8 +72,8 @@ absl::StatusOr<Message> ParseRecord(const std::string& bytes, absl::string_view 
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
-      SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return absl::InternalError(absl::StrCat("cannot open state database ", path, ": ", message));
@@ -74,24 +84,29 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   for (const char* sql : {
            "PRAGMA journal_mode=WAL",
            "PRAGMA synchronous=FULL",
-           "CREATE TABLE IF NOT EXISTS datasets (id TEXT PRIMARY KEY, info BLOB NOT NULL, path TEXT NOT NULL, "
+           "CREATE TABLE IF NOT EXISTS datasets (id TEXT PRIMARY KEY, info BLOB NOT NULL, path TEXT NOT "
+           "NULL, "
            "token_encoding INTEGER NOT NULL, separator BLOB)",
            "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
            "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created INTEGER NOT NULL, request_id TEXT, "
            "job BLOB NOT NULL)",
            "CREATE INDEX IF NOT EXISTS jobs_by_request ON jobs (request_id)",
-           "CREATE TABLE IF NOT EXISTS events (job_id TEXT NOT NULL, sequence INTEGER NOT NULL, event BLOB NOT NULL, "
+           "CREATE TABLE IF NOT EXISTS events (job_id TEXT NOT NULL, sequence INTEGER NOT NULL, event BLOB "
+           "NOT NULL, "
            "PRIMARY KEY (job_id, sequence))",
-           "CREATE TABLE IF NOT EXISTS checkpoints (job_id TEXT NOT NULL, round INTEGER NOT NULL, version INTEGER "
-           "NOT NULL, model_path TEXT NOT NULL, optimizer_path TEXT NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT "
+           "CREATE TABLE IF NOT EXISTS checkpoints (job_id TEXT NOT NULL, round INTEGER NOT NULL, version "
+           "INTEGER "
+           "NOT NULL, model_path TEXT NOT NULL, optimizer_path TEXT NOT NULL, bytes INTEGER NOT NULL, sha256 "
+           "TEXT "
            "NOT NULL, PRIMARY KEY (job_id, round))",
            "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, incarnation INTEGER NOT NULL)",
        }) {
     if (absl::Status s = store->Exec(sql); !s.ok()) return s;
   }
   // Columns added after the first release: a database written before them gets them here.
-  for (const char* column : {"credential_sha256 TEXT NOT NULL DEFAULT ''", "revoked INTEGER NOT NULL DEFAULT 0",
-                             "revoked_reason TEXT NOT NULL DEFAULT ''", "revoked_at INTEGER NOT NULL DEFAULT 0"}) {
+  for (const char* column :
+       {"credential_sha256 TEXT NOT NULL DEFAULT ''", "revoked INTEGER NOT NULL DEFAULT 0",
+        "revoked_reason TEXT NOT NULL DEFAULT ''", "revoked_at INTEGER NOT NULL DEFAULT 0"}) {
     absl::Status added = store->Exec(absl::StrCat("ALTER TABLE workers ADD COLUMN ", column));
     if (!added.ok() && !absl::StrContains(added.message(), "duplicate column")) return added;
   }
@@ -115,12 +130,17 @@ absl::Status StateStore::Exec(const std::string& sql) {
 
 absl::Status StateStore::PutDataset(const DatasetRecord& record) {
   absl::MutexLock lock(&mutex_);
-  Statement s(db_, "INSERT OR REPLACE INTO datasets (id, info, path, token_encoding, separator) VALUES (?, ?, ?, ?, ?)");
+  Statement s(
+      db_,
+      "INSERT OR REPLACE INTO datasets (id, info, path, token_encoding, separator) VALUES (?, ?, ?, ?, ?)");
   s.BindText(1, record.info.dataset_id());
   s.BindBlob(2, record.info.SerializeAsString());
   s.BindText(3, record.path);
   s.BindInt(4, record.token_encoding);
-  if (record.document_separator.has_value()) s.BindBlob(5, *record.document_separator); else s.BindNull(5);
+  if (record.document_separator.has_value())
+    s.BindBlob(5, *record.document_separator);
+  else
+    s.BindNull(5);
   return RunToDone(s, "storing a dataset");
 }
 
@@ -145,7 +165,8 @@ absl::StatusOr<std::optional<DatasetRecord>> StateStore::GetDataset(const std::s
 absl::StatusOr<int64_t> StateStore::NextJobNumber() {
   absl::MutexLock lock(&mutex_);
   Statement s(db_,
-              "INSERT INTO counters (name, value) VALUES ('job', 1) ON CONFLICT(name) DO UPDATE SET value = value + 1 "
+              "INSERT INTO counters (name, value) VALUES ('job', 1) ON CONFLICT(name) DO UPDATE SET value = "
+              "value + 1 "
               "RETURNING value");
   if (!s.ok()) return s.Error("numbering a job");
   if (s.Step() != SQLITE_ROW) return s.Error("numbering a job");
@@ -156,12 +177,16 @@ absl::StatusOr<int64_t> StateStore::NextJobNumber() {
 
 absl::Status StateStore::PutJob(const v1::Job& job, const std::string& request_id) {
   absl::MutexLock lock(&mutex_);
-  Statement s(db_,
-              "INSERT INTO jobs (id, created, request_id, job) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-              "job = excluded.job");
+  Statement s(
+      db_,
+      "INSERT INTO jobs (id, created, request_id, job) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+      "job = excluded.job");
   s.BindText(1, job.job_id());
   s.BindInt(2, job.created_at().seconds() * 1000000000 + job.created_at().nanos());
-  if (request_id.empty()) s.BindNull(3); else s.BindText(3, request_id);
+  if (request_id.empty())
+    s.BindNull(3);
+  else
+    s.BindText(3, request_id);
   s.BindBlob(4, job.SerializeAsString());
   return RunToDone(s, "storing a job");
 }
@@ -211,8 +236,8 @@ absl::Status StateStore::AppendEvent(const v1::JobEvent& event) {
   return RunToDone(s, "storing an event");
 }
 
-absl::StatusOr<std::vector<v1::JobEvent>> StateStore::Events(const std::string& job_id, int64_t after_sequence,
-                                                            int64_t limit) {
+absl::StatusOr<std::vector<v1::JobEvent>> StateStore::Events(const std::string& job_id,
+                                                             int64_t after_sequence, int64_t limit) {
   absl::MutexLock lock(&mutex_);
   Statement s(db_, "SELECT event FROM events WHERE job_id = ? AND sequence > ? ORDER BY sequence LIMIT ?");
   if (!s.ok()) return s.Error("reading events");
@@ -242,7 +267,8 @@ absl::StatusOr<int64_t> StateStore::LastEventSequence(const std::string& job_id)
 absl::Status StateStore::PutCheckpoint(const CheckpointRecord& record) {
   absl::MutexLock lock(&mutex_);
   Statement s(db_,
-              "INSERT OR REPLACE INTO checkpoints (job_id, round, version, model_path, optimizer_path, bytes, sha256) "
+              "INSERT OR REPLACE INTO checkpoints (job_id, round, version, model_path, optimizer_path, "
+              "bytes, sha256) "
               "VALUES (?, ?, ?, ?, ?, ?, ?)");
   s.BindText(1, record.job_id);
   s.BindInt(2, record.round);
@@ -256,9 +282,10 @@ absl::Status StateStore::PutCheckpoint(const CheckpointRecord& record) {
 
 absl::StatusOr<std::vector<CheckpointRecord>> StateStore::Checkpoints(const std::string& job_id) {
   absl::MutexLock lock(&mutex_);
-  Statement s(db_,
-              "SELECT round, version, model_path, optimizer_path, bytes, sha256 FROM checkpoints WHERE job_id = ? "
-              "ORDER BY round");
+  Statement s(
+      db_,
+      "SELECT round, version, model_path, optimizer_path, bytes, sha256 FROM checkpoints WHERE job_id = ? "
+      "ORDER BY round");
   if (!s.ok()) return s.Error("reading checkpoints");
   s.BindText(1, job_id);
   std::vector<CheckpointRecord> records;
@@ -278,10 +305,27 @@ absl::StatusOr<std::vector<CheckpointRecord>> StateStore::Checkpoints(const std:
   return records;
 }
 
+absl::StatusOr<std::vector<CheckpointRecord>> StateStore::DeleteCheckpointsAfter(const std::string& job_id,
+                                                                                 int64_t round) {
+  absl::StatusOr<std::vector<CheckpointRecord>> all = Checkpoints(job_id);
+  if (!all.ok()) return all.status();
+  std::vector<CheckpointRecord> deleted;
+  for (CheckpointRecord& record : *all) {
+    if (record.round > round) deleted.push_back(std::move(record));
+  }
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "DELETE FROM checkpoints WHERE job_id = ? AND round > ?");
+  s.BindText(1, job_id);
+  s.BindInt(2, round);
+  if (absl::Status done = RunToDone(s, "forgetting checkpoints"); !done.ok()) return done;
+  return deleted;
+}
+
 absl::Status StateStore::PutWorker(const std::string& worker_id, const WorkerRecord& record) {
   absl::MutexLock lock(&mutex_);
   Statement s(db_,
-              "INSERT OR REPLACE INTO workers (id, incarnation, credential_sha256, revoked, revoked_reason, revoked_at) "
+              "INSERT OR REPLACE INTO workers (id, incarnation, credential_sha256, revoked, revoked_reason, "
+              "revoked_at) "
               "VALUES (?, ?, ?, ?, ?, ?)");
   s.BindText(1, worker_id);
   s.BindInt(2, static_cast<int64_t>(record.incarnation));
@@ -294,7 +338,8 @@ absl::Status StateStore::PutWorker(const std::string& worker_id, const WorkerRec
 
 absl::StatusOr<std::map<std::string, WorkerRecord>> StateStore::Workers() {
   absl::MutexLock lock(&mutex_);
-  Statement s(db_, "SELECT id, incarnation, credential_sha256, revoked, revoked_reason, revoked_at FROM workers");
+  Statement s(db_,
+              "SELECT id, incarnation, credential_sha256, revoked, revoked_reason, revoked_at FROM workers");
   if (!s.ok()) return s.Error("reading workers");
   std::map<std::string, WorkerRecord> workers;
   int step;

@@ -19,8 +19,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/slimfit.pb.h"
 
 struct sqlite3;
@@ -46,8 +46,8 @@ struct CheckpointRecord {
 
 // What the coordinator remembers of a worker across restarts.
 struct WorkerRecord {
-  uint64_t incarnation = 0;        // the latest
-  std::string credential_sha256;   // of its credential; empty for a worker that never got one
+  uint64_t incarnation = 0;       // the latest
+  std::string credential_sha256;  // of its credential; empty for a worker that never got one
   bool revoked = false;
   std::string revoked_reason;
   absl::Time revoked_at = absl::InfinitePast();
@@ -84,6 +84,10 @@ class StateStore {
   absl::Status PutCheckpoint(const CheckpointRecord& record);
   // The job's checkpoints by increasing round.
   absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& job_id);
+  // Forgets the job's checkpoints of rounds after `round` (the job went back to `round`); the
+  // records forgotten, so that their files can be removed.
+  absl::StatusOr<std::vector<CheckpointRecord>> DeleteCheckpointsAfter(const std::string& job_id,
+                                                                       int64_t round);
 
   // Worker identities by id (inserted or replaced).
   absl::Status PutWorker(const std::string& worker_id, const WorkerRecord& record);

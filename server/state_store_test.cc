@@ -1,10 +1,10 @@
 #include "server/state_store.h"
 
-#include <sqlite3.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
+#include "absl/strings/str_cat.h"
 #include "base/test_util.h"
 
 namespace slimfit::server {
@@ -101,6 +101,26 @@ TEST(StateStoreTest, AWorkersTableFromBeforeCredentialsGetsTheNewColumns) {
   EXPECT_EQ((*workers)["w-old"].incarnation, 4u);
   EXPECT_EQ((*workers)["w-old"].credential_sha256, "");
   EXPECT_FALSE((*workers)["w-old"].revoked);
+}
+
+TEST(StateStoreTest, CheckpointsAfterARoundAreForgotten) {
+  absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(testing_util::TempPath("rollback.db"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int64_t round = 0; round <= 4; ++round) {
+    ASSERT_TRUE((*store)
+                    ->PutCheckpoint({"job-1", round, static_cast<uint64_t>(round + 1),
+                                     absl::StrCat("/m", round), "/o", 100, "ab"})
+                    .ok());
+  }
+  ASSERT_TRUE((*store)->PutCheckpoint({"job-2", 3, 4, "/other", "/o", 100, "ab"}).ok());
+  absl::StatusOr<std::vector<CheckpointRecord>> deleted = (*store)->DeleteCheckpointsAfter("job-1", 2);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  ASSERT_EQ(deleted->size(), 2u);
+  EXPECT_EQ((*deleted)[0].model_path, "/m3");
+  EXPECT_EQ((*deleted)[1].model_path, "/m4");
+  ASSERT_EQ((*store)->Checkpoints("job-1")->size(), 3u);
+  EXPECT_EQ((*store)->Checkpoints("job-1")->back().round, 2);
+  EXPECT_EQ((*store)->Checkpoints("job-2")->size(), 1u);  // another job's are kept
 }
 
 TEST(StateStoreTest, UnopenablePathIsAnError) {

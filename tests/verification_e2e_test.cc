@@ -1,8 +1,12 @@
 // End to end, workers that lie (tests/lying_proxy.h puts a tampering proxy in front of a real
 // worker): results that fail validation or the norm screen get their worker quarantined, a subtle
-// lie is caught by a second opinion and settled by a third, and in every case the job's result is
-// what one honest process computes. Two workers that disagree with no third to decide fail the
+// lie is caught by a second opinion and settled by a third (and, caught late, undone back to the
+// checkpoint before its first unverified round), and in every case the job's result is what one
+// honest process computes. Two workers that disagree with no third to decide fail the
 // job with a message that names them.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -11,11 +15,9 @@
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_cat.h"
 #include "proto/rpc_util.h"
+#include "server/spot_checks.h"
 #include "tests/cluster.h"
 #include "tests/e2e_support.h"
 #include "tests/lying_proxy.h"
@@ -55,6 +57,29 @@ std::string WorkerIdAt(Cluster& cluster, const std::string& address) {
   return "";
 }
 
+// Honest workers on `honest_budgets` and one liar on 4 MiB, all live; `liar` is null on failure.
+struct WithOneLiar {
+  std::unique_ptr<LyingProxy> liar;
+  std::string liar_id;
+};
+WithOneLiar StartHonestAndOneLiar(Cluster& cluster, const std::vector<std::string>& honest_budgets, Lie lie) {
+  WithOneLiar result;
+  for (const std::string& budget : honest_budgets) {
+    absl::StatusOr<int> index = cluster.StartWorker(budget);
+    EXPECT_TRUE(index.ok()) << index.status() << cluster.Logs();
+    if (!index.ok()) return result;
+  }
+  std::unique_ptr<LyingProxy> liar = StartLiar(cluster, "4MiB", lie);
+  if (!liar) return result;
+  const absl::Status live =
+      cluster.WaitForLiveWorkers(static_cast<int>(honest_budgets.size()) + 1, absl::Seconds(30));
+  EXPECT_TRUE(live.ok()) << live << cluster.Logs();
+  if (!live.ok()) return result;
+  result.liar_id = WorkerIdAt(cluster, liar->address());
+  result.liar = std::move(liar);
+  return result;
+}
+
 struct Finished {
   v1::Job job;
   std::vector<v1::JobEvent> events;
@@ -76,7 +101,8 @@ Finished RunJob(Cluster& cluster, const v1::JobSpec& spec) {
 TEST(VerificationEndToEndTest, RejectedResultsGetTheirWorkerQuarantinedAndChangeNothing) {
   Cluster cluster("quarantine");
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (const char* budget : {"700KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  for (const char* budget : {"700KiB", "4MiB"})
+    ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
   std::unique_ptr<LyingProxy> nan = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kNotFinite, 0, 2});
   std::unique_ptr<LyingProxy> scaled = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kScale, 1000, 3});
   std::unique_ptr<LyingProxy> stale = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kWrongVersion, 0, 2});
@@ -110,7 +136,8 @@ TEST(VerificationEndToEndTest, RejectedResultsGetTheirWorkerQuarantinedAndChange
     EXPECT_THAT(quarantined[worker_id], HasSubstr(why));
   }
   for (const LyingProxy* liar : {nan.get(), scaled.get(), stale.get()}) EXPECT_GE(liar->lies_told(), 2);
-  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text, std::string("\n\n")),
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text,
+                                                    std::string("\n\n")),
             1e-5);
 }
 
@@ -118,11 +145,10 @@ TEST(VerificationEndToEndTest, ASubtleLieIsOutvotedBySpotChecksAndChangesNothing
   Cluster cluster("spot_checks");
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   // Different budgets: the honest workers run different plans and still agree.
-  for (const char* budget : {"700KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
-  std::unique_ptr<LyingProxy> liar = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kScale, 1.01, 1});
-  ASSERT_TRUE(liar);
-  ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
-  const std::string liar_id = WorkerIdAt(cluster, liar->address());
+  const WithOneLiar started =
+      StartHonestAndOneLiar(cluster, {"700KiB", "4MiB"}, Lie{Lie::Kind::kScale, 1.01, 1});
+  ASSERT_TRUE(started.liar);
+  const std::string& liar_id = started.liar_id;
 
   const std::string text = testing_util::Corpus(16000);
   absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
@@ -152,25 +178,87 @@ TEST(VerificationEndToEndTest, ASubtleLieIsOutvotedBySpotChecksAndChangesNothing
       EXPECT_EQ(event.worker_quarantined().worker_id(), liar_id);
       EXPECT_THAT(event.worker_quarantined().reason(), HasSubstr("outvoted"));
     }
-    if (event.has_round_completed()) EXPECT_EQ(event.round_completed().verified_shards(), event.round_completed().shards());
+    if (event.has_round_completed())
+      EXPECT_EQ(event.round_completed().verified_shards(), event.round_completed().shards());
   }
   EXPECT_GE(outvoted, 1);  // every shard it had a hand in before the quarantine
   EXPECT_EQ(quarantines, 1);
   EXPECT_GT(agreed, 0);
-  EXPECT_GT(largest_honest_difference, 0);  // different plans round differently...
+  EXPECT_GT(largest_honest_difference, 0);     // different plans round differently...
   EXPECT_LT(largest_honest_difference, 1e-5);  // ...by far less than the tolerance
-  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text, std::string("\n\n")),
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text,
+                                                    std::string("\n\n")),
+            1e-5);
+}
+
+// A seed under which, with `fraction`, every one of `shards` shards is spot-checked in the rounds
+// of `checked` and none in the rounds of `unchecked`.
+uint64_t SeedWithChecks(double fraction, int64_t shards, const std::vector<int64_t>& checked,
+                        const std::vector<int64_t>& unchecked) {
+  for (uint64_t seed = 0;; ++seed) {
+    bool fits = true;
+    for (int64_t shard = 0; shard < shards && fits; ++shard) {
+      for (int64_t round : checked) fits &= server::IsSpotChecked(seed, round, shard, fraction);
+      for (int64_t round : unchecked) fits &= !server::IsSpotChecked(seed, round, shard, fraction);
+    }
+    if (fits) return seed;
+  }
+}
+
+TEST(VerificationEndToEndTest, ALiarCaughtLateIsUndoneFromItsFirstUnverifiedRound) {
+  Cluster cluster("rollback");
+  // Three equal workers and six sequences per round: three shards, one per worker.
+  ASSERT_TRUE(cluster.StartCoordinator({"--max_sequences_per_shard=2"}).ok()) << cluster.Logs();
+  const WithOneLiar started =
+      StartHonestAndOneLiar(cluster, {"4MiB", "4MiB"}, Lie{Lie::Kind::kScale, 1.01, 2});
+  ASSERT_TRUE(started.liar);
+  const std::string& liar_id = started.liar_id;
+
+  const std::string text = testing_util::Corpus(16000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  v1::JobSpec spec = testing_util::Spec(*dataset, 32, 64, 128, 6, 4);
+  // Round 1 is checked (the liar, still honest, is vouched for), round 2 is not (its lie counts),
+  // round 3 is (it is caught): everything since round 2 must be undone.
+  spec.set_verify_fraction(0.5);
+  spec.set_seed(SeedWithChecks(0.5, 3, {1, 3}, {2}));
+  const Finished finished = RunJob(cluster, spec);
+  ASSERT_EQ(finished.job.state(), v1::JOB_STATE_SUCCEEDED) << finished.job.state_reason() << cluster.Logs();
+
+  int quarantines = 0, round_two_completions = 0;
+  bool liar_unverified_in_round_two = false;
+  for (const v1::JobEvent& event : finished.events) {
+    if (event.has_worker_quarantined()) {
+      ++quarantines;
+      const v1::WorkerQuarantined& quarantined = event.worker_quarantined();
+      EXPECT_EQ(quarantined.worker_id(), liar_id);
+      EXPECT_EQ(quarantined.round(), 3);
+      EXPECT_EQ(quarantined.recompute_from_round(), 2);
+      EXPECT_EQ(quarantined.rolled_back_to_round(), 1);
+    }
+    if (event.has_round_completed() && event.round_completed().round() == 2) {
+      ++round_two_completions;
+      for (const std::string& worker : event.round_completed().unverified_workers()) {
+        liar_unverified_in_round_two |= worker == liar_id;
+      }
+    }
+  }
+  EXPECT_EQ(quarantines, 1) << cluster.Logs();
+  EXPECT_EQ(round_two_completions, 2);  // once with the lie, once again without the liar
+  EXPECT_TRUE(liar_unverified_in_round_two);
+  EXPECT_GE(started.liar->lies_told(), 2);
+  // Every checkpoint the job keeps is of the recomputed rounds: the result is the honest one.
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text,
+                                                    std::string("\n\n")),
             1e-5);
 }
 
 TEST(VerificationEndToEndTest, ADisagreementWithNoThirdWorkerFailsTheJobNamingBoth) {
   Cluster cluster("no_tiebreak");
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
-  std::unique_ptr<LyingProxy> liar = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kScale, 1.01, 1});
-  ASSERT_TRUE(liar);
-  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
-  const std::string liar_id = WorkerIdAt(cluster, liar->address());
+  const WithOneLiar started = StartHonestAndOneLiar(cluster, {"4MiB"}, Lie{Lie::Kind::kScale, 1.01, 1});
+  ASSERT_TRUE(started.liar);
+  const std::string& liar_id = started.liar_id;
 
   absl::StatusOr<std::string> dataset = cluster.UploadText(testing_util::Corpus(8000), std::nullopt);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
