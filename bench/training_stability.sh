@@ -12,44 +12,24 @@ rounds="${1:-8}"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 bazel build --show_progress_rate_limit=30 //server:slimfit-coordinator //worker:slimfit-worker //client:slimfit >/dev/null
-bin="$repo_root/bazel-bin"
-slimfit="$bin/client/slimfit"
-work="$(mktemp -d /tmp/slimfit-stability.XXXXXX)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-export SLIMFIT_TOKEN="bench-client-$RANDOM" SLIMFIT_WORKER_TOKEN="bench-worker-$RANDOM"
-wait_for_file() { for _ in $(seq 1 600); do [ -s "$1" ] && return 0; sleep 0.1; done; cat "$work"/*.log >&2; exit 1; }
+source scripts/local_cluster.sh
+cluster_init "$(mktemp -d /tmp/slimfit-stability.XXXXXX)" stability
 
 data="$work/headers.txt"
 : > "$data"
 for h in stdio.h stdlib.h string.h unistd.h pthread.h math.h time.h wchar.h signal.h fcntl.h; do
   [ -f "/usr/include/$h" ] && { cat "/usr/include/$h"; printf '\n\n\n'; } >> "$data"
 done
-"$slimfit" calibrate --device=cpu --threads=1 --out="$work/cpu.profile" >/dev/null
-"$bin/server/slimfit-coordinator" --state_dir="$work/coordinator" --listen=127.0.0.1:0 \
-  --port_file="$work/coordinator.port" > "$work/coordinator.log" 2>&1 &
-pids+=($!)
-wait_for_file "$work/coordinator.port"
-export SLIMFIT_COORDINATOR="$(cat "$work/coordinator.port")"
-for i in 0 1; do
-  "$bin/worker/slimfit-worker" --coordinator="$SLIMFIT_COORDINATOR" --listen=127.0.0.1:0 --device=cpu \
-    --memory_budget=3GiB --threads=1 --state_dir="$work/worker$i" --profile="$work/cpu.profile" \
-    --port_file="$work/worker$i.port" > "$work/worker$i.log" 2>&1 &
-  pids+=($!)
-  wait_for_file "$work/worker$i.port"
-done
+cluster_calibrate >/dev/null
+cluster_start_coordinator
+for i in 0 1; do cluster_start_worker 3GiB; done
+cluster_wait_workers 2
 
 model=(--d_model=768 --layers=6 --heads=12 --d_ff=3072 --feature_map=sqr --ln=post --sequence_length=512
        --tokens_per_round=2048 --rounds="$rounds" --learning_rate=1e-4 --seed=1 --min_workers=2)
 run() {  # label, extra flags...
   local label="$1"; shift
-  "$slimfit" submit "${model[@]}" "$@" --name="$label" --data="$data" --separator='\n\n\n' --json > "$work/$label.json"
-  local job; job="$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/$label.json" | head -1)"
+  local job; job="$(cluster_submit "$label" "${model[@]}" "$@" --data="$data" --separator='\n\n\n')"
   "$slimfit" watch "$job" --json > "$work/$label.events" || true
   echo "$label ($*):"
   python3 - "$work/$label.events" <<'PY'

@@ -18,27 +18,9 @@ keep=0
 
 bash scripts/setup.sh
 bazel build --show_progress_rate_limit=30 //server:slimfit-coordinator //worker:slimfit-worker //client:slimfit
-bin="$repo_root/bazel-bin"
-slimfit="$bin/client/slimfit"
-
-work="$(mktemp -d /tmp/slimfit-demo.XXXXXX)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ "$keep" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-
-export SLIMFIT_TOKEN="demo-client-$RANDOM$RANDOM"
-export SLIMFIT_WORKER_TOKEN="demo-worker-$RANDOM$RANDOM"
-
-wait_for_file() {  # path, what
-  for _ in $(seq 1 600); do [ -s "$1" ] && return 0; sleep 0.1; done
-  echo "demo: $2 did not start; its log:" >&2
-  cat "$work"/*.log >&2
-  exit 1
-}
+source scripts/local_cluster.sh
+cluster_init "$(mktemp -d /tmp/slimfit-demo.XXXXXX)" demo
+CLUSTER_KEEP="$keep"
 
 echo "== the data: Debian's licence texts (pre-training) and C library headers (fine-tuning)"
 licenses=/usr/share/common-licenses
@@ -55,37 +37,21 @@ done
 echo "pre-training: $(stat -c %s "$pretrain") bytes of 10 licences; fine-tuning: $(stat -c %s "$finetune") bytes of 8 C headers"
 
 echo "== calibrating this CPU once (the three workers share it)"
-"$slimfit" calibrate --device=cpu --threads=1 --out="$work/cpu.profile"
+cluster_calibrate
 
 echo "== starting the coordinator and three workers"
-"$bin/server/slimfit-coordinator" --state_dir="$work/coordinator" --listen=127.0.0.1:0 \
-  --port_file="$work/coordinator.port" > "$work/coordinator.log" 2>&1 &
-pids+=($!)
-wait_for_file "$work/coordinator.port" "the coordinator"
-export SLIMFIT_COORDINATOR="$(cat "$work/coordinator.port")"
+cluster_start_coordinator
 echo "coordinator at $SLIMFIT_COORDINATOR"
-i=0
-for budget in 8MiB 12MiB 48MiB; do
-  "$bin/worker/slimfit-worker" --coordinator="$SLIMFIT_COORDINATOR" --listen=127.0.0.1:0 --device=cpu \
-    --memory_budget="$budget" --threads=1 --state_dir="$work/worker$i" --profile="$work/cpu.profile" \
-    --port_file="$work/worker$i.port" > "$work/worker$i.log" 2>&1 &
-  pids+=($!)
-  wait_for_file "$work/worker$i.port" "worker $i"
-  i=$((i + 1))
-done
-for _ in $(seq 1 100); do
-  [ "$("$slimfit" workers --json 2>/dev/null | grep -c '"workerId"' || true)" -ge 3 ] && break
-  sleep 0.1
-done
+for budget in 8MiB 12MiB 48MiB; do cluster_start_worker "$budget"; done
+cluster_wait_workers 3
 "$slimfit" workers
 
 model=(--d_model=128 --layers=2 --heads=4 --d_ff=512 --sequence_length=1024)
 echo
 echo "== pre-training: 2-layer byte-level Performer, L = 1024, 16 sequences per round"
-"$slimfit" submit "${model[@]}" --name=pretrain --data="$pretrain" --separator='\n\n\n' \
+pretrain_job="$(cluster_submit pretrain "${model[@]}" --data="$pretrain" --separator='\n\n\n' \
   --tokens_per_round=16384 --rounds=120 --learning_rate=3e-3 --warmup_steps=10 --gradient_clip_norm=1 \
-  --held_out_fraction=0.05 --eval_interval=40 --checkpoint_interval=20 --seed=1 --json > "$work/pretrain.json"
-pretrain_job="$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/pretrain.json" | head -1)"
+  --held_out_fraction=0.05 --eval_interval=40 --checkpoint_interval=20 --seed=1)"
 echo "job $pretrain_job; the plan each worker runs for it:"
 "$slimfit" plan --all --job="$pretrain_job"
 sleep 5
@@ -95,11 +61,9 @@ sleep 5
 
 echo
 echo "== fine-tuning the pre-trained model on the C headers (10% held out)"
-"$slimfit" submit "${model[@]}" --name=finetune --data="$finetune" --separator='\n\n\n' \
+finetune_job="$(cluster_submit finetune "${model[@]}" --data="$finetune" --separator='\n\n\n' \
   --init="$work/pretrained.safetensors" --tokens_per_round=8192 --rounds=40 --learning_rate=1e-3 \
-  --gradient_clip_norm=1 --held_out_fraction=0.1 --eval_interval=20 --checkpoint_interval=20 --seed=2 \
-  --json > "$work/finetune.json"
-finetune_job="$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/finetune.json" | head -1)"
+  --gradient_clip_norm=1 --held_out_fraction=0.1 --eval_interval=20 --checkpoint_interval=20 --seed=2)"
 "$slimfit" watch "$finetune_job" | tee "$work/finetune.watch"
 "$slimfit" export "$finetune_job" --out="$work/finetuned.safetensors"
 
