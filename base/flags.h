@@ -14,7 +14,7 @@
 //   Options options;
 //   FlagSet flags("schedule", "slimfit schedule --steps=T [flags]", "Optimal checkpoint schedules.");
 //   flags.Int("steps", &options.steps, "slices T", FlagSet::kRequired);
-//   flags.String("kind", &options.kind, "seed-002 program: hsm, ism or msm");
+//   flags.String("kind", &options.kind, "program of Gruslys et al.: hsm, ism or msm");
 //   flags.Bool("json", &options.json, "print JSON instead of a table");
 //   if (absl::Status s = flags.Parse(args); !s.ok()) return s;   // INVALID_ARGUMENT, one line
 //   if (flags.help_requested()) { out << flags.Help(); return absl::OkStatus(); }

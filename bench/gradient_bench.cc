@@ -49,7 +49,7 @@ ABSL_FLAG(int64_t, block, 64, "block size of the chunked prefix mode");
 ABSL_FLAG(std::string, front_policy, "reverse", "reverse, store, resync or dp");
 ABSL_FLAG(int64_t, resync_every, 0, "resync: keep every r-th front");
 ABSL_FLAG(std::string, recompute, "none", "none, or layers: keep only each layer's input in a slice graph");
-ABSL_FLAG(std::string, schedule, "hsm", "dp: seed-002 program hsm, ism or msm");
+ABSL_FLAG(std::string, schedule, "hsm", "dp: program of Gruslys et al.: hsm, ism or msm");
 ABSL_FLAG(int64_t, slots, 0, "dp: memory budget in fronts");
 ABSL_FLAG(double, alpha, 0, "dp msm: slice-graph size with its input front, in fronts");
 ABSL_FLAG(double, beta, 0, "dp msm: slice-graph size when its input front is held anyway, in fronts");

@@ -147,9 +147,9 @@ absl::Status RunScheduleCommand(absl::Span<const std::string> args, std::ostream
       "schedule",
       "slimfit schedule --steps=T --slots=M [--kind=hsm|ism|msm] [--alpha=A --beta=B] "
       "[--actions] [--json]",
-      "The optimal seed-002 checkpoint schedule for back-propagating through T slices with at most\n"
-      "M memory slots: its cost C(T,M) in slice forwards (ordinary BPTT costs T), the overhead\n"
-      "C - T, and the most fronts and slice graphs it keeps at once.");
+      "The optimal BPTT checkpoint schedule of Gruslys et al. (2016) for back-propagating through\n"
+      "T slices with at most M memory slots: its cost C(T,M) in slice forwards (ordinary BPTT\n"
+      "costs T), the overhead C - T, and the most fronts and slice graphs it keeps at once.");
   flags.Int("steps", &options.steps, "slices T to back-propagate through", base::FlagSet::kRequired);
   flags.Int("slots", &options.slots, "memory budget M in the program's units (fronts)", base::FlagSet::kRequired);
   flags.String("kind", &options.kind, "program: hsm (keeps fronts), ism (keeps slice graphs) or msm (both)");

@@ -1,5 +1,5 @@
-// `slimfit schedule`: the optimal seed-002 checkpoint schedule for back-propagating through T
-// slices with at most M memory slots (planner/bptt_schedule.h) — its cost, its overhead over
+// `slimfit schedule`: the optimal BPTT checkpoint schedule of Gruslys et al. (2016) for back-propagating
+// through T slices with at most M memory slots (planner/bptt_schedule.h) — its cost, its overhead over
 // ordinary BPTT, the most fronts and slice graphs it keeps at once, and optionally its actions.
 //
 //   slimfit schedule --steps=1000 --slots=8 --kind=hsm

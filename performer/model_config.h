@@ -20,7 +20,7 @@
 
 namespace slimfit::performer {
 
-// The positive map g applied to queries and keys (seed 000, eq. 1).
+// The positive map g applied to queries and keys (Likhosherstov et al., eq. 1).
 enum class FeatureMap {
   kRelu,   // relu(x)
   kElu1,   // elu(x) + 1

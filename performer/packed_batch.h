@@ -1,7 +1,7 @@
-// PackedBatch: the padding-free layout of seed 004 — documents concatenated into one token stream
-// with the offsets where each document starts. The prefix state resets and positions restart at
-// every document start; no token predicts across a boundary, and the last token of each document
-// predicts nothing.
+// PackedBatch: the padding-free layout ("Saving Memory Using Padding-Free Transformer Layers") — documents
+// concatenated into one token stream with the offsets where each document starts. The prefix state resets and
+// positions restart at every document start; no token predicts across a boundary, and the last token of each
+// document predicts nothing.
 //
 // Example: two documents "abc" and "de":
 //   PackedBatch batch{{'a','b','c','d','e'}, {0, 3}};   // 3 predicted tokens: b, c, e

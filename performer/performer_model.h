@@ -1,6 +1,6 @@
 // PerformerModel: the parameters of a byte-level causal Performer language model and the row-wise
-// pieces of its forward pass, laid out as seed 000 §3.1 writes a layer: a row-wise map F before the
-// prefix sum and a row-wise map G after it,
+// pieces of its forward pass, laid out as Likhosherstov et al. §3.1 writes a layer: a row-wise map F before
+// the prefix sum and a row-wise map G after it,
 //   T, Γ = F(X);  U = PS(T);  X' = G(U, Γ).
 // The full-sequence reference gradient and the sliced engine both call these same functions on
 // stretches of rows, so they share one implementation.

@@ -29,13 +29,13 @@ enum class PrefixMode {
 
 // How the backward sweep obtains the front entering slice n, U(n−1).
 enum class FrontPolicy {
-  kReverse,  // subtract slice n's contributions from U(n) (seed 000, eq. 9); O(1) memory
+  kReverse,  // subtract slice n's contributions from U(n) (Likhosherstov et al., eq. 9); O(1) memory
   kStore,    // keep every front from the forward sweep; N fronts of memory
   kResync,   // reverse, but keep every `resync_every`-th front so drift is reset
-  kDp,       // keep at most `slots` fronts/slice graphs, following a checkpoint schedule (checkpoint_schedule.h)
+  kDp,  // keep at most `slots` fronts/slice graphs, following a checkpoint schedule (checkpoint_schedule.h)
 };
 
-// What one slice's autograd graph keeps (seed 003's trade at layer granularity).
+// What one slice's autograd graph keeps (Korthikanti et al.'s trade at layer granularity).
 enum class LayerRecompute {
   kNone,    // every activation of every layer
   kLayers,  // only each layer's input; a layer is recomputed during its backward
@@ -60,9 +60,9 @@ struct Plan {
   int64_t block = 64;  // tokens per block in chunked mode
   FrontPolicy front_policy = FrontPolicy::kReverse;
   int64_t resync_every = 0;  // kResync: keep the front entering every r-th slice
-  // kDp: which seed-002 program (HSM keeps fronts, ISM slice graphs, MSM both), its memory budget
-  // in units of one front, and for MSM the sizes α (a slice graph with its input front) and β (a
-  // slice graph whose input front is held anyway), in fronts — see performer/checkpoint_schedule.h.
+  // kDp: which program of Gruslys et al. (2016) (HSM keeps fronts, ISM slice graphs, MSM both), its memory
+  // budget in units of one front, and for MSM the sizes α (a slice graph with its input front) and β (a slice
+  // graph whose input front is held anyway), in fronts — see performer/checkpoint_schedule.h.
   ScheduleKind schedule = ScheduleKind::kHsm;
   int64_t slots = 0;
   double alpha = 0;

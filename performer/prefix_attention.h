@@ -1,6 +1,6 @@
 // Causal linear attention through prefix sums: the only place where the Performer passes signal
-// along the sequence (seed 000, eq. 2–3 and 5). For one stretch of S tokens and k heads it computes,
-// for every row l and head h,
+// along the sequence (Likhosherstov et al., eq. 2–3 and 5). For one stretch of S tokens and k heads it
+// computes, for every row l and head h,
 //   numerator_l   = (R_start + Σ_{l' ≤ l, same document} φk_l' ⊗ v_l')ᵀ φq_l      (d values)
 //   denominator_l = (Z_start + Σ_{l' ≤ l, same document} φk_l')ᵀ φq_l             (1 value)
 // where (R_start, Z_start) is the incoming front, used only by a first segment that continues a
@@ -29,7 +29,7 @@
 
 namespace slimfit::performer {
 
-// The prefix-sum state of one layer between two stretches: U in seed 000's notation.
+// The prefix-sum state of one layer between two stretches: U in the notation of Likhosherstov et al.
 struct Front {
   at::Tensor numerator;    // [k, M, d]: Σ φk ⊗ v
   at::Tensor denominator;  // [k, M]:    Σ φk

@@ -79,7 +79,7 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
       if (n == 0) return runner.zero();
       if (kept_it != kept.end()) return kept_it->second.fronts[r];
       if (n + 1 == slices) return front[r];
-      // U(n−1) = U(n) − Σ_{l in slice n} φk_l ⊗ v_l (seed 000, eq. 9), with the components that
+      // U(n−1) = U(n) − Σ_{l in slice n} φk_l ⊗ v_l (Likhosherstov et al., eq. 9), with the components that
       // switched on in slice n or later restored to exact zeros.
       at::NoGradGuard no_grad;
       const Front added = FrontContribution(in.phi_k.detach(), in.v.detach());

@@ -227,7 +227,7 @@ absl::StatusOr<LayerActivationBytes> ComputeLayerActivations(const TransformerSh
     bytes.attention_quadratic = per_score * a * moments.sequences * moments.max_length_squared;
     bytes.attention = attention_linear + bytes.attention_quadratic;
   } else {
-    // Seed 004's closed form: Σs·(h + 2a) bytes at p = 2, scaled by p/2 (see the header).
+    // the padding-free article's closed form: Σs·(h + 2a) bytes at p = 2, scaled by p/2 (see the header).
     const double flash_state = p / 2 * (h + 2 * a) * moments.tokens;
     bytes.attention = attention_linear + flash_state;
   }

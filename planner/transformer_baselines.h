@@ -1,8 +1,8 @@
 // Memory and recomputation baselines for an ordinary softmax transformer, the comparison that
 // `slimfit plan` prints next to its sliced-Performer plans: "a softmax transformer of the same
 // width, depth and heads would need this much memory for this batch". Three attention layouts
-// (seeds/004, "Saving Memory Using Padding-Free Transformer Layers during Finetuning") times four
-// recomputation strategies (seeds/003, the activation-checkpointing article), plus parameter,
+// ("Saving Memory Using Padding-Free Transformer Layers during Finetuning") times four
+// recomputation strategies (the accounting of Korthikanti et al., 2022), plus parameter,
 // gradient and Adam state bytes so a total can be printed.
 //
 // Example: a 20B-class model, batches of 8 sequences with lengths uniform in 1..8192.
@@ -25,15 +25,15 @@
 //
 // ==== Notation ==================================================================================
 // h = d_model, a = heads, f = d_ff, p = bytes per activation element (2 for bf16), m = 1 byte per
-// dropout-mask element when dropout is on, else 0 (PyTorch stores masks as bytes, seed 004).
+// dropout-mask element when dropout is on, else 0 (PyTorch stores masks as bytes, the padding-free article).
 // A batch holds b sequences of lengths s_1..s_b; K = max_i s_i. Padded layouts (naive, flash) run
 // every token-wise operation on b·K positions; the padding-free layout on Σ s_i positions.
 //
 // ==== Activation bytes per layer (what the forward pass caches for backward) ====================
-// Source: seeds/004 §"Naive Attention" items 1–9 (the same accounting as Korthikanti et al. 2022,
-// "Reducing activation recomputation in large transformer models", eq. 1), restated per tensor so
-// that p, f and dropout can vary. Multi-head attention (a query, key and value heads each), a
-// GeLU MLP. With T = b·K (padded) or Σ s_i (padding-free):
+// Source: the padding-free article, §"Naive Attention" items 1–9 (the same accounting as Korthikanti et al.
+// 2022, "Reducing activation recomputation in large transformer models", eq. 1), restated per tensor so that
+// p, f and dropout can vary. Multi-head attention (a query, key and value heads each), a GeLU MLP. With T =
+// b·K (padded) or Σ s_i (padding-free):
 //   layer norms (2, each caches its input)   2p·h·T
 //   attention, linear part                   (5p + m)·h·T     QKV input, Q, K, V, out-proj input,
 //                                                             output-dropout mask
@@ -44,42 +44,43 @@
 //                                                             input of linear 2 (both f wide),
 //                                                             output-dropout mask
 // At p = 2, m = 1, f = 4h this is 4 + 11 + 19 = 34 bytes per token and hidden unit plus 5·a·K²·b:
-// seed 003's "(11 + 19 + 4)·S·B·H + 5·n_heads·S²·B" and seed 004's
+// the checkpointing article's "(11 + 19 + 4)·S·B·H + 5·n_heads·S²·B" and the padding-free article's
 // M_naive = K·b·h·(34 + 5·a·K/h). The feed-forward generalisation to any f keeps the two f-wide
-// tensors at p bytes (at f = 4h they are the 16 of the 19). NOTE: seed 003 calls this count
-// "elements" and says to multiply by 2 for bf16; seed 004 derives it in bytes with 2-byte values
-// and 1-byte masks, and its table (below) reproduces only with the byte reading. We implement
-// bytes; the seed-003 "×2" would double-count.
+// tensors at p bytes (at f = 4h they are the 16 of the 19). NOTE: the checkpointing article calls this count
+// "elements" and says to multiply by 2 for bf16; the padding-free article derives it in bytes with 2-byte
+// values and 1-byte masks, and its table (below) reproduces only with the byte reading. We implement bytes;
+// the checkpointing article's "×2" would double-count.
 //
-// FlashAttention (seed 004 §"Transformer Layer with FlashAttention"): the K² term disappears; the
-// kernel runs on the unpadded tokens and caches its output and two softmax statistics per head.
-// The seed's text states 2·Σs·(h + 2a) bytes for these, but its closed form
+// FlashAttention (the padding-free article §"Transformer Layer with FlashAttention"): the K² term disappears;
+// the kernel runs on the unpadded tokens and caches its output and two softmax statistics per head. The
+// seed's text states 2·Σs·(h + 2a) bytes for these, but its closed form
 //   M_flash = K·b·h·(34 + Σs/(K·b)·(1 + 2a/h)) = 34·h·b·K + Σs·(h + 2a)
 // and its table use Σs·(h + 2a); we follow the closed form (the table is the seed's evidence) and
 // scale it with the element size:  flash state = (p/2)·(h + 2a)·Σs  bytes, kept in the attention
 // block. The rest of the layer stays padded (T = b·K).
-// Padding-free (seed 004 §"Padding-Free Transformer Layer"): FlashAttention plus packing, every
-// token-wise tensor has Σs rows: M_padding_free = Σs·h·(35 + 2a/h) at p = 2, m = 1, f = 4h.
-// Not counted (as in both seeds): LayerNorm mean/variance (2·T values), FlashAttention's RNG state,
-// the padding mask (cached once per model), embedding and logit activations, temporary buffers.
+// Padding-free (the padding-free article §"Padding-Free Transformer Layer"): FlashAttention plus packing,
+// every token-wise tensor has Σs rows: M_padding_free = Σs·h·(35 + 2a/h) at p = 2, m = 1, f = 4h. Not counted
+// (as in both seeds): LayerNorm mean/variance (2·T values), FlashAttention's RNG state, the padding mask
+// (cached once per model), embedding and logit activations, temporary buffers.
 //
-// ==== Recomputation (seed 003) ==================================================================
-// The layer's activations split into attention (linear + quadratic or flash state), feed-forward
-// and layer-norm parts. A strategy discards some parts during the forward pass and re-runs them
-// from a checkpoint during backward. Each strategy other than kNone keeps the layer input, p·h·T
-// bytes ("CHECKPOINT_SBH_PER_LAYER = 1" of seed 003, at p bytes per element).
+// ==== Recomputation (the checkpointing article)
+// ================================================================== The layer's activations split into
+// attention (linear + quadratic or flash state), feed-forward and layer-norm parts. A strategy discards some
+// parts during the forward pass and re-runs them from a checkpoint during backward. Each strategy other than
+// kNone keeps the layer input, p·h·T bytes ("CHECKPOINT_SBH_PER_LAYER = 1" of the checkpointing article, at p
+// bytes per element).
 //   kNone          keeps attention + feed-forward + layer norms
 //   kAttention     keeps feed-forward + layer norms + checkpoint (both the 11·SBH and the S² term
 //                  are gone)
 //   kFeedForward   keeps attention + layer norms + checkpoint (the S² term remains)
 //   kFull          keeps only the checkpoint; the whole layer, layer norms included, is re-run.
-//                  (Seed 003's "both" keeps the layer norms as well; a full-layer checkpoint,
-//                  as in Megatron-LM's full recomputation, keeps only the layer input.)
+//                  (the checkpointing article's "both" keeps the layer norms as well; a full-layer
+//                  checkpoint, as in Megatron-LM's full recomputation, keeps only the layer input.)
 // Peak activation bytes = layers · kept + one layer's recomputed part: during the backward of a
 // layer its discarded activations exist again, while every layer below still holds its kept part.
 //
 // Compute overhead as a fraction of one training step, step = forward + backward ≈ 3 forwards
-// (seed 003). Forward FLOPs per layer (a multiply-add counts 2):
+// (the checkpointing article). Forward FLOPs per layer (a multiply-add counts 2):
 //   QKV and output projections   8·h²·T             (4 matmuls of T×h by h×h)
 //   scores QKᵀ and weighted sum  4·h·Q              Q = b·K² (naive), Σ s_i² (flash, padding-free:
 //                                                   the kernel only visits real tokens)
@@ -87,23 +88,24 @@
 // Layer norms, softmax and activation functions are not counted. Overheads:
 //   kAttention F_attn / (3·F), kFeedForward F_ffn / (3·F), kFull 1/3, kNone 0,
 // F_attn = projections + scores, F_ffn = feed-forward, F = F_attn + F_ffn. For short sequences
-// (S ≪ h, f = 4h) that is 11.1 % / 22.2 %, at S = h 14.3 % / 19.0 % (seed 003's ranges). For a
-// uniform batch the ratio of expected FLOPs is reported.
+// (S ≪ h, f = 4h) that is 11.1 % / 22.2 %, at S = h 14.3 % / 19.0 % (the checkpointing article's ranges). For
+// a uniform batch the ratio of expected FLOPs is reported.
 //
 // ==== Model state ===============================================================================
 // Parameters per layer 4h² + 4h (attention with biases) + 2hf + f + h (MLP with biases) + 4h (two
 // layer norms); plus vocab·h (embedding, output head tied) and 2h (final layer norm). Gradients
-// have the parameters' element size; Adam keeps two fp32 moments, 8 bytes per parameter (seed 003:
-// "4N params, 4N grads, 8N Adam" at fp32).
+// have the parameters' element size; Adam keeps two fp32 moments, 8 bytes per parameter (the checkpointing
+// article: "4N params, 4N grads, 8N Adam" at fp32).
 //
-// ==== Uniform batches (seed 004 §"Motivation") ==================================================
-// S_i ~ U{1..L} i.i.d., K = max S_i, P(K ≤ k) = (k/L)^b. Computed exactly (up to double rounding):
+// ==== Uniform batches (the padding-free article §"Motivation")
+// ================================================== S_i ~ U{1..L} i.i.d., K = max S_i, P(K ≤ k) = (k/L)^b.
+// Computed exactly (up to double rounding):
 //   E[K]  = Σ_{k=0}^{L−1} (1 − (k/L)^b)            (tail sum of P(K > k))
 //   E[K²] = Σ_{k=0}^{L−1} (2k + 1)·(1 − (k/L)^b)   (K² = Σ_{k<K} (2k + 1))
 //   E[Σ S_i] = b·(L + 1)/2,  E[Σ S_i²] = b·(L + 1)·(2L + 1)/6.
 // Every byte count above is linear in K, K², Σ s_i, so its expectation is the formula evaluated at
-// these moments. Seed 004's 20B table (h 6144, a 48, f 24576, "GB" = GiB, b = 8 — the batch size
-// the article does not print but its numbers imply) is reproduced to within 0.001 GiB.
+// these moments. The padding-free article's 20B table (h 6144, a 48, f 24576, "GB" = GiB, b = 8 — the batch
+// size the article does not print but its numbers imply) is reproduced to within 0.001 GiB.
 
 #ifndef SLIMFIT_PLANNER_TRANSFORMER_BASELINES_H_
 #define SLIMFIT_PLANNER_TRANSFORMER_BASELINES_H_

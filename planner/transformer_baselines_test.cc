@@ -49,9 +49,9 @@ RecomputeCost Cost(const TransformerShape& shape, const BatchSpec& batch, Attent
                               shape.layers, recompute);
 }
 
-// ---- Seed 003 / seed 004 per-layer formula ------------------------------------------------------
+// ---- The per-layer formula of the checkpointing and padding-free articles ----------------------
 
-TEST(TransformerBaselinesTest, NaiveLayerIsSeedFormula34SBHPlus5aS2B) {
+TEST(TransformerBaselinesTest, NaiveLayerIsTheArticlesFormula34SBHPlus5aS2B) {
   struct Case {
     int64_t s, b, h, a;
   };
@@ -63,7 +63,8 @@ TEST(TransformerBaselinesTest, NaiveLayerIsSeedFormula34SBHPlus5aS2B) {
     const LayerActivationBytes bytes =
         Layer(Shape(c.h, c.a), Equal(c.b, c.s), AttentionLayout::kNaive);
     EXPECT_EQ(bytes.total(), 34 * sbh + 5 * as2b);
-    // The seed-003 breakdown: attention 11·SBH + 5aS²B, feed-forward 19·SBH, layer norms 4·SBH.
+    // The checkpointing article's breakdown: attention 11·SBH + 5aS²B, feed-forward 19·SBH,
+    // layer norms 4·SBH.
     EXPECT_EQ(bytes.attention, 11 * sbh + 5 * as2b);
     EXPECT_EQ(bytes.attention_quadratic, 5 * as2b);
     EXPECT_EQ(bytes.feed_forward, 19 * sbh);
@@ -93,7 +94,7 @@ TEST(TransformerBaselinesTest, BreakdownGeneralisesToFeedForwardWidthElementSize
   EXPECT_EQ(no_dropout.attention_quadratic, 2 * as2b);
 }
 
-TEST(TransformerBaselinesTest, Seed004ClosedFormsOnAnExplicitList) {
+TEST(TransformerBaselinesTest, PaddingFreeClosedFormsOnAnExplicitList) {
   const std::vector<int64_t> lengths = {100, 37, 512, 3, 512, 64};
   const double h = 256, a = 8, b = 6, k = 512;
   double sum = 0;
@@ -145,11 +146,11 @@ TEST(TransformerBaselinesTest, PaddedLayoutsFollowTheLongestSequence) {
             Layer(shape, BatchSpec::Explicit({1060}), AttentionLayout::kFlash).total());
 }
 
-// Seed 004's table: per-layer memory of a 20B model (h 6144, a 48, f 24576), lengths uniform in
-// 1..N, in GiB ("GB" in the article) to 3 decimals. The batch size is not printed; b = 8
-// reproduces every entry. Two entries (flash at 8192, padding-free at 4096) sit 0.56 and 0.52
-// thousandths from our value, so the tolerance is one unit of the last printed digit.
-TEST(TransformerBaselinesTest, Seed004TwentyBillionModelTable) {
+// The padding-free article's table: per-layer memory of a 20B model (h 6144, a 48, f 24576), lengths uniform
+// in 1..N, in GiB ("GB" in the article) to 3 decimals. The batch size is not printed; b = 8 reproduces every
+// entry. Two entries (flash at 8192, padding-free at 4096) sit 0.56 and 0.52 thousandths from our value, so
+// the tolerance is one unit of the last printed digit.
+TEST(TransformerBaselinesTest, PaddingFreeArticlesTwentyBillionModelTable) {
   struct Row {
     int64_t n;
     double naive, flash, padding_free;
@@ -268,7 +269,8 @@ TEST(TransformerBaselinesTest, AttentionRecomputeRemovesExactlyTheAttentionBlock
   const RecomputeCost none = Cost(shape, batch, AttentionLayout::kNaive, Recompute::kNone);
   const RecomputeCost attention =
       Cost(shape, batch, AttentionLayout::kNaive, Recompute::kAttention);
-  // Seed 003: both the 11·SBH and the 5·aS²B terms go; one SBH checkpoint (2 bytes) is added.
+  // The checkpointing article: both the 11·SBH and the 5·aS²B terms go; one SBH checkpoint
+  // (2 bytes) is added.
   EXPECT_EQ(none.kept_bytes_per_layer - attention.kept_bytes_per_layer,
             11 * sbh + 5 * as2b - 2 * sbh);
   EXPECT_EQ(attention.kept_bytes_per_layer, (19 + 4 + 2) * sbh);
@@ -330,7 +332,7 @@ TEST(TransformerBaselinesTest, RecomputeOrderings) {
                 .kept_bytes_per_layer);
 }
 
-TEST(TransformerBaselinesTest, Seed003OverheadNumbers) {
+TEST(TransformerBaselinesTest, CheckpointingArticlesOverheadNumbers) {
   // S = H: F_attn = 12·SH², F_ffn = 16·SH²: 12/84 = 1/7 (14.3%) and 16/84 = 4/21 (19.0%).
   const TransformerShape square = Shape(4096, 32);
   const BatchSpec s_equals_h = Equal(1, 4096);
@@ -425,7 +427,7 @@ TEST(TransformerBaselinesTest, ModelStateCountsParametersGradientsAndAdam) {
   EXPECT_EQ(state->parameter_bytes, 4 * 536);
   EXPECT_EQ(state->gradient_bytes, 4 * 536);
   EXPECT_EQ(state->optimizer_bytes, 8 * 536);
-  EXPECT_EQ(state->total(), 16 * 536);  // seed 003: 4N + 4N + 8N
+  EXPECT_EQ(state->total(), 16 * 536);  // the checkpointing article: 4N + 4N + 8N
 
   ModelStateOptions bf16_sgd;
   bf16_sgd.parameter_bytes_per_element = 2;
