@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -62,13 +64,30 @@ ABSL_FLAG(int, repeats, 3, "timed runs per configuration (median reported)");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda:N");
 ABSL_FLAG(uint64_t, seed, 1, "seed for the model, the tokens and the FAVOR+ features");
 ABSL_FLAG(bool, check_full, false, "also compute the full gradient and report the discrepancy");
-ABSL_FLAG(std::string, init, "", "initial model (.safetensors with its config in the metadata)");
+ABSL_FLAG(std::string, init, "",
+          "initial model: .safetensors (its config from its metadata, else from the shape flags) or a "
+          "torch.save state dict (.pt, with the shape flags)");
 ABSL_FLAG(std::string, tokens, "", "file whose raw bytes are the token sequence");
 ABSL_FLAG(std::string, format, "json", "json (one object per configuration) or table (for people)");
 ABSL_FLAG(std::string, dump_grad, "", "write the (last) gradient as safetensors under the parameter names");
 
 namespace slimfit::performer {
 namespace {
+
+// Whether the command line names the model's shape (then --init must match it, or supplies it to
+// a file that carries none). Set by main before the flags are parsed.
+bool shape_flags_given = false;
+
+bool NamesShapeFlag(absl::string_view arg) {
+  for (absl::string_view name :
+       {"vocab", "d_model", "layers", "heads", "d_ff", "features", "feature_multiplier", "ln"}) {
+    for (absl::string_view dashes : {"--", "-"}) {
+      const std::string flag = absl::StrCat(dashes, name);
+      if (arg == flag || absl::StartsWith(arg, absl::StrCat(flag, "="))) return true;
+    }
+  }
+  return false;
+}
 
 absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const std::string& text) {
   std::vector<int64_t> values;
@@ -167,7 +186,8 @@ absl::Status Run() {
   absl::StatusOr<PerformerModel> model =
       absl::GetFlag(FLAGS_init).empty()
           ? PerformerModel::Create(config, base.dtype, device, seed)
-          : LoadModel(absl::GetFlag(FLAGS_init), base.dtype, device);
+          : LoadModel(absl::GetFlag(FLAGS_init), base.dtype, device,
+                      shape_flags_given ? std::optional<ModelConfig>(config) : std::nullopt);
   if (!model.ok()) return model.status();
   config = model->config();
 
@@ -270,6 +290,10 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Times one exact gradient of a causal Performer LM for several slice sizes.");
+  for (int i = 1; i < argc; ++i) {
+    if (absl::string_view(argv[i]) == "--") break;
+    slimfit::performer::shape_flags_given |= slimfit::performer::NamesShapeFlag(argv[i]);
+  }
   absl::ParseCommandLine(argc, argv);
   const absl::Status status = slimfit::performer::Run();
   if (!status.ok()) {
