@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -17,6 +18,8 @@
 #include "base/signal_pipe.h"
 #include "performer/cpu_runtime.h"
 #include "proto/rpc_util.h"
+#include "proto/slimfit.grpc.pb.h"
+#include "proto/standard_services.h"
 #include "server/coordinator.h"
 #include "server/access_tokens.h"
 #include "server/coordinator_service.h"
@@ -68,6 +71,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   if (!coordinator.ok()) return FailStart(err, coordinator.status().message());
 
   CoordinatorService service(coordinator->get(), client_tokens->get(), join_tokens->get(), mutual_tls);
+  rpc::EnableStandardServices();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(flags.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequest), &port);
@@ -78,6 +82,8 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
     (*coordinator)->Shutdown();
     return FailStart(err, absl::StrCat("cannot listen on ", flags.listen, " (address in use?)"));
   }
+  const std::vector<std::string> served = {v1::Coordinator::service_full_name()};
+  rpc::SetServing(server.get(), served, false);  // until the port file says it is ready
   const std::string bound = absl::StrCat(flags.listen.substr(0, flags.listen.rfind(':')), ":", port);
   base::LogInfo("serving on ", bound, tls->has_value() ? (mutual_tls ? " with mutual TLS" : " with TLS") : " in plaintext",
                 ", state in ", flags.state_dir);
@@ -88,6 +94,8 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
       return FailStart(err, written.message());
     }
   }
+
+  rpc::SetServing(server.get(), served, true);
 
   int received = 0;
   while ((received = (*signals)->Wait()) == SIGHUP) {
@@ -102,6 +110,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
     }
   }
   base::LogInfo(base::SignalName(received), ": shutting down");
+  rpc::SetServing(server.get(), served, false);
   (*coordinator)->Shutdown();  // runners stop first so streams to clients can end
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   coordinator->reset();

@@ -22,6 +22,7 @@
 #include "performer/safetensors.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
+#include "proto/standard_services.h"
 #include "server/job_data.h"
 #include "server/trainer.h"
 #include "tests/cluster.h"
@@ -212,6 +213,29 @@ TEST(EndToEndTest, CliDrivesAJobFromSubmitToExport) {
   ASSERT_TRUE(denied.ok());
   EXPECT_EQ(denied->exit_status, 2);
   EXPECT_THAT(denied->err, HasSubstr("token"));
+}
+
+// Generic gRPC tools can talk to both daemons: the standard health service reports each daemon's
+// own service SERVING once it is ready (a worker: once registered), and reflection lists it.
+TEST(EndToEndTest, DaemonsAnswerHealthChecksAndReflection) {
+  Cluster cluster("health");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(1, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::vector<std::pair<std::string, std::string>> daemons = {
+      {cluster.address(), "slimfit.v1.Coordinator"}, {cluster.worker_address(0), "slimfit.v1.Worker"}};
+  for (const auto& [address, service] : daemons) {
+    auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    absl::StatusOr<rpc::HealthStatus> health = rpc::CheckHealth(channel, service, absl::Seconds(10));
+    ASSERT_TRUE(health.ok()) << address << ": " << health.status();
+    EXPECT_EQ(*health, rpc::HealthStatus::kServing) << service;
+    EXPECT_EQ(rpc::CheckHealth(channel, "", absl::Seconds(10)).value_or(rpc::HealthStatus::kUnknown),
+              rpc::HealthStatus::kServing);
+    absl::StatusOr<std::vector<std::string>> services = rpc::ListServicesByReflection(channel, absl::Seconds(10));
+    ASSERT_TRUE(services.ok()) << address << ": " << services.status();
+    EXPECT_THAT(*services, ::testing::Contains(service));
+    EXPECT_THAT(*services, ::testing::Contains("grpc.health.v1.Health"));
+  }
 }
 
 TEST(EndToEndTest, BadRequestsGetPreciseErrors) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <ATen/Context.h>
 #include <c10/core/Device.h>
@@ -32,6 +33,7 @@
 #include "base/signal_pipe.h"
 #include "proto/rpc_util.h"
 #include "proto/slimfit.grpc.pb.h"
+#include "proto/standard_services.h"
 #include "worker/coordinator_link.h"
 #include "worker/parameter_cache.h"
 #include "worker/worker_service.h"
@@ -231,6 +233,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   service_options.cache = &cache;
   WorkerService service(service_options);
 
+  rpc::EnableStandardServices();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequire), &port);
@@ -241,6 +244,8 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
     return Fail(err, absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
                                                          " (address in use or not local?)")));
   }
+  const std::vector<std::string> served = {v1::Worker::service_full_name()};
+  rpc::SetServing(server.get(), served, false);  // until registered
   running_service.store(&service);
   // Declared after `service`, so destroyed before it on every return path.
   struct ClearRunningService {
@@ -312,6 +317,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
     if (status.ok()) {
       link.StartHeartbeats();
       registered.store(true);
+      rpc::SetServing(server.get(), served, true);
     } else if (!absl::IsCancelled(status)) {
       shutdown.Request("registration failed", status);
     }
@@ -319,6 +325,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
 
   const auto [reason, status] = shutdown.Wait();
   service.StartDraining();
+  rpc::SetServing(server.get(), served, false);
   if (status.ok()) {
     link.HeartbeatNow();  // report DRAINING at once
     if (!service.WaitUntilIdle(kDrainTimeout)) {
