@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/toml_file.h"
 
 namespace slimfit::base {
 namespace {
@@ -286,12 +287,58 @@ absl::Status FlagSet::SetValue(Flag& flag, absl::string_view text) {
   return absl::InternalError("unhandled flag type");
 }
 
+void FlagSet::ConfigFile(absl::string_view name, absl::string_view help) {
+  config_flag_ = std::string(name);
+  String(name, &config_path_, help, kOptionalNoDefault);
+}
+
+absl::Status FlagSet::ApplyConfigFile(absl::Span<const std::string> args) {
+  // The file's path, and the flags the command line gives itself (which win over the file).
+  std::string path;
+  std::vector<std::string> given;
+  for (size_t i = 0; i < args.size() && args[i] != "--"; ++i) {
+    if (!absl::StartsWith(args[i], "--")) continue;
+    const absl::string_view body = absl::string_view(args[i]).substr(2);
+    const absl::string_view name = body.substr(0, body.find('='));
+    given.emplace_back(name);
+    if (name != config_flag_) continue;
+    if (body.size() > name.size()) {
+      path = std::string(body.substr(name.size() + 1));
+    } else if (i + 1 < args.size()) {
+      path = args[i + 1];
+    }
+  }
+  if (path.empty()) return absl::OkStatus();  // Parse reports a --config without a value
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> entries = ReadFlatToml(path);
+  if (!entries.ok()) {
+    return absl::Status(entries.status().code(), absl::StrCat("--", config_flag_, ": ", entries.status().message()));
+  }
+  for (const auto& [key, text] : *entries) {
+    Flag* flag = Find(key);
+    if (flag == nullptr || key == config_flag_) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", UnknownFlag(key).message()));
+    }
+    const bool overridden = std::any_of(given.begin(), given.end(), [&](const std::string& name) {
+      return name == key || (flag->type == Type::kBool && name == absl::StrCat("no", key));
+    });
+    if (overridden) continue;
+    if (absl::Status s = SetValue(*flag, text); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+    }
+    flag->set = true;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FlagSet::Parse(absl::Span<const std::string> args) {
   for (const std::string& arg : args) {
     if (arg == "--help" || arg == "-h") {
       help_requested_ = true;
       return absl::OkStatus();
     }
+  }
+  if (!config_flag_.empty()) {
+    if (absl::Status s = ApplyConfigFile(args); !s.ok()) return s;
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const absl::string_view arg = args[i];

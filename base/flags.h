@@ -104,6 +104,12 @@ class FlagSet {
   // ("--data=", "--data=a,,b") is INVALID_ARGUMENT: a value cannot itself contain a comma.
   void StringList(absl::string_view name, std::vector<std::string>* values, absl::string_view help);
 
+  // `--NAME=FILE`: flags read from a TOML file (base/toml_file.h: `key = value` per flag, at the top
+  // level) before the command line, which overrides them. A key that is not a flag, or a malformed
+  // value, is INVALID_ARGUMENT starting with the file's path. Flags taken from the file count as
+  // given (IsSet, kRequired). At most one per set.
+  void ConfigFile(absl::string_view name, absl::string_view help);
+
   // A positional argument written to `*value`; positionals are filled in registration order. `name`
   // is how the synopsis and messages show it ("JOB", "JOB.textproto"): non-empty, made of
   // [A-Za-z0-9_.-]. REQUIRES: a kRequired positional is not registered after a kOptional one.
@@ -150,6 +156,8 @@ class FlagSet {
   absl::Status SetValue(Flag& flag, absl::string_view text);
   absl::Status SetPositional(absl::string_view arg);
   absl::Status UnknownFlag(absl::string_view name) const;
+  // Applies the config file named in `args`, skipping the flags `args` gives themselves.
+  absl::Status ApplyConfigFile(absl::Span<const std::string> args);
   std::string Where() const;  // "for 'slimfit <command>'"
 
   std::string command_;
@@ -159,6 +167,8 @@ class FlagSet {
   std::vector<Flag> flags_;
   std::vector<PositionalArgument> positionals_;
   size_t positionals_given_ = 0;
+  std::string config_flag_;  // ConfigFile's name; empty when none
+  std::string config_path_;
   bool help_requested_ = false;
 };
 

@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "base/test_util.h"
 
 namespace slimfit::base {
 namespace {
@@ -422,6 +423,73 @@ TEST(FlagSetInvocationTest, NamesADaemonInMessages) {
   const absl::Status status = flags.Parse(std::vector<std::string>{"--bogus=1"});
   EXPECT_THAT(status.message(), HasSubstr("for 'slimfit-worker'"));
   EXPECT_THAT(status.message(), Not(HasSubstr("slimfit worker")));
+}
+
+struct DaemonOptions {
+  std::string listen = "127.0.0.1:0";
+  std::string state_dir;
+  int64_t threads = 1;
+  bool insecure = false;
+  std::vector<std::string> data;
+};
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  ConfigFileTest() : flags_("daemon", "daemon [flags]", "A daemon.") {
+    flags_.SetInvocation("slimfit-daemon");
+    flags_.ConfigFile("config", "TOML file of flags");
+    flags_.String("listen", &options_.listen, "address");
+    flags_.String("state_dir", &options_.state_dir, "state", FlagSet::kRequired);
+    flags_.Int("threads", &options_.threads, "threads");
+    flags_.Bool("insecure", &options_.insecure, "plaintext");
+    flags_.StringList("data", &options_.data, "files");
+  }
+  absl::Status Parse(const std::string& toml, std::vector<std::string> args) {
+    const std::string path = testing_util::WriteTempFile("daemon.toml", toml);
+    args.push_back("--config=" + path);
+    return flags_.Parse(args);
+  }
+
+  DaemonOptions options_;
+  FlagSet flags_;
+};
+
+TEST_F(ConfigFileTest, TheFileSetsFlagsAndTheCommandLineOverridesThem) {
+  const absl::Status status = Parse(
+      "listen = \"0.0.0.0:50051\"\nstate_dir = \"/var/lib/slimfit\"\nthreads = 4\ninsecure = true\n"
+      "data = [\"a\", \"b\"]\n",
+      {"--threads=8", "--noinsecure"});
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(options_.listen, "0.0.0.0:50051");
+  EXPECT_EQ(options_.state_dir, "/var/lib/slimfit");  // a required flag may come from the file
+  EXPECT_EQ(options_.threads, 8);
+  EXPECT_FALSE(options_.insecure);
+  EXPECT_EQ(options_.data, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(flags_.IsSet("listen"));
+}
+
+TEST_F(ConfigFileTest, AnUnknownKeyNamesTheFileAndSuggestsTheFlag) {
+  const absl::Status status = Parse("state_dir = \"/s\"\nthread = 2\n", {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("daemon.toml: unknown flag --thread"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("--threads"));
+}
+
+TEST_F(ConfigFileTest, AMalformedValueNamesTheFile) {
+  const absl::Status status = Parse("state_dir = \"/s\"\nthreads = \"many\"\n", {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("daemon.toml: --threads=many: expected an integer"));
+}
+
+TEST_F(ConfigFileTest, AFileCannotNameAnotherConfigFile) {
+  const absl::Status status = Parse("state_dir = \"/s\"\nconfig = \"other.toml\"\n", {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ConfigFileTest, AMissingFileIsReportedWithTheFlag) {
+  const absl::Status status = flags_.Parse({"--config=" + testing_util::TempPath("absent.toml")});
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("--config: "));
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ for line in open(sys.argv[1]):
     event = json.loads(line)
     done = event.get("round_completed")
     if done:
-        print("  round %3d  loss %7.4f  |g| %8.2f  lr %.2e  %5.1f s" % (done["round"], done["loss"],
+        print("  round %3d  loss %7.4f  |g| %8.2f  lr %.2e  %5.1f s" % (int(done["round"]), done["loss"],
               done.get("gradient_norm", 0), done.get("learning_rate", 0), done.get("round_seconds", 0)))
 PY
 }

@@ -10,8 +10,9 @@ packages=(
   libabsl-dev
   libtorch-dev libopenblas0-pthread
   libgtest-dev libgmock-dev
-  nlohmann-json3-dev libsqlite3-dev
+  nlohmann-json3-dev libsqlite3-dev libtomlplusplus-dev
   python3-torch
+  systemd
 )
 
 missing=()

@@ -127,6 +127,7 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   base::FlagSet flags("coordinator", "slimfit-coordinator --state_dir=DIR [flags]",
                       "The slimfit coordinator: registers workers, runs fine-tuning jobs, keeps durable state.");
   flags.SetInvocation(kProgram);
+  flags.ConfigFile("config", "a TOML file of these flags, one `name = value` per line; the command line overrides it");
   flags.String("listen", &o.listen, "host:port to serve on (port 0: any free port)");
   flags.String("state_dir", &o.state_dir, "directory for the SQLite state, uploads and checkpoints",
                base::FlagSet::kRequired);

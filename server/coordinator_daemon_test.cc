@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "base/test_util.h"
 
 namespace slimfit::server {
 namespace {
@@ -64,6 +65,23 @@ TEST(ParseCoordinatorFlagsTest, TokenFilesAndTls) {
   EXPECT_EQ(parsed->options.worker_token_file, "/etc/j");
   EXPECT_EQ(parsed->options.tls.cert_file, "c.pem");
   EXPECT_EQ(parsed->options.tls.ca_file, "ca.pem");
+}
+
+TEST(ParseCoordinatorFlagsTest, AConfigFileUnderTheCommandLine) {
+  const std::string config = testing_util::WriteTempFile(
+      "coordinator.toml",
+      "state_dir = \"/var/lib/slimfit\"\nlisten = \"0.0.0.0:50051\"\ntoken_file = \"/etc/slimfit/client-tokens\"\n"
+      "worker_token_file = \"/etc/slimfit/join-tokens\"\n"
+      "tls_cert = \"pki/coordinator.pem\"\ntls_key = \"pki/coordinator.key\"\nlost_after_ms = 8000\n");
+  absl::StatusOr<ParsedCoordinatorFlags> parsed =
+      ParseCoordinatorFlags({"--config", config, "--lost_after_ms=3000"}, CoordinatorEnvironment{});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const CoordinatorDaemonOptions& o = parsed->options;
+  EXPECT_EQ(o.state_dir, "/var/lib/slimfit");
+  EXPECT_EQ(o.listen, "0.0.0.0:50051");
+  EXPECT_EQ(o.token_file, "/etc/slimfit/client-tokens");
+  EXPECT_EQ(o.tls.cert_file, "pki/coordinator.pem");
+  EXPECT_EQ(o.lost_after_ms, 3000);
 }
 
 TEST(ParseCoordinatorFlagsTest, HelpNeverShowsASecret) {

@@ -362,6 +362,7 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
       "shards within its memory budget. The token may come from $SLIMFIT_WORKER_TOKEN instead of\n"
       "--token. SIGTERM or SIGINT: finish the running shard (up to 30 s), deregister, exit 0.");
   flags.SetInvocation("slimfit-worker");
+  flags.ConfigFile("config", "a TOML file of these flags, one `name = value` per line; the command line overrides it");
   flags.String("coordinator", &o.coordinator, "the coordinator's host:port", base::FlagSet::kRequired);
   flags.String("listen", &o.listen, "host:port to serve the Worker service on; port 0 picks a free one");
   flags.String("advertise", &o.advertise,
