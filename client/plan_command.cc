@@ -10,7 +10,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "base/flags.h"
+#include "base/files.h"
 #include "client/json_output.h"
+#include "client/plan_chart.h"
 #include "client/transformer_plan_command.h"
 #include "nlohmann/json.hpp"
 #include "performer/model_config.h"
@@ -47,6 +49,7 @@ struct PerformerPlanOptions {
   std::string optimizer = "none";
   double safety_margin = 0.10;
   bool json = false;
+  std::string svg;  // --svg: also draw the search as an SVG chart here
 };
 
 // The device profile and where it came from.
@@ -338,6 +341,9 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   flags.Double("safety_margin", &options.safety_margin,
                "fraction of the budget kept free: predicted peaks stay under (1 - margin) * budget");
   flags.Bool("json", &options.json, "print one JSON object instead of tables");
+  flags.String("svg", &options.svg,
+               "also write an SVG chart of the search: every candidate's predicted peak and time, the "
+               "Pareto frontier, the chosen plan, full back-propagation and the budget");
   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
   if (flags.help_requested()) {
     out << flags.Help();
@@ -410,6 +416,18 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   }
   const SoftmaxBaseline softmax =
       ComputeSoftmaxBaseline(model, options.seq_len, *dtype, options.optimizer == "adam");
+  if (!options.svg.empty()) {
+    const int64_t usable = static_cast<int64_t>(static_cast<double>(budget) * (1 - options.safety_margin));
+    absl::StatusOr<std::string> svg = PlanFrontierSvg(
+        *result, budget, usable,
+        absl::StrCat("Plans for L = ", options.seq_len, " within ", planner::HumanBytes(static_cast<double>(budget)),
+                     " (", source->profile.device_name.empty() ? source->profile.device : source->profile.device_name,
+                     ")"));
+    if (!svg.ok()) return with_flag("svg", svg.status());
+    if (absl::Status written = base::WriteFileAtomically(options.svg, *svg); !written.ok()) {
+      return with_flag("svg", written);
+    }
+  }
   if (options.json) {
     out << ToJson(options, model, *source, *result, softmax, budget).dump(2) << "\n";
   } else {

@@ -12,8 +12,10 @@
 #include "nlohmann/json.hpp"
 #include "planner/device_profile.h"
 #include "planner/device_profile_io.h"
+#include "planner/plan_proto.h"
 #include "planner/plan_search.h"
 #include "planner/transformer_baselines.h"
+#include "base/files.h"
 #include "base/test_util.h"
 
 namespace slimfit::client {
@@ -211,6 +213,33 @@ TEST(PlanCommandTest, TextHasPlanFrontierAndBaselines) {
   EXPECT_THAT(*text, HasSubstr("softmax transformer of the same width, depth and heads on one "
                                "sequence of 256 tokens"));
   EXPECT_THAT(*text, HasSubstr("    padding-free  full"));
+}
+
+TEST(PlanCommandTest, SvgDrawsEveryCandidateTheFrontierAndTheBudget) {
+  const std::string svg_path = TempPath("frontier.svg");
+  absl::StatusOr<std::string> json =
+      RunPlan(TinyArgs({absl::StrCat("--memory_budget=", TightBudget()), "--json", "--svg=" + svg_path}));
+  ASSERT_TRUE(json.ok()) << json.status();
+  const Json parsed = Json::parse(*json);  // the JSON on stdout is untouched by --svg
+  absl::StatusOr<std::string> svg = base::ReadFileToString(svg_path);
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  const planner::PlanSearchResult result = *planner::SearchPlans(TinyRequest(TightBudget()), TinyProfile());
+  // One circle per candidate, plus the two markers (full back-propagation, the chosen plan).
+  size_t circles = 0;
+  for (size_t at = svg->find("<circle"); at != std::string::npos; at = svg->find("<circle", at + 1)) ++circles;
+  EXPECT_EQ(circles, result.candidate_points.size() + 2);
+  EXPECT_GT(result.candidate_points.size(), result.frontier.size());
+  EXPECT_THAT(*svg, HasSubstr(absl::StrCat(">", result.candidate_points.size(), " candidates<")));
+  EXPECT_THAT(*svg, HasSubstr(">Pareto frontier<"));
+  EXPECT_THAT(*svg, HasSubstr(">full back-propagation<"));
+  EXPECT_THAT(*svg, HasSubstr(absl::StrCat(">chosen: ", planner::PlanSummary(result.chosen.plan), "<")));
+  EXPECT_THAT(*svg, HasSubstr(">budget "));
+  EXPECT_THAT(*svg, HasSubstr(">usable<"));
+
+  const absl::Status unwritable =
+      RunPlan(TinyArgs({absl::StrCat("--memory_budget=", TightBudget()), "--svg=/nonexistent/dir/f.svg"})).status();
+  EXPECT_FALSE(unwritable.ok());
+  EXPECT_THAT(Message(unwritable), StartsWith("--svg: "));
 }
 
 TEST(PlanCommandTest, NothingFitsIsResourceExhaustedWithThePlannersReason) {

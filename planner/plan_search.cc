@@ -164,6 +164,9 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
     all.push_back(PlanCandidate{plan, *prediction});
   }
   result.candidates_considered = static_cast<int64_t>(all.size());
+  for (const PlanCandidate& candidate : all) {
+    result.candidate_points.emplace_back(candidate.prediction.peak_bytes, candidate.prediction.seconds);
+  }
   if (all.empty()) return absl::InternalError("the plan search produced no candidate");
   for (const PlanCandidate& candidate : all) {
     if (candidate.plan.slice == 0 && candidate.plan.prefix_mode == PrefixMode::kChunked &&

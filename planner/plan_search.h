@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -53,6 +54,8 @@ struct PlanSearchResult {
   PlanCandidate full_backprop;          // ordinary back-propagation of the same model
   std::string reason;                   // one line: why this plan
   int64_t candidates_considered = 0;
+  // (predicted peak bytes, predicted seconds) of every candidate considered, in search order.
+  std::vector<std::pair<int64_t, double>> candidate_points;
 };
 
 // INVALID_ARGUMENT for a bad workload, profile or budget. RESOURCE_EXHAUSTED when no candidate
