@@ -24,8 +24,8 @@ absl::StatusOr<std::string> PlanFrontierSvg(const planner::PlanSearchResult& res
   chart.x_label = "predicted peak memory (MiB, log scale)";
   chart.y_label = "predicted seconds per sequence";
   chart.log_x = true;
-  base::ChartSeries candidates{absl::StrCat(result.candidate_points.size(), " candidates"),
-                               base::SeriesStyle::kPoints, "#9e9e9e", {}};
+  base::ChartSeries candidates{
+      absl::StrCat(result.candidate_points.size(), " candidates"), base::SeriesStyle::kPoints, "#9e9e9e", {}};
   for (const auto& [peak, seconds] : result.candidate_points) {
     candidates.points.emplace_back(static_cast<double>(peak) / kMiB, seconds);
   }
@@ -33,9 +33,12 @@ absl::StatusOr<std::string> PlanFrontierSvg(const planner::PlanSearchResult& res
   for (const planner::PlanCandidate& candidate : result.frontier) frontier.points.push_back(Point(candidate));
   chart.series.push_back(std::move(candidates));
   chart.series.push_back(std::move(frontier));
-  chart.series.push_back({"full back-propagation", base::SeriesStyle::kMarker, "#ff7f0e", {Point(result.full_backprop)}});
-  chart.series.push_back({absl::StrCat("chosen: ", planner::PlanSummary(result.chosen.plan)), base::SeriesStyle::kMarker,
-                          "#d62728", {Point(result.chosen)}});
+  chart.series.push_back(
+      {"full back-propagation", base::SeriesStyle::kMarker, "#ff7f0e", {Point(result.full_backprop)}});
+  chart.series.push_back({absl::StrCat("chosen: ", planner::PlanSummary(result.chosen.plan)),
+                          base::SeriesStyle::kMarker,
+                          "#d62728",
+                          {Point(result.chosen)}});
   chart.rules.push_back({absl::StrCat("budget ", planner::HumanBytes(static_cast<double>(budget_bytes))),
                          static_cast<double>(budget_bytes) / kMiB, "#b71c1c"});
   if (usable_bytes < budget_bytes) {

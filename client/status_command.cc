@@ -4,7 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/files.h"
 #include "client/coordinator_client.h"
+#include "client/job_history.h"
 #include "base/flags.h"
 #include "client/service_format.h"
 
@@ -61,11 +63,13 @@ std::string FormatJobStatus(const v1::Job& job) {
 
 absl::Status RunStatusCommand(absl::Span<const std::string> args, std::ostream& out) {
   std::string job_id;
+  std::string svg;
   CoordinatorOptions connection;
-  base::FlagSet flags("status", "slimfit status JOB [--json] [coordinator flags]",
+  base::FlagSet flags("status", "slimfit status JOB [--svg=FILE] [--json] [coordinator flags]",
                 "One job: state and reason, rounds, loss and bits per byte, the latest evaluation,\n"
                 "tokens per second, ETA and the latest checkpoint. --json prints the Job.");
   flags.Positional("JOB", &job_id, "job id", base::FlagSet::kRequired);
+  flags.String("svg", &svg, "also draw the training and held-out loss curves so far as an SVG chart");
   AddCoordinatorFlags(flags, &connection);
   bool help = false;
   if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
@@ -78,6 +82,17 @@ absl::Status RunStatusCommand(absl::Span<const std::string> args, std::ostream& 
       "GetJob", Idempotency::kIdempotent,
       [&](grpc::ClientContext* context) { return (*client)->stub().GetJob(context, request, &job); });
   if (!status.ok()) return status;
+  if (!svg.empty()) {
+    absl::StatusOr<std::vector<v1::JobEvent>> history = ReadJobHistory(**client, job_id);
+    if (!history.ok()) return history.status();
+    const std::string title = absl::StrCat(job.job_id(), job.spec().name().empty() ? "" : " \"" + job.spec().name() + "\"",
+                                           ": loss by round");
+    absl::StatusOr<std::string> chart = LossCurvesSvg(*history, title);
+    if (!chart.ok()) return absl::Status(chart.status().code(), absl::StrCat("--svg: ", chart.status().message()));
+    if (absl::Status written = base::WriteFileAtomically(svg, *chart); !written.ok()) {
+      return absl::Status(written.code(), absl::StrCat("--svg: ", written.message()));
+    }
+  }
   if (connection.json) {
     out << ProtoToJson(job, /*pretty=*/true) << "\n";
   } else {

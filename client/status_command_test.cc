@@ -1,9 +1,13 @@
 #include "client/status_command.h"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "base/files.h"
+#include "base/test_util.h"
 #include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -124,6 +128,82 @@ TEST_F(StatusCommandTest, UsageErrors) {
   EXPECT_THAT(Message(status), HasSubstr("unexpected argument 'b'"));
   ASSERT_TRUE(RunStatusCommand({"-h"}, out).ok());
   EXPECT_THAT(out.str(), StartsWith("usage: slimfit status JOB"));
+}
+
+v1::JobEvent RoundEvent(int64_t sequence, int64_t round, double loss) {
+  v1::JobEvent event;
+  event.set_sequence(sequence);
+  event.mutable_round_completed()->set_round(round);
+  event.mutable_round_completed()->set_loss(loss);
+  return event;
+}
+
+v1::JobEvent EvaluationEvent(int64_t sequence, int64_t round, double loss) {
+  v1::JobEvent event;
+  event.set_sequence(sequence);
+  event.mutable_evaluation()->set_round(round);
+  event.mutable_evaluation()->set_loss(loss);
+  return event;
+}
+
+// The points of the chart's polylines, each as a count.
+std::vector<size_t> PolylinePointCounts(const std::string& svg) {
+  std::vector<size_t> counts;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) {
+    const size_t start = svg.find("points=\"", at) + 8;
+    const std::string points = svg.substr(start, svg.find('"', start) - start);
+    counts.push_back(std::count(points.begin(), points.end(), ','));
+  }
+  return counts;
+}
+
+TEST_F(StatusCommandTest, SvgDrawsTheHistoryUpToTheRequestNotWhatFollows) {
+  fake_->watch_job = [](const v1::WatchJobRequest& request, int,
+                        const FakeCoordinator::Writer<v1::JobEvent>& write) {
+    if (!request.from_start()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "expected from_start");
+    v1::JobEvent snapshot;
+    snapshot.set_sequence(6);
+    *snapshot.mutable_snapshot() = RunningJob();
+    // Round 2 is computed twice (a rollback): its second value counts.
+    for (const v1::JobEvent& event : {snapshot, EvaluationEvent(1, 0, 5.5), RoundEvent(2, 1, 5.0),
+                                      RoundEvent(3, 2, 9.0), RoundEvent(4, 2, 4.0), RoundEvent(5, 3, 3.5),
+                                      EvaluationEvent(6, 3, 3.8)}) {
+      if (!write(event)) return grpc::Status::CANCELLED;
+    }
+    // The job goes on: live events until the client hangs up.
+    for (int64_t sequence = 7; sequence < 100000; ++sequence) {
+      if (!write(RoundEvent(sequence, sequence - 3, 1.0))) return grpc::Status::CANCELLED;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return grpc::Status::OK;
+  };
+  const std::string path = testing_util::TempPath("loss.svg");
+  const absl::Status status = Status({"job-000017", "--token=t", "--svg=" + path});
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_THAT(out_.str(), HasSubstr("rounds       14/200"));  // the usual text as well
+  absl::StatusOr<std::string> svg = base::ReadFileToString(path);
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  EXPECT_THAT(*svg, HasSubstr("job-000017 &quot;tiny&quot;: loss by round"));
+  EXPECT_THAT(*svg, HasSubstr(">training loss<"));
+  EXPECT_THAT(*svg, HasSubstr(">held-out loss<"));
+  // Rounds 1–3 (not the live round 4 and later), evaluations before round 1 and after round 3.
+  EXPECT_THAT(PolylinePointCounts(*svg), ElementsAre(3u, 2u));
+  // Round 2 counts with its recomputed loss (4.0): the y axis spans 3.5–5.5, not up to 9.
+  EXPECT_THAT(*svg, HasSubstr(">5.5<"));
+  EXPECT_THAT(*svg, ::testing::Not(HasSubstr(">8<")));
+}
+
+TEST_F(StatusCommandTest, SvgOfAJobWithNoRoundYetSaysSo) {
+  fake_->watch_job = [](const v1::WatchJobRequest&, int, const FakeCoordinator::Writer<v1::JobEvent>& write) {
+    v1::JobEvent snapshot;
+    snapshot.set_sequence(0);
+    *snapshot.mutable_snapshot() = RunningJob();
+    write(snapshot);
+    return grpc::Status::OK;
+  };
+  const absl::Status status = Status({"job-000017", "--token=t", "--svg=" + testing_util::TempPath("none.svg")});
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("--svg: no round has completed"));
 }
 
 }  // namespace

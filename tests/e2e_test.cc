@@ -189,6 +189,14 @@ TEST(EndToEndTest, CliDrivesAJobFromSubmitToExport) {
   EXPECT_EQ(status.exit_status, 0) << status.err;
   EXPECT_THAT(status.out, HasSubstr("SUCCEEDED"));
   EXPECT_THAT(status.out, HasSubstr("cli-job"));
+  // The loss curves of the finished job, read from the coordinator's retained events.
+  const std::string curves = testing_util::TempPath("cli-loss.svg");
+  testing_util::CommandResult drawn = run({"status", "job-000001", "--svg=" + curves});
+  EXPECT_EQ(drawn.exit_status, 0) << drawn.err;
+  absl::StatusOr<std::string> svg = base::ReadFileToString(curves);
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  EXPECT_THAT(*svg, HasSubstr(">training loss<"));
+  EXPECT_THAT(*svg, HasSubstr("<polyline"));
 
   testing_util::CommandResult plans = run({"plan", "--all", "--job=job-000001"});
   EXPECT_EQ(plans.exit_status, 0) << plans.err;
