@@ -34,7 +34,7 @@
 namespace slimfit::server {
 
 // How far two exact results may differ: above rounding of any plan, far below any lie. float32:
-// 1e-4 (exact plans agree to ~1e-6, BENCHMARKS.md "Verified gradients"); float64: 1e-9.
+// 1e-4 (exact plans agree to within 7e-7, BENCHMARKS.md "Verification"); float64: 1e-9.
 double VerificationTolerance(performer::DType dtype);
 
 // Whether shard `shard_id` of `round` is checked, drawn from the job's seed so the choice is the
