@@ -111,13 +111,19 @@ absl::StatusOr<Entry> ReadEntry(absl::string_view bytes, const Directory& direct
   const uint64_t extra_bytes = Little(bytes, at + 30, 2);
   const uint64_t comment_bytes = Little(bytes, at + 32, 2);
   const uint64_t disk = Little(bytes, at + 34, 2);
+  const uint64_t external_attributes = Little(bytes, at + 38, 4);
   const uint64_t local = Little(bytes, at + 42, 4);
   const uint64_t header_bytes = kCentralBytes + name_bytes + extra_bytes + comment_bytes;
   if (header_bytes > directory_end - at)
     return Invalid("central directory entry at byte ", at, " runs past it");
   entry.name = std::string(bytes.substr(at + kCentralBytes, name_bytes));
   if (name_bytes == 0 || name_bytes > kMaxNameBytes) return Invalid("a file name of ", name_bytes, " bytes");
-  if ((flags & 1) != 0) return Invalid("'", entry.name, "' is encrypted");
+  // Encrypted, strongly encrypted or a patch: miniz refuses to extract it.
+  if ((flags & (0x1 | 0x20 | 0x40)) != 0) return Invalid("'", entry.name, "' is encrypted or a patch");
+  // miniz takes an entry for a directory (and extracts nothing) by its name or its DOS attribute.
+  if (entry.name.back() == '/' || (external_attributes & 0x10) != 0) {
+    return Invalid("'", entry.name, "' is a directory");
+  }
   if (disk != 0) return Invalid("archives on several disks are not supported");
   if (compressed == 0xffffffff || entry.size == 0xffffffff || local == 0xffffffff) {
     return Invalid("'", entry.name, "' needs zip64 sizes (4 GiB or more)");

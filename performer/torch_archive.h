@@ -12,8 +12,8 @@
 //   - the end-of-central-directory record closes the file (no archive comment); a zip64 end record,
 //     located as miniz locates it, is consistent with it; one disk;
 //   - 1 .. 65535 central-directory entries inside the file, each a record stored uncompressed
-//     (torch.save never compresses), not encrypted, below 4 GiB, whose local header and data lie
-//     inside the file;
+//     (torch.save never compresses), not encrypted, not a directory, below 4 GiB, whose local
+//     header and data lie inside the file;
 //   - names of 1 .. 4096 bytes, all under one top-level folder (the archive name), no two equal
 //     ignoring case (miniz looks names up case-insensitively);
 //   - "<archive>/version" holds a decimal version LibTorch reads, with the CRC-32 its entry claims;

@@ -126,6 +126,14 @@ TEST(TorchStateDictTest, RefusesPickleLengthsBeyondThePickle) {
       "follow");
 }
 
+// miniz reads nothing from an entry marked as a directory: LibTorch's reader
+// then failed on an empty version and leaked the archive.
+TEST(TorchStateDictTest, RefusesVersionMarkedAsDirectory) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_version_directory.pt")).status(),
+      "'archive/version' is a directory");
+}
+
 TEST(TorchStateDictTest, RefusesCompressedRecords) {
   ExpectInvalid(
       ReadTorchStateDict(TestDataPath("state_dict_deflated.pt")).status(),

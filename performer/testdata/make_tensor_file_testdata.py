@@ -92,7 +92,7 @@ def state_dict():
 
 
 def rewrite_archive(source, target, folder="archive", patches=(), version=None,
-                    compression=zipfile.ZIP_STORED):
+                    compression=zipfile.ZIP_STORED, version_attributes=None):
     """Copies the torch.save zip `source` to `target` with its records under `folder`
     ("" for none), data.pkl patched at (offset, byte) pairs and another version record:
     the malformed archives ReadTorchStateDict must refuse."""
@@ -111,6 +111,8 @@ def rewrite_archive(source, target, folder="archive", patches=(), version=None,
         for name in ["data.pkl"] + sorted(n for n in records if n not in ("data.pkl", "version")) + ["version"]:
             info = zipfile.ZipInfo(prefix + name, date_time=(2020, 1, 1, 0, 0, 0))
             info.compress_type = compression
+            if name == "version" and version_attributes is not None:
+                info.external_attr = version_attributes
             zout.writestr(info, records[name])
 
 
@@ -131,6 +133,9 @@ def write_malformed_state_dicts():
     # allocated that much before reading it.
     rewrite_archive(plain, out("state_dict_long_string.pt"), patches=[(10, 0x7f)])
     rewrite_archive(plain, out("state_dict_version_99.pt"), version=b"99\n")
+    # The version record marked a directory (DOS attribute 0x10): miniz extracted nothing from it
+    # and LibTorch's reader leaked the archive.
+    rewrite_archive(plain, out("state_dict_version_directory.pt"), version_attributes=0x10)
 
 
 def main():
