@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -144,133 +145,194 @@ absl::StatusOr<Entry> ReadEntry(absl::string_view bytes, const Directory& direct
   return entry;
 }
 
-// Walks the opcodes of a pickle (the pickletools table, binary opcodes only) up to STOP, checking
-// that every length-prefixed argument fits in the bytes that follow and that every memo index is
-// below the pickle's size: LibTorch's unpickler allocates a string of the length it reads, or a
-// memo table up to the index, before it reads anything.
-absl::Status CheckPickle(absl::string_view pickle) {
-  enum Argument { kNone, kFixed1, kFixed2, kFixed4, kFixed8, kLength1, kLength4, kLength8, kLine, kTwoLines };
-  auto argument_of = [](unsigned char op, Argument* argument) {
-    switch (op) {
-      case 'N':
-      case 0x88:
-      case 0x89:
-      case ']':
-      case 'a':
-      case 'e':
-      case 'l':
-      case ')':
-      case 't':
-      case 0x85:
-      case 0x86:
-      case 0x87:
-      case '}':
-      case 'd':
-      case 's':
-      case 'u':
-      case '0':
-      case '2':
-      case '(':
-      case '1':
-      case 'R':
-      case 'b':
-      case 0x81:
-      case 0x92:
-      case '.':
-      case 'Q':
-      case 0x94:
-      case 0x93:
-      case 0x8f:
-      case 0x90:
-      case 0x91:
-      case 'o':
-        *argument = kNone;
-        return true;
-      case 'K':
-      case 'h':
-      case 'q':
-      case 0x80:
-      case 0x82:
-        *argument = kFixed1;
-        return true;
-      case 'M':
-      case 0x83:
-        *argument = kFixed2;
-        return true;
-      case 'J':
-      case 'j':
-      case 'r':
-      case 0x84:
-        *argument = kFixed4;
-        return true;
-      case 'G':
-      case 0x95:
-        *argument = kFixed8;
-        return true;
-      case 0x8a:
-      case 'U':
-      case 'C':
-      case 0x8c:
-        *argument = kLength1;
-        return true;
-      case 0x8b:
-      case 'T':
-      case 'B':
-      case 'X':
-        *argument = kLength4;
-        return true;
-      case 0x8e:
-      case 0x8d:
-      case 0x96:
-        *argument = kLength8;
-        return true;
-      case 'P':
-        *argument = kLine;
-        return true;
-      case 'c':
-      case 'i':
-        *argument = kTwoLines;
-        return true;
-      default:
-        return false;  // text-argument opcodes and out-of-band buffers: torch.save writes neither
-    }
+// How a pickle opcode reads its argument (pickletools' argument descriptors, binary ones only).
+enum class Argument {
+  kNone,
+  kFixed1,
+  kFixed2,
+  kFixed4,
+  kFixed8,
+  kLength1,
+  kLength4,
+  kLength8,
+  kLine,
+  kTwoLines
+};
+
+// What an opcode does to the unpickler's stack (pickletools' stack_before and stack_after).
+enum class Effect {
+  kPlain,   // pops `pops` items above the top mark, pushes `pushes`
+  kToMark,  // pops every item above the top mark and the mark, then `pops` more; pushes `pushes`
+  kMark,    // pushes a mark
+  kMemo,    // stores the top item (above the top mark) in the memo
+};
+
+struct Opcode {
+  Argument argument = Argument::kNone;
+  Effect effect = Effect::kPlain;
+  int pops = 0;
+  int pushes = 0;
+};
+
+// The opcodes a torch.save pickle may hold; false for the others (text-argument opcodes,
+// extension registry and out-of-band buffers: torch.save writes none of them).
+bool Describe(unsigned char op, Opcode* out) {
+  using A = Argument;
+  using E = Effect;
+  auto set = [out](A argument, E effect, int pops, int pushes) {
+    *out = Opcode{argument, effect, pops, pushes};
+    return true;
   };
+  switch (op) {
+    // Values: push one.
+    case 'N':
+    case 0x88:
+    case 0x89:
+    case ']':
+    case ')':
+    case '}':
+    case 0x8f:
+      return set(A::kNone, E::kPlain, 0, 1);
+    case 'K':
+      return set(A::kFixed1, E::kPlain, 0, 1);
+    case 'M':
+      return set(A::kFixed2, E::kPlain, 0, 1);
+    case 'J':
+      return set(A::kFixed4, E::kPlain, 0, 1);
+    case 'G':
+      return set(A::kFixed8, E::kPlain, 0, 1);
+    case 0x8a:
+    case 'U':
+    case 'C':
+    case 0x8c:
+      return set(A::kLength1, E::kPlain, 0, 1);
+    case 0x8b:
+    case 'T':
+    case 'B':
+    case 'X':
+      return set(A::kLength4, E::kPlain, 0, 1);
+    case 0x8e:
+    case 0x8d:
+    case 0x96:
+      return set(A::kLength8, E::kPlain, 0, 1);
+    case 'c':
+      return set(A::kTwoLines, E::kPlain, 0, 1);  // GLOBAL
+    case 'P':
+      return set(A::kLine, E::kPlain, 0, 1);  // PERSID
+    case 'h':
+      return set(A::kFixed1, E::kPlain, 0, 1);  // BINGET
+    case 'j':
+      return set(A::kFixed4, E::kPlain, 0, 1);  // LONG_BINGET
+    // Memo stores.
+    case 'q':
+      return set(A::kFixed1, E::kMemo, 0, 0);  // BINPUT
+    case 'r':
+      return set(A::kFixed4, E::kMemo, 0, 0);  // LONG_BINPUT
+    case 0x94:
+      return set(A::kNone, E::kMemo, 0, 0);  // MEMOIZE
+    // Stack manipulation and building.
+    case '(':
+      return set(A::kNone, E::kMark, 0, 0);
+    case '0':
+      return set(A::kNone, E::kPlain, 1, 0);  // POP
+    case '2':
+      return set(A::kNone, E::kPlain, 1, 2);  // DUP
+    case '1':
+      return set(A::kNone, E::kToMark, 0, 0);  // POP_MARK
+    case 'a':
+      return set(A::kNone, E::kPlain, 2, 1);  // APPEND
+    case 'e':
+    case 'u':
+    case 0x90:
+      return set(A::kNone, E::kToMark, 1, 1);  // APPENDS, SETITEMS, ADDITEMS
+    case 'l':
+    case 't':
+    case 'd':
+    case 0x91:
+      return set(A::kNone, E::kToMark, 0, 1);  // LIST, TUPLE, DICT, FROZENSET
+    case 0x85:
+      return set(A::kNone, E::kPlain, 1, 1);  // TUPLE1
+    case 0x86:
+      return set(A::kNone, E::kPlain, 2, 1);  // TUPLE2
+    case 0x87:
+      return set(A::kNone, E::kPlain, 3, 1);  // TUPLE3
+    case 's':
+      return set(A::kNone, E::kPlain, 3, 1);  // SETITEM
+    case 0x93:
+    case 'R':
+    case 'b':
+    case 0x81:
+      return set(A::kNone, E::kPlain, 2, 1);  // STACK_GLOBAL, REDUCE, BUILD, NEWOBJ
+    case 0x92:
+      return set(A::kNone, E::kPlain, 3, 1);  // NEWOBJ_EX
+    case 'Q':
+      return set(A::kNone, E::kPlain, 1, 1);  // BINPERSID
+    case 0x80:
+      return set(A::kFixed1, E::kPlain, 0, 0);  // PROTO
+    case 0x95:
+      return set(A::kFixed8, E::kPlain, 0, 0);  // FRAME
+    case '.':
+      return set(A::kNone, E::kPlain, 1, 0);  // STOP
+    default:
+      return false;
+  }
+}
+
+// Walks the opcodes of a pickle up to STOP as pickletools.dis does, without building anything:
+// every length-prefixed argument must fit in the bytes that follow, every memo index must be below
+// the pickle's size, and no opcode may take more stack items than there are above the top mark
+// (or a mark that is not there). LibTorch's unpickler allocates a string of the length an opcode
+// announces, or a memo table up to the index, before reading anything, and pops its stack without
+// checking its depth (BUILD on an empty stack crashed it).
+absl::Status CheckPickle(absl::string_view pickle) {
   const uint64_t size = pickle.size();
+  std::vector<uint64_t> marks;  // stack depth at each open mark
+  uint64_t depth = 0;           // items on the stack, marks not counted
   uint64_t at = 0;
   while (at < size) {
     const auto op = static_cast<unsigned char>(pickle[at]);
     const uint64_t opcode_at = at++;
-    Argument argument;
-    if (!argument_of(op, &argument))
+    Opcode opcode;
+    if (!Describe(op, &opcode)) {
       return Invalid("data.pkl has unsupported pickle opcode 0x", absl::Hex(op, absl::kZeroPad2), " at byte ",
                      opcode_at);
-    static constexpr int kFixedBytes[] = {0, 1, 2, 4, 8};
+    }
     uint64_t length = 0;
-    switch (argument) {
-      case kNone:
+    switch (opcode.argument) {
+      case Argument::kNone:
         break;
-      case kFixed1:
-      case kFixed2:
-      case kFixed4:
-      case kFixed8:
-        length = kFixedBytes[argument];
+      case Argument::kFixed1:
+        length = 1;
         break;
-      case kLength1:
-      case kLength4:
-      case kLength8: {
-        const int width = argument == kLength1 ? 1 : argument == kLength4 ? 4 : 8;
-        if (size - at < static_cast<uint64_t>(width))
+      case Argument::kFixed2:
+        length = 2;
+        break;
+      case Argument::kFixed4:
+        length = 4;
+        break;
+      case Argument::kFixed8:
+        length = 8;
+        break;
+      case Argument::kLength1:
+      case Argument::kLength4:
+      case Argument::kLength8: {
+        const int width = opcode.argument == Argument::kLength1   ? 1
+                          : opcode.argument == Argument::kLength4 ? 4
+                                                                  : 8;
+        if (size - at < static_cast<uint64_t>(width)) {
           return Invalid("data.pkl ends inside opcode 0x", absl::Hex(op, absl::kZeroPad2));
+        }
         length = Little(pickle, at, width);
         at += width;
         break;
       }
-      case kLine:
-      case kTwoLines:
-        for (int line = 0; line < (argument == kLine ? 1 : 2); ++line) {
+      case Argument::kLine:
+      case Argument::kTwoLines:
+        for (int line = 0; line < (opcode.argument == Argument::kLine ? 1 : 2); ++line) {
           const size_t newline = pickle.find('\n', at);
-          if (newline == absl::string_view::npos)
+          if (newline == absl::string_view::npos) {
             return Invalid("data.pkl ends inside opcode 0x", absl::Hex(op, absl::kZeroPad2));
+          }
           at = newline + 1;
         }
         break;
@@ -279,11 +341,37 @@ absl::Status CheckPickle(absl::string_view pickle) {
       return Invalid("data.pkl opcode 0x", absl::Hex(op, absl::kZeroPad2), " at byte ", opcode_at, " has a ",
                      length, "-byte argument; ", size - at, " bytes follow");
     }
-    if (op == 'j' || op == 'r') {
-      if (Little(pickle, at, 4) >= size)
-        return Invalid("data.pkl memo index beyond its size at byte ", opcode_at);
+    if ((op == 'j' || op == 'r') && Little(pickle, at, 4) >= size) {
+      return Invalid("data.pkl memo index beyond its size at byte ", opcode_at);
     }
     at += length;
+
+    const uint64_t above_mark = depth - (marks.empty() ? 0 : marks.back());
+    auto underflow = [&] {
+      return Invalid("data.pkl opcode 0x", absl::Hex(op, absl::kZeroPad2), " at byte ", opcode_at,
+                     " takes more from the unpickler's stack than there is");
+    };
+    switch (opcode.effect) {
+      case Effect::kMark:
+        marks.push_back(depth);
+        break;
+      case Effect::kMemo:
+        if (above_mark < 1) return underflow();
+        break;
+      case Effect::kPlain:
+        if (above_mark < static_cast<uint64_t>(opcode.pops)) return underflow();
+        depth = depth - opcode.pops + opcode.pushes;
+        break;
+      case Effect::kToMark: {
+        if (marks.empty()) return underflow();
+        depth = marks.back();
+        marks.pop_back();
+        const uint64_t below = depth - (marks.empty() ? 0 : marks.back());
+        if (below < static_cast<uint64_t>(opcode.pops)) return underflow();
+        depth = depth - opcode.pops + opcode.pushes;
+        break;
+      }
+    }
     if (op == '.') return absl::OkStatus();
   }
   return Invalid("data.pkl has no STOP opcode");

@@ -134,6 +134,15 @@ TEST(TorchStateDictTest, RefusesVersionMarkedAsDirectory) {
       "'archive/version' is a directory");
 }
 
+// BUILD on an empty stack: LibTorch's unpickler pops without checking and
+// crashed (SEGV).
+TEST(TorchStateDictTest, RefusesPickleThatUnderflowsTheStack) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_stack_underflow.pt")).status(),
+      "data.pkl opcode 0x62 at byte 2 takes more from the unpickler's stack "
+      "than there is");
+}
+
 TEST(TorchStateDictTest, RefusesCompressedRecords) {
   ExpectInvalid(
       ReadTorchStateDict(TestDataPath("state_dict_deflated.pt")).status(),

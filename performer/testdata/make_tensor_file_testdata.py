@@ -92,18 +92,19 @@ def state_dict():
 
 
 def rewrite_archive(source, target, folder="archive", patches=(), version=None,
-                    compression=zipfile.ZIP_STORED, version_attributes=None):
+                    compression=zipfile.ZIP_STORED, version_attributes=None, pickle=None):
     """Copies the torch.save zip `source` to `target` with its records under `folder`
-    ("" for none), data.pkl patched at (offset, byte) pairs and another version record:
+    ("" for none), data.pkl replaced by `pickle` and patched at (offset, byte) pairs, and another
+    version record:
     the malformed archives ReadTorchStateDict must refuse."""
     with zipfile.ZipFile(source) as zin:
         records = {}
         for info in zin.infolist():
             records[info.filename.split("/", 1)[1]] = zin.read(info)
-    pickle = bytearray(records["data.pkl"])
+    data = bytearray(records["data.pkl"] if pickle is None else pickle)
     for offset, value in patches:
-        pickle[offset] = value
-    records["data.pkl"] = bytes(pickle)
+        data[offset] = value
+    records["data.pkl"] = bytes(data)
     if version is not None:
         records["version"] = version
     prefix = folder + "/" if folder else ""
@@ -132,6 +133,8 @@ def write_malformed_state_dicts():
     # The key 'linear.weight' (BINUNICODE at byte 6) announced as 2 GiB long: LibTorch's unpickler
     # allocated that much before reading it.
     rewrite_archive(plain, out("state_dict_long_string.pt"), patches=[(10, 0x7f)])
+    # PROTO 2, BUILD, STOP: BUILD pops two items off an empty stack (LibTorch's unpickler crashed).
+    rewrite_archive(plain, out("state_dict_stack_underflow.pt"), pickle=b"\x80\x02b.")
     rewrite_archive(plain, out("state_dict_version_99.pt"), version=b"99\n")
     # The version record marked a directory (DOS attribute 0x10): miniz extracted nothing from it
     # and LibTorch's reader leaked the archive.
