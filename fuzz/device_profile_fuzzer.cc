@@ -3,8 +3,8 @@
 // worker's state directory read.
 //
 // Invariants: a refusal is INVALID_ARGUMENT; an accepted profile is valid, prints
-// (DeviceProfileToText) as text that parses back to exactly the same profile, and its proto
-// conversion round-trips.
+// (DeviceProfileToText) as text that parses back to exactly the same profile, and can be sent: its
+// message serialises to bytes a receiver parses back to the same profile.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -46,8 +46,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                      printed);
   SLIMFIT_FUZZ_CHECK(fuzz::SameProfile(*profile, *reparsed), "printed profile parses differently:\n",
                      printed);
-  SLIMFIT_FUZZ_CHECK(
-      fuzz::SameProfile(*profile, planner::DeviceProfileFromProto(planner::DeviceProfileToProto(*profile))),
-      "proto conversion");
+  // A worker sends its profile in RegisterWorkerRequest: the coordinator must be able to parse it.
+  v1::DeviceProfile received;
+  SLIMFIT_FUZZ_CHECK(received.ParseFromString(planner::DeviceProfileToProto(*profile).SerializeAsString()),
+                     "an accepted profile cannot be sent: its receiver cannot parse it");
+  SLIMFIT_FUZZ_CHECK(fuzz::SameProfile(*profile, planner::DeviceProfileFromProto(received)), "proto conversion");
   return 0;
 }
