@@ -50,6 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   v1::DeviceProfile received;
   SLIMFIT_FUZZ_CHECK(received.ParseFromString(planner::DeviceProfileToProto(*profile).SerializeAsString()),
                      "an accepted profile cannot be sent: its receiver cannot parse it");
-  SLIMFIT_FUZZ_CHECK(fuzz::SameProfile(*profile, planner::DeviceProfileFromProto(received)), "proto conversion");
+  SLIMFIT_FUZZ_CHECK(fuzz::SameProfile(*profile, planner::DeviceProfileFromProto(received)),
+                     "proto conversion");
   return 0;
 }

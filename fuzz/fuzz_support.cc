@@ -11,8 +11,17 @@
 #include <filesystem>
 #include <mutex>
 
+#include "google/protobuf/stubs/logging.h"
+
 namespace slimfit::fuzz {
 namespace {
+
+// Inputs protobuf refuses (a string field that is not UTF-8) make it log an error line each, which
+// only slows fuzzing down: here they are expected, so its logs are discarded.
+const bool kProtobufLogsDiscarded = [] {
+  google::protobuf::SetLogHandler(nullptr);
+  return true;
+}();
 
 std::string* scratch_dir = nullptr;
 
