@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "planner/plan_search.h"
+#include "proto/utf8_fields.h"
 
 namespace slimfit::client {
 namespace {
@@ -196,6 +198,10 @@ absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path) {
   if (!parser.ParseFromString(contents.str(), &spec)) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ":", errors.first().empty() ? "1:1: not a text-format slimfit.v1.JobSpec" : errors.first()));
+  }
+  // Text format takes any bytes into a string field; the coordinator's parser takes only UTF-8.
+  if (std::optional<std::string> field = rpc::FirstNonUtf8Field(spec); field.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", *field, " is not valid UTF-8"));
   }
   return spec;
 }

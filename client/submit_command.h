@@ -42,7 +42,8 @@
 namespace slimfit::client {
 
 // Reads a text-format JobSpec. NOT_FOUND (or the errno's code) when the file cannot be read;
-// INVALID_ARGUMENT "PATH:LINE:COLUMN: <message>" (1-based) for the first parse error.
+// INVALID_ARGUMENT "PATH:LINE:COLUMN: <message>" (1-based) for the first parse error, or
+// "PATH: <field> is not valid UTF-8" for a string field the coordinator could not parse.
 absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path);
 
 // A random idempotency key in the form of a version-4 UUID ("3f2a…-…").

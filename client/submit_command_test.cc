@@ -269,6 +269,16 @@ TEST(ReadJobSpecTest, ReadsEveryField) {
   EXPECT_EQ(spec->constraints().device_kinds(0), "cuda");
 }
 
+// Found by fuzz/job_spec_fuzzer.cc: text format takes "\377" into a string
+// field, and the coordinator could then not parse the SubmitJob request.
+TEST(ReadJobSpecTest, RefusesStringsThatAreNotUtf8) {
+  const std::string path = TempPath("latin1.textproto");
+  std::ofstream(path) << "name: \"ok\" dataset_ids: \"ds-1\" dataset_ids: \"caf\\351\"";
+  const absl::StatusOr<v1::JobSpec> spec = ReadJobSpec(path);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(spec.status()), path + ": dataset_ids[1] is not valid UTF-8");
+}
+
 TEST(ReadJobSpecTest, ADirectoryIsNoSpec) {
   const absl::StatusOr<v1::JobSpec> spec = ReadJobSpec(TempPath(""));
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);

@@ -30,14 +30,20 @@ namespace slimfit::performer {
 // peak memory is about twice the tensors' size; prefer safetensors for large
 // checkpoints.
 //
+// Tensors saved from another device are restored on the CPU. Before LibTorch
+// reads anything, the zip container must have the layout torch.save writes
+// (records stored uncompressed, each below 4 GiB, under one folder, a version
+// record LibTorch reads: see torch_archive.h); after unpickling, every tensor
+// must lie inside its storage and every storage inside the bytes stored for it.
+//
 // Errors: NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT (not a regular
 // file) naming the path when it cannot be read;
 // INVALID_ARGUMENT when the file holds a collections.OrderedDict (what a raw
 // `model.state_dict()` is; LibTorch 1.13 cannot unpickle it), uses the legacy
 // non-zip format (`_use_new_zipfile_serialization=False`), is not a torch.save
-// file at all, holds something other than a dict, or has a non-string key or
-// a non-tensor value (the message names the key); INTERNAL if LibTorch fails
-// to copy a tensor to CPU memory. Messages start with `path` and say how to
+// zip archive as described above, holds something other than a dict, has a
+// non-string key or a non-tensor value, or a tensor reaching outside its data
+// (the message names the key). Messages start with `path` and say how to
 // re-save the file where that is the fix.
 absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(
     const std::string& path);

@@ -91,5 +91,79 @@ TEST(TorchStateDictTest, RejectsOtherFiles) {
   EXPECT_THAT(std::string(status.message()), HasSubstr(missing));
 }
 
+// Found by fuzzing (fuzz/torch_state_dict_fuzzer.cc). LibTorch's unpickler
+// takes a storage's size from the pickle: reading this tensor would run past
+// the 24 bytes stored for it.
+TEST(TorchStateDictTest, RefusesStorageLargerThanItsRecord) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_storage_overrun.pt")).status(),
+      "tensor 'linear.weight' is corrupt: its storage of 800 bytes is larger "
+      "than the 24 bytes stored for it");
+}
+
+TEST(TorchStateDictTest, RefusesTensorOutsideItsStorage) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_view_overrun.pt")).status(),
+      "tensor 'linear.weight' is corrupt: its shape, strides and offset reach "
+      "past its 24-byte storage");
+}
+
+// LibTorch's reader leaked the opened archive when its first file is not in a
+// folder; the archive is refused before LibTorch sees it.
+TEST(TorchStateDictTest, RefusesArchiveWithoutFolder) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_no_folder.pt")).status(),
+      "not a torch.save zip archive: the first file 'data.pkl' is not in a "
+      "folder");
+}
+
+// LibTorch's unpickler allocated the 2 GiB this pickle's first string claims
+// before finding that 300 bytes follow.
+TEST(TorchStateDictTest, RefusesPickleLengthsBeyondThePickle) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_long_string.pt")).status(),
+      "data.pkl opcode 0x58 at byte 6 has a 2130706445-byte argument; 307 bytes "
+      "follow");
+}
+
+// miniz reads nothing from an entry marked as a directory: LibTorch's reader
+// then failed on an empty version and leaked the archive.
+TEST(TorchStateDictTest, RefusesVersionMarkedAsDirectory) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_version_directory.pt")).status(),
+      "'archive/version' is a directory");
+}
+
+// BUILD on an empty stack: LibTorch's unpickler pops without checking and
+// crashed (SEGV).
+TEST(TorchStateDictTest, RefusesPickleThatUnderflowsTheStack) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_stack_underflow.pt")).status(),
+      "data.pkl opcode 0x62 at byte 2 takes more from the unpickler's stack "
+      "than there is");
+}
+
+TEST(TorchStateDictTest, RefusesCompressedRecords) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_deflated.pt")).status(),
+      "'archive/data.pkl' is compressed");
+}
+
+TEST(TorchStateDictTest, RefusesUnreadableVersion) {
+  ExpectInvalid(
+      ReadTorchStateDict(TestDataPath("state_dict_version_99.pt")).status(),
+      "torch.save file format version 99 is outside the versions this "
+      "LibTorch reads");
+}
+
+// The same records zipped by Python's zipfile (no zip64 end record, no
+// alignment padding) read like torch.save's own archive.
+TEST(TorchStateDictTest, ReadsArchiveWrittenByAnotherZipWriter) {
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
+      ReadTorchStateDict(TestDataPath("state_dict_rezipped.pt"));
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ExpectTensorsEqual(*tensors, ExpectedStateDict());
+}
+
 }  // namespace
 }  // namespace slimfit::performer

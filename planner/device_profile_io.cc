@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "base/files.h"
+#include "proto/utf8_fields.h"
 
 namespace slimfit::planner {
 namespace {
@@ -82,6 +84,11 @@ absl::StatusOr<DeviceProfile> ParseDeviceProfileText(absl::string_view text) {
         absl::StrCat("device profile: ", errors.errors().empty()
                                              ? std::string("not a text-format slimfit.v1.DeviceProfile")
                                              : absl::StrJoin(errors.errors(), "; ")));
+  }
+  // Text format takes any bytes into a string field; a worker sends its profile to the
+  // coordinator, whose parser takes only UTF-8.
+  if (std::optional<std::string> field = rpc::FirstNonUtf8Field(proto); field.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("device profile: ", *field, " is not valid UTF-8"));
   }
   DeviceProfile profile = DeviceProfileFromProto(proto);
   if (absl::Status valid = profile.Validate(); !valid.ok()) return valid;

@@ -34,8 +34,9 @@ DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto);
 
 // Parses a text-format slimfit.v1.DeviceProfile.
 // INVALID_ARGUMENT: a syntax error, an unknown field or a value of the wrong type — the message
-//   names the 1-based line and column TextFormat reports ("line 3, column 18: ...") — or a profile
-//   that fails DeviceProfile::Validate() (its message names the field).
+//   names the 1-based line and column TextFormat reports ("line 3, column 18: ...") —, a string
+//   field that is not valid UTF-8 (a worker could not send the profile), or a profile that fails
+//   DeviceProfile::Validate() (its message names the field).
 [[nodiscard]] absl::StatusOr<DeviceProfile> ParseDeviceProfileText(absl::string_view text);
 
 // The profile as text-format proto, one field per line, every field written, ending in '\n'.

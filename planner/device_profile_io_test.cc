@@ -121,6 +121,15 @@ TEST(DeviceProfileIoTest, WrongValueTypeNamesLineAndColumn) {
   EXPECT_THAT(Message(parsed.status()), HasSubstr("line 1, column 10"));
 }
 
+// Found by fuzz/device_profile_fuzzer.cc: text format takes "\377" into a
+// string field; the coordinator could then not parse the worker's
+// RegisterWorkerRequest carrying the profile.
+TEST(DeviceProfileIoTest, StringsThatAreNotUtf8AreRejected) {
+  absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText("device: \"cpu\"\ndevice_name: \"Xeon \\256\"\n");
+  ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(parsed.status()), "device profile: device_name is not valid UTF-8");
+}
+
 TEST(DeviceProfileIoTest, InvalidValuesAreRejectedByValidate) {
   absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText("flops_per_second: -1\n");
   ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package slimfit needs to build, test and run. Idempotent: when everything is
-# already installed it only checks (a second or two) and touches nothing.
+# Installs every Debian package slimfit needs to build, test and run (clang-14, its sanitizer and
+# libFuzzer runtimes and llvm-symbolizer are for the fuzz targets, scripts/fuzz.sh). Idempotent:
+# when everything is already installed it only checks (a second or two) and touches nothing.
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,7 @@ packages=(
   nlohmann-json3-dev libsqlite3-dev libtomlplusplus-dev
   python3-torch
   systemd
+  clang-14 libclang-rt-14-dev llvm-14
 )
 
 missing=()

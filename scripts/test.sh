@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds and runs every test of the workspace offline (Bazel 4.2.3 from Debian), tuned for a 2-core
-# CI machine. Works from any directory. Prints a final line "N passed, N failed" and exits non-zero
-# if any test failed or anything failed to build. Extra arguments are passed to `bazel test`
-# (e.g. scripts/test.sh --test_filter=Foo.*).
+# CI machine, then runs every fuzz target briefly (scripts/fuzz.sh, $SLIMFIT_FUZZ_SECONDS seconds
+# each, default 10; 0 skips it), so a decoder that now crashes, hangs or leaks on a mutated input
+# fails CI. Works from any directory. Prints a final line "N passed, N failed" and exits non-zero
+# if any test failed, anything failed to build or a fuzz target failed. Extra arguments are passed
+# to `bazel test` (e.g. scripts/test.sh --test_filter=Foo.*).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,8 +50,21 @@ fi
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   echo "test.sh: bazel exited with code $rc (build or analysis errors above)"
 fi
+
+fuzz_seconds="${SLIMFIT_FUZZ_SECONDS:-10}"
+fuzz_rc=0
+if [ "$fuzz_seconds" -gt 0 ]; then
+  fuzz_start=$SECONDS
+  bash scripts/fuzz.sh "$fuzz_seconds" || fuzz_rc=$?
+  if [ "$fuzz_rc" -eq 0 ]; then
+    echo "test.sh: every fuzz target ran ${fuzz_seconds} s without a finding ($((SECONDS - fuzz_start)) s with its build)"
+  else
+    echo "test.sh: fuzzing failed (exit $fuzz_rc): see the lines above"
+  fi
+fi
+
 echo "${passed} passed, ${failed} failed"
-if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then
+if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$fuzz_rc" -ne 0 ]; then
   exit 1
 fi
 exit 0

@@ -42,6 +42,7 @@ struct CoordinatorOptions {
   RegistryOptions registry;
   RunnerOptions runner;
   int64_t upload_limit_bytes = int64_t{1} << 30;
+  int64_t max_model_bytes = kDefaultMaxModelBytes;  // see JobPreparer
 };
 
 class Coordinator {

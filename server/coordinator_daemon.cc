@@ -67,6 +67,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   options.runner.max_attempts = static_cast<int>(flags.max_attempts);
   options.runner.max_sequences_per_shard = flags.max_sequences_per_shard;
   options.upload_limit_bytes = flags.upload_limit_bytes;
+  options.max_model_bytes = flags.max_model_bytes;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(options);
   if (!coordinator.ok()) return FailStart(err, coordinator.status().message());
 
@@ -148,6 +149,9 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   flags.Int("max_sequences_per_shard", &o.max_sequences_per_shard,
             "most sequences in one shard (0: as many as fit one request)");
   flags.ByteSize("upload_limit", &o.upload_limit_bytes, "largest accepted upload");
+  flags.ByteSize("max_model_bytes", &o.max_model_bytes,
+                 "largest model a job may train: its parameters' bytes in the job's dtype (the coordinator "
+                 "holds about 5x this)");
   flags.String("port_file", &o.port_file, "write the bound host:port here once serving");
   flags.Int("threads", &o.threads, "BLAS threads for the optimizer step and checkpoints");
   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
@@ -184,6 +188,7 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   if (o.shard_timeout_seconds < 1) return absl::InvalidArgumentError("--shard_timeout_seconds must be ≥ 1");
   if (o.max_attempts < 1) return absl::InvalidArgumentError("--max_attempts must be ≥ 1");
   if (o.max_sequences_per_shard < 0) return absl::InvalidArgumentError("--max_sequences_per_shard must be ≥ 0");
+  if (o.max_model_bytes < 1) return absl::InvalidArgumentError("--max_model_bytes must be ≥ 1 byte");
   if (o.threads < 1 || o.threads > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", o.threads, ": expected 1 to 4096"));
   }

@@ -51,6 +51,7 @@ struct CoordinatorDaemonOptions {
   int64_t max_attempts = 5;                // per shard, before the job fails
   int64_t max_sequences_per_shard = 0;     // 0: as many as fit one request
   int64_t upload_limit_bytes = int64_t{1} << 30;
+  int64_t max_model_bytes = int64_t{2} << 30;  // largest model (parameter bytes) a job may train
   std::string port_file;                   // --port_file=FILE: the bound host:port, once serving
   int64_t threads = 1;                     // BLAS threads for the optimizer step and checkpoints
 };

@@ -34,13 +34,15 @@ TEST(ParseCoordinatorFlagsTest, DefaultsAndTokensFromTheEnvironment) {
   EXPECT_EQ(o.shard_timeout_seconds, 120);
   EXPECT_EQ(o.max_attempts, 5);
   EXPECT_EQ(o.upload_limit_bytes, int64_t{1} << 30);
+  EXPECT_EQ(o.max_model_bytes, int64_t{2} << 30);
   EXPECT_EQ(o.threads, 1);
 }
 
 TEST(ParseCoordinatorFlagsTest, FlagsWinOverTheEnvironment) {
   absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(
       {"--state_dir=/s", "--token=a", "--worker_token=b", "--listen=0.0.0.0:0", "--insecure", "--upload_limit=2GiB",
-       "--heartbeat_interval_ms=100", "--lost_after_ms=300", "--port_file=/tmp/p", "--threads=2"},
+       "--max_model_bytes=16GiB", "--heartbeat_interval_ms=100", "--lost_after_ms=300", "--port_file=/tmp/p",
+       "--threads=2"},
       Env());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const CoordinatorDaemonOptions& o = parsed->options;
@@ -49,6 +51,7 @@ TEST(ParseCoordinatorFlagsTest, FlagsWinOverTheEnvironment) {
   EXPECT_EQ(o.listen, "0.0.0.0:0");
   EXPECT_TRUE(o.tls.insecure);
   EXPECT_EQ(o.upload_limit_bytes, int64_t{2} << 30);
+  EXPECT_EQ(o.max_model_bytes, int64_t{16} << 30);
   EXPECT_EQ(o.heartbeat_interval_ms, 100);
   EXPECT_EQ(o.lost_after_ms, 300);
   EXPECT_EQ(o.port_file, "/tmp/p");

@@ -136,6 +136,21 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
   if (spec.has_dtype() && spec.dtype() != v1::DTYPE_FLOAT32 && spec.dtype() != v1::DTYPE_FLOAT64) {
     return rpc::InvalidFieldError("spec.dtype", "must be DTYPE_FLOAT32 or DTYPE_FLOAT64");
   }
+  // Before anything is allocated: a valid config may still ask for terabytes (2^40 parameters).
+  const int64_t dtype_bytes = spec.dtype() == v1::DTYPE_FLOAT64 ? 8 : 4;
+  const int64_t model_bytes = prepared.config.parameter_count() * dtype_bytes;
+  if (model_bytes > max_model_bytes_) {
+    v1::ErrorDetail detail;
+    detail.set_required_bytes(model_bytes);
+    detail.set_limit_bytes(max_model_bytes_);
+    return rpc::AttachErrorDetail(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "spec.model: ", prepared.config.parameter_count(), " parameters take ",
+            planner::HumanBytes(static_cast<double>(model_bytes)), " in ", dtype_bytes == 8 ? "float64" : "float32",
+            "; this coordinator trains models of up to ", planner::HumanBytes(static_cast<double>(max_model_bytes_)),
+            " (--max_model_bytes)")),
+        detail);
+  }
   if (spec.model().has_init_readout_scale()) {
     const double scale = spec.model().init_readout_scale();
     if (!spec.model().has_config()) {

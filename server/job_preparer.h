@@ -24,6 +24,10 @@
 
 namespace slimfit::server {
 
+// The largest model (parameter bytes in the job's dtype) a coordinator trains unless told otherwise
+// (--max_model_bytes). It keeps the parameters, AdamW's two moments and a float64 gradient sum:
+// about 5× this in float32.
+inline constexpr int64_t kDefaultMaxModelBytes = int64_t{2} << 30;
 
 struct PreparedJob {
   performer::ModelConfig config;
@@ -35,13 +39,17 @@ struct PreparedJob {
 
 class JobPreparer {
  public:
-  JobPreparer(StateStore* store, WorkerRegistry* registry, double safety_margin)
-      : store_(store), registry_(registry), safety_margin_(safety_margin) {}
+  // Models whose parameters take more than `max_model_bytes` in the job's dtype are refused.
+  JobPreparer(StateStore* store, WorkerRegistry* registry, double safety_margin,
+              int64_t max_model_bytes = kDefaultMaxModelBytes)
+      : store_(store), registry_(registry), safety_margin_(safety_margin), max_model_bytes_(max_model_bytes) {}
 
   // Validates `spec`, resolves the model (its parameters too when `load_initial`) and loads the
   // data. INVALID_ARGUMENT naming the field; NOT_FOUND for an unknown dataset or checkpoint
-  // (ErrorDetail.resource_kind/id); FAILED_PRECONDITION for a checkpoint that does not load or
-  // data too small for one training sequence; DATA_LOSS for a stored file gone missing.
+  // (ErrorDetail.resource_kind/id); RESOURCE_EXHAUSTED for a model above max_model_bytes
+  // (ErrorDetail.required_bytes, limit_bytes), checked before any parameter is allocated;
+  // FAILED_PRECONDITION for a checkpoint that does not load or data too small for one training
+  // sequence; DATA_LOSS for a stored file gone missing.
   absl::StatusOr<PreparedJob> Prepare(const v1::JobSpec& spec, bool load_initial) const;
 
   // OK when no eligible worker is live (the job waits, QUEUED) or when one of them has a plan;
@@ -61,6 +69,7 @@ class JobPreparer {
   StateStore* const store_;
   WorkerRegistry* const registry_;
   const double safety_margin_;
+  const int64_t max_model_bytes_;
 };
 
 }  // namespace slimfit::server

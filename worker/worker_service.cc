@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
+#include "worker/plan_request.h"
 #include "worker/shard_request.h"
 
 namespace slimfit::worker {
@@ -45,42 +46,6 @@ google::protobuf::Timestamp ToTimestamp(absl::Time time) {
 std::string ShardName(const v1::ComputeGradientRequest& request) {
   return absl::StrCat("job ", request.job_id(), " round ", request.round(), " shard ", request.shard_id(),
                       " attempt ", request.attempt());
-}
-
-// The Plan RPC's request as a plan search; INVALID_ARGUMENT naming the field.
-absl::StatusOr<planner::PlanSearchRequest> ToSearchRequest(const v1::PlanRequest& request,
-                                                           int64_t worker_budget) {
-  planner::PlanSearchRequest search;
-  if (!request.has_model()) return InvalidField("model", "required");
-  absl::StatusOr<performer::ModelConfig> model = planner::ModelConfigFromProto(request.model(), "model");
-  if (!model.ok()) return InvalidField("model", model.status().message());
-  search.workload.model = *model;
-  if (request.sequence_length() < 1) {
-    return InvalidField("sequence_length", absl::StrCat("must be >= 1, got ", request.sequence_length()));
-  }
-  search.workload.seq_len = request.sequence_length();
-  search.workload.documents = request.has_documents() ? request.documents() : 1;
-  if (search.workload.documents < 1) {
-    return InvalidField("documents", absl::StrCat("must be >= 1, got ", request.documents()));
-  }
-  search.memory_budget_bytes = request.has_memory_budget_bytes() ? request.memory_budget_bytes() : worker_budget;
-  if (search.memory_budget_bytes <= 0) {
-    return InvalidField("memory_budget_bytes", absl::StrCat("must be > 0, got ", request.memory_budget_bytes()));
-  }
-  if (request.has_objective() && !v1::Objective_IsValid(request.objective())) {
-    return InvalidField("objective", absl::StrCat("unknown value ", request.objective()));
-  }
-  search.objective = planner::ObjectiveFromProto(request.objective());
-  if (request.has_dtype()) {
-    absl::StatusOr<performer::DType> dtype = planner::DTypeFromProto(request.dtype(), "dtype");
-    if (!dtype.ok()) return InvalidField("dtype", dtype.status().message());
-    search.dtype = *dtype;
-  }
-  search.safety_margin = request.has_safety_margin() ? request.safety_margin() : kSafetyMargin;
-  if (!(search.safety_margin >= 0 && search.safety_margin < 1)) {
-    return InvalidField("safety_margin", absl::StrCat("must be in [0, 1), got ", request.safety_margin()));
-  }
-  return search;
 }
 
 }  // namespace
@@ -362,7 +327,7 @@ grpc::Status WorkerService::GetProfile(grpc::ServerContext* context, const v1::G
 grpc::Status WorkerService::Plan(grpc::ServerContext* context, const v1::PlanRequest* request,
                                  v1::MemoryPlan* response) {
   if (grpc::Status s = Authenticate(*context, /*coordinator_only=*/false); !s.ok()) return s;
-  absl::StatusOr<planner::PlanSearchRequest> search = ToSearchRequest(*request, options_.memory_budget_bytes);
+  absl::StatusOr<planner::PlanSearchRequest> search = ValidatePlanRequest(*request, options_.memory_budget_bytes);
   if (!search.ok()) return rpc::ToGrpcStatus(search.status(), context);
   const bool include_frontier = request->has_include_frontier() ? request->include_frontier() : true;
   absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(*search, options_.profile, include_frontier);

@@ -18,6 +18,7 @@ import collections
 import json
 import os
 import struct
+import zipfile
 
 import torch
 
@@ -90,6 +91,56 @@ def state_dict():
     }
 
 
+def rewrite_archive(source, target, folder="archive", patches=(), version=None,
+                    compression=zipfile.ZIP_STORED, version_attributes=None, pickle=None):
+    """Copies the torch.save zip `source` to `target` with its records under `folder`
+    ("" for none), data.pkl replaced by `pickle` and patched at (offset, byte) pairs, and another
+    version record:
+    the malformed archives ReadTorchStateDict must refuse."""
+    with zipfile.ZipFile(source) as zin:
+        records = {}
+        for info in zin.infolist():
+            records[info.filename.split("/", 1)[1]] = zin.read(info)
+    data = bytearray(records["data.pkl"] if pickle is None else pickle)
+    for offset, value in patches:
+        data[offset] = value
+    records["data.pkl"] = bytes(data)
+    if version is not None:
+        records["version"] = version
+    prefix = folder + "/" if folder else ""
+    with zipfile.ZipFile(target, "w", compression=compression) as zout:
+        for name in ["data.pkl"] + sorted(n for n in records if n not in ("data.pkl", "version")) + ["version"]:
+            info = zipfile.ZipInfo(prefix + name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.compress_type = compression
+            if name == "version" and version_attributes is not None:
+                info.external_attr = version_attributes
+            zout.writestr(info, records[name])
+
+
+def write_malformed_state_dicts():
+    """A well-formed archive from another zip writer, and archives found malformed by fuzzing (fuzz/torch_state_dict_fuzzer.cc); offsets are
+    those of state_dict_plain.pt's data.pkl (pickletools.dis shows them)."""
+    plain = os.path.join(OUT_DIR, "state_dict_plain.pt")
+    out = lambda name: os.path.join(OUT_DIR, name)
+    rewrite_archive(plain, out("state_dict_rezipped.pt"))  # well formed
+    # linear.weight's storage claims 200 floats; 24 bytes are stored.
+    rewrite_archive(plain, out("state_dict_storage_overrun.pt"), patches=[(118, 200)])
+    # linear.weight (2 x 3, strides 3, 1) starts at element 5 of its 6-element storage.
+    rewrite_archive(plain, out("state_dict_view_overrun.pt"), patches=[(124, 5)])
+    # No top-level folder: LibTorch's reader throws after opening the zip (and leaked it).
+    rewrite_archive(plain, out("state_dict_no_folder.pt"), folder="")
+    rewrite_archive(plain, out("state_dict_deflated.pt"), compression=zipfile.ZIP_DEFLATED)
+    # The key 'linear.weight' (BINUNICODE at byte 6) announced as 2 GiB long: LibTorch's unpickler
+    # allocated that much before reading it.
+    rewrite_archive(plain, out("state_dict_long_string.pt"), patches=[(10, 0x7f)])
+    # PROTO 2, BUILD, STOP: BUILD pops two items off an empty stack (LibTorch's unpickler crashed).
+    rewrite_archive(plain, out("state_dict_stack_underflow.pt"), pickle=b"\x80\x02b.")
+    rewrite_archive(plain, out("state_dict_version_99.pt"), version=b"99\n")
+    # The version record marked a directory (DOS attribute 0x10): miniz extracted nothing from it
+    # and LibTorch's reader leaked the archive.
+    rewrite_archive(plain, out("state_dict_version_directory.pt"), version_attributes=0x10)
+
+
 def main():
     write_safetensors(
         os.path.join(OUT_DIR, "reference.safetensors"),
@@ -104,6 +155,7 @@ def main():
                _use_new_zipfile_serialization=False)
     torch.save({"linear.weight": sd["linear.weight"], "lr": 0.1},
                os.path.join(OUT_DIR, "state_dict_non_tensor.pt"))
+    write_malformed_state_dicts()
 
 
 if __name__ == "__main__":

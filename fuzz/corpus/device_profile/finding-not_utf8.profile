@@ -1,0 +1,2 @@
+device: "cpu"
+device_name: "\377"

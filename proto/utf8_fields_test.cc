@@ -1,0 +1,47 @@
+#include "proto/utf8_fields.h"
+
+#include "gtest/gtest.h"
+#include "proto/slimfit.pb.h"
+
+namespace slimfit::rpc {
+namespace {
+
+TEST(IsValidUtf8Test, AcceptsWellFormedText) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("plain ascii"));
+  EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));  // é € 😀
+  EXPECT_TRUE(IsValidUtf8("\xf4\x8f\xbf\xbf"));                         // U+10FFFF
+}
+
+TEST(IsValidUtf8Test, RefusesMalformedText) {
+  EXPECT_FALSE(IsValidUtf8("\xff"));
+  EXPECT_FALSE(IsValidUtf8("\x80"));              // a lone continuation byte
+  EXPECT_FALSE(IsValidUtf8("\xc3"));              // truncated
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));      // a surrogate
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // above U+10FFFF
+}
+
+TEST(FirstNonUtf8FieldTest, NamesTheFieldWithItsPath) {
+  v1::JobSpec spec;
+  spec.set_name("fine");
+  spec.add_dataset_ids("ds-1");
+  spec.add_dataset_ids("ds-\xff");
+  EXPECT_EQ(FirstNonUtf8Field(spec), "dataset_ids[1]");
+
+  spec.clear_dataset_ids();
+  EXPECT_EQ(FirstNonUtf8Field(spec), std::nullopt);
+  spec.mutable_model()->mutable_checkpoint()->set_upload_id("\xc0\xaf");
+  EXPECT_EQ(FirstNonUtf8Field(spec), "model.checkpoint.upload_id");
+}
+
+TEST(FirstNonUtf8FieldTest, IgnoresBytesFields) {
+  v1::UploadMetadata metadata;
+  metadata.set_document_separator("\xff\xfe");  // bytes: any value
+  EXPECT_EQ(FirstNonUtf8Field(metadata), std::nullopt);
+  metadata.set_name("\xff");
+  EXPECT_EQ(FirstNonUtf8Field(metadata), "name");
+}
+
+}  // namespace
+}  // namespace slimfit::rpc
