@@ -242,13 +242,20 @@ absl::Status WorkerRegistry::Deregister(const v1::DeregisterWorkerRequest& reque
   return absl::OkStatus();
 }
 
-std::vector<std::string> WorkerRegistry::ExpireSilentWorkers() {
+std::vector<std::string> WorkerRegistry::ExpireSilentWorkers(absl::Time now) {
   absl::MutexLock lock(&mutex_);
   std::vector<std::string> lost;
-  const absl::Time now = absl::Now();
+  const absl::Duration unobserved = last_sweep_ == absl::InfinitePast() ? absl::ZeroDuration() : now - last_sweep_;
+  last_sweep_ = now;
+  const bool forgive = unobserved > options_.lost_after / 2;
+  if (forgive) {
+    base::LogWarning("no liveness sweep for ", absl::FormatDuration(unobserved),
+                     " (the coordinator was stopped or starved): workers' silence during it is not counted");
+  }
   for (auto& [id, entry] : workers_) {
     const v1::WorkerState state = entry.info.state();
     if (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT || state == v1::WORKER_STATE_REVOKED) continue;
+    if (forgive) entry.last_heartbeat = std::min(now, entry.last_heartbeat + unobserved);
     if (now - entry.last_heartbeat > options_.lost_after) {
       entry.info.set_state(v1::WORKER_STATE_LOST);
       entry.info.clear_current_work();

@@ -90,6 +90,34 @@ TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
   EXPECT_EQ(registry_->List(true).size(), 1u);
 }
 
+// A coordinator stopped (SIGSTOP, a suspended VM) reads no heartbeats; when it resumes, the time it
+// was away must not make every worker LOST (scripts/chaos.sh found every shard in flight cancelled
+// after each SIGCONT). A worker that stays silent afterwards is still LOST, lost_after later.
+TEST_F(WorkerRegistryTest, SilenceWhileTheCoordinatorWasStoppedDoesNotCount) {
+  RegistryOptions options;
+  options.lost_after = absl::Seconds(100);
+  std::unique_ptr<WorkerRegistry> registry = *WorkerRegistry::Create(store_.get(), options);
+  absl::StatusOr<v1::RegisterWorkerResponse> worker = registry->Register(Request(), std::nullopt);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const absl::Time registered = absl::Now();  // its last heartbeat is a little earlier
+
+  // Sweeps every 40 s (less than lost_after / 2), then none for an hour, then every 40 s again.
+  absl::Time sweep = registered + absl::Seconds(10);
+  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  sweep += absl::Hours(1);
+  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  EXPECT_TRUE(registry->IsLive(worker->worker_id(), 1));
+  // Silent for 10 s before the gap and 40, then 80 s after it: still live.
+  sweep += absl::Seconds(40);
+  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  sweep += absl::Seconds(40);
+  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  // 130 s of silence while the coordinator was there to hear: LOST.
+  sweep += absl::Seconds(40);
+  EXPECT_EQ(registry->ExpireSilentWorkers(sweep), std::vector<std::string>{worker->worker_id()});
+  EXPECT_FALSE(registry->IsLive(worker->worker_id(), 1));
+}
+
 TEST_F(WorkerRegistryTest, IdsSurviveACoordinatorRestart) {
   absl::StatusOr<v1::RegisterWorkerResponse> first = registry_->Register(Request(), std::nullopt);
   ASSERT_TRUE(first.ok());
