@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/test_util.h"
@@ -133,6 +136,34 @@ TEST_F(WorkerRegistryTest, IdsSurviveACoordinatorRestart) {
   EXPECT_EQ(again->incarnation(), 2u);
   EXPECT_EQ(restarted->Register(Request("w-unknown"), std::string("w-unknown")).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Many workers registering at once (a fleet coming up together) each get their own id, and every
+// id is durable when its registration returns.
+TEST_F(WorkerRegistryTest, ConcurrentRegistrationsAreAllDurable) {
+  constexpr int kWorkers = 32;
+  std::vector<absl::StatusOr<v1::RegisterWorkerResponse>> responses(kWorkers);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWorkers; ++i) {
+    threads.emplace_back([&, i] { responses[i] = registry_->Register(Request(), std::nullopt); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::set<std::string> ids;
+  for (const auto& response : responses) {
+    ASSERT_TRUE(response.ok()) << response.status();
+    ids.insert(response->worker_id());
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kWorkers));
+  EXPECT_EQ(registry_->LiveCount(), kWorkers);
+  // A restarted coordinator knows each one: it may register again with its credential.
+  std::unique_ptr<WorkerRegistry> restarted = *WorkerRegistry::Create(store_.get(), RegistryOptions());
+  for (const auto& response : responses) {
+    EXPECT_EQ(restarted->WorkerOfCredential(response->credential()), response->worker_id());
+    absl::StatusOr<v1::RegisterWorkerResponse> again =
+        restarted->Register(Request(response->worker_id()), response->worker_id());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->incarnation(), 2u);
+  }
 }
 
 TEST_F(WorkerRegistryTest, RejectsBadRegistrationsAndFiltersByConstraints) {
