@@ -40,8 +40,9 @@ absl::StatusOr<JobAudit> Audit(const client::CoordinatorClient& client, const st
   v1::GetJobRequest get;
   get.set_job_id(job_id);
   v1::Job job;
-  absl::Status got = client.Call("GetJob", client::Idempotency::kIdempotent,
-                                 [&](grpc::ClientContext* context) { return client.stub().GetJob(context, get, &job); });
+  absl::Status got =
+      client.Call("GetJob", client::Idempotency::kIdempotent,
+                  [&](grpc::ClientContext* context) { return client.stub().GetJob(context, get, &job); });
   if (!got.ok()) return got;
   if (job.state() != v1::JOB_STATE_SUCCEEDED && job.state() != v1::JOB_STATE_FAILED &&
       job.state() != v1::JOB_STATE_CANCELLED) {
@@ -52,7 +53,8 @@ absl::StatusOr<JobAudit> Audit(const client::CoordinatorClient& client, const st
   v1::WatchJobRequest watch;
   watch.set_job_id(job_id);
   watch.set_from_start(true);
-  std::unique_ptr<grpc::ClientReaderInterface<v1::JobEvent>> reader = client.stub().WatchJob(context.get(), watch);
+  std::unique_ptr<grpc::ClientReaderInterface<v1::JobEvent>> reader =
+      client.stub().WatchJob(context.get(), watch);
   std::vector<v1::JobEvent> events;
   v1::JobEvent event;
   while (reader->Read(&event)) {
@@ -95,22 +97,27 @@ nlohmann::json ToJson(const JobAudit& audit, const std::string& reference_job_id
 }
 
 void PrintText(const JobAudit& audit, const std::string& reference_job_id) {
-  std::cout << absl::StrFormat("%s: %s, %d/%d rounds; %d tokens trained, the sum over its %d distinct rounds %d\n",
-                               audit.job_id, v1::JobState_Name(audit.state), audit.rounds_completed, audit.rounds,
-                               audit.tokens_trained, audit.round_records.size(), audit.tokens_of_rounds);
-  std::cout << absl::StrFormat("rounds redone after a coordinator restart: %d%s; largest loss difference of a redo %.1e\n",
-                               audit.redone_rounds.size(),
-                               audit.redone_rounds.empty() ? "" : absl::StrCat(" (", absl::StrJoin(audit.redone_rounds, ", "), ")"),
-                               audit.largest_redo_loss_difference);
-  std::cout << absl::StrFormat("resumes (parameter-version jumps): %d; checkpoints written: %d\n", audit.resumes,
-                               audit.checkpoints);
+  std::cout << absl::StrFormat(
+      "%s: %s, %d/%d rounds; %d tokens trained, the sum over its %d distinct rounds %d\n", audit.job_id,
+      v1::JobState_Name(audit.state), audit.rounds_completed, audit.rounds, audit.tokens_trained,
+      audit.round_records.size(), audit.tokens_of_rounds);
+  std::cout << absl::StrFormat(
+      "rounds redone after a coordinator restart: %d%s; largest loss difference of a redo %.1e\n",
+      audit.redone_rounds.size(),
+      audit.redone_rounds.empty() ? "" : absl::StrCat(" (", absl::StrJoin(audit.redone_rounds, ", "), ")"),
+      audit.largest_redo_loss_difference);
+  std::cout << absl::StrFormat("resumes (parameter-version jumps): %d; checkpoints written: %d\n",
+                               audit.resumes, audit.checkpoints);
   std::cout << "shards reassigned: " << audit.reassigned_shards << "\n";
-  for (const auto& [cause, count] : audit.reassigned_by_cause) std::cout << absl::StrFormat("  %4d  %s\n", count, cause);
-  std::cout << absl::StrFormat("spot checks settled: %d (%d disagreements); quarantines: %d; plan changes: %d\n",
-                               audit.verified_shards, audit.disagreements, audit.quarantines, audit.plan_changes);
+  for (const auto& [cause, count] : audit.reassigned_by_cause)
+    std::cout << absl::StrFormat("  %4d  %s\n", count, cause);
+  std::cout << absl::StrFormat(
+      "spot checks settled: %d (%d disagreements); quarantines: %d; plan changes: %d\n",
+      audit.verified_shards, audit.disagreements, audit.quarantines, audit.plan_changes);
   if (!reference_job_id.empty()) {
-    std::cout << absl::StrFormat("against %s: largest relative loss difference %.1e (round %d)\n", reference_job_id,
-                                 audit.largest_reference_loss_difference, audit.largest_reference_loss_difference_round);
+    std::cout << absl::StrFormat("against %s: largest relative loss difference %.1e (round %d)\n",
+                                 reference_job_id, audit.largest_reference_loss_difference,
+                                 audit.largest_reference_loss_difference_round);
   }
   for (const std::string& problem : audit.problems) std::cout << "problem: " << problem << "\n";
   std::cout << (audit.problems.empty() ? std::string("audit: passed\n")
@@ -124,8 +131,9 @@ int Fail(const absl::Status& status) {
 
 int Run(const std::vector<std::string>& args) {
   Options options;
-  base::FlagSet flags(kProgram, "audit_job JOB [flags]",
-                      "Audits a finished job: every round counted once, reassignments, spot checks, quarantines.");
+  base::FlagSet flags(
+      kProgram, "audit_job JOB [flags]",
+      "Audits a finished job: every round counted once, reassignments, spot checks, quarantines.");
   flags.SetInvocation(kProgram);
   flags.Positional("JOB", &options.job_id, "the finished job to audit", base::FlagSet::kRequired);
   flags.String("reference", &options.reference_job_id, "an undisturbed run of the same spec to compare with");
@@ -149,8 +157,9 @@ int Run(const std::vector<std::string>& args) {
     absl::StatusOr<JobAudit> reference = Audit(**client, options.reference_job_id, audit_options);
     if (!reference.ok()) return Fail(reference.status());
     if (!reference->problems.empty()) {
-      return Fail(absl::FailedPreconditionError(absl::StrCat("the reference ", options.reference_job_id,
-                                                             " fails its own audit: ", reference->problems.front())));
+      return Fail(
+          absl::FailedPreconditionError(absl::StrCat("the reference ", options.reference_job_id,
+                                                     " fails its own audit: ", reference->problems.front())));
     }
     CompareWithReference(*reference, audit_options, &*audit);
   }
@@ -165,4 +174,6 @@ int Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace slimfit::bench
 
-int main(int argc, char** argv) { return slimfit::bench::Run(std::vector<std::string>(argv + 1, argv + argc)); }
+int main(int argc, char** argv) {
+  return slimfit::bench::Run(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -46,15 +46,15 @@ void PrintJson(const slimfit::bench::ModelDistance& distance, const Options& opt
 void PrintText(const slimfit::bench::ModelDistance& distance, const Options& options, bool within) {
   int differing = 0;
   for (const auto& tensor : distance.tensors) differing += tensor.bit_identical ? 0 : 1;
-  std::cout << absl::StrFormat("relative L2 distance %.3e over %d parameters in %d tensors (tolerance %.1e: %s)\n",
-                               distance.relative_l2, distance.elements, distance.tensors.size(), options.tolerance,
-                               within ? "within" : "ABOVE")
+  std::cout << absl::StrFormat(
+                   "relative L2 distance %.3e over %d parameters in %d tensors (tolerance %.1e: %s)\n",
+                   distance.relative_l2, distance.elements, distance.tensors.size(), options.tolerance,
+                   within ? "within" : "ABOVE")
             << absl::StrFormat("worst tensor %s: %.3e relative; largest element difference %.3e\n",
                                distance.worst_tensor, distance.worst_relative_l2, distance.max_abs_difference)
-            << (distance.bit_identical
-                    ? std::string("bit-identical: yes\n")
-                    : absl::StrFormat("bit-identical: no (%d of %d tensors differ)\n", differing,
-                                      distance.tensors.size()));
+            << (distance.bit_identical ? std::string("bit-identical: yes\n")
+                                       : absl::StrFormat("bit-identical: no (%d of %d tensors differ)\n",
+                                                         differing, distance.tensors.size()));
 }
 
 int Run(const std::vector<std::string>& args) {

@@ -66,14 +66,16 @@ struct Options {
 };
 
 absl::Status ParseOptions(const std::vector<std::string>& args, Options* o, bool* help) {
-  base::FlagSet flags(kProgram, "control_plane_load --coordinator=HOST:PORT --coordinator_pid=PID --job=JOB "
-                                "--profile=FILE --state_dir=DIR [flags]",
+  base::FlagSet flags(kProgram,
+                      "control_plane_load --coordinator=HOST:PORT --coordinator_pid=PID --job=JOB "
+                      "--profile=FILE --state_dir=DIR [flags]",
                       "Loads a coordinator with simulated workers and clients; reports control-RPC latency.");
   flags.SetInvocation(kProgram);
   flags.String("coordinator", &o->coordinator, "the coordinator's host:port", base::FlagSet::kRequired);
   flags.Int("coordinator_pid", &o->coordinator_pid, "its process id, for CPU and memory (/proc)",
             base::FlagSet::kRequired);
-  flags.String("job", &o->job_id, "the job the workers compute and the clients ask about", base::FlagSet::kRequired);
+  flags.String("job", &o->job_id, "the job the workers compute and the clients ask about",
+               base::FlagSet::kRequired);
   flags.String("profile", &o->profile_path, "the workers' device profile (slimfit calibrate --out)",
                base::FlagSet::kRequired);
   flags.String("state_dir", &o->state_dir, "where the workers keep their ids and credentials",
@@ -100,19 +102,22 @@ absl::Status ParseOptions(const std::vector<std::string>& args, Options* o, bool
   if (const char* token = std::getenv("SLIMFIT_TOKEN")) o->client_token = token;
   if (const char* token = std::getenv("SLIMFIT_WORKER_TOKEN")) o->join_token = token;
   if (o->client_token.empty() || o->join_token.empty()) {
-    return absl::InvalidArgumentError("$SLIMFIT_TOKEN (client) and $SLIMFIT_WORKER_TOKEN (join) are required");
+    return absl::InvalidArgumentError(
+        "$SLIMFIT_TOKEN (client) and $SLIMFIT_WORKER_TOKEN (join) are required");
   }
   return rpc::ValidateAddress(o->coordinator, "--coordinator", false);
 }
 
 // One client: GetJob, then ListWorkers, then a pause, until `stop`.
-void RunClient(const Options& options, std::shared_ptr<LatencyRecorder> recorder, const absl::Notification& stop) {
+void RunClient(const Options& options, std::shared_ptr<LatencyRecorder> recorder,
+               const absl::Notification& stop) {
   auto stub = v1::Coordinator::NewStub(MakeTimedChannel(options.coordinator, recorder));
   while (!stop.HasBeenNotified()) {
     v1::GetJobRequest get;
     get.set_job_id(options.job_id);
     v1::Job job;
-    (void)stub->GetJob(rpc::MakeClientContext(options.client_token, std::chrono::seconds(10)).get(), get, &job);
+    (void)stub->GetJob(rpc::MakeClientContext(options.client_token, std::chrono::seconds(10)).get(), get,
+                       &job);
     v1::ListWorkersResponse workers;
     (void)stub->ListWorkers(rpc::MakeClientContext(options.client_token, std::chrono::seconds(10)).get(),
                             v1::ListWorkersRequest(), &workers);
@@ -127,7 +132,8 @@ absl::StatusOr<v1::Job> GetJob(const Options& options) {
   request.set_job_id(options.job_id);
   v1::Job job;
   auto context = rpc::MakeClientContext(options.client_token, std::chrono::seconds(10));
-  absl::Status status = rpc::FromGrpcStatus(stub->GetJob(context.get(), request, &job), "GetJob", context.get());
+  absl::Status status =
+      rpc::FromGrpcStatus(stub->GetJob(context.get(), request, &job), "GetJob", context.get());
   if (!status.ok()) return status;
   return job;
 }
@@ -148,7 +154,8 @@ struct Report {
 bool TargetMet(const Report& report) {
   for (const std::string& rpc : kControlRpcs) {
     const LatencySummary summary = report.recorder->Summary(rpc);
-    if (summary.count == 0 || summary.errors > 0 || summary.p99_ms >= report.options.target_p99_ms) return false;
+    if (summary.count == 0 || summary.errors > 0 || summary.p99_ms >= report.options.target_p99_ms)
+      return false;
   }
   return report.workers_stopped == 0;
 }
@@ -166,38 +173,48 @@ void PrintJson(const Report& r) {
   nlohmann::json rpcs = nlohmann::json::object();
   for (const std::string& rpc : ReportedRpcs(*r.recorder)) {
     const LatencySummary s = r.recorder->Summary(rpc);
-    rpcs[rpc] = {{"count", s.count}, {"errors", s.errors}, {"errors_by_code", s.errors_by_code},
+    rpcs[rpc] = {{"count", s.count},   {"errors", s.errors}, {"errors_by_code", s.errors_by_code},
                  {"p50_ms", s.p50_ms}, {"p99_ms", s.p99_ms}, {"max_ms", s.max_ms}};
   }
   const double coordinator_cpu = r.coordinator_after.cpu_seconds - r.coordinator_before.cpu_seconds;
-  nlohmann::json out = {
-      {"workers", r.options.workers}, {"duration_seconds", r.options.duration_seconds},
-      {"clients", r.options.clients}, {"client_interval_ms", r.options.client_interval_ms},
-      {"registration_seconds", r.registration_seconds}, {"run_seconds", r.run_seconds},
-      {"rounds_during_load", r.rounds_during_load}, {"shard_calls", r.shard_calls}, {"shards_ok", r.shards_ok},
-      {"shard_failures", r.shard_failures},
-      {"workers_stopped_by_coordinator", r.workers_stopped}, {"rpcs", rpcs},
-      {"coordinator_cpu_seconds", coordinator_cpu},
-      {"coordinator_cores", coordinator_cpu / r.run_seconds},
-      {"coordinator_peak_rss_bytes", r.coordinator_after.peak_rss_bytes},
-      {"coordinator_rss_bytes", r.coordinator_after.rss_bytes},
-      {"coordinator_threads", r.coordinator_after.threads},
-      {"simulator_cpu_seconds", r.self_after.cpu_seconds - r.self_before.cpu_seconds},
-      {"simulator_peak_rss_bytes", r.self_after.peak_rss_bytes},
-      {"target_p99_ms", r.options.target_p99_ms}, {"target_met", TargetMet(r)}};
+  nlohmann::json out = {{"workers", r.options.workers},
+                        {"duration_seconds", r.options.duration_seconds},
+                        {"clients", r.options.clients},
+                        {"client_interval_ms", r.options.client_interval_ms},
+                        {"registration_seconds", r.registration_seconds},
+                        {"run_seconds", r.run_seconds},
+                        {"rounds_during_load", r.rounds_during_load},
+                        {"shard_calls", r.shard_calls},
+                        {"shards_ok", r.shards_ok},
+                        {"shard_failures", r.shard_failures},
+                        {"workers_stopped_by_coordinator", r.workers_stopped},
+                        {"rpcs", rpcs},
+                        {"coordinator_cpu_seconds", coordinator_cpu},
+                        {"coordinator_cores", coordinator_cpu / r.run_seconds},
+                        {"coordinator_peak_rss_bytes", r.coordinator_after.peak_rss_bytes},
+                        {"coordinator_rss_bytes", r.coordinator_after.rss_bytes},
+                        {"coordinator_threads", r.coordinator_after.threads},
+                        {"simulator_cpu_seconds", r.self_after.cpu_seconds - r.self_before.cpu_seconds},
+                        {"simulator_peak_rss_bytes", r.self_after.peak_rss_bytes},
+                        {"target_p99_ms", r.options.target_p99_ms},
+                        {"target_met", TargetMet(r)}};
   std::cout << out.dump() << "\n";
 }
 
 void PrintText(const Report& r) {
   const Options& o = r.options;
   std::cout << absl::StrFormat(
-      "%d simulated workers for %d s (registration %.2f s, whole run %.1f s); %d clients each calling GetJob and "
+      "%d simulated workers for %d s (registration %.2f s, whole run %.1f s); %d clients each calling GetJob "
+      "and "
       "ListWorkers every %d ms\n",
       o.workers, o.duration_seconds, r.registration_seconds, r.run_seconds, o.clients, o.client_interval_ms);
-  std::cout << absl::StrFormat("job %s: %d rounds during the load; %d shard calls answered during it (%d OK)\n", o.job_id,
-                               r.rounds_during_load, r.shard_calls, r.shards_ok);
-  for (const auto& [failure, calls] : r.shard_failures) std::cout << absl::StrFormat("  %5d  %s\n", calls, failure);
-  std::cout << absl::StrFormat("%-17s %8s %7s %9s %9s %9s\n", "RPC", "calls", "errors", "p50 ms", "p99 ms", "max ms");
+  std::cout << absl::StrFormat(
+      "job %s: %d rounds during the load; %d shard calls answered during it (%d OK)\n", o.job_id,
+      r.rounds_during_load, r.shard_calls, r.shards_ok);
+  for (const auto& [failure, calls] : r.shard_failures)
+    std::cout << absl::StrFormat("  %5d  %s\n", calls, failure);
+  std::cout << absl::StrFormat("%-17s %8s %7s %9s %9s %9s\n", "RPC", "calls", "errors", "p50 ms", "p99 ms",
+                               "max ms");
   for (const std::string& rpc : ReportedRpcs(*r.recorder)) {
     const LatencySummary s = r.recorder->Summary(rpc);
     std::string errors = absl::StrCat(s.errors);
@@ -208,17 +225,20 @@ void PrintText(const Report& r) {
   }
   const double cpu = r.coordinator_after.cpu_seconds - r.coordinator_before.cpu_seconds;
   std::cout << absl::StrFormat(
-      "coordinator: %.1f CPU s over %.1f s (%.2f cores), peak RSS %.1f MiB (VmHWM), RSS at the end %.1f MiB, %d "
+      "coordinator: %.1f CPU s over %.1f s (%.2f cores), peak RSS %.1f MiB (VmHWM), RSS at the end %.1f MiB, "
+      "%d "
       "threads\n",
       cpu, r.run_seconds, cpu / r.run_seconds, r.coordinator_after.peak_rss_bytes / 1048576.0,
       r.coordinator_after.rss_bytes / 1048576.0, r.coordinator_after.threads);
   std::cout << absl::StrFormat("simulator (this process): %.1f CPU s, peak RSS %.1f MiB\n",
                                r.self_after.cpu_seconds - r.self_before.cpu_seconds,
                                r.self_after.peak_rss_bytes / 1048576.0);
-  if (r.workers_stopped > 0) std::cout << r.workers_stopped << " workers were told to stop (superseded or revoked)\n";
-  std::cout << absl::StrFormat("target: p99 of RegisterWorker, Heartbeat, GetJob and ListWorkers below %.0f ms, "
-                               "no errors: %s\n",
-                               o.target_p99_ms, TargetMet(r) ? "met" : "NOT met");
+  if (r.workers_stopped > 0)
+    std::cout << r.workers_stopped << " workers were told to stop (superseded or revoked)\n";
+  std::cout << absl::StrFormat(
+      "target: p99 of RegisterWorker, Heartbeat, GetJob and ListWorkers below %.0f ms, "
+      "no errors: %s\n",
+      o.target_p99_ms, TargetMet(r) ? "met" : "NOT met");
 }
 
 int Fail(const absl::Status& status) {
@@ -236,7 +256,8 @@ int Run(const std::vector<std::string>& args) {
   performer::RetainFreedHeapMemory();
   absl::StatusOr<planner::DeviceProfile> profile = planner::ReadDeviceProfile(options.profile_path);
   if (!profile.ok()) return Fail(profile.status());
-  absl::StatusOr<ProcessUsage> coordinator_before = ReadProcessUsage(static_cast<int>(options.coordinator_pid));
+  absl::StatusOr<ProcessUsage> coordinator_before =
+      ReadProcessUsage(static_cast<int>(options.coordinator_pid));
   if (!coordinator_before.ok()) return Fail(coordinator_before.status());
   report.coordinator_before = *coordinator_before;
   report.self_before = ReadProcessUsage(0).value_or(ProcessUsage());
@@ -266,7 +287,8 @@ int Run(const std::vector<std::string>& args) {
   for (std::thread& client : clients) client.join();
   absl::StatusOr<v1::Job> job_after = GetJob(options);
   if (job_before.ok() && job_after.ok()) {
-    report.rounds_during_load = job_after->progress().rounds_completed() - job_before->progress().rounds_completed();
+    report.rounds_during_load =
+        job_after->progress().rounds_completed() - job_before->progress().rounds_completed();
   }
   report.workers_stopped = (*fleet)->workers_stopped_by_coordinator();
   // Shards answered during the load: once the fleet drains, it refuses what the job still sends.
@@ -275,7 +297,8 @@ int Run(const std::vector<std::string>& args) {
   report.shard_failures = (*fleet)->shard_failures();
   (*fleet)->Stop();
   report.run_seconds = absl::ToDoubleSeconds(absl::Now() - started);
-  absl::StatusOr<ProcessUsage> coordinator_after = ReadProcessUsage(static_cast<int>(options.coordinator_pid));
+  absl::StatusOr<ProcessUsage> coordinator_after =
+      ReadProcessUsage(static_cast<int>(options.coordinator_pid));
   if (!coordinator_after.ok()) return Fail(coordinator_after.status());
   report.coordinator_after = *coordinator_after;
   report.self_after = ReadProcessUsage(0).value_or(ProcessUsage());
@@ -290,4 +313,6 @@ int Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace slimfit::bench
 
-int main(int argc, char** argv) { return slimfit::bench::Run(std::vector<std::string>(argv + 1, argv + argc)); }
+int main(int argc, char** argv) {
+  return slimfit::bench::Run(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -18,7 +18,8 @@ double RelativeDifference(double a, double b) {
 
 std::string ReassignmentCause(const std::string& reason) {
   static const std::regex kWorkerId("w-[0-9a-f]{8}");
-  static const std::regex kAddress("(ipv4:|ipv6:)?(\\[[0-9a-f:]+\\]|[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+):[0-9]+");
+  static const std::regex kAddress(
+      "(ipv4:|ipv6:)?(\\[[0-9a-f:]+\\]|[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+):[0-9]+");
   std::string cause = std::regex_replace(reason, kWorkerId, "w-…");
   cause = std::regex_replace(cause, kAddress, "HOST:PORT");
   constexpr size_t kLongest = 120;
@@ -26,7 +27,8 @@ std::string ReassignmentCause(const std::string& reason) {
   return cause;
 }
 
-JobAudit AuditJob(const v1::Job& job, const std::vector<v1::JobEvent>& events, const JobAuditOptions& options) {
+JobAudit AuditJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
+                  const JobAuditOptions& options) {
   JobAudit audit;
   audit.job_id = job.job_id();
   audit.state = job.state();
@@ -56,10 +58,11 @@ JobAudit AuditJob(const v1::Job& job, const std::vector<v1::JobEvent>& events, c
                                               " tokens; its first completion had ", record.tokens));
       }
       if (difference > options.loss_tolerance) {
-        audit.problems.push_back(absl::StrFormat(
-            "round %d was redone with loss %.9g; its first completion had %.9g (relative difference %.2e > %.1e): "
-            "the redo did not start from the same parameters",
-            done.round(), done.loss(), record.loss, difference, options.loss_tolerance));
+        audit.problems.push_back(
+            absl::StrFormat("round %d was redone with loss %.9g; its first completion had %.9g (relative "
+                            "difference %.2e > %.1e): "
+                            "the redo did not start from the same parameters",
+                            done.round(), done.loss(), record.loss, difference, options.loss_tolerance));
       }
     } else if (event.has_checkpoint_written()) {
       ++audit.checkpoints;
@@ -71,60 +74,63 @@ JobAudit AuditJob(const v1::Job& job, const std::vector<v1::JobEvent>& events, c
       if (!event.shard_verified().agreed()) {
         ++audit.disagreements;
         audit.problems.push_back(absl::StrFormat(
-            "round %d shard %d: a spot check found two workers disagreeing (relative difference %.2e, tolerance %.1e)",
+            "round %d shard %d: a spot check found two workers disagreeing (relative difference %.2e, "
+            "tolerance %.1e)",
             event.shard_verified().round(), event.shard_verified().shard_id(),
             event.shard_verified().relative_difference(), event.shard_verified().tolerance()));
       }
     } else if (event.has_worker_quarantined()) {
       ++audit.quarantines;
       audit.problems.push_back(absl::StrCat("worker ", event.worker_quarantined().worker_id(),
-                                            " was quarantined in round ", event.worker_quarantined().round(), ": ",
-                                            event.worker_quarantined().reason()));
+                                            " was quarantined in round ", event.worker_quarantined().round(),
+                                            ": ", event.worker_quarantined().reason()));
     } else if (event.has_worker_plan_changed()) {
       ++audit.plan_changes;
     }
   }
 
   if (audit.state != v1::JOB_STATE_SUCCEEDED) {
-    audit.problems.push_back(absl::StrCat("the job is ", v1::JobState_Name(audit.state), ": ", job.state_reason()));
+    audit.problems.push_back(
+        absl::StrCat("the job is ", v1::JobState_Name(audit.state), ": ", job.state_reason()));
   }
   if (audit.rounds_completed != audit.rounds) {
-    audit.problems.push_back(
-        absl::StrCat("the job completed ", audit.rounds_completed, " rounds; its spec asks for ", audit.rounds));
+    audit.problems.push_back(absl::StrCat("the job completed ", audit.rounds_completed,
+                                          " rounds; its spec asks for ", audit.rounds));
   }
   std::vector<int64_t> missing;
   for (int64_t round = 1; round <= audit.rounds; ++round) {
     if (audit.round_records.count(round) == 0) missing.push_back(round);
   }
   if (!missing.empty()) {
-    audit.problems.push_back(absl::StrCat(missing.size(), " rounds have no RoundCompleted event, the first ",
-                                          missing.front()));
+    audit.problems.push_back(
+        absl::StrCat(missing.size(), " rounds have no RoundCompleted event, the first ", missing.front()));
   }
   for (const auto& [round, record] : audit.round_records) audit.tokens_of_rounds += record.tokens;
   if (audit.tokens_of_rounds != audit.tokens_trained) {
     audit.problems.push_back(absl::StrCat("the job counts ", audit.tokens_trained,
-                                          " tokens trained; its distinct rounds hold ", audit.tokens_of_rounds,
-                                          ": a round was counted twice or lost"));
+                                          " tokens trained; its distinct rounds hold ",
+                                          audit.tokens_of_rounds, ": a round was counted twice or lost"));
   }
   return audit;
 }
 
 void CompareWithReference(const JobAudit& reference, const JobAuditOptions& options, JobAudit* audit) {
   if (audit->rounds != reference.rounds) {
-    audit->problems.push_back(
-        absl::StrCat("the job has ", audit->rounds, " rounds; the reference ", reference.job_id, " has ", reference.rounds));
+    audit->problems.push_back(absl::StrCat("the job has ", audit->rounds, " rounds; the reference ",
+                                           reference.job_id, " has ", reference.rounds));
   }
   if (audit->tokens_trained != reference.tokens_trained) {
-    audit->problems.push_back(absl::StrCat("the job trained on ", audit->tokens_trained, " tokens; the reference ",
-                                           reference.job_id, " on ", reference.tokens_trained));
+    audit->problems.push_back(absl::StrCat("the job trained on ", audit->tokens_trained,
+                                           " tokens; the reference ", reference.job_id, " on ",
+                                           reference.tokens_trained));
   }
   int64_t tokens_differ = 0;
   for (const auto& [round, record] : audit->round_records) {
     auto it = reference.round_records.find(round);
     if (it == reference.round_records.end()) continue;  // a missing round is reported by AuditJob
     if (record.tokens != it->second.tokens && tokens_differ++ == 0) {
-      audit->problems.push_back(absl::StrCat("round ", round, " holds ", record.tokens, " tokens; the reference's ",
-                                             it->second.tokens));
+      audit->problems.push_back(absl::StrCat("round ", round, " holds ", record.tokens,
+                                             " tokens; the reference's ", it->second.tokens));
     }
     const double difference = RelativeDifference(record.loss, it->second.loss);
     if (difference > audit->largest_reference_loss_difference) {

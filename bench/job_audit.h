@@ -51,10 +51,10 @@ struct RoundRecord {
 struct JobAudit {
   std::string job_id;
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
-  int64_t rounds = 0;            // the spec's
-  int64_t rounds_completed = 0;  // the job's progress
-  int64_t tokens_trained = 0;    // the job's progress
-  int64_t tokens_of_rounds = 0;  // Σ tokens over distinct completed rounds
+  int64_t rounds = 0;                            // the spec's
+  int64_t rounds_completed = 0;                  // the job's progress
+  int64_t tokens_trained = 0;                    // the job's progress
+  int64_t tokens_of_rounds = 0;                  // Σ tokens over distinct completed rounds
   std::map<int64_t, RoundRecord> round_records;  // by round
   std::vector<int64_t> redone_rounds;            // in order of redoing
   double largest_redo_loss_difference = 0;       // relative, over redone rounds
@@ -76,7 +76,8 @@ struct JobAudit {
 
 // Audits `job` (its final state) against its events (every event, as WatchJob with from_start
 // gives them, in sequence order). See the file comment for the problems it finds.
-JobAudit AuditJob(const v1::Job& job, const std::vector<v1::JobEvent>& events, const JobAuditOptions& options);
+JobAudit AuditJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
+                  const JobAuditOptions& options);
 
 // Compares `audit` round by round with `reference` (an audit of an undisturbed run of the same
 // spec) and appends problems to audit->problems.

@@ -129,8 +129,9 @@ TEST_F(JobAuditTest, ReassignmentsGroupByCause) {
   std::vector<v1::JobEvent> events = Calm(1);
   events.push_back(Reassigned("worker w-12345678 stopped heartbeating; its call was cancelled"));
   events.push_back(Reassigned("worker w-9abcdef0 stopped heartbeating; its call was cancelled"));
-  events.push_back(Reassigned("worker w-9abcdef0: failed to connect to all addresses; last error: "
-                              "ipv4:127.0.0.1:40211: Connection refused"));
+  events.push_back(
+      Reassigned("worker w-9abcdef0: failed to connect to all addresses; last error: "
+                 "ipv4:127.0.0.1:40211: Connection refused"));
   JobAudit audit = AuditJob(Finished(1, TokensOf(1)), events, JobAuditOptions());
   EXPECT_EQ(audit.reassigned_shards, 3);
   EXPECT_EQ(audit.reassigned_by_cause.at("worker w-… stopped heartbeating; its call was cancelled"), 2);
@@ -149,8 +150,8 @@ TEST_F(JobAuditTest, TheReferenceRunMustAgreeRoundByRound) {
   EXPECT_EQ(close.largest_reference_loss_difference_round, 3);
   EXPECT_NEAR(close.largest_reference_loss_difference, 2e-7, 1e-9);
 
-  JobAudit apart = AuditJob(Finished(3, TokensOf(3)), {Round(1, 2), Round(2, 3), Round(3, 4, 1.01)},
-                            JobAuditOptions());
+  JobAudit apart =
+      AuditJob(Finished(3, TokensOf(3)), {Round(1, 2), Round(2, 3), Round(3, 4, 1.01)}, JobAuditOptions());
   CompareWithReference(reference, JobAuditOptions(), &apart);
   ASSERT_THAT(apart.problems, SizeIs(1));
   EXPECT_THAT(apart.problems[0], HasSubstr("round 3's loss"));

@@ -43,10 +43,9 @@ absl::StatusOr<ModelDistance> CompareModels(const performer::TensorFile& got,
     }
     const at::Tensor& have = it->second;
     if (have.scalar_type() != want.scalar_type() || !have.sizes().equals(want.sizes())) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is ", at::toString(have.scalar_type()),
-                                                     ShapeText(have), " in the first model and ",
-                                                     at::toString(want.scalar_type()), ShapeText(want),
-                                                     " in the second"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", name, " is ", at::toString(have.scalar_type()), ShapeText(have),
+          " in the first model and ", at::toString(want.scalar_type()), ShapeText(want), " in the second"));
     }
     TensorDistance tensor;
     tensor.name = name;
@@ -78,15 +77,16 @@ absl::StatusOr<ModelDistance> CompareModels(const performer::TensorFile& got,
   return distance;
 }
 
-absl::StatusOr<ModelDistance> CompareModelFiles(const std::string& got_path, const std::string& reference_path) {
+absl::StatusOr<ModelDistance> CompareModelFiles(const std::string& got_path,
+                                                const std::string& reference_path) {
   absl::StatusOr<performer::TensorFile> got = performer::ReadSafetensors(got_path);
   if (!got.ok()) return got.status();
   absl::StatusOr<performer::TensorFile> reference = performer::ReadSafetensors(reference_path);
   if (!reference.ok()) return reference.status();
   absl::StatusOr<ModelDistance> distance = CompareModels(*got, *reference);
   if (!distance.ok()) {
-    return absl::Status(distance.status().code(),
-                        absl::StrCat(got_path, " against ", reference_path, ": ", distance.status().message()));
+    return absl::Status(distance.status().code(), absl::StrCat(got_path, " against ", reference_path, ": ",
+                                                               distance.status().message()));
   }
   return distance;
 }

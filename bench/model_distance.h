@@ -27,16 +27,16 @@ namespace slimfit::bench {
 struct TensorDistance {
   std::string name;
   int64_t elements = 0;
-  double relative_l2 = 0;          // ‖a − b‖ / ‖b‖ of this tensor; ‖a − b‖ when ‖b‖ = 0
-  double max_abs_difference = 0;   // max |a − b| over its elements
-  bool bit_identical = false;      // same bytes
+  double relative_l2 = 0;         // ‖a − b‖ / ‖b‖ of this tensor; ‖a − b‖ when ‖b‖ = 0
+  double max_abs_difference = 0;  // max |a − b| over its elements
+  bool bit_identical = false;     // same bytes
 };
 
 struct ModelDistance {
-  int64_t elements = 0;            // parameters compared
-  double relative_l2 = 0;          // over every tensor together
-  double max_abs_difference = 0;   // over every element
-  bool bit_identical = false;      // every tensor has the same bytes
+  int64_t elements = 0;                 // parameters compared
+  double relative_l2 = 0;               // over every tensor together
+  double max_abs_difference = 0;        // over every element
+  bool bit_identical = false;           // every tensor has the same bytes
   std::vector<TensorDistance> tensors;  // by name
   // The tensor with the largest relative_l2 (the first in name order on a tie); "" when empty.
   std::string worst_tensor;
@@ -51,7 +51,8 @@ absl::StatusOr<ModelDistance> CompareModels(const performer::TensorFile& got,
 
 // Reads both safetensors files (performer::ReadSafetensors's errors, naming the path) and compares
 // them with CompareModels.
-absl::StatusOr<ModelDistance> CompareModelFiles(const std::string& got_path, const std::string& reference_path);
+absl::StatusOr<ModelDistance> CompareModelFiles(const std::string& got_path,
+                                                const std::string& reference_path);
 
 }  // namespace slimfit::bench
 

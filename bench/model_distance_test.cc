@@ -15,8 +15,8 @@ using ::testing::HasSubstr;
 
 performer::TensorFile TwoTensors() {
   performer::TensorFile file;
-  file.tensors["a.weight"] = at::tensor({3.0f, 4.0f});               // norm 5
-  file.tensors["b.bias"] = at::zeros({2, 2}, at::kFloat);            // norm 0
+  file.tensors["a.weight"] = at::tensor({3.0f, 4.0f});     // norm 5
+  file.tensors["b.bias"] = at::zeros({2, 2}, at::kFloat);  // norm 0
   file.metadata["round"] = "7";
   return file;
 }
@@ -36,8 +36,8 @@ TEST(ModelDistanceTest, IdenticalModelsAreBitIdenticalWhateverTheirMetadata) {
 
 TEST(ModelDistanceTest, RelativeDistanceIsOverAllParametersTogether) {
   performer::TensorFile got = TwoTensors();
-  got.tensors["a.weight"] = at::tensor({3.0f, 4.5f});     // difference 0.5
-  got.tensors["b.bias"] = at::full({2, 2}, 0.25f);         // difference 0.5 in norm
+  got.tensors["a.weight"] = at::tensor({3.0f, 4.5f});  // difference 0.5
+  got.tensors["b.bias"] = at::full({2, 2}, 0.25f);     // difference 0.5 in norm
   absl::StatusOr<ModelDistance> distance = CompareModels(got, TwoTensors());
   ASSERT_TRUE(distance.ok()) << distance.status();
   EXPECT_FALSE(distance->bit_identical);
@@ -78,7 +78,8 @@ TEST(ModelDistanceTest, DifferentTensorsAreInvalidArgumentNamingTheTensor) {
   reshaped.tensors["b.bias"] = at::zeros({4}, at::kFloat);
   status = CompareModels(reshaped, TwoTensors()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("b.bias is Float[4] in the first model and Float[2, 2] in the second"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("b.bias is Float[4] in the first model and Float[2, 2] in the second"));
 
   performer::TensorFile retyped = TwoTensors();
   retyped.tensors["a.weight"] = at::tensor({3.0, 4.0}, at::kDouble);

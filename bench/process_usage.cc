@@ -19,7 +19,8 @@ absl::StatusOr<int64_t> StatusKilobytes(absl::string_view status, absl::string_v
     if (!absl::ConsumePrefix(&line, key) || !absl::ConsumePrefix(&line, ":")) continue;
     line = absl::StripAsciiWhitespace(line);
     int64_t kilobytes = 0;
-    if (!absl::ConsumeSuffix(&line, "kB") || !absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kilobytes)) {
+    if (!absl::ConsumeSuffix(&line, "kB") ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kilobytes)) {
       return absl::InvalidArgumentError(absl::StrCat("/proc status: malformed ", key, " line"));
     }
     return kilobytes * 1024;
@@ -34,7 +35,8 @@ absl::StatusOr<ProcessUsage> ParseProcessUsage(absl::string_view stat, absl::str
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so fields start after the
   // last ')'. utime and stime are fields 14 and 15, num_threads field 20 (proc(5)).
   const size_t end_of_name = stat.rfind(')');
-  if (end_of_name == absl::string_view::npos) return absl::InvalidArgumentError("/proc stat: no process name");
+  if (end_of_name == absl::string_view::npos)
+    return absl::InvalidArgumentError("/proc stat: no process name");
   std::vector<absl::string_view> fields =
       absl::StrSplit(stat.substr(end_of_name + 1), ' ', absl::SkipWhitespace());
   constexpr size_t kUtime = 14 - 3, kStime = 15 - 3, kThreads = 20 - 3;
@@ -61,7 +63,8 @@ absl::StatusOr<ProcessUsage> ReadProcessUsage(int pid) {
   absl::StatusOr<std::string> stat = base::ReadFileToString(dir + "/stat");
   if (!stat.ok()) return absl::NotFoundError(absl::StrCat("no process ", pid, ": ", stat.status().message()));
   absl::StatusOr<std::string> status = base::ReadFileToString(dir + "/status");
-  if (!status.ok()) return absl::NotFoundError(absl::StrCat("no process ", pid, ": ", status.status().message()));
+  if (!status.ok())
+    return absl::NotFoundError(absl::StrCat("no process ", pid, ": ", status.status().message()));
   return ParseProcessUsage(*stat, *status, sysconf(_SC_CLK_TCK));
 }
 

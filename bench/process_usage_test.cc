@@ -13,7 +13,8 @@ constexpr char kStat[] =
     "4242 (a) (b) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 7 0 100 123456789 2000 "
     "18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0\n";
 constexpr char kStatus[] =
-    "Name:\ta) (b\nState:\tS (sleeping)\nVmPeak:\t  900000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\nThreads:\t7\n";
+    "Name:\ta) (b\nState:\tS (sleeping)\nVmPeak:\t  900000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 "
+    "kB\nThreads:\t7\n";
 
 TEST(ProcessUsageTest, ParsesCpuTimeMemoryAndThreads) {
   absl::StatusOr<ProcessUsage> usage = ParseProcessUsage(kStat, kStatus, 100);
@@ -25,11 +26,13 @@ TEST(ProcessUsageTest, ParsesCpuTimeMemoryAndThreads) {
 }
 
 TEST(ProcessUsageTest, MalformedTextIsInvalidArgumentSayingWhat) {
-  EXPECT_EQ(ParseProcessUsage("4242 (x) S 1 2", kStatus, 100).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseProcessUsage("4242 (x) S 1 2", kStatus, 100).status().code(),
+            absl::StatusCode::kInvalidArgument);
   absl::Status no_peak = ParseProcessUsage(kStat, "VmRSS:\t 1 kB\n", 100).status();
   EXPECT_EQ(no_peak.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(no_peak.message(), HasSubstr("VmHWM"));
-  EXPECT_THAT(ParseProcessUsage(kStat, "VmRSS:\t lots\nVmHWM:\t 1 kB\n", 100).status().message(), HasSubstr("VmRSS"));
+  EXPECT_THAT(ParseProcessUsage(kStat, "VmRSS:\t lots\nVmHWM:\t 1 kB\n", 100).status().message(),
+              HasSubstr("VmRSS"));
 }
 
 TEST(ProcessUsageTest, ReadsThisProcessAndNotAMissingOne) {

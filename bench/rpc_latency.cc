@@ -107,13 +107,14 @@ std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface> TimingInt
   return std::make_unique<TimingFactory>(std::move(recorder));
 }
 
-std::shared_ptr<grpc::Channel> MakeTimedChannel(const std::string& address, std::shared_ptr<LatencyRecorder> recorder) {
+std::shared_ptr<grpc::Channel> MakeTimedChannel(const std::string& address,
+                                                std::shared_ptr<LatencyRecorder> recorder) {
   grpc::ChannelArguments arguments = rpc::ChannelArgumentsForPeers();
   arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(TimingInterceptorFactory(std::move(recorder)));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(address, grpc::InsecureChannelCredentials(), arguments,
-                                                                 std::move(interceptors));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, grpc::InsecureChannelCredentials(),
+                                                                 arguments, std::move(interceptors));
 }
 
 }  // namespace slimfit::bench

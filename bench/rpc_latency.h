@@ -77,7 +77,8 @@ std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface> TimingInt
 // A plaintext channel to `address` made as the daemons make theirs (rpc::ChannelArgumentsForPeers),
 // timing every call into `recorder`, on a TCP connection of its own — not shared with other
 // channels to the same address, so that N channels look like N separate processes to the server.
-std::shared_ptr<grpc::Channel> MakeTimedChannel(const std::string& address, std::shared_ptr<LatencyRecorder> recorder);
+std::shared_ptr<grpc::Channel> MakeTimedChannel(const std::string& address,
+                                                std::shared_ptr<LatencyRecorder> recorder);
 
 }  // namespace slimfit::bench
 

@@ -32,8 +32,8 @@ struct ComputeTurn {
 // time across the fleet, with the worker's parameters forgotten after each shard (see the header).
 class TurnTakingService final : public v1::Worker::Service {
  public:
-  TurnTakingService(worker::WorkerService* service, worker::ParameterCache* cache, std::shared_ptr<ComputeTurn> turn,
-                    std::shared_ptr<SimulatedFleet::Counters> counters)
+  TurnTakingService(worker::WorkerService* service, worker::ParameterCache* cache,
+                    std::shared_ptr<ComputeTurn> turn, std::shared_ptr<SimulatedFleet::Counters> counters)
       : service_(service), cache_(cache), turn_(std::move(turn)), counters_(std::move(counters)) {}
 
   grpc::Status ComputeGradient(grpc::ServerContext* context, const v1::ComputeGradientRequest* request,
@@ -42,7 +42,8 @@ class TurnTakingService final : public v1::Worker::Service {
       absl::MutexLock lock(&turn_->mutex);
       auto free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(turn_->mutex) { return !turn_->taken; };
       while (!free()) {
-        if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued");
+        if (context->IsCancelled())
+          return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued");
         turn_->mutex.AwaitWithTimeout(absl::Condition(&free), absl::Milliseconds(50));
       }
       turn_->taken = true;
@@ -58,8 +59,9 @@ class TurnTakingService final : public v1::Worker::Service {
       ++counters_->ok;
     } else {
       absl::MutexLock lock(&counters_->mutex);
-      ++counters_->failures[absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
-                                         ": ", status.error_message().substr(0, 100))];
+      ++counters_->failures[absl::StrCat(
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())), ": ",
+          status.error_message().substr(0, 100))];
     }
     return status;
   }
@@ -67,7 +69,8 @@ class TurnTakingService final : public v1::Worker::Service {
                           v1::GetProfileResponse* response) override {
     return service_->GetProfile(context, request, response);
   }
-  grpc::Status Plan(grpc::ServerContext* context, const v1::PlanRequest* request, v1::MemoryPlan* response) override {
+  grpc::Status Plan(grpc::ServerContext* context, const v1::PlanRequest* request,
+                    v1::MemoryPlan* response) override {
     return service_->Plan(context, request, response);
   }
 
@@ -96,13 +99,15 @@ absl::StatusOr<std::unique_ptr<SimulatedFleet>> SimulatedFleet::Start(FleetOptio
   if (options.coordinator.empty() || options.join_token.empty() || options.state_root.empty() ||
       options.latencies == nullptr || options.workers < 1 || options.memory_budget_bytes <= 0) {
     return absl::InvalidArgumentError(
-        "a fleet needs a coordinator, a join token, a state root, a latency recorder, ≥ 1 worker and a budget");
+        "a fleet needs a coordinator, a join token, a state root, a latency recorder, ≥ 1 worker and a "
+        "budget");
   }
   std::unique_ptr<SimulatedFleet> fleet(new SimulatedFleet());
   auto turn = std::make_shared<ComputeTurn>();
   for (int i = 0; i < options.workers; ++i) {
     auto w = std::make_unique<Worker>();
-    absl::StatusOr<worker::StateDir> state = worker::StateDir::Open(absl::StrCat(options.state_root, "/worker-", i));
+    absl::StatusOr<worker::StateDir> state =
+        worker::StateDir::Open(absl::StrCat(options.state_root, "/worker-", i));
     if (!state.ok()) return state.status();
     w->state = std::make_unique<worker::StateDir>(*std::move(state));
     absl::StatusOr<std::string> credential = w->state->ReadCredential();
@@ -121,7 +126,8 @@ absl::StatusOr<std::unique_ptr<SimulatedFleet>> SimulatedFleet::Start(FleetOptio
     service_options.memory_budget_bytes = options.memory_budget_bytes;
     service_options.cache = w->cache.get();
     w->service = std::make_unique<worker::WorkerService>(service_options);
-    w->turn_taking = std::make_unique<TurnTakingService>(w->service.get(), w->cache.get(), turn, fleet->counters_);
+    w->turn_taking =
+        std::make_unique<TurnTakingService>(w->service.get(), w->cache.get(), turn, fleet->counters_);
 
     grpc::ServerBuilder builder;
     int port = 0;
@@ -180,13 +186,16 @@ absl::StatusOr<std::unique_ptr<SimulatedFleet>> SimulatedFleet::Start(FleetOptio
   for (size_t i = 0; i < registered.size(); ++i) {
     const absl::Status& status = registered[i];
     fleet->workers_[i]->registered = status.ok();
-    if (status.ok()) ++succeeded;
-    else if (first_error.ok() && !absl::IsCancelled(status)) first_error = status;
+    if (status.ok())
+      ++succeeded;
+    else if (first_error.ok() && !absl::IsCancelled(status))
+      first_error = status;
   }
   if (succeeded < options.workers) {
     fleet->Stop();
     if (!first_error.ok()) return first_error;
-    return absl::DeadlineExceededError(absl::StrCat(succeeded, " of ", options.workers, " workers registered within ",
+    return absl::DeadlineExceededError(absl::StrCat(succeeded, " of ", options.workers,
+                                                    " workers registered within ",
                                                     absl::FormatDuration(options.register_timeout)));
   }
   return fleet;

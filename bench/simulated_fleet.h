@@ -43,9 +43,9 @@
 namespace slimfit::bench {
 
 struct FleetOptions {
-  std::string coordinator;  // host:port; required
-  std::string join_token;   // the coordinator's --worker_token; required
-  int workers = 64;         // ≥ 1
+  std::string coordinator;                          // host:port; required
+  std::string join_token;                           // the coordinator's --worker_token; required
+  int workers = 64;                                 // ≥ 1
   int64_t memory_budget_bytes = int64_t{64} << 20;  // each worker's --memory_budget
   planner::DeviceProfile profile;                   // each worker's calibrated profile
   // Worker i keeps its id and credential in <state_root>/worker-<i>; required.
@@ -59,8 +59,8 @@ struct FleetOptions {
 class SimulatedFleet {
  public:
   // Starts every worker's server, then registers all of them at once, each from its own thread
-  // (a fleet coming up together); each starts heartbeating as soon as it is registered. INVALID_ARGUMENT for bad options;
-  // DEADLINE_EXCEEDED "k of N workers registered within …" when registration runs out of time;
+  // (a fleet coming up together); each starts heartbeating as soon as it is registered. INVALID_ARGUMENT for
+  // bad options; DEADLINE_EXCEEDED "k of N workers registered within …" when registration runs out of time;
   // a registration's own error (UNAUTHENTICATED for a wrong join token, …); UNAVAILABLE when a
   // server cannot listen.
   static absl::StatusOr<std::unique_ptr<SimulatedFleet>> Start(FleetOptions options);

@@ -99,7 +99,8 @@ std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::string_view token,
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  return grpc::CreateCustomChannel(address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(),
+  return grpc::CreateCustomChannel(address,
+                                   credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(),
                                    ChannelArgumentsForPeers());
 }
 

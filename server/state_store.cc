@@ -282,7 +282,8 @@ absl::StatusOr<std::vector<CheckpointRecord>> StateStore::Checkpoints(const std:
 // transaction that carried it.
 class StateStore::PendingWorker {
  public:
-  PendingWorker(std::string worker_id, WorkerRecord record) : worker_id(std::move(worker_id)), record(std::move(record)) {}
+  PendingWorker(std::string worker_id, WorkerRecord record)
+      : worker_id(std::move(worker_id)), record(std::move(record)) {}
   const std::string worker_id;
   const WorkerRecord record;
   bool written = false;
@@ -308,9 +309,10 @@ absl::Status StateStore::AwaitWorker(const std::shared_ptr<PendingWorker>& pendi
   absl::Status status = Exec("BEGIN IMMEDIATE");
   for (size_t i = 0; status.ok() && i < batch.size(); ++i) {
     const PendingWorker& w = *batch[i];
-    Statement s(db_,
-                "INSERT OR REPLACE INTO workers (id, incarnation, credential_sha256, revoked, revoked_reason, "
-                "revoked_at) VALUES (?, ?, ?, ?, ?, ?)");
+    Statement s(
+        db_,
+        "INSERT OR REPLACE INTO workers (id, incarnation, credential_sha256, revoked, revoked_reason, "
+        "revoked_at) VALUES (?, ?, ?, ?, ?, ?)");
     s.BindText(1, w.worker_id);
     s.BindInt(2, static_cast<int64_t>(w.record.incarnation));
     s.BindText(3, w.record.credential_sha256);

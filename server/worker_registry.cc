@@ -120,14 +120,17 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
       id = *credential_holder;
       if (!request.worker_id().empty() && request.worker_id() != id) {
         return absl::PermissionDeniedError(absl::StrCat("this credential belongs to worker ", id, ", not ",
-                                                        request.worker_id(), ": a worker acts only as itself"));
+                                                        request.worker_id(),
+                                                        ": a worker acts only as itself"));
       }
       auto known = known_.find(id);
       if (known == known_.end()) {
-        return absl::NotFoundError(absl::StrCat("worker ", id, " is unknown to this coordinator: join with a join token"));
+        return absl::NotFoundError(
+            absl::StrCat("worker ", id, " is unknown to this coordinator: join with a join token"));
       }
       if (known->second.revoked) {
-        return absl::PermissionDeniedError(absl::StrCat("worker ", id, " was revoked: ", known->second.revoked_reason));
+        return absl::PermissionDeniedError(
+            absl::StrCat("worker ", id, " was revoked: ", known->second.revoked_reason));
       }
       record = known->second;
       ++record.incarnation;
@@ -157,13 +160,14 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
 
   absl::MutexLock lock(&mutex_);
   if (const WorkerRecord& now = known_[id]; now.revoked) {
-    return absl::PermissionDeniedError(absl::StrCat("worker ", id, " was revoked while registering: ", now.revoked_reason));
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", id, " was revoked while registering: ", now.revoked_reason));
   }
   Entry& entry = workers_[id];
   if (entry.info.incarnation() > incarnation) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", id, " incarnation ", incarnation,
-                                                      " was superseded by incarnation ", entry.info.incarnation(),
-                                                      " while registering"));
+                                                      " was superseded by incarnation ",
+                                                      entry.info.incarnation(), " while registering"));
   }
   entry.info.Clear();
   entry.info.set_worker_id(id);
@@ -265,7 +269,8 @@ absl::Status WorkerRegistry::Deregister(const v1::DeregisterWorkerRequest& reque
 std::vector<std::string> WorkerRegistry::ExpireSilentWorkers(absl::Time now) {
   absl::MutexLock lock(&mutex_);
   std::vector<std::string> lost;
-  const absl::Duration unobserved = last_sweep_ == absl::InfinitePast() ? absl::ZeroDuration() : now - last_sweep_;
+  const absl::Duration unobserved =
+      last_sweep_ == absl::InfinitePast() ? absl::ZeroDuration() : now - last_sweep_;
   last_sweep_ = now;
   const bool forgive = unobserved > options_.lost_after / 2;
   if (forgive) {
