@@ -92,6 +92,11 @@ nlohmann::json ToJson(const JobAudit& audit, const std::string& reference_job_id
     out["reference_job_id"] = reference_job_id;
     out["largest_reference_loss_difference"] = audit.largest_reference_loss_difference;
     out["largest_reference_loss_difference_round"] = audit.largest_reference_loss_difference_round;
+    nlohmann::json by_round = nlohmann::json::object();
+    for (const auto& [round, difference] : audit.reference_loss_differences) {
+      by_round[std::to_string(round)] = difference;
+    }
+    out["reference_loss_difference_by_round"] = by_round;
   }
   return out;
 }

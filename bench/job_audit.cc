@@ -133,6 +133,7 @@ void CompareWithReference(const JobAudit& reference, const JobAuditOptions& opti
                                              " tokens; the reference's ", it->second.tokens));
     }
     const double difference = RelativeDifference(record.loss, it->second.loss);
+    audit->reference_loss_differences[round] = difference;
     if (difference > audit->largest_reference_loss_difference) {
       audit->largest_reference_loss_difference = difference;
       audit->largest_reference_loss_difference_round = round;

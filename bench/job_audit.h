@@ -71,6 +71,9 @@ struct JobAudit {
   // With a reference: the largest relative loss difference over the rounds, and where.
   double largest_reference_loss_difference = 0;
   int64_t largest_reference_loss_difference_round = 0;
+  // With a reference: the relative loss difference of every round both completed (first
+  // completions), to see how two runs drift apart.
+  std::map<int64_t, double> reference_loss_differences;
   std::vector<std::string> problems;  // empty: the audit passed
 };
 

@@ -149,6 +149,8 @@ TEST_F(JobAuditTest, TheReferenceRunMustAgreeRoundByRound) {
   EXPECT_THAT(close.problems, IsEmpty());
   EXPECT_EQ(close.largest_reference_loss_difference_round, 3);
   EXPECT_NEAR(close.largest_reference_loss_difference, 2e-7, 1e-9);
+  EXPECT_EQ(close.reference_loss_differences.size(), 3u);
+  EXPECT_NEAR(close.reference_loss_differences.at(2), 1e-7, 1e-9);
 
   JobAudit apart =
       AuditJob(Finished(3, TokensOf(3)), {Round(1, 2), Round(2, 3), Round(3, 4, 1.01)}, JobAuditOptions());
