@@ -17,8 +17,11 @@
 #     the undisturbed run's. Not bit-for-bit: two undisturbed runs are bit-identical (the split of
 #     a round follows the workers' profiles, and each worker keeps its plan), but while a worker is
 #     missing its sequences are computed by others, under other plans (full back-propagation,
-#     C = 64, C = 128) and grouped into other shards, so float32 rounding differs; the recorded
-#     runs ended 1e-8 to 1e-7 apart (BENCHMARKS.md, "Chaos");
+#     C = 64, C = 128) and grouped into other shards, so the rounding differs, and training can
+#     amplify that: in float32 a 116-round run ended 1e-7 apart, but in a 447-round one the
+#     losses' difference, ~3e-8 for 200 rounds, then doubled about every 40 rounds and the models
+#     ended 4e-5 apart (BENCHMARKS.md, "Chaos"). Hence float64 by default: its rounding starts
+#     some 1e9 times smaller;
 #   - no round counted twice or lost: tokens_trained is the sum over its distinct rounds and equals
 #     the undisturbed run's, and a round redone after a coordinator restart has the tokens and
 #     (to 1e-5) the loss it had the first time (bazel-bin/bench/audit_job);
@@ -32,14 +35,14 @@
 #   MINUTES     how long to disturb the job (a positive number, e.g. 5 or 0.5)
 #   --workers   workers (default 3)
 #   --seed      seeds the disturbances (kinds, victims, moments; default: random, printed)
-#   --dtype     the job's dtype (default float32)
+#   --dtype     the job's dtype (default float64; see above)
 #   --tolerance largest relative L2 distance accepted between the two models (default 1e-5)
 #   --keep      keep the work directory (logs, state, both models); it is kept anyway on failure
 set -euo pipefail
 
 usage_error() { echo "chaos: $*; usage: scripts/chaos.sh MINUTES [--workers=N] [--seed=S] [--dtype=float32|float64] [--tolerance=X] [--keep]" >&2; exit 2; }
 
-minutes="" workers=3 seed="$RANDOM" dtype=float32 tolerance=1e-5 keep=0
+minutes="" workers=3 seed="$RANDOM" dtype=float64 tolerance=1e-5 keep=0
 for arg in "$@"; do
   case "$arg" in
     --workers=*) workers="${arg#*=}" ;;
