@@ -99,6 +99,12 @@ std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::string_view token,
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return grpc::CreateCustomChannel(address,
+                                   credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(),
+                                   ChannelArgumentsForPeers());
+}
+
+grpc::ChannelArguments ChannelArgumentsForPeers() {
   grpc::ChannelArguments arguments;
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -109,8 +115,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
-  return grpc::CreateCustomChannel(address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(),
-                                   arguments);
+  return arguments;
 }
 
 absl::Status ValidateAddress(absl::string_view address, absl::string_view flag, bool allow_port_zero) {

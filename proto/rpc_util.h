@@ -60,11 +60,15 @@ std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::string_view token,
                                                        std::chrono::milliseconds timeout);
 
 // A channel to `address` (host:port) with `credentials` (plaintext when null; see
-// transport_security.h for TLS). Retries of non-idempotent calls by the channel itself are off;
-// reconnects after a peer restart are quick; keepalive pings every 5 s (answered within 5 s) end
-// calls over a silently broken connection within about 10 s.
+// transport_security.h for TLS), with ChannelArgumentsForPeers().
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+
+// What every slimfit channel is made with: retries of non-idempotent calls by the channel itself
+// are off; reconnects after a peer restart are quick; keepalive pings every 5 s (answered within
+// 5 s) end calls over a silently broken connection within about 10 s. For a caller that builds its
+// own channel (bench/rpc_latency.h adds interceptors) and must behave like the daemons.
+grpc::ChannelArguments ChannelArgumentsForPeers();
 
 // INVALID_ARGUMENT unless `address` looks like host:port with a port in 1..65535 ("[::1]:50051"
 // and "localhost:0" style included; port 0 only when `allow_port_zero`).

@@ -321,19 +321,60 @@ absl::StatusOr<std::vector<CheckpointRecord>> StateStore::DeleteCheckpointsAfter
   return deleted;
 }
 
-absl::Status StateStore::PutWorker(const std::string& worker_id, const WorkerRecord& record) {
+// One queued worker record; `written` and `status` are set, under the store's mutex_, by the
+// transaction that carried it.
+class StateStore::PendingWorker {
+ public:
+  PendingWorker(std::string worker_id, WorkerRecord record)
+      : worker_id(std::move(worker_id)), record(std::move(record)) {}
+  const std::string worker_id;
+  const WorkerRecord record;
+  bool written = false;
+  absl::Status status;
+};
+
+std::shared_ptr<StateStore::PendingWorker> StateStore::QueueWorker(const std::string& worker_id,
+                                                                   const WorkerRecord& record) {
+  auto pending = std::make_shared<PendingWorker>(worker_id, record);
+  absl::MutexLock lock(&queue_mutex_);
+  queued_workers_.push_back(pending);
+  return pending;
+}
+
+absl::Status StateStore::AwaitWorker(const std::shared_ptr<PendingWorker>& pending) {
   absl::MutexLock lock(&mutex_);
-  Statement s(db_,
-              "INSERT OR REPLACE INTO workers (id, incarnation, credential_sha256, revoked, revoked_reason, "
-              "revoked_at) "
-              "VALUES (?, ?, ?, ?, ?, ?)");
-  s.BindText(1, worker_id);
-  s.BindInt(2, static_cast<int64_t>(record.incarnation));
-  s.BindText(3, record.credential_sha256);
-  s.BindInt(4, record.revoked ? 1 : 0);
-  s.BindText(5, record.revoked_reason);
-  s.BindInt(6, record.revoked ? absl::ToUnixMillis(record.revoked_at) : 0);
-  return RunToDone(s, "storing a worker");
+  if (pending->written) return pending->status;
+  std::vector<std::shared_ptr<PendingWorker>> batch;
+  {
+    absl::MutexLock queue_lock(&queue_mutex_);
+    batch.swap(queued_workers_);  // holds `pending`: it was queued before this call
+  }
+  absl::Status status = Exec("BEGIN IMMEDIATE");
+  for (size_t i = 0; status.ok() && i < batch.size(); ++i) {
+    const PendingWorker& w = *batch[i];
+    Statement s(
+        db_,
+        "INSERT OR REPLACE INTO workers (id, incarnation, credential_sha256, revoked, revoked_reason, "
+        "revoked_at) VALUES (?, ?, ?, ?, ?, ?)");
+    s.BindText(1, w.worker_id);
+    s.BindInt(2, static_cast<int64_t>(w.record.incarnation));
+    s.BindText(3, w.record.credential_sha256);
+    s.BindInt(4, w.record.revoked ? 1 : 0);
+    s.BindText(5, w.record.revoked_reason);
+    s.BindInt(6, w.record.revoked ? absl::ToUnixMillis(w.record.revoked_at) : 0);
+    status = RunToDone(s, "storing a worker");
+  }
+  if (status.ok()) status = Exec("COMMIT");
+  if (!status.ok()) (void)Exec("ROLLBACK");
+  for (const std::shared_ptr<PendingWorker>& w : batch) {
+    w->written = true;
+    w->status = status;
+  }
+  return pending->status;
+}
+
+absl::Status StateStore::PutWorker(const std::string& worker_id, const WorkerRecord& record) {
+  return AwaitWorker(QueueWorker(worker_id, record));
 }
 
 absl::StatusOr<std::map<std::string, WorkerRecord>> StateStore::Workers() {

@@ -89,7 +89,16 @@ class StateStore {
   absl::StatusOr<std::vector<CheckpointRecord>> DeleteCheckpointsAfter(const std::string& job_id,
                                                                        int64_t round);
 
-  // Worker identities by id (inserted or replaced).
+  // Worker identities by id (inserted or replaced), written by group commit: QueueWorker adds a
+  // record to a queue (call it under the lock that orders your decisions: records are written in
+  // queue order, so of one id the last queued wins); AwaitWorker returns once that record is
+  // durable, writing everything queued so far in one transaction unless a concurrent caller's
+  // transaction already took it. Many workers registering at once thus cost one or two commits
+  // (each a disk flush), not one each. The error of the transaction that carried the record.
+  class PendingWorker;
+  std::shared_ptr<PendingWorker> QueueWorker(const std::string& worker_id, const WorkerRecord& record);
+  absl::Status AwaitWorker(const std::shared_ptr<PendingWorker>& pending);
+  // QueueWorker then AwaitWorker.
   absl::Status PutWorker(const std::string& worker_id, const WorkerRecord& record);
   absl::StatusOr<std::map<std::string, WorkerRecord>> Workers();
 
@@ -99,8 +108,11 @@ class StateStore {
   // The job of the first row of `sql` (one text parameter, selecting the job column).
   absl::StatusOr<std::optional<v1::Job>> FindJob(const char* sql, const std::string& key);
 
+  // Lock order: mutex_ before queue_mutex_.
   absl::Mutex mutex_;
   sqlite3* db_ ABSL_GUARDED_BY(mutex_);
+  absl::Mutex queue_mutex_;
+  std::vector<std::shared_ptr<PendingWorker>> queued_workers_ ABSL_GUARDED_BY(queue_mutex_);
 };
 
 }  // namespace slimfit::server

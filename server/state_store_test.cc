@@ -123,6 +123,28 @@ TEST(StateStoreTest, CheckpointsAfterARoundAreForgotten) {
   EXPECT_EQ((*store)->Checkpoints("job-2")->size(), 1u);  // another job's are kept
 }
 
+TEST(StateStoreTest, QueuedWorkersAreWrittenTogetherInQueueOrder) {
+  const std::string path = testing_util::TempPath("queued_workers.db");
+  {
+    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto first = (*store)->QueueWorker("w-1", WorkerRecord{1, "aa", false, "", absl::InfinitePast()});
+    auto second = (*store)->QueueWorker("w-2", WorkerRecord{1, "bb", false, "", absl::InfinitePast()});
+    auto again = (*store)->QueueWorker("w-1", WorkerRecord{2, "aa", false, "", absl::InfinitePast()});
+    // Awaiting the last writes all three; the others are already durable when awaited.
+    ASSERT_TRUE((*store)->AwaitWorker(again).ok());
+    EXPECT_TRUE((*store)->AwaitWorker(first).ok());
+    EXPECT_TRUE((*store)->AwaitWorker(second).ok());
+  }
+  absl::StatusOr<std::unique_ptr<StateStore>> reopened = StateStore::Open(path);
+  ASSERT_TRUE(reopened.ok());
+  absl::StatusOr<std::map<std::string, WorkerRecord>> workers = (*reopened)->Workers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 2u);
+  EXPECT_EQ((*workers)["w-1"].incarnation, 2u);  // the later record of w-1
+  EXPECT_EQ((*workers)["w-2"].credential_sha256, "bb");
+}
+
 TEST(StateStoreTest, UnopenablePathIsAnError) {
   EXPECT_EQ(StateStore::Open("/nonexistent/dir/state.db").status().code(), absl::StatusCode::kInternal);
 }

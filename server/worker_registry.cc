@@ -110,40 +110,65 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
     return absl::InvalidArgumentError(absl::StrCat("profile: ", valid.message()));
   }
 
-  absl::MutexLock lock(&mutex_);
   std::string id;
   std::string credential;  // issued to a new worker only
   WorkerRecord record;
-  if (credential_holder.has_value()) {
-    id = *credential_holder;
-    if (!request.worker_id().empty() && request.worker_id() != id) {
-      return absl::PermissionDeniedError(absl::StrCat("this credential belongs to worker ", id,
-                                                      ", not ", request.worker_id(), ": a worker acts only as itself"));
+  std::shared_ptr<StateStore::PendingWorker> write;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (credential_holder.has_value()) {
+      id = *credential_holder;
+      if (!request.worker_id().empty() && request.worker_id() != id) {
+        return absl::PermissionDeniedError(absl::StrCat("this credential belongs to worker ", id, ", not ",
+                                                        request.worker_id(),
+                                                        ": a worker acts only as itself"));
+      }
+      auto known = known_.find(id);
+      if (known == known_.end()) {
+        return absl::NotFoundError(
+            absl::StrCat("worker ", id, " is unknown to this coordinator: join with a join token"));
+      }
+      if (known->second.revoked) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("worker ", id, " was revoked: ", known->second.revoked_reason));
+      }
+      record = known->second;
+      ++record.incarnation;
+    } else {
+      // A join token: always a new worker. (A join token cannot take over an existing id.)
+      do {
+        id = NewWorkerId();
+      } while (known_.count(id) > 0);
+      credential = base::RandomSecret("wc-");
+      record.incarnation = 1;
+      record.credential_sha256 = base::Sha256Hex(credential);
     }
-    auto known = known_.find(id);
-    if (known == known_.end()) {
-      return absl::NotFoundError(absl::StrCat("worker ", id, " is unknown to this coordinator: join with a join token"));
-    }
-    if (known->second.revoked) {
-      return absl::PermissionDeniedError(absl::StrCat("worker ", id, " was revoked: ", known->second.revoked_reason));
-    }
-    record = known->second;
-    ++record.incarnation;
-  } else {
-    // A join token: always a new worker. (A join token cannot take over an existing id.)
-    do {
-      id = NewWorkerId();
-    } while (known_.count(id) > 0);
-    credential = base::RandomSecret("wc-");
-    record.incarnation = 1;
-    record.credential_sha256 = base::Sha256Hex(credential);
+    // Reserved now, so that concurrent registrations never share an id or an incarnation. Should
+    // the write fail, the reservation is harmless: nobody learns the credential, and an
+    // incarnation number is skipped.
+    known_[id] = record;
+    by_credential_[record.credential_sha256] = id;
+    write = store_->QueueWorker(id, record);
   }
-  if (absl::Status stored = store_->PutWorker(id, record); !stored.ok()) return stored;
-  known_[id] = record;
-  by_credential_[record.credential_sha256] = id;
+  // Durable before it is acknowledged. Outside the lock, so that heartbeats and listings do not
+  // wait for the disk, and concurrent registrations share one commit.
+  if (absl::Status stored = store_->AwaitWorker(write); !stored.ok()) return stored;
   const uint64_t incarnation = record.incarnation;
+  std::shared_ptr<v1::Worker::StubInterface> stub =
+      v1::Worker::NewStub(rpc::MakeChannel(request.advertise_address(), options_.worker_channel_credentials));
+  const std::string call_token = base::RandomSecret("ct-");
 
+  absl::MutexLock lock(&mutex_);
+  if (const WorkerRecord& now = known_[id]; now.revoked) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", id, " was revoked while registering: ", now.revoked_reason));
+  }
   Entry& entry = workers_[id];
+  if (entry.info.incarnation() > incarnation) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", id, " incarnation ", incarnation,
+                                                      " was superseded by incarnation ",
+                                                      entry.info.incarnation(), " while registering"));
+  }
   entry.info.Clear();
   entry.info.set_worker_id(id);
   entry.info.set_incarnation(incarnation);
@@ -159,9 +184,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   *entry.info.mutable_registered_at() = ToTimestamp(now);
   *entry.info.mutable_last_heartbeat_at() = ToTimestamp(now);
   entry.last_heartbeat = now;
-  entry.stub = v1::Worker::NewStub(
-      rpc::MakeChannel(request.advertise_address(), options_.worker_channel_credentials));
-  entry.call_token = base::RandomSecret("ct-");
+  entry.stub = std::move(stub);
+  entry.call_token = call_token;
   ++generation_;
   base::LogInfo("worker ", id, " registered (incarnation ", incarnation, ", ", request.device(), ", budget ",
                request.memory_budget_bytes(), " B, at ", request.advertise_address(), ")");
@@ -242,13 +266,21 @@ absl::Status WorkerRegistry::Deregister(const v1::DeregisterWorkerRequest& reque
   return absl::OkStatus();
 }
 
-std::vector<std::string> WorkerRegistry::ExpireSilentWorkers() {
+std::vector<std::string> WorkerRegistry::ExpireSilentWorkers(absl::Time now) {
   absl::MutexLock lock(&mutex_);
   std::vector<std::string> lost;
-  const absl::Time now = absl::Now();
+  const absl::Duration unobserved =
+      last_sweep_ == absl::InfinitePast() ? absl::ZeroDuration() : now - last_sweep_;
+  last_sweep_ = now;
+  const bool forgive = unobserved > options_.lost_after / 2;
+  if (forgive) {
+    base::LogWarning("no liveness sweep for ", absl::FormatDuration(unobserved),
+                     " (the coordinator was stopped or starved): workers' silence during it is not counted");
+  }
   for (auto& [id, entry] : workers_) {
     const v1::WorkerState state = entry.info.state();
     if (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT || state == v1::WORKER_STATE_REVOKED) continue;
+    if (forgive) entry.last_heartbeat = std::min(now, entry.last_heartbeat + unobserved);
     if (now - entry.last_heartbeat > options_.lost_after) {
       entry.info.set_state(v1::WORKER_STATE_LOST);
       entry.info.clear_current_work();

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "planner/device_profile.h"
 #include "proto/slimfit.grpc.pb.h"
@@ -79,8 +80,14 @@ class WorkerRegistry {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::Status Deregister(const v1::DeregisterWorkerRequest& request);
 
-  // Marks workers silent for longer than lost_after as LOST; returns their ids.
-  std::vector<std::string> ExpireSilentWorkers();
+  // Marks workers silent for longer than lost_after as LOST; returns their ids. `now` is the
+  // sweep's time (tests pass it; it must not go backwards). Silence counts only while the
+  // coordinator was sweeping: when more than lost_after / 2 passed since the previous sweep (the
+  // process was stopped, suspended or starved, and heartbeats queued up unread), the time since
+  // that sweep is not held against any worker — otherwise every worker would be LOST the moment
+  // the coordinator resumed, and every shard in flight reassigned. A worker still silent then is
+  // LOST lost_after (less its silence before the gap) after the sweeps resume.
+  std::vector<std::string> ExpireSilentWorkers(absl::Time now = absl::Now());
 
   // Live (IDLE, BUSY) workers that satisfy `constraints`, by id.
   std::vector<WorkerHandle> LiveWorkers(const v1::DeviceConstraints& constraints) const;
@@ -130,6 +137,7 @@ class WorkerRegistry {
   std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::string> finished_jobs_ ABSL_GUARDED_BY(mutex_);
   uint64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;
+  absl::Time last_sweep_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();  // of ExpireSilentWorkers
   uint64_t next_number_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/test_util.h"
@@ -90,6 +93,34 @@ TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
   EXPECT_EQ(registry_->List(true).size(), 1u);
 }
 
+// A coordinator stopped (SIGSTOP, a suspended VM) reads no heartbeats; when it resumes, the time it
+// was away must not make every worker LOST (scripts/chaos.sh found every shard in flight cancelled
+// after each SIGCONT). A worker that stays silent afterwards is still LOST, lost_after later.
+TEST_F(WorkerRegistryTest, SilenceWhileTheCoordinatorWasStoppedDoesNotCount) {
+  RegistryOptions options;
+  options.lost_after = absl::Seconds(100);
+  std::unique_ptr<WorkerRegistry> registry = *WorkerRegistry::Create(store_.get(), options);
+  absl::StatusOr<v1::RegisterWorkerResponse> worker = registry->Register(Request(), std::nullopt);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const absl::Time registered = absl::Now();  // its last heartbeat is a little earlier
+
+  // Sweeps every 40 s (less than lost_after / 2), then none for an hour, then every 40 s again.
+  absl::Time sweep = registered + absl::Seconds(10);
+  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  sweep += absl::Hours(1);
+  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  EXPECT_TRUE(registry->IsLive(worker->worker_id(), 1));
+  // Silent for 10 s before the gap and 40, then 80 s after it: still live.
+  sweep += absl::Seconds(40);
+  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  sweep += absl::Seconds(40);
+  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  // 130 s of silence while the coordinator was there to hear: LOST.
+  sweep += absl::Seconds(40);
+  EXPECT_EQ(registry->ExpireSilentWorkers(sweep), std::vector<std::string>{worker->worker_id()});
+  EXPECT_FALSE(registry->IsLive(worker->worker_id(), 1));
+}
+
 TEST_F(WorkerRegistryTest, IdsSurviveACoordinatorRestart) {
   absl::StatusOr<v1::RegisterWorkerResponse> first = registry_->Register(Request(), std::nullopt);
   ASSERT_TRUE(first.ok());
@@ -105,6 +136,34 @@ TEST_F(WorkerRegistryTest, IdsSurviveACoordinatorRestart) {
   EXPECT_EQ(again->incarnation(), 2u);
   EXPECT_EQ(restarted->Register(Request("w-unknown"), std::string("w-unknown")).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Many workers registering at once (a fleet coming up together) each get their own id, and every
+// id is durable when its registration returns.
+TEST_F(WorkerRegistryTest, ConcurrentRegistrationsAreAllDurable) {
+  constexpr int kWorkers = 32;
+  std::vector<absl::StatusOr<v1::RegisterWorkerResponse>> responses(kWorkers);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWorkers; ++i) {
+    threads.emplace_back([&, i] { responses[i] = registry_->Register(Request(), std::nullopt); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::set<std::string> ids;
+  for (const auto& response : responses) {
+    ASSERT_TRUE(response.ok()) << response.status();
+    ids.insert(response->worker_id());
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kWorkers));
+  EXPECT_EQ(registry_->LiveCount(), kWorkers);
+  // A restarted coordinator knows each one: it may register again with its credential.
+  std::unique_ptr<WorkerRegistry> restarted = *WorkerRegistry::Create(store_.get(), RegistryOptions());
+  for (const auto& response : responses) {
+    EXPECT_EQ(restarted->WorkerOfCredential(response->credential()), response->worker_id());
+    absl::StatusOr<v1::RegisterWorkerResponse> again =
+        restarted->Register(Request(response->worker_id()), response->worker_id());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->incarnation(), 2u);
+  }
 }
 
 TEST_F(WorkerRegistryTest, RejectsBadRegistrationsAndFiltersByConstraints) {
