@@ -318,8 +318,10 @@ absl::Status FlagSet::ApplyConfigFile(absl::Span<const std::string> args) {
     if (flag == nullptr || key == config_flag_) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", UnknownFlag(key).message()));
     }
+    // Structured bindings cannot be captured by a lambda before C++20 (clang refuses it).
+    const std::string& flag_key = key;
     const bool overridden = std::any_of(given.begin(), given.end(), [&](const std::string& name) {
-      return name == key || (flag->type == Type::kBool && name == absl::StrCat("no", key));
+      return name == flag_key || (flag->type == Type::kBool && name == absl::StrCat("no", flag_key));
     });
     if (overridden) continue;
     if (absl::Status s = SetValue(*flag, text); !s.ok()) {
