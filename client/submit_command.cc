@@ -15,16 +15,16 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/flags.h"
 #include "client/coordinator_client.h"
 #include "client/dataset_upload.h"
-#include "base/flags.h"
 #include "client/model_flags.h"
 #include "client/service_format.h"
 #include "client/watch_command.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "planner/plan_search.h"
-#include "proto/utf8_fields.h"
+#include "proto/text_proto_checks.h"
 
 namespace slimfit::client {
 namespace {
@@ -86,8 +86,8 @@ absl::Status CheckReadable(const std::string& path) {
 
 // Writes the flags given over `spec`. INVALID_ARGUMENT naming the flag for a value the spec cannot
 // hold; everything else is validated by the coordinator.
-absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options, const ModelShapeFlags& model,
-                        v1::JobSpec& spec) {
+absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options,
+                        const ModelShapeFlags& model, v1::JobSpec& spec) {
   if (flags.IsSet("name")) spec.set_name(options.name);
   if (flags.IsSet("sequence_length")) spec.set_sequence_length(options.sequence_length);
   if (flags.IsSet("tokens_per_round")) spec.set_tokens_per_round(options.tokens_per_round);
@@ -111,7 +111,8 @@ absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options
   if (flags.IsSet("warmup_steps")) optimizer.set_warmup_steps(options.warmup_steps);
   if (flags.IsSet("weight_decay")) optimizer.set_weight_decay(options.weight_decay);
   if (flags.IsSet("gradient_clip_norm")) optimizer.set_gradient_clip_norm(options.gradient_clip_norm);
-  if (flags.IsSet("init_readout_scale")) spec.mutable_model()->set_init_readout_scale(options.init_readout_scale);
+  if (flags.IsSet("init_readout_scale"))
+    spec.mutable_model()->set_init_readout_scale(options.init_readout_scale);
 
   if (flags.IsSet("seed")) {
     if (options.seed < 0) {
@@ -203,6 +204,9 @@ absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path) {
   if (std::optional<std::string> field = rpc::FirstNonUtf8Field(spec); field.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", *field, " is not valid UTF-8"));
   }
+  if (std::optional<std::string> field = rpc::FirstNonFiniteField(spec); field.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", *field, " is not a finite number"));
+  }
   return spec;
 }
 
@@ -220,14 +224,15 @@ std::string RandomRequestId() {
 absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& out, bool terminal) {
   SubmitOptions options;
   CoordinatorOptions connection;
-  base::FlagSet flags("submit",
-                "slimfit submit [JOB.textproto] [--data=FILE[,FILE...]]... [--init=CHECKPOINT] [spec flags]\n"
-                "           [model flags] [--request_id=ID] [--watch] [--json] [coordinator flags]",
-                "Uploads the --data files (and an --init checkpoint) and submits a training job. The job\n"
-                "spec is a text-format slimfit.v1.JobSpec (proto/slimfit.proto) and/or flags, which\n"
-                "override it. Without a model in the spec, --init or model flags, the job trains a fresh\n"
-                "model of the default shape; without an optimizer kind, AdamW. Prints the job's summary\n"
-                "(--json: the Job); --watch then follows it as 'slimfit watch' does.");
+  base::FlagSet flags(
+      "submit",
+      "slimfit submit [JOB.textproto] [--data=FILE[,FILE...]]... [--init=CHECKPOINT] [spec flags]\n"
+      "           [model flags] [--request_id=ID] [--watch] [--json] [coordinator flags]",
+      "Uploads the --data files (and an --init checkpoint) and submits a training job. The job\n"
+      "spec is a text-format slimfit.v1.JobSpec (proto/slimfit.proto) and/or flags, which\n"
+      "override it. Without a model in the spec, --init or model flags, the job trains a fresh\n"
+      "model of the default shape; without an optimizer kind, AdamW. Prints the job's summary\n"
+      "(--json: the Job); --watch then follows it as 'slimfit watch' does.");
   flags.Positional("JOB.textproto", &options.spec_path, "job spec, text-format slimfit.v1.JobSpec");
   flags.StringList("data", &options.data,
                    "dataset files to upload, appended to the spec's dataset_ids (repeatable)");
@@ -246,7 +251,8 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
             base::FlagSet::kOptionalNoDefault);
   flags.Int("rounds", &options.rounds, "rounds (optimizer steps) to run", base::FlagSet::kOptionalNoDefault);
   flags.Double("learning_rate", &options.learning_rate,
-               "peak learning rate (default for adamw: 3e-4; required for sgd)", base::FlagSet::kOptionalNoDefault);
+               "peak learning rate (default for adamw: 3e-4; required for sgd)",
+               base::FlagSet::kOptionalNoDefault);
   flags.String("optimizer", &options.optimizer, "adamw or sgd");
   flags.Int("warmup_steps", &options.warmup_steps,
             "steps of linear learning-rate warm-up (default: min(100, rounds/10), at least 1; 0: none)",

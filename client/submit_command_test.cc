@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/sha256.h"
+#include "base/test_util.h"
 #include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "base/sha256.h"
-#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {
@@ -127,13 +127,12 @@ TEST_F(SubmitCommandTest, SpecFromTextProtoAndFlagsWithUploadedData) {
 
 TEST_F(SubmitCommandTest, FlagsAloneMakeAFreshAdamWJob) {
   const std::string data = WriteFile("tokens.bin", std::string(64, '\1'));
-  ASSERT_TRUE(
-      Submit({"--data", data, "--data_type=uint16", "--name=flags", "--sequence_length=16",
-              "--tokens_per_round=32", "--rounds=2", "--learning_rate=3e-4", "--d_model=32",
-              "--feature_map=favor+", "--min_workers=2", "--held_out_fraction=0.1", "--verify_fraction=0.2",
-              "--quarantine_after=5", "--eval_interval=1",
-              "--checkpoint_interval=1", "--dtype=float64", "--request_id=retry-key-1"})
-          .ok());
+  ASSERT_TRUE(Submit({"--data", data, "--data_type=uint16", "--name=flags", "--sequence_length=16",
+                      "--tokens_per_round=32", "--rounds=2", "--learning_rate=3e-4", "--d_model=32",
+                      "--feature_map=favor+", "--min_workers=2", "--held_out_fraction=0.1",
+                      "--verify_fraction=0.2", "--quarantine_after=5", "--eval_interval=1",
+                      "--checkpoint_interval=1", "--dtype=float64", "--request_id=retry-key-1"})
+                  .ok());
   const v1::SubmitJobRequest request = OnlySubmit();
   const v1::JobSpec& spec = request.spec();
   EXPECT_EQ(request.request_id(), "retry-key-1");
@@ -277,6 +276,15 @@ TEST(ReadJobSpecTest, RefusesStringsThatAreNotUtf8) {
   const absl::StatusOr<v1::JobSpec> spec = ReadJobSpec(path);
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Message(spec.status()), path + ": dataset_ids[1] is not valid UTF-8");
+}
+
+TEST(ReadJobSpecTest, RefusesNumbersThatAreNotFinite) {
+  // TextFormat reads them; no setting means NaN, and NaN's sign does not survive printing.
+  const std::string path = TempPath("nan.textproto");
+  std::ofstream(path) << "rounds: 3 optimizer { sgd { } learning_rate: -nan }";
+  const absl::StatusOr<v1::JobSpec> spec = ReadJobSpec(path);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(spec.status()), path + ": optimizer.learning_rate is not a finite number");
 }
 
 TEST(ReadJobSpecTest, ADirectoryIsNoSpec) {

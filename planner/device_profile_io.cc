@@ -16,10 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/files.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "base/files.h"
-#include "proto/utf8_fields.h"
+#include "proto/text_proto_checks.h"
 
 namespace slimfit::planner {
 namespace {
@@ -35,7 +35,6 @@ class CollectingErrorCollector : public google::protobuf::io::ErrorCollector {
  private:
   std::vector<std::string> errors_;
 };
-
 
 }  // namespace
 
@@ -89,6 +88,9 @@ absl::StatusOr<DeviceProfile> ParseDeviceProfileText(absl::string_view text) {
   // coordinator, whose parser takes only UTF-8.
   if (std::optional<std::string> field = rpc::FirstNonUtf8Field(proto); field.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat("device profile: ", *field, " is not valid UTF-8"));
+  }
+  if (std::optional<std::string> field = rpc::FirstNonFiniteField(proto); field.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("device profile: ", *field, " is not a finite number"));
   }
   DeviceProfile profile = DeviceProfileFromProto(proto);
   if (absl::Status valid = profile.Validate(); !valid.ok()) return valid;

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "base/files.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/test_util.h"
 
 namespace slimfit::planner {
 namespace {
@@ -125,9 +125,16 @@ TEST(DeviceProfileIoTest, WrongValueTypeNamesLineAndColumn) {
 // string field; the coordinator could then not parse the worker's
 // RegisterWorkerRequest carrying the profile.
 TEST(DeviceProfileIoTest, StringsThatAreNotUtf8AreRejected) {
-  absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText("device: \"cpu\"\ndevice_name: \"Xeon \\256\"\n");
+  absl::StatusOr<DeviceProfile> parsed =
+      ParseDeviceProfileText("device: \"cpu\"\ndevice_name: \"Xeon \\256\"\n");
   ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Message(parsed.status()), "device profile: device_name is not valid UTF-8");
+}
+
+TEST(DeviceProfileIoTest, NumbersThatAreNotFiniteAreRejectedNamingTheField) {
+  absl::StatusOr<DeviceProfile> parsed = ParseDeviceProfileText("device: \"cpu\"\nflops_per_second: inf\n");
+  ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(parsed.status()), "device profile: flops_per_second is not a finite number");
 }
 
 TEST(DeviceProfileIoTest, InvalidValuesAreRejectedByValidate) {

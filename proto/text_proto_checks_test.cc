@@ -1,4 +1,6 @@
-#include "proto/utf8_fields.h"
+#include "proto/text_proto_checks.h"
+
+#include <limits>
 
 #include "gtest/gtest.h"
 #include "proto/slimfit.pb.h"
@@ -41,6 +43,26 @@ TEST(FirstNonUtf8FieldTest, IgnoresBytesFields) {
   EXPECT_EQ(FirstNonUtf8Field(metadata), std::nullopt);
   metadata.set_name("\xff");
   EXPECT_EQ(FirstNonUtf8Field(metadata), "name");
+}
+
+TEST(FirstNonFiniteFieldTest, NamesNanAndInfinityWithTheirPaths) {
+  v1::JobSpec spec;
+  spec.mutable_optimizer()->set_learning_rate(3e-4);
+  spec.set_held_out_fraction(0.1);
+  EXPECT_EQ(FirstNonFiniteField(spec), std::nullopt);
+
+  spec.mutable_optimizer()->set_learning_rate(-std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(FirstNonFiniteField(spec), "optimizer.learning_rate");
+  spec.mutable_optimizer()->set_learning_rate(3e-4);
+  spec.set_held_out_fraction(std::numeric_limits<double>::infinity());
+  EXPECT_EQ(FirstNonFiniteField(spec), "held_out_fraction");
+}
+
+TEST(FirstNonFiniteFieldTest, LooksIntoRepeatedMessages) {
+  v1::MemoryPlan plan;
+  plan.add_frontier()->mutable_prediction()->set_seconds(0.5);
+  plan.add_frontier()->mutable_plan()->set_beta(-std::numeric_limits<double>::infinity());
+  EXPECT_EQ(FirstNonFiniteField(plan), "frontier[1].plan.beta");
 }
 
 }  // namespace
