@@ -8,7 +8,9 @@
 
 namespace slimfit::server {
 
-std::string WorkerKey(const WorkerHandle& worker) { return absl::StrCat(worker.worker_id, "@", worker.incarnation); }
+std::string WorkerKey(const WorkerHandle& worker) {
+  return absl::StrCat(worker.worker_id, "@", worker.incarnation);
+}
 
 std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle& worker, int64_t round,
                                                              std::string* refusal) {
@@ -85,23 +87,27 @@ absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round
     }
     const bool queued = deps_.record->state() == v1::JOB_STATE_QUEUED;
     if (!plans.empty() && static_cast<int>(plans.size()) >= min_workers) {
-      if (queued) deps_.record->SetState(v1::JOB_STATE_RUNNING, absl::StrCat("running on ", plans.size(), " workers"));
+      if (queued)
+        deps_.record->SetState(v1::JOB_STATE_RUNNING, absl::StrCat("running on ", plans.size(), " workers"));
       return plans;
     }
-    if (plans.empty() && !live.empty() && !refusal.empty()) {
-      bool all_refused = true;
-      for (const WorkerHandle& worker : live) {
-        all_refused &= refused_.count(WorkerKey(worker)) > 0 || quarantined_.count(worker.worker_id) > 0;
-      }
-      if (all_refused && !queued) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("round ", round, ": every eligible worker refused the plan; ", refusal));
-      }
+    if (!refusal.empty()) last_refusal_ = refusal;
+    // Live workers that refused the plan do not end a job: the fleet changes (a worker that fits may
+    // be restarting, or reconnecting to a coordinator that just restarted), so the job waits and its
+    // reason says what the workers at hand lack.
+    bool all_refused = !live.empty();
+    for (const WorkerHandle& worker : live) {
+      all_refused &= refused_.count(WorkerKey(worker)) > 0 || quarantined_.count(worker.worker_id) > 0;
     }
     const std::string quarantined =
         quarantined_.empty() ? "" : absl::StrCat(", ", quarantined_.size(), " quarantined");
-    deps_.record->SetReason(absl::StrCat("waiting for ", min_workers, " eligible worker", min_workers == 1 ? "" : "s",
-                                         " (", plans.size(), " live", quarantined, ")"));
+    std::string reason =
+        absl::StrCat("waiting for ", min_workers, " eligible worker", min_workers == 1 ? "" : "s", " (",
+                     plans.size(), " live", quarantined, ")");
+    if (plans.empty() && all_refused && !last_refusal_.empty()) {
+      absl::StrAppend(&reason, "; no live worker can run the job: ", last_refusal_);
+    }
+    deps_.record->SetReason(reason);
     deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(250));
   }
 }

@@ -57,8 +57,9 @@ class WorkerPlanner {
 
   // Plans of the live eligible workers, once at least `min_workers` of them have one (until then
   // the job waits, its reason saying so; the first success moves a QUEUED job to RUNNING).
-  // CANCELLED when the runner stops; RESOURCE_EXHAUSTED for a RUNNING job whose every live eligible
-  // worker refused the plan (the message has the planner's reason).
+  // While every live eligible worker refuses the plan, the job waits too (a worker that fits may be
+  // restarting or reconnecting) and its reason carries the planner's refusal. CANCELLED when the
+  // runner stops.
   absl::StatusOr<std::vector<WorkerPlan>> PlanWorkers(int64_t round);
 
   // The worker refused its plan (RESOURCE_EXHAUSTED from the worker): no more shards of this job
@@ -78,7 +79,8 @@ class WorkerPlanner {
  private:
   // The planner's choice for `worker`, searched and announced when it is new; nullopt (with
   // *refusal set) when the planner refuses it.
-  std::optional<planner::PlanCandidate> PlanFor(const WorkerHandle& worker, int64_t round, std::string* refusal);
+  std::optional<planner::PlanCandidate> PlanFor(const WorkerHandle& worker, int64_t round,
+                                                std::string* refusal);
 
   const Deps deps_;
   std::map<std::string, planner::PlanCandidate> plans_;  // by WorkerKey
@@ -86,6 +88,7 @@ class WorkerPlanner {
   std::map<std::string, std::pair<performer::Plan, std::string>> replans_;  // previous plan, why
   std::set<std::string> refused_;                                           // by WorkerKey
   std::set<std::string> quarantined_;                                       // by worker id
+  std::string last_refusal_;  // the latest planner refusal, for the reason a waiting job shows
 };
 
 }  // namespace slimfit::server

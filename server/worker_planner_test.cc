@@ -1,0 +1,120 @@
+#include "server/worker_planner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/test_util.h"
+
+namespace slimfit::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::RegisterWorkerRequest Worker(int64_t budget_bytes) {
+  v1::RegisterWorkerRequest request;
+  request.mutable_profile()->set_device("cpu");
+  request.mutable_profile()->set_threads(1);
+  request.mutable_profile()->set_total_memory_bytes(int64_t{1} << 30);
+  request.mutable_profile()->set_activation_scale(1);
+  request.mutable_profile()->set_flops_per_second(1e10);
+  request.mutable_profile()->set_half_rate_rows(16);
+  request.mutable_profile()->set_backward_factor(2);
+  request.set_memory_budget_bytes(budget_bytes);
+  request.set_device("cpu");
+  request.set_advertise_address("127.0.0.1:5000");
+  request.set_threads(1);
+  return request;
+}
+
+// A RUNNING job of a 2-layer d_model 64 model (float32) whose parameters and gradients alone need
+// more than a 1 MiB worker has, on a registry with real workers.
+class WorkerPlannerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = *StateStore::Open(testing_util::TempPath(
+        absl::StrCat(::testing::UnitTest::GetInstance()->current_test_info()->name(), ".db")));
+    RegistryOptions options;
+    options.heartbeat_interval = absl::Seconds(10);
+    options.lost_after = absl::Seconds(60);
+    registry_ = *WorkerRegistry::Create(store_.get(), options);
+    v1::Job job;
+    job.set_job_id("job-000001");
+    job.set_state(v1::JOB_STATE_RUNNING);
+    ASSERT_TRUE(store_->PutJob(job).ok());
+    record_ = std::make_unique<JobRecord>(job, 1, store_.get(), &signal_);
+    TokenStream stream;
+    for (int i = 0; i < 4096; ++i) stream.tokens.push_back(i % 251);
+    stream.doc_starts = {0};
+    data_ = std::make_unique<JobData>(*JobData::Create(std::move(stream), 256, 256, 512, 0, 1));
+    WorkerPlanner::Deps deps;
+    deps.record = record_.get();
+    deps.registry = registry_.get();
+    deps.signal = &signal_;
+    deps.data = data_.get();
+    deps.config.vocab = 256;
+    deps.config.d_model = 64;
+    deps.config.layers = 2;
+    deps.config.heads = 4;
+    deps.config.d_ff = 256;
+    deps.stopping = &stopping_;
+    planner_ = std::make_unique<WorkerPlanner>(deps);
+  }
+
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  EventSignal signal_;
+  std::unique_ptr<JobRecord> record_;
+  std::unique_ptr<JobData> data_;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<WorkerPlanner> planner_;
+};
+
+// Found by scripts/chaos.sh: after a coordinator restart the first worker to register again was
+// one the model does not fit, and the job failed although the workers that ran it were about to
+// come back.
+TEST_F(WorkerPlannerTest, ARunningJobWaitsWhileOnlyWorkersThatCannotRunItAreLive) {
+  ASSERT_TRUE(registry_->Register(Worker(1 << 20), std::nullopt).ok());
+  absl::StatusOr<std::vector<WorkerPlan>> plans;
+  std::thread runner([&] { plans = planner_->PlanWorkers(7); });
+  // The job waits, saying why, and stays RUNNING.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (record_->Snapshot().state_reason().find("no live worker can run the job") == std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const v1::Job waiting = record_->Snapshot();
+  EXPECT_EQ(waiting.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(waiting.state_reason(), HasSubstr("waiting for 1 eligible worker (0 live)"));
+  EXPECT_THAT(waiting.state_reason(), HasSubstr("parameters and gradients alone need"));
+
+  // A worker that fits comes (back): the job goes on with it alone.
+  absl::StatusOr<v1::RegisterWorkerResponse> fits =
+      registry_->Register(Worker(int64_t{256} << 20), std::nullopt);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  signal_.Notify();
+  runner.join();
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  ASSERT_EQ(plans->size(), 1u);
+  EXPECT_EQ((*plans)[0].worker.worker_id, fits->worker_id());
+  EXPECT_EQ(record_->Snapshot().state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(WorkerPlannerTest, AWaitingJobStopsWhenItsRunnerStops) {
+  ASSERT_TRUE(registry_->Register(Worker(1 << 20), std::nullopt).ok());
+  absl::StatusOr<std::vector<WorkerPlan>> plans;
+  std::thread runner([&] { plans = planner_->PlanWorkers(1); });
+  absl::SleepFor(absl::Milliseconds(100));
+  stopping_ = true;
+  signal_.Notify();
+  runner.join();
+  EXPECT_EQ(plans.status().code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace slimfit::server
