@@ -166,6 +166,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   server.set_write_timeout(std::chrono::seconds(10));
   server.set_keep_alive_timeout(2);
   server.set_keep_alive_max_count(20);
+  // Headers and body go out as separate writes; without this, Nagle's algorithm holds a small body
+  // back until the client's (delayed) acknowledgement of the headers.
+  server.set_tcp_nodelay(true);
   // httplib's default sets SO_REUSEPORT, which lets a second process bind the same port and take
   // half the requests; SO_REUSEADDR alone still allows a quick restart.
   server.set_socket_options([](socket_t socket) {
