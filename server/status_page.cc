@@ -62,7 +62,7 @@ constexpr char kScript[] = R"js(
   function takeTokenFromFragment() {
     var match = /(?:^#|&)token=([^&]*)/.exec(window.location.hash);
     if (!match) return;
-    remember(decodeURIComponent(match[1]));
+    try { remember(decodeURIComponent(match[1])); } catch (e) { remember(match[1]); }
     history.replaceState(null, '', window.location.pathname);
   }
   function showLogin(text) {

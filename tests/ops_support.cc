@@ -51,6 +51,10 @@ absl::StatusOr<v1::Job> WaitForRounds(Cluster& cluster, const std::string& job_i
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     absl::StatusOr<v1::Job> job = cluster.GetJob(job_id);
+    if (absl::IsUnavailable(job.status()) && absl::Now() < deadline) {  // a busy machine's slow connect
+      absl::SleepFor(absl::Milliseconds(200));
+      continue;
+    }
     if (!job.ok()) return job.status();
     if (job->progress().rounds_completed() >= rounds || job->state() == v1::JOB_STATE_SUCCEEDED ||
         job->state() == v1::JOB_STATE_FAILED || job->state() == v1::JOB_STATE_CANCELLED) {

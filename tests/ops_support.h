@@ -35,7 +35,8 @@ absl::StatusOr<HttpReply> HttpGet(const std::string& address, const std::string&
 // `rounds` rounds; the job.
 absl::StatusOr<v1::Job> SubmitSmallJob(Cluster& cluster, int64_t rounds);
 
-// Polls until the job has completed `rounds` rounds (or is terminal): the job as last seen.
+// Polls until the job has completed `rounds` rounds (or is terminal): the job as last seen. An
+// unreachable coordinator is asked again until `timeout`.
 absl::StatusOr<v1::Job> WaitForRounds(Cluster& cluster, const std::string& job_id, int64_t rounds,
                                       absl::Duration timeout);
 

@@ -51,7 +51,7 @@ absl::StatusOr<std::string> DumpDom(const std::string& url, const std::string& n
     args.push_back("--window-size=1280,2200");
   }
   args.push_back(url);
-  absl::StatusOr<CommandResult> result = RunCommand(kChromium, args, absl::Seconds(60));
+  absl::StatusOr<CommandResult> result = RunCommand(kChromium, args, absl::Seconds(120));
   if (!result.ok()) return result.status();
   if (result->exit_status != 0) {
     return absl::InternalError(absl::StrCat("chromium exited ", result->exit_status, ": ", result->err));
