@@ -18,6 +18,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace slimfit::testing_util {
 
@@ -36,6 +37,24 @@ std::string RunfilePath(absl::string_view workspace_relative_path);
 // Writes `contents` to TempPath(name) and returns that path. A failure fails the calling test
 // (ADD_FAILURE) and still returns the path, so the test goes on to fail where it reads the file.
 std::string WriteTempFile(absl::string_view name, absl::string_view contents);
+
+// systemd's notification socket, played by a datagram socket in the abstract namespace: while it
+// lives, $NOTIFY_SOCKET names it, for this process and the daemons it starts (base/service_notify.h).
+class FakeNotifySocket {
+ public:
+  FakeNotifySocket();
+  ~FakeNotifySocket();  // unsets $NOTIFY_SOCKET
+  FakeNotifySocket(const FakeNotifySocket&) = delete;
+  FakeNotifySocket& operator=(const FakeNotifySocket&) = delete;
+
+  bool bound() const { return bound_; }
+  // The messages received until one contains `want`, or until `timeout`, joined by " | ".
+  std::string ReceiveUntil(absl::string_view want, absl::Duration timeout);
+
+ private:
+  int fd_ = -1;
+  bool bound_ = false;
+};
 
 }  // namespace slimfit::testing_util
 

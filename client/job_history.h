@@ -1,6 +1,6 @@
 // A job's history so far, without following it: every retained event up to the moment of the
 // request (WatchJob with from_start, read until the event the snapshot says it includes, then the
-// stream is cancelled), and the loss curves drawn from it as an SVG chart (`slimfit status --svg`).
+// stream is cancelled), from which `slimfit status --svg` draws the loss curves (proto/loss_curves.h).
 //
 // Thread safety: functions; ReadJobHistory uses the client as its callers do (one call at a time).
 #ifndef SLIMFIT_CLIENT_JOB_HISTORY_H_
@@ -19,11 +19,6 @@ namespace slimfit::client {
 // (NOT_FOUND for an unknown job, ...), converted as the other commands convert them.
 absl::StatusOr<std::vector<v1::JobEvent>> ReadJobHistory(const CoordinatorClient& client,
                                                          const std::string& job_id);
-
-// Training loss per round and held-out loss per evaluation (nats per token), a round recomputed
-// after a rollback counting with its last value. FAILED_PRECONDITION when the job has completed no
-// round and run no evaluation yet.
-absl::StatusOr<std::string> LossCurvesSvg(const std::vector<v1::JobEvent>& history, const std::string& title);
 
 }  // namespace slimfit::client
 

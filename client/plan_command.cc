@@ -9,10 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "base/flags.h"
 #include "base/files.h"
+#include "base/flags.h"
 #include "client/json_output.h"
-#include "client/plan_chart.h"
 #include "client/transformer_plan_command.h"
 #include "nlohmann/json.hpp"
 #include "performer/model_config.h"
@@ -20,6 +19,7 @@
 #include "planner/cost_model.h"
 #include "planner/device_profile.h"
 #include "planner/device_profile_io.h"
+#include "planner/plan_chart.h"
 #include "planner/plan_search.h"
 #include "planner/transformer_baselines.h"
 
@@ -418,11 +418,12 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
       ComputeSoftmaxBaseline(model, options.seq_len, *dtype, options.optimizer == "adam");
   if (!options.svg.empty()) {
     const int64_t usable = static_cast<int64_t>(static_cast<double>(budget) * (1 - options.safety_margin));
-    absl::StatusOr<std::string> svg = PlanFrontierSvg(
+    absl::StatusOr<std::string> svg = planner::PlanFrontierSvg(
         *result, budget, usable,
-        absl::StrCat("Plans for L = ", options.seq_len, " within ", planner::HumanBytes(static_cast<double>(budget)),
-                     " (", source->profile.device_name.empty() ? source->profile.device : source->profile.device_name,
-                     ")"));
+        absl::StrCat(
+            "Plans for L = ", options.seq_len, " within ", planner::HumanBytes(static_cast<double>(budget)),
+            " (", source->profile.device_name.empty() ? source->profile.device : source->profile.device_name,
+            ")"));
     if (!svg.ok()) return with_flag("svg", svg.status());
     if (absl::Status written = base::WriteFileAtomically(options.svg, *svg); !written.ok()) {
       return with_flag("svg", written);

@@ -59,39 +59,6 @@ std::string WorkerStateName(v1::WorkerState state) {
   return EnumName(v1::WorkerState_Name(state), kWorkerStatePrefix, state);
 }
 
-std::string FormatDuration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "-";
-  const int64_t whole = static_cast<int64_t>(std::llround(seconds));
-  if (whole < 60) return absl::StrCat(whole, "s");
-  if (whole < 3600) return absl::StrFormat("%dm %02ds", whole / 60, whole % 60);
-  if (whole < 86400) return absl::StrFormat("%dh %02dm", whole / 3600, whole % 3600 / 60);
-  return absl::StrFormat("%dd %02dh", whole / 86400, whole % 86400 / 3600);
-}
-
-std::string FormatRate(double tokens_per_second) {
-  if (!std::isfinite(tokens_per_second) || tokens_per_second < 0) return "-";
-  // Three significant digits without printf's exponent form.
-  auto significant = [](double x) {
-    return x < 10    ? absl::StrFormat("%.2f", x)
-           : x < 100 ? absl::StrFormat("%.1f", x)
-                     : absl::StrFormat("%.0f", x);
-  };
-  if (tokens_per_second < 1e3) return absl::StrFormat("%.0f tokens/s", tokens_per_second);
-  if (tokens_per_second < 1e6) return absl::StrCat(significant(tokens_per_second / 1e3), "k tokens/s");
-  return absl::StrCat(significant(tokens_per_second / 1e6), "M tokens/s");
-}
-
-std::string FormatCount(int64_t count) {
-  const uint64_t magnitude = count < 0 ? 0 - static_cast<uint64_t>(count) : static_cast<uint64_t>(count);
-  const std::string digits = absl::StrCat(magnitude);
-  std::string grouped;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) grouped.push_back(',');
-    grouped.push_back(digits[i]);
-  }
-  return count < 0 ? absl::StrCat("-", grouped) : grouped;
-}
-
 std::string FormatTimestamp(const google::protobuf::Timestamp& time) {
   if (IsUnset(time)) return "-";
   return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", ToTime(time), absl::UTCTimeZone());
@@ -141,13 +108,6 @@ std::string JobSummary(const v1::Job& job) {
   absl::StrAppend(&line, ": ", JobStateName(job.state()), ", ", absl::StrJoin(parts, ", "));
   if (!job.state_reason().empty()) absl::StrAppend(&line, " (", job.state_reason(), ")");
   return line;
-}
-
-std::string PlanSummaryOf(const v1::Plan& plan) {
-  absl::StatusOr<performer::Plan> read = planner::PlanFromProto(plan, "plan");
-  if (!read.ok())
-    return absl::StrCat("C = ", plan.slice(), " (unreadable plan: ", read.status().message(), ")");
-  return planner::PlanSummary(*read);
 }
 
 std::string ProtoToJson(const google::protobuf::Message& message, bool pretty) {

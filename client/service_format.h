@@ -17,8 +17,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/human_format.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "planner/plan_proto.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::client {
@@ -36,12 +38,10 @@ absl::StatusOr<std::vector<v1::JobState>> ParseJobStates(absl::string_view flag,
 // "IDLE", "BUSY", "DRAINING", "LOST", "LEFT".
 std::string WorkerStateName(v1::WorkerState state);
 
-// "45s", "12m 03s", "3h 04m", "2d 03h"; "-" for a negative or non-finite value.
-std::string FormatDuration(double seconds);
-// "950 tokens/s", "12.3k tokens/s", "4.56M tokens/s".
-std::string FormatRate(double tokens_per_second);
-// 1234567 → "1,234,567".
-std::string FormatCount(int64_t count);
+// Durations, rates and counts (base/human_format.h).
+using base::FormatCount;
+using base::FormatDuration;
+using base::FormatRate;
 // "2024-05-01 12:34:56 UTC"; "-" for an unset timestamp.
 std::string FormatTimestamp(const google::protobuf::Timestamp& time);
 // "5s ago", "3m 12s ago"; "-" for an unset timestamp; "now" for a time after `now`.
@@ -56,9 +56,8 @@ std::string FormatBitsPerByte(std::optional<double> bits_per_byte);
 // are left out.
 std::string JobSummary(const v1::Job& job);
 
-// planner::PlanSummary of the wire plan ("C = 256, chunked/64, reverse", "full back-propagation");
-// "C = <slice> (unreadable plan: <why>)" for a plan the planner cannot read back.
-std::string PlanSummaryOf(const v1::Plan& plan);
+// The wire plan in one line (planner/plan_proto.h).
+using planner::PlanSummaryOf;
 
 // The canonical proto3 JSON mapping with the .proto field names (snake_case), enums by name,
 // fields at their zero value included, 64-bit integers as strings. `pretty`: indented over several

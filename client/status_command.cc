@@ -5,10 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/files.h"
+#include "base/flags.h"
 #include "client/coordinator_client.h"
 #include "client/job_history.h"
-#include "base/flags.h"
 #include "client/service_format.h"
+#include "proto/loss_curves.h"
 
 namespace slimfit::client {
 
@@ -87,7 +88,7 @@ absl::Status RunStatusCommand(absl::Span<const std::string> args, std::ostream& 
     if (!history.ok()) return history.status();
     const std::string title = absl::StrCat(job.job_id(), job.spec().name().empty() ? "" : " \"" + job.spec().name() + "\"",
                                            ": loss by round");
-    absl::StatusOr<std::string> chart = LossCurvesSvg(*history, title);
+    absl::StatusOr<std::string> chart = rpc::LossCurvesSvg(*history, title);
     if (!chart.ok()) return absl::Status(chart.status().code(), absl::StrCat("--svg: ", chart.status().message()));
     if (absl::Status written = base::WriteFileAtomically(svg, *chart); !written.ok()) {
       return absl::Status(written.code(), absl::StrCat("--svg: ", written.message()));

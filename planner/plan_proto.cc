@@ -320,4 +320,11 @@ std::string PlanSummary(const Plan& plan) {
   return summary;
 }
 
+std::string PlanSummaryOf(const v1::Plan& plan) {
+  absl::StatusOr<performer::Plan> read = PlanFromProto(plan, "plan");
+  if (!read.ok())
+    return absl::StrCat("C = ", plan.slice(), " (unreadable plan: ", read.status().message(), ")");
+  return PlanSummary(*read);
+}
+
 }  // namespace slimfit::planner

@@ -55,6 +55,8 @@ absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request
 
 // "C = 256, chunked/64, reverse" style one-line summary of a plan ("full back-propagation" for C = 0).
 std::string PlanSummary(const performer::Plan& plan);
+// PlanSummary of a wire plan; "C = <slice> (unreadable plan: <why>)" for a plan PlanFromProto refuses.
+std::string PlanSummaryOf(const v1::Plan& plan);
 
 }  // namespace slimfit::planner
 

@@ -4,7 +4,7 @@
 #   source scripts/local_cluster.sh
 #   cluster_init /tmp/work "demo"             # work dir, name for messages; sets the tokens, a trap
 #   cluster_calibrate                         # one CPU profile shared by the workers ($work/cpu.profile)
-#   cluster_start_coordinator [FLAG...]       # exports SLIMFIT_COORDINATOR
+#   cluster_start_coordinator [FLAG...]       # exports SLIMFIT_COORDINATOR and SLIMFIT_STATUS_PAGE
 #   cluster_start_worker 8MiB [FLAG...]       # worker 0, 1, ... with the shared profile
 #   cluster_wait_workers 3                    # until the coordinator lists 3 live workers
 #   job="$(cluster_submit label [submit FLAG...])"   # the job id; its Job JSON in $work/label.json
@@ -46,10 +46,13 @@ cluster_calibrate() {
 
 cluster_start_coordinator() {
   "$cluster_bin/server/slimfit-coordinator" --state_dir="$work/coordinator" --listen=127.0.0.1:0 \
-    --port_file="$work/coordinator.port" "$@" > "$work/coordinator.log" 2>&1 &
+    --port_file="$work/coordinator.port" --metrics_listen=127.0.0.1:0 \
+    --metrics_port_file="$work/coordinator.metrics" "$@" > "$work/coordinator.log" 2>&1 &
   cluster_pids+=($!)
   cluster_wait_for_file "$work/coordinator.port" "the coordinator"
   export SLIMFIT_COORDINATOR="$(cat "$work/coordinator.port")"
+  # The status page (open it with #token=$SLIMFIT_TOKEN after the slash) and /metrics.
+  export SLIMFIT_STATUS_PAGE="http://$(cat "$work/coordinator.metrics")/"
 }
 
 cluster_start_worker() {  # budget, flags...

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package slimfit needs to build, test and run (clang-14, its sanitizer and
-# libFuzzer runtimes and llvm-symbolizer are for the fuzz targets, scripts/fuzz.sh). Idempotent:
-# when everything is already installed it only checks (a second or two) and touches nothing.
+# libFuzzer runtimes and llvm-symbolizer are for the fuzz targets, scripts/fuzz.sh; chromium, with a
+# font to draw text, and python3-prometheus-client are for the tests of the status page and the
+# metrics endpoint). Idempotent: when everything is already installed it only checks (a second or
+# two) and touches nothing.
 set -euo pipefail
 
 packages=(
@@ -12,8 +14,10 @@ packages=(
   libtorch-dev libopenblas0-pthread
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libsqlite3-dev libtomlplusplus-dev
-  python3-torch
+  libcpp-httplib-dev libsystemd-dev
+  python3-torch python3-prometheus-client
   systemd
+  chromium fonts-dejavu-core
   clang-14 libclang-rt-14-dev llvm-14
 )
 

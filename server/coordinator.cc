@@ -134,6 +134,7 @@ absl::Status Coordinator::StartRunner(const v1::Job& job, PreparedJob prepared) 
   deps.signal = &signal_;
   deps.job_dir = absl::StrCat(options_.state_dir, "/jobs/", job.job_id());
   deps.options = options_.runner;
+  deps.event_observer = options_.event_observer;
   std::error_code error;
   fs::create_directories(deps.job_dir, error);
   if (error) return absl::InternalError(absl::StrCat("cannot create ", deps.job_dir, ": ", error.message()));
@@ -315,21 +316,66 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const v1::ListW
   return response;
 }
 
+absl::StatusOr<planner::PlanSearchRequest> Coordinator::JobPlanSearch(const std::string& job_id) {
+  absl::StatusOr<v1::Job> job = GetJob(job_id);
+  if (!job.ok()) return job.status();
+  absl::StatusOr<performer::ModelConfig> config = preparer_->ResolveModel(job->spec().model(), nullptr);
+  if (!config.ok()) return config.status();
+  planner::PlanSearchRequest search;
+  search.workload.model = *config;
+  search.workload.seq_len = job->spec().sequence_length();
+  std::shared_ptr<JobRunner> runner = Runner(job_id);
+  search.workload.documents = runner != nullptr ? runner->max_documents_per_sequence() : 1;
+  search.workload.gradient_sum = job->spec().tokens_per_round() / job->spec().sequence_length() > 1;
+  search.dtype =
+      job->spec().dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+  search.safety_margin = options_.runner.safety_margin;
+  return search;
+}
+
+absl::StatusOr<WorkerPlanSearch> Coordinator::SearchPlansForJob(const std::string& job_id,
+                                                                const std::string& worker_id) {
+  absl::StatusOr<planner::PlanSearchRequest> search = JobPlanSearch(job_id);
+  if (!search.ok()) return search.status();
+  std::optional<v1::WorkerInfo> worker = registry_->Info(worker_id);
+  if (!worker.has_value()) {
+    return rpc::NotFoundResourceError("worker", worker_id, absl::StrCat("no worker ", worker_id));
+  }
+  search->memory_budget_bytes = worker->memory_budget_bytes();
+  absl::StatusOr<planner::PlanSearchResult> result =
+      planner::SearchPlans(*search, planner::DeviceProfileFromProto(worker->profile()));
+  if (!result.ok()) return result.status();
+  WorkerPlanSearch found;
+  found.result = *std::move(result);
+  found.budget_bytes = worker->memory_budget_bytes();
+  found.usable_bytes =
+      static_cast<int64_t>(static_cast<double>(found.budget_bytes) * (1 - search->safety_margin));
+  return found;
+}
+
+std::vector<v1::Job> Coordinator::ActiveJobs() {
+  std::vector<v1::Job> jobs;
+  absl::MutexLock lock(&mutex_);
+  for (const auto& [id, runner] : runners_) {
+    v1::Job job = runner->Snapshot();
+    if (!IsTerminal(job.state())) jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> Coordinator::JobEvents(const std::string& job_id) {
+  return store_->Events(job_id, 0, kMaxJobEvents);
+}
+
 absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::GetMemoryPlanRequest& request) {
   planner::PlanSearchRequest search;
   performer::DType job_dtype = performer::DType::kFloat32;
   switch (request.workload_case()) {
     case v1::GetMemoryPlanRequest::kJobId: {
-      absl::StatusOr<v1::Job> job = GetJob(request.job_id());
-      if (!job.ok()) return job.status();
-      absl::StatusOr<performer::ModelConfig> config = preparer_->ResolveModel(job->spec().model(), nullptr);
-      if (!config.ok()) return config.status();
-      search.workload.model = *config;
-      search.workload.seq_len = job->spec().sequence_length();
-      std::shared_ptr<JobRunner> runner = Runner(request.job_id());
-      search.workload.documents = runner != nullptr ? runner->max_documents_per_sequence() : 1;
-      search.workload.gradient_sum = job->spec().tokens_per_round() / job->spec().sequence_length() > 1;
-      job_dtype = job->spec().dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+      absl::StatusOr<planner::PlanSearchRequest> job_search = JobPlanSearch(request.job_id());
+      if (!job_search.ok()) return job_search.status();
+      search.workload = job_search->workload;
+      job_dtype = job_search->dtype;
       if (request.has_dtype() && request.dtype() != planner::DTypeToProto(job_dtype)) {
         return rpc::InvalidFieldError("dtype", "must be absent or the job's dtype");
       }

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "performer/model_config.h"
+#include "planner/plan_search.h"
 #include "proto/slimfit.pb.h"
 #include "server/event_signal.h"
 #include "server/job_preparer.h"
@@ -43,6 +44,15 @@ struct CoordinatorOptions {
   RunnerOptions runner;
   int64_t upload_limit_bytes = int64_t{1} << 30;
   int64_t max_model_bytes = kDefaultMaxModelBytes;  // see JobPreparer
+  // Sees every event a job publishes, after it is stored (the daemon's metrics). May be empty.
+  JobEventObserver event_observer;
+};
+
+// A plan search for one worker and one job, as the job's runner would plan it.
+struct WorkerPlanSearch {
+  planner::PlanSearchResult result;
+  int64_t budget_bytes = 0;
+  int64_t usable_bytes = 0;  // the budget less the safety margin
 };
 
 class Coordinator {
@@ -70,6 +80,16 @@ class Coordinator {
 
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request);
   absl::StatusOr<v1::GetMemoryPlanResponse> GetMemoryPlan(const v1::GetMemoryPlanRequest& request);
+  // The whole search (every candidate, the frontier) for `worker_id` on `job_id`'s workload: what
+  // the status page draws. NOT_FOUND for an unknown job or worker; the planner's errors
+  // (RESOURCE_EXHAUSTED when nothing fits the worker's budget).
+  absl::StatusOr<WorkerPlanSearch> SearchPlansForJob(const std::string& job_id, const std::string& worker_id);
+
+  // Jobs this process runs that are not terminal (QUEUED, RUNNING), from memory.
+  std::vector<v1::Job> ActiveJobs();
+  // The retained events of a job, oldest first (at most kMaxJobEvents).
+  static constexpr int64_t kMaxJobEvents = 100000;
+  absl::StatusOr<std::vector<v1::JobEvent>> JobEvents(const std::string& job_id);
 
   // The checkpoint to export (the latest, or of `round`).
   absl::StatusOr<CheckpointRecord> ExportCheckpoint(const v1::ExportModelRequest& request, v1::ExportHeader* header);
@@ -85,6 +105,8 @@ class Coordinator {
  private:
   explicit Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
   absl::Status ResumeJobs();
+  // The planner's request for `job_id`'s workload (model, L, documents, dtype, margin); no budget.
+  absl::StatusOr<planner::PlanSearchRequest> JobPlanSearch(const std::string& job_id);
   absl::Status StartRunner(const v1::Job& job, PreparedJob prepared);
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
   void LivenessLoop();

@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -14,15 +16,22 @@
 #include "base/exit_status.h"
 #include "base/files.h"
 #include "base/flags.h"
+#include "base/http_server.h"
 #include "base/log.h"
+#include "base/metrics.h"
+#include "base/service_notify.h"
 #include "base/signal_pipe.h"
 #include "performer/cpu_runtime.h"
+#include "proto/http_endpoint.h"
+#include "proto/rpc_metrics.h"
 #include "proto/rpc_util.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "proto/standard_services.h"
-#include "server/coordinator.h"
 #include "server/access_tokens.h"
+#include "server/coordinator.h"
+#include "server/coordinator_metrics.h"
 #include "server/coordinator_service.h"
+#include "server/status_page.h"
 
 namespace slimfit::server {
 namespace {
@@ -33,6 +42,11 @@ constexpr char kProgram[] = "slimfit-coordinator";
 int Fail(std::ostream& err, const absl::Status& status) {
   err << base::FormatErrorLine(kProgram, status.message()) << std::flush;
   return base::ExitCodeForStatus(status);
+}
+
+// A failure to tell systemd is logged, never fatal.
+void Notify(const absl::Status& status) {
+  if (!status.ok()) base::LogWarning(status.message());
 }
 
 // A start-up failure: exit status 1 whatever its code, since the flags were fine.
@@ -56,7 +70,13 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   if (!join_tokens.ok()) return Fail(err, join_tokens.status());
 
   (void)performer::ConfigureCpuThreads(static_cast<int>(flags.threads));
+  // Metrics outlive the coordinator (its runners report events) and the servers (interceptors).
+  base::MetricRegistry metrics_registry;
+  CoordinatorMetrics metrics(&metrics_registry);
+  rpc::RpcMetrics rpc_metrics(&metrics_registry, {v1::Coordinator::service_full_name()});
+  if (absl::Status s = metrics_registry.registration_status(); !s.ok()) return FailStart(err, s.message());
   CoordinatorOptions options;
+  options.event_observer = [&metrics](const v1::JobEvent& event) { metrics.ObserveEvent(event); };
   options.state_dir = flags.state_dir;
   options.registry.heartbeat_interval = absl::Milliseconds(flags.heartbeat_interval_ms);
   options.registry.lost_after = absl::Milliseconds(flags.lost_after_ms);
@@ -70,6 +90,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   options.max_model_bytes = flags.max_model_bytes;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(options);
   if (!coordinator.ok()) return FailStart(err, coordinator.status().message());
+  metrics.CollectFrom(coordinator->get());
 
   CoordinatorService service(coordinator->get(), client_tokens->get(), join_tokens->get(), mutual_tls);
   rpc::EnableStandardServices();
@@ -78,6 +99,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   builder.AddListeningPort(flags.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequest), &port);
   builder.RegisterService(&service);
   rpc::ConfigureServerKeepalive(&builder);
+  rpc_metrics.Install(&builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     (*coordinator)->Shutdown();
@@ -88,18 +110,44 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   const std::string bound = absl::StrCat(flags.listen.substr(0, flags.listen.rfind(':')), ":", port);
   base::LogInfo("serving on ", bound, tls->has_value() ? (mutual_tls ? " with mutual TLS" : " with TLS") : " in plaintext",
                 ", state in ", flags.state_dir);
-  if (!flags.port_file.empty()) {
-    if (absl::Status written = base::WriteFileAtomically(flags.port_file, bound + "\n"); !written.ok()) {
-      server->Shutdown();
-      (*coordinator)->Shutdown();
+  auto stop_serving = [&] {
+    server->Shutdown();
+    (*coordinator)->Shutdown();
+  };
+  std::unique_ptr<StatusPage> page;
+  std::unique_ptr<base::HttpServer> http;
+  if (!flags.metrics_listen.empty()) {
+    page = std::make_unique<StatusPage>(StatusPage::Options{coordinator->get(), client_tokens->get()});
+    std::map<std::string, base::HttpHandler> routes = page->Routes();
+    routes["/metrics"] = rpc::MetricsRoute(&metrics_registry);
+    absl::StatusOr<std::unique_ptr<base::HttpServer>> started =
+        rpc::StartHttpEndpoint(flags.metrics_listen, *tls, std::move(routes));
+    if (!started.ok()) {
+      stop_serving();
+      return FailStart(err, started.status().message());
+    }
+    http = *std::move(started);
+    base::LogInfo("metrics at ", http->tls() ? "https://" : "http://", http->address(),
+                  "/metrics, the status page at /");
+  }
+  // The metrics address first: once --port_file exists, everything serves.
+  for (const auto& [file, address] :
+       {std::pair<std::string, std::string>{flags.metrics_port_file, http != nullptr ? http->address() : ""},
+        {flags.port_file, bound}}) {
+    if (file.empty()) continue;
+    if (absl::Status written = base::WriteFileAtomically(file, address + "\n"); !written.ok()) {
+      if (http != nullptr) http->Stop();
+      stop_serving();
       return FailStart(err, written.message());
     }
   }
 
   rpc::SetServing(server.get(), served, true);
+  Notify(base::NotifyReady(absl::StrCat("serving on ", bound)));
 
   int received = 0;
   while ((received = (*signals)->Wait()) == SIGHUP) {
+    Notify(base::NotifyReloading());
     for (AccessTokens* tokens : {client_tokens->get(), join_tokens->get()}) {
       if (tokens->file().empty()) continue;
       absl::Status reloaded = tokens->Reload();
@@ -109,9 +157,12 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
         base::LogError("SIGHUP: ", reloaded.message(), "; the tokens in use stay");
       }
     }
+    Notify(base::NotifyReady(absl::StrCat("serving on ", bound)));
   }
   base::LogInfo(base::SignalName(received), ": shutting down");
+  Notify(base::NotifyStopping(base::SignalName(received)));
   rpc::SetServing(server.get(), served, false);
+  if (http != nullptr) http->Stop();  // the page reads the coordinator
   (*coordinator)->Shutdown();  // runners stop first so streams to clients can end
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   coordinator->reset();
@@ -153,6 +204,8 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
                  "largest model a job may train: its parameters' bytes in the job's dtype (the coordinator "
                  "holds about 5x this)");
   flags.String("port_file", &o.port_file, "write the bound host:port here once serving");
+  rpc::AddMetricsFlags(flags, "Prometheus metrics (/metrics) and the status page (/)", &o.metrics_listen,
+                       &o.metrics_port_file);
   flags.Int("threads", &o.threads, "BLAS threads for the optimizer step and checkpoints");
   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
   if (flags.help_requested()) {
@@ -194,6 +247,9 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   }
   if (flags.IsSet("port_file") && o.port_file.empty()) {
     return absl::InvalidArgumentError("--port_file is empty; expected a file");
+  }
+  if (absl::Status s = rpc::CheckMetricsFlags(o.metrics_listen, o.metrics_port_file, o.tls); !s.ok()) {
+    return s;
   }
   return parsed;
 }

@@ -12,6 +12,11 @@
 // mutual TLS for workers (proto/transport_security.h). Client tokens come from --token and/or
 // --token_file, join tokens for new workers from --worker_token and/or --worker_token_file.
 //
+// Operators (docs/OPERATIONS.md): with --metrics_listen=HOST:PORT it also serves, over HTTP (HTTPS
+// with --tls_cert), Prometheus metrics at /metrics and a status page at / (server/status_page.h;
+// its content needs a client token). Under systemd (Type=notify) it reports READY=1 once both ports
+// serve, RELOADING=1 around a SIGHUP and STOPPING=1 at shutdown.
+//
 // SIGHUP: re-reads the token files (a bad file keeps the tokens in use and logs why).
 // SIGTERM/SIGINT: stops the job runners (jobs stay RUNNING in the state directory and resume at the
 // next start), stops accepting calls and exits 0.
@@ -53,6 +58,8 @@ struct CoordinatorDaemonOptions {
   int64_t upload_limit_bytes = int64_t{1} << 30;
   int64_t max_model_bytes = int64_t{2} << 30;  // largest model (parameter bytes) a job may train
   std::string port_file;                   // --port_file=FILE: the bound host:port, once serving
+  std::string metrics_listen;              // --metrics_listen=host:port: /metrics and the page; "" off
+  std::string metrics_port_file;           // --metrics_port_file=FILE: its bound host:port
   int64_t threads = 1;                     // BLAS threads for the optimizer step and checkpoints
 };
 

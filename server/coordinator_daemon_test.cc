@@ -97,6 +97,21 @@ TEST(ParseCoordinatorFlagsTest, HelpNeverShowsASecret) {
   EXPECT_THAT(parsed->help_text, Not(HasSubstr("worker-secret")));
 }
 
+TEST(ParseCoordinatorFlagsTest, MetricsOnLoopbackOrWithTlsOrInsecure) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--state_dir=/s", "--metrics_listen=127.0.0.1:9090", "--metrics_port_file=/tmp/m"},
+           {"--state_dir=/s", "--metrics_listen=0.0.0.0:9090", "--listen=0.0.0.0:50051", "--tls_cert=c.pem",
+            "--tls_key=c.key"},
+           {"--state_dir=/s", "--metrics_listen=10.0.0.1:9090", "--insecure"}}) {
+    absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(args, Env());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->options.metrics_listen, args[1].substr(args[1].find('=') + 1));
+  }
+  absl::StatusOr<ParsedCoordinatorFlags> off = ParseCoordinatorFlags({"--state_dir=/s"}, Env());
+  ASSERT_TRUE(off.ok());
+  EXPECT_TRUE(off->options.metrics_listen.empty());
+}
+
 TEST(ParseCoordinatorFlagsTest, PreciseErrors) {
   struct Case {
     std::vector<std::string> args;
@@ -106,7 +121,9 @@ TEST(ParseCoordinatorFlagsTest, PreciseErrors) {
   const std::vector<Case> cases = {
       {{}, Env(), "--state_dir"},
       {{"--state_dir=/s"}, {}, "--token (or $SLIMFIT_TOKEN) or --token_file is required"},
-      {{"--state_dir=/s", "--token=x"}, {}, "--worker_token (or $SLIMFIT_WORKER_TOKEN) or --worker_token_file"},
+      {{"--state_dir=/s", "--token=x"},
+       {},
+       "--worker_token (or $SLIMFIT_WORKER_TOKEN) or --worker_token_file"},
       {{"--state_dir=/s", "--listen=0.0.0.0:50051"}, Env(), "without TLS"},
       {{"--state_dir=/s", "--tls_cert=c.pem"}, Env(), "--tls_cert and --tls_key go together"},
       {{"--state_dir=/s", "--tls_ca=ca.pem"}, Env(), "--tls_ca needs --tls_cert"},
@@ -120,6 +137,9 @@ TEST(ParseCoordinatorFlagsTest, PreciseErrors) {
       {{"--state_dir=/s", "--threads=0"}, Env(), "--threads=0"},
       {{"--state_dir=/s", "--port_file="}, Env(), "--port_file is empty"},
       {{"--state_dir=/s", "--frobnicate"}, Env(), "frobnicate"},
+      {{"--state_dir=/s", "--metrics_listen=0.0.0.0:9090"}, Env(), "--metrics_listen) without TLS"},
+      {{"--state_dir=/s", "--metrics_listen=9090"}, Env(), "--metrics_listen"},
+      {{"--state_dir=/s", "--metrics_port_file=/tmp/p"}, Env(), "--metrics_port_file needs --metrics_listen"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(c.args, c.env);

@@ -16,8 +16,14 @@ google::protobuf::Timestamp NowTimestamp() {
   return google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
 }
 
-JobRecord::JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, EventSignal* signal)
-    : job_id_(job.job_id()), store_(store), signal_(signal), job_(std::move(job)), next_sequence_(next_sequence) {}
+JobRecord::JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, EventSignal* signal,
+                     JobEventObserver observer)
+    : job_id_(job.job_id()),
+      store_(store),
+      signal_(signal),
+      observer_(std::move(observer)),
+      job_(std::move(job)),
+      next_sequence_(next_sequence) {}
 
 v1::Job JobRecord::Snapshot() const {
   absl::MutexLock lock(&mutex_);
@@ -51,6 +57,7 @@ void JobRecord::Emit(v1::JobEvent event) {
   if (absl::Status stored = store_->AppendEvent(event); !stored.ok()) {
     base::LogError(job_id_, ": could not store an event: ", stored.message());
   }
+  if (observer_) observer_(event);
   signal_->Notify();
 }
 

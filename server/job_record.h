@@ -7,6 +7,10 @@
 //   if (absl::Status s = record.PersistOrFail(); !s.ok()) return s;  // durable before published
 //   record.Emit(std::move(event));                                    // sequence, time, store, wake
 //
+// Observers: an optional JobEventObserver sees every event after it is stored (the coordinator's
+// metrics count rounds, phases and reassignments from them); it runs on the emitting thread and must
+// be quick and thread-safe.
+//
 // Thread safety: thread-safe. The store and signal are not owned and must outlive the record.
 #ifndef SLIMFIT_SERVER_JOB_RECORD_H_
 #define SLIMFIT_SERVER_JOB_RECORD_H_
@@ -26,13 +30,16 @@ namespace slimfit::server {
 
 // SUCCEEDED, FAILED or CANCELLED.
 bool IsTerminal(v1::JobState state);
+// Called with every event a job publishes, after it is stored.
+using JobEventObserver = std::function<void(const v1::JobEvent& event)>;
 // Now, as the protocol's timestamps carry it.
 google::protobuf::Timestamp NowTimestamp();
 
 class JobRecord {
  public:
   // `next_sequence` is one above the last event sequence stored for this job.
-  JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, EventSignal* signal);
+  JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, EventSignal* signal,
+            JobEventObserver observer = nullptr);
   JobRecord(const JobRecord&) = delete;
   JobRecord& operator=(const JobRecord&) = delete;
 
@@ -63,6 +70,7 @@ class JobRecord {
   const std::string job_id_;
   StateStore* const store_;
   EventSignal* const signal_;
+  const JobEventObserver observer_;
 
   mutable absl::Mutex mutex_;
   v1::Job job_ ABSL_GUARDED_BY(mutex_);

@@ -56,6 +56,28 @@ TEST_F(JobRecordTest, StateChangesAreStoredThenEmittedInSequence) {
   EXPECT_TRUE(record_->terminal());
 }
 
+TEST_F(JobRecordTest, TheObserverSeesEveryEventAfterItIsStored) {
+  std::vector<v1::JobEvent> observed;
+  std::vector<size_t> stored_when_observed;
+  v1::Job job;
+  job.set_job_id("job-000007");
+  job.set_state(v1::JOB_STATE_QUEUED);
+  JobRecord record(job, 1, store_.get(), &signal_, [&](const v1::JobEvent& event) {
+    observed.push_back(event);
+    stored_when_observed.push_back(Events().size());
+  });
+  record.SetState(v1::JOB_STATE_RUNNING, "running");
+  v1::JobEvent round;
+  round.mutable_round_completed()->set_round(1);
+  record.Emit(round);
+  ASSERT_EQ(observed.size(), 2u);
+  EXPECT_EQ(observed[0].state_changed().state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(observed[1].sequence(), 2);
+  EXPECT_EQ(observed[1].job_id(), "job-000007");
+  EXPECT_EQ(observed[1].round_completed().round(), 1);
+  EXPECT_EQ(stored_when_observed, (std::vector<size_t>{1, 2}));
+}
+
 TEST_F(JobRecordTest, UpdatesAreStoredOnlyWhenPersisted) {
   record_->Update([](v1::Job* job) { job->mutable_progress()->set_rounds_completed(3); });
   EXPECT_EQ(record_->Snapshot().progress().rounds_completed(), 3);

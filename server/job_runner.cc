@@ -104,7 +104,7 @@ JobRunner::JobRunner(v1::Job job, int64_t next_sequence, JobData data, performer
     : deps_(std::move(deps)),
       data_(std::move(data)),
       config_(config),
-      record_(std::move(job), next_sequence, deps_.store, deps_.signal) {}
+      record_(std::move(job), next_sequence, deps_.store, deps_.signal, deps_.event_observer) {}
 
 JobRunner::~JobRunner() { Stop(); }
 

@@ -52,6 +52,7 @@ struct RunnerDeps {
   EventSignal* signal = nullptr;
   std::string job_dir;  // checkpoints of this job
   RunnerOptions options;
+  JobEventObserver event_observer;  // may be empty
 };
 
 // The parameters of one published version, immutable.

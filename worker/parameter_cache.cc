@@ -254,6 +254,9 @@ int64_t ParameterCache::BytesOfOtherJobs(const std::string& job_id) const {
   return bytes;
 }
 
+// Job ids are never empty (the protocol requires 1 or more bytes), so "" excludes no job.
+int64_t ParameterCache::Bytes() const { return BytesOfOtherJobs(""); }
+
 void ParameterCache::DropOtherJobs(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   for (auto it = entries_.begin(); it != entries_.end();) {

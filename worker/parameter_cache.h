@@ -83,6 +83,8 @@ class ParameterCache {
 
   // Tensor bytes of the cached models of jobs other than `job_id` (every dtype copy).
   int64_t BytesOfOtherJobs(const std::string& job_id) const;
+  // Tensor bytes of every cached model (the worker's metrics).
+  int64_t Bytes() const;
   // Drops the finished entries of every job but `job_id` (a shard needs their memory).
   void DropOtherJobs(const std::string& job_id);
 

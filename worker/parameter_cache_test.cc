@@ -129,6 +129,7 @@ TEST_F(ParameterCacheTest, OtherJobsCanBeMeasuredDroppedOrAllForgotten) {
   EXPECT_EQ(cache->BytesOfOtherJobs("job-2"), one.parameter_bytes());
   ASSERT_TRUE(cache->Get("job-2", 1, performer::DType::kFloat32).ok());
   EXPECT_EQ(cache->BytesOfOtherJobs("job-2"), one.parameter_bytes());
+  EXPECT_EQ(cache->Bytes(), one.parameter_bytes() + MakeModel(2).parameter_bytes());
   cache->DropOtherJobs("job-2");
   EXPECT_THAT(cache->CachedVersions(), UnorderedElementsAre(Pair("job-2", 1u)));
   EXPECT_EQ(cache->BytesOfOtherJobs("job-2"), 0);

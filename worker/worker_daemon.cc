@@ -9,6 +9,7 @@
 #include <ctime>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -22,22 +23,28 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
+#include "base/exit_status.h"
+#include "base/files.h"
 #include "base/flags.h"
-#include "planner/calibration.h"
+#include "base/http_server.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/service_notify.h"
+#include "base/signal_pipe.h"
 #include "performer/cpu_runtime.h"
+#include "planner/calibration.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_search.h"
-#include "base/files.h"
-#include "base/exit_status.h"
-#include "base/log.h"
-#include "base/signal_pipe.h"
+#include "proto/http_endpoint.h"
+#include "proto/rpc_metrics.h"
 #include "proto/rpc_util.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "proto/standard_services.h"
 #include "worker/coordinator_link.h"
 #include "worker/parameter_cache.h"
-#include "worker/worker_service.h"
 #include "worker/worker_identity.h"
+#include "worker/worker_metrics.h"
+#include "worker/worker_service.h"
 #include "worker/worker_state.h"
 
 namespace slimfit::worker {
@@ -81,6 +88,11 @@ class ShutdownRequest {
   std::string reason_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
+
+// A failure to tell systemd is logged, never fatal.
+void Notify(const absl::Status& status) {
+  if (!status.ok()) base::LogWarning(status.message());
+}
 
 // The host part of host:port ("127.0.0.1", "[::1]").
 std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
@@ -154,7 +166,8 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
 
 int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   // Signals reach a thread of ours through a pipe (base/signal_pipe.h).
-  absl::StatusOr<std::unique_ptr<base::SignalPipe>> signals = base::SignalPipe::Install({SIGTERM, SIGINT});
+  absl::StatusOr<std::unique_ptr<base::SignalPipe>> signals =
+      base::SignalPipe::Install({SIGTERM, SIGINT, SIGHUP});
   if (!signals.ok()) return Fail(err, signals.status());
   ShutdownRequest shutdown;
   // The service the signal thread may act on; the mutex makes "load and call" and "clear before
@@ -165,6 +178,12 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
     int received = 0;
     for (int signal; (signal = (*signals)->Wait()) != 0;) {
       const std::string name = base::SignalName(signal);
+      if (signal == SIGHUP) {
+        base::LogInfo(
+            "SIGHUP: nothing to re-read (budget, device and threads are fixed at registration; restart "
+            "the worker to change them)");
+        continue;
+      }
       if (++received == 1) {
         base::LogInfo(name, ": shutting down (the running shard may finish for up to ",
                       absl::FormatDuration(kDrainTimeout), "; a second signal abandons it)");
@@ -233,12 +252,33 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   service_options.cache = &cache;
   WorkerService service(service_options);
 
+  // Metrics: summaries of ComputeGradient as they are sent, and what the worker holds at each scrape.
+  base::MetricRegistry metrics_registry;
+  WorkerMetrics metrics(&metrics_registry);
+  rpc::RpcMetrics rpc_metrics(&metrics_registry, {v1::Worker::service_full_name()});
+  rpc_metrics.ObserveSent("/slimfit.v1.Worker/ComputeGradient",
+                          [&metrics](const google::protobuf::Message& message) {
+                            const auto* response = dynamic_cast<const v1::ComputeGradientResponse*>(&message);
+                            if (response != nullptr && response->has_summary())
+                              metrics.ObserveSummary(response->summary());
+                          });
+  WorkerMetrics::Identity identity_metrics;
+  identity_metrics.worker_id = [&service] { return service.worker_id(); };
+  identity_metrics.device = options.device;
+  identity_metrics.version = kWorkerVersion;
+  identity_metrics.memory_budget_bytes = options.memory_budget_bytes;
+  identity_metrics.parameter_cache_bytes = [&cache] { return cache.Bytes(); };
+  metrics.CollectFrom(std::move(identity_metrics));
+  if (absl::Status s = metrics_registry.registration_status(); !s.ok())
+    return Fail(err, absl::InternalError(s.message()));
+
   rpc::EnableStandardServices();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequire), &port);
   builder.RegisterService(&service);
   rpc::ConfigureServerKeepalive(&builder);
+  rpc_metrics.Install(&builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(err, absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
@@ -265,19 +305,36 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   base::LogInfo("serving on ", bound, " (advertised as ", advertise, "): device ", options.device, ", budget ",
                planner::HumanBytes(static_cast<double>(options.memory_budget_bytes)), ", ", options.threads,
                " thread", options.threads == 1 ? "" : "s");
+  std::unique_ptr<base::HttpServer> http;
   auto stop_server = [&] {
     {
       absl::MutexLock lock(&running_service_mutex);
       running_service.store(nullptr);
     }
+    if (http != nullptr) http->Stop();
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   };
-  if (!options.port_file.empty()) {
-    if (absl::Status s = base::WriteFileAtomically(options.port_file, bound + "\n"); !s.ok()) {
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<base::HttpServer>> started = rpc::StartHttpEndpoint(
+        options.metrics_listen, *tls, {{"/metrics", rpc::MetricsRoute(&metrics_registry)}});
+    if (!started.ok()) {
       stop_server();
-      return Fail(err, absl::Status(s.code(), absl::StrCat("--port_file: ", s.message())));
+      return Fail(err, started.status());
+    }
+    http = *std::move(started);
+    base::LogInfo("metrics at ", http->tls() ? "https://" : "http://", http->address(), "/metrics");
+  }
+  for (const auto& [flag, file, address] :
+       {std::tuple<const char*, std::string, std::string>{"--metrics_port_file", options.metrics_port_file,
+                                                          http != nullptr ? http->address() : ""},
+        {"--port_file", options.port_file, bound}}) {
+    if (file.empty()) continue;
+    if (absl::Status s = base::WriteFileAtomically(file, address + "\n"); !s.ok()) {
+      stop_server();
+      return Fail(err, absl::Status(s.code(), absl::StrCat(flag, ": ", s.message())));
     }
   }
+  Notify(base::NotifyReady(absl::StrCat("serving on ", bound, "; registering with ", options.coordinator)));
 
   CoordinatorLink::Options link_options;
   link_options.coordinator = coordinator;
@@ -318,12 +375,14 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
       link.StartHeartbeats();
       registered.store(true);
       rpc::SetServing(server.get(), served, true);
+      Notify(base::NotifyStatus(absl::StrCat("registered as ", service.worker_id(), "; serving on ", bound)));
     } else if (!absl::IsCancelled(status)) {
       shutdown.Request("registration failed", status);
     }
   });
 
   const auto [reason, status] = shutdown.Wait();
+  Notify(base::NotifyStopping(absl::StrCat("draining (", reason, ")")));
   service.StartDraining();
   rpc::SetServing(server.get(), served, false);
   if (status.ok()) {
@@ -381,6 +440,7 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
   rpc::AddTlsFlags(flags, rpc::TlsFlagSet::kDaemon, &o.tls);
   flags.String("profile", &o.profile, "a text-format DeviceProfile to use instead of calibrating");
   flags.String("port_file", &o.port_file, "once serving, write the bound host:port to this file (atomically)");
+  rpc::AddMetricsFlags(flags, "Prometheus metrics (/metrics)", &o.metrics_listen, &o.metrics_port_file);
   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
   if (flags.help_requested()) {
     parsed.help = true;
@@ -413,6 +473,9 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
   }
   if (!o.tls.ca_file.empty() && o.tls.cert_file.empty()) {
     return absl::InvalidArgumentError("--tls_ca needs --tls_cert and --tls_key (the worker serves TLS)");
+  }
+  if (absl::Status s = rpc::CheckMetricsFlags(o.metrics_listen, o.metrics_port_file, o.tls); !s.ok()) {
+    return s;
   }
   return parsed;
 }

@@ -15,6 +15,12 @@
 // incarnation was superseded (another process registered with the same id) the worker stops
 // serving at once, without deregistering, and exits 1.
 //
+// Operators (docs/OPERATIONS.md): with --metrics_listen=HOST:PORT it serves Prometheus metrics at
+// /metrics (HTTPS with --tls_cert; plain HTTP on loopback only unless --insecure). Under systemd
+// (Type=notify) it reports READY=1 once its gRPC port serves (STATUS says whether it has registered
+// yet) and STOPPING=1 when it drains. SIGHUP changes nothing — every setting is fixed at
+// registration — and is logged rather than ending the process.
+//
 // Identity: the first start registers with the join token (--token) and keeps the id and the
 // credential the coordinator returns in the state directory; later starts use those, and the join
 // token is needed again only if the coordinator forgets the worker. Security: off loopback the
@@ -63,6 +69,8 @@ struct WorkerDaemonOptions {
   rpc::TlsOptions tls;                 // --tls_cert --tls_key --tls_ca --insecure
   std::string profile;                 // --profile=FILE: use this DeviceProfile, skip calibration
   std::string port_file;               // --port_file=FILE: the bound host:port, once serving
+  std::string metrics_listen;          // --metrics_listen=host:port: GET /metrics; "" off
+  std::string metrics_port_file;       // --metrics_port_file=FILE: its bound host:port
 };
 
 struct ParsedFlags {

@@ -86,6 +86,8 @@ TEST(ParseWorkerFlagsTest, BadFlagsAreOneLineErrorsNamingTheFlag) {
       {{"--listen=0.0.0.0:7100"}, "t", "without TLS"},
       {{"--tls_cert=w.pem"}, "t", "--tls_cert and --tls_key go together"},
       {{"--tls_ca=ca.pem"}, "t", "--tls_ca needs --tls_cert"},
+      {{"--metrics_listen=0.0.0.0:9100"}, "t", "--metrics_listen) without TLS"},
+      {{"--metrics_port_file=/tmp/m"}, "t", "--metrics_port_file needs --metrics_listen"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = Required();

@@ -13,6 +13,8 @@ sed "s|/usr/local/bin/slimfit-worker|$worker|" "$units_dir/slimfit-worker@.servi
 cp "$work/slimfit-worker@.service" "$work/slimfit-worker@gpu0.service"
 for unit in slimfit-coordinator.service slimfit-worker@gpu0.service; do
   grep -q "^ExecStart=$coordinator\|^ExecStart=$worker" "$work/$unit" || { echo "FAIL: $unit: ExecStart not rewritten"; exit 1; }
+  # The daemons call sd_notify (base/service_notify.h): systemd must wait for READY=1.
+  grep -q "^Type=notify$" "$work/$unit" || { echo "FAIL: $unit: not Type=notify"; exit 1; }
 done
 output="$(cd "$work" && SYSTEMD_LOG_COLOR=0 systemd-analyze verify slimfit-coordinator.service slimfit-worker@gpu0.service 2>&1)" || {
   echo "FAIL: systemd-analyze verify:"; echo "$output"; exit 1; }

@@ -1,4 +1,4 @@
-#include "client/plan_chart.h"
+#include "planner/plan_chart.h"
 
 #include <utility>
 #include <vector>
@@ -6,18 +6,18 @@
 #include "absl/strings/str_cat.h"
 #include "base/svg_chart.h"
 
-namespace slimfit::client {
+namespace slimfit::planner {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-std::pair<double, double> Point(const planner::PlanCandidate& candidate) {
+std::pair<double, double> Point(const PlanCandidate& candidate) {
   return {static_cast<double>(candidate.prediction.peak_bytes) / kMiB, candidate.prediction.seconds};
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> PlanFrontierSvg(const planner::PlanSearchResult& result, int64_t budget_bytes,
+absl::StatusOr<std::string> PlanFrontierSvg(const PlanSearchResult& result, int64_t budget_bytes,
                                             int64_t usable_bytes, const std::string& title) {
   base::Chart chart;
   chart.title = title;
@@ -30,16 +30,16 @@ absl::StatusOr<std::string> PlanFrontierSvg(const planner::PlanSearchResult& res
     candidates.points.emplace_back(static_cast<double>(peak) / kMiB, seconds);
   }
   base::ChartSeries frontier{"Pareto frontier", base::SeriesStyle::kLine, "#1f77b4", {}};
-  for (const planner::PlanCandidate& candidate : result.frontier) frontier.points.push_back(Point(candidate));
+  for (const PlanCandidate& candidate : result.frontier) frontier.points.push_back(Point(candidate));
   chart.series.push_back(std::move(candidates));
   chart.series.push_back(std::move(frontier));
   chart.series.push_back(
       {"full back-propagation", base::SeriesStyle::kMarker, "#ff7f0e", {Point(result.full_backprop)}});
-  chart.series.push_back({absl::StrCat("chosen: ", planner::PlanSummary(result.chosen.plan)),
+  chart.series.push_back({absl::StrCat("chosen: ", PlanSummary(result.chosen.plan)),
                           base::SeriesStyle::kMarker,
                           "#d62728",
                           {Point(result.chosen)}});
-  chart.rules.push_back({absl::StrCat("budget ", planner::HumanBytes(static_cast<double>(budget_bytes))),
+  chart.rules.push_back({absl::StrCat("budget ", HumanBytes(static_cast<double>(budget_bytes))),
                          static_cast<double>(budget_bytes) / kMiB, "#b71c1c"});
   if (usable_bytes < budget_bytes) {
     chart.rules.push_back({"usable", static_cast<double>(usable_bytes) / kMiB, "#e57373"});
@@ -47,4 +47,4 @@ absl::StatusOr<std::string> PlanFrontierSvg(const planner::PlanSearchResult& res
   return base::RenderSvg(chart);
 }
 
-}  // namespace slimfit::client
+}  // namespace slimfit::planner
