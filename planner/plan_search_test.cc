@@ -87,6 +87,10 @@ TEST(PlanSearchTest, BadRequestsAreRejected) {
   request = ConfigA(64);
   request.safety_margin = 1.5;
   EXPECT_EQ(SearchPlans(request, Profile()).status().code(), absl::StatusCode::kInvalidArgument);
+  request = ConfigA(64);
+  request.workload.documents = request.workload.seq_len + 1;  // more documents than tokens
+  EXPECT_THAT(std::string(SearchPlans(request, Profile()).status().message()),
+              HasSubstr("documents must be between 1 and the sequence length"));
   EXPECT_EQ(ParseObjective("speed").status().code(), absl::StatusCode::kInvalidArgument);
 }
 

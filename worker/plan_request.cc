@@ -18,8 +18,9 @@ absl::StatusOr<planner::PlanSearchRequest> ValidatePlanRequest(const v1::PlanReq
   }
   search.workload.seq_len = request.sequence_length();
   search.workload.documents = request.has_documents() ? request.documents() : 1;
-  if (search.workload.documents < 1) {
-    return InvalidField("documents", absl::StrCat("must be >= 1, got ", request.documents()));
+  if (search.workload.documents < 1 || search.workload.documents > search.workload.seq_len) {
+    return InvalidField("documents", absl::StrCat("must be between 1 and sequence_length ", search.workload.seq_len,
+                                                  ", got ", request.documents()));
   }
   search.memory_budget_bytes = request.has_memory_budget_bytes() ? request.memory_budget_bytes() : worker_budget_bytes;
   if (search.memory_budget_bytes <= 0) {

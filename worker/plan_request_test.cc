@@ -59,6 +59,8 @@ TEST(ValidatePlanRequestTest, RefusalsNameTheField) {
       {"model", [](v1::PlanRequest* r) { r->mutable_model()->set_heads(3); }},
       {"sequence_length", [](v1::PlanRequest* r) { r->set_sequence_length(0); }},
       {"documents", [](v1::PlanRequest* r) { r->set_documents(0); }},
+      // More documents than tokens: a fuzzing finding (the search then had no candidate: INTERNAL).
+      {"documents", [](v1::PlanRequest* r) { r->set_documents(r->sequence_length() + 1); }},
       {"memory_budget_bytes", [](v1::PlanRequest* r) { r->set_memory_budget_bytes(-1); }},
       {"objective", [](v1::PlanRequest* r) { r->set_objective(static_cast<v1::Objective>(7)); }},
       {"dtype", [](v1::PlanRequest* r) { r->set_dtype(v1::DTYPE_UNSPECIFIED); }},
