@@ -1,4 +1,4 @@
-// Fuzz target: dataset uploads as the coordinator parses them, server::ParseDataset (text or
+// Fuzz target: dataset uploads as the coordinator parses them, rpc::ParseDataset (text or
 // pre-tokenised ids, documents cut at a separator), and the job data cut from the result
 // (server/job_data.h).
 //
@@ -20,13 +20,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "fuzz/fuzz_support.h"
+#include "proto/dataset_format.h"
 #include "proto/token_codec.h"
 #include "server/job_data.h"
 
 namespace slimfit::fuzz {
 namespace {
 
-void CheckJobData(const server::TokenStream& stream, const uint8_t* data, size_t size) {
+void CheckJobData(const rpc::TokenStream& stream, const uint8_t* data, size_t size) {
   // Sequence length, tokens per round and held-out share from the input's last bytes.
   const int64_t length = 2 + (size > 0 ? data[size - 1] % 31 : 0);
   const int64_t per_round = length * (1 + (size > 1 ? data[size - 2] % 4 : 0));
@@ -76,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view bytes(reinterpret_cast<const char*>(data + 2 + separator_length),
                                 size - 2 - separator_length);
 
-  absl::StatusOr<server::TokenStream> stream = server::ParseDataset(bytes, content_type, encoding, separator);
+  absl::StatusOr<rpc::TokenStream> stream = rpc::ParseDataset(bytes, content_type, encoding, separator);
   if (!stream.ok()) {
     SLIMFIT_FUZZ_CHECK(absl::IsInvalidArgument(stream.status()), stream.status().ToString());
     return 0;
@@ -112,7 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (int b = 0; b < width; ++b) joined.push_back(static_cast<char>((value >> (8 * b)) & 0xff));
     }
   }
-  absl::StatusOr<server::TokenStream> again = server::ParseDataset(joined, content_type, encoding, separator);
+  absl::StatusOr<rpc::TokenStream> again = rpc::ParseDataset(joined, content_type, encoding, separator);
   SLIMFIT_FUZZ_CHECK(again.ok() && again->tokens == stream->tokens && again->doc_starts == stream->doc_starts,
                      "re-joined documents parse differently");
 

@@ -3,8 +3,8 @@
 // every document start and at every sequence start), the last whole sequences held out for
 // evaluation, and a deterministic, seeded order of training sequences per round.
 //
-//   ParseDataset   bytes of an upload → tokens and document starts (separators dropped);
-//   JobData        the stream of a job's datasets → training / held-out sequences, round batches.
+//   JobData        the stream of a job's datasets (parsed by rpc::ParseDataset) → training / held-out
+//                  sequences, round batches.
 //
 // Round r (1-based) trains on sequences_per_round = floor(tokens_per_round / L) training sequences:
 // positions (r−1)·S … r·S−1 of an endless sequence of epochs, each epoch a Fisher–Yates permutation
@@ -22,25 +22,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "proto/dataset_format.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::server {
-
-// A packed token stream: tokens and the offsets where documents start (0 first, increasing).
-struct TokenStream {
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> doc_starts;
-};
-
-// Parses an upload's bytes. "text/plain": every byte a token; "application/x-slimfit-tokens": ids in
-// `encoding`. `separator` (when given) ends one document and starts the next and is dropped; empty
-// documents (two separators in a row) are skipped. INVALID_ARGUMENT for an unknown content type, a
-// token file that is not a whole number of tokens or a separator that is not whole tokens.
-absl::StatusOr<TokenStream> ParseDataset(absl::string_view bytes, absl::string_view content_type,
-                                         v1::TokenEncoding encoding, const std::optional<std::string>& separator);
-
-// Appends `more` to `stream` (documents stay separate).
-void AppendStream(TokenStream* stream, const TokenStream& more);
 
 // One sequence: `length` tokens of the stream from `begin`.
 struct SequenceRef {
@@ -53,7 +38,7 @@ class JobData {
   // FAILED_PRECONDITION "datasets hold N training tokens; sequence_length is L" when fewer than one
   // training sequence remains after the held-out split; INVALID_ARGUMENT naming the field for a bad
   // L, tokens per round or fraction, or a token ≥ vocab ("dataset token 17 = 300 ≥ vocab 256").
-  static absl::StatusOr<JobData> Create(TokenStream stream, int64_t vocab, int64_t sequence_length,
+  static absl::StatusOr<JobData> Create(rpc::TokenStream stream, int64_t vocab, int64_t sequence_length,
                                         int64_t tokens_per_round, double held_out_fraction, uint64_t seed);
 
   int64_t sequence_length() const { return sequence_length_; }
@@ -85,13 +70,13 @@ class JobData {
   // The most sequences one round may take (a round is one optimizer step; larger ones are refused).
   static constexpr int64_t kMaxSequencesPerRound = int64_t{1} << 20;
 
-  const TokenStream& stream() const { return stream_; }
+  const rpc::TokenStream& stream() const { return stream_; }
 
  private:
   JobData() = default;
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
 
-  TokenStream stream_;
+  rpc::TokenStream stream_;
   int64_t sequence_length_ = 0;
   int64_t sequences_per_round_ = 0;
   int64_t training_sequences_ = 0;

@@ -11,30 +11,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-TEST(ParseDatasetTest, TextWithSeparatorDropsItAndSkipsEmptyDocuments) {
-  absl::StatusOr<TokenStream> stream = ParseDataset("ab||c||||de", "text/plain", v1::TOKEN_ENCODING_UNSPECIFIED,
-                                                    std::string("||"));
-  ASSERT_TRUE(stream.ok()) << stream.status();
-  EXPECT_EQ(std::string(stream->tokens.begin(), stream->tokens.end()), "abcde");
-  EXPECT_THAT(stream->doc_starts, ElementsAre(0, 2, 3));
-}
-
-TEST(ParseDatasetTest, TokenFilesAreLittleEndian) {
-  const std::string bytes("\x01\x01\x02\x00\xff\xff\x03\x00", 8);
-  absl::StatusOr<TokenStream> stream =
-      ParseDataset(bytes, "application/x-slimfit-tokens", v1::TOKEN_ENCODING_UINT16_LE, std::string("\xff\xff", 2));
-  ASSERT_TRUE(stream.ok()) << stream.status();
-  EXPECT_THAT(stream->tokens, ElementsAre(257, 2, 3));
-  EXPECT_THAT(stream->doc_starts, ElementsAre(0, 2));
-  EXPECT_THAT(ParseDataset("abc", "application/x-slimfit-tokens", v1::TOKEN_ENCODING_UINT16_LE, std::nullopt)
-                  .status()
-                  .message(),
-              HasSubstr("whole number"));
-  EXPECT_FALSE(ParseDataset("abc", "image/png", v1::TOKEN_ENCODING_UNSPECIFIED, std::nullopt).ok());
-}
-
-TokenStream Text(int64_t n) {
-  TokenStream stream;
+rpc::TokenStream Text(int64_t n) {
+  rpc::TokenStream stream;
   for (int64_t i = 0; i < n; ++i) stream.tokens.push_back(static_cast<int32_t>('a' + i % 26));
   stream.doc_starts = {0};
   return stream;
@@ -72,7 +50,7 @@ TEST(JobDataTest, RoundsWalkSeededEpochPermutations) {
 }
 
 TEST(JobDataTest, GatherRestartsDocumentsAtSequenceStarts) {
-  TokenStream stream = Text(40);
+  rpc::TokenStream stream = Text(40);
   stream.doc_starts = {0, 5, 12, 25};
   absl::StatusOr<JobData> data = JobData::Create(stream, 256, 10, 20, 0.0, 0);
   ASSERT_TRUE(data.ok());

@@ -12,6 +12,7 @@
 #include "performer/performer_model.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
+#include "proto/dataset_format.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
 #include "server/trainer.h"
@@ -76,7 +77,7 @@ absl::StatusOr<performer::ModelConfig> JobPreparer::ResolveModel(const v1::Model
 
 absl::StatusOr<JobData> JobPreparer::LoadData(const v1::JobSpec& spec, const performer::ModelConfig& config) const {
   if (spec.dataset_ids_size() == 0) return rpc::InvalidFieldError("spec.dataset_ids", "at least one dataset is required");
-  TokenStream stream;
+  rpc::TokenStream stream;
   for (const std::string& id : spec.dataset_ids()) {
     absl::StatusOr<std::optional<DatasetRecord>> record = store_->GetDataset(id);
     if (!record.ok()) return record.status();
@@ -86,10 +87,10 @@ absl::StatusOr<JobData> JobPreparer::LoadData(const v1::JobSpec& spec, const per
     std::ifstream in((*record)->path, std::ios::binary);
     if (!in) return absl::DataLossError(absl::StrCat("dataset ", id, ": stored file ", (*record)->path, " is missing"));
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    absl::StatusOr<TokenStream> parsed = ParseDataset(bytes, (*record)->info.content_type(), (*record)->token_encoding,
+    absl::StatusOr<rpc::TokenStream> parsed = rpc::ParseDataset(bytes, (*record)->info.content_type(), (*record)->token_encoding,
                                                       (*record)->document_separator);
     if (!parsed.ok()) return parsed.status();
-    AppendStream(&stream, *parsed);
+    rpc::AppendStream(&stream, *parsed);
   }
   const int width = rpc::TokenWidth(rpc::NarrowestTokenEncoding(config.vocab));
   if (spec.sequence_length() > v1::LIMIT_MAX_CHUNK_BYTES / width) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "proto/dataset_format.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
 #include "server/job_data.h"
@@ -80,8 +81,8 @@ class FileUploadSink : public UploadSink {
     if (IsDatasetType(metadata_.content_type())) {
       std::ifstream in(temp_path_, std::ios::binary);
       std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      absl::StatusOr<TokenStream> stream =
-          ParseDataset(bytes, metadata_.content_type(), metadata_.token_encoding(), record.document_separator);
+      absl::StatusOr<rpc::TokenStream> stream =
+          rpc::ParseDataset(bytes, metadata_.content_type(), metadata_.token_encoding(), record.document_separator);
       if (!stream.ok()) return stream.status();
       if (stream->tokens.size() < 2) {
         return absl::InvalidArgumentError(absl::StrCat("dataset holds ", stream->tokens.size(),

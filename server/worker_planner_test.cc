@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/test_util.h"
+#include "proto/dataset_format.h"
 
 namespace slimfit::server {
 namespace {
@@ -48,7 +49,7 @@ class WorkerPlannerTest : public ::testing::Test {
     job.set_state(v1::JOB_STATE_RUNNING);
     ASSERT_TRUE(store_->PutJob(job).ok());
     record_ = std::make_unique<JobRecord>(job, 1, store_.get(), &signal_);
-    TokenStream stream;
+    rpc::TokenStream stream;
     for (int i = 0; i < 4096; ++i) stream.tokens.push_back(i % 251);
     stream.doc_starts = {0};
     data_ = std::make_unique<JobData>(*JobData::Create(std::move(stream), 256, 256, 512, 0, 1));

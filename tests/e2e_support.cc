@@ -11,6 +11,7 @@
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
 #include "planner/plan_proto.h"
+#include "proto/dataset_format.h"
 #include "proto/rpc_util.h"
 #include "server/job_data.h"
 #include "server/job_defaults.h"
@@ -29,7 +30,7 @@ std::vector<at::Tensor> TrainLocally(const v1::JobSpec& submitted, const std::st
   const v1::JobSpec spec = server::WithJobDefaults(submitted);  // as the coordinator resolves it
   absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "model");
   EXPECT_TRUE(config.ok());
-  absl::StatusOr<server::TokenStream> stream = server::ParseDataset(text, "text/plain", v1::TOKEN_ENCODING_UNSPECIFIED, separator);
+  absl::StatusOr<rpc::TokenStream> stream = rpc::ParseDataset(text, "text/plain", v1::TOKEN_ENCODING_UNSPECIFIED, separator);
   absl::StatusOr<server::JobData> data = server::JobData::Create(*stream, config->vocab, spec.sequence_length(),
                                                                  spec.tokens_per_round(), spec.held_out_fraction(), spec.seed());
   EXPECT_TRUE(data.ok()) << data.status();
