@@ -16,9 +16,11 @@
 #include "client/command.h"
 #include "client/coordinator_plan_command.h"
 #include "client/export_command.h"
+#include "client/generate_command.h"
 #include "client/jobs_command.h"
 #include "client/plan_command.h"
 #include "client/schedule_command.h"
+#include "client/score_command.h"
 #include "client/status_command.h"
 #include "client/submit_command.h"
 #include "client/watch_command.h"
@@ -57,6 +59,8 @@ int main(int argc, char** argv) {
       {"workers", "the coordinator's workers with their budgets, plans and speeds", RunWorkersCommand},
       {"export", "download a job's checkpoint as a safetensors file", RunExportCommand},
       {"certs", "make the CA and certificates of a TLS deployment", RunCertsCommand},
+      {"generate", "generate text from a trained model (the Performer's recurrent form)", RunGenerateCommand},
+      {"score", "bits per byte of a model on a file", RunScoreCommand},
   };
   return RunCli(args, commands, std::cout, std::cerr);
 }

@@ -86,7 +86,9 @@ absl::Status SaveModel(const std::string& path, const PerformerModel& model,
 }
 
 absl::StatusOr<PerformerModel> LoadModel(const std::string& path, DType dtype, const at::Device& device,
-                                         const std::optional<ModelConfig>& expected) {
+                                         const std::optional<ModelConfig>& expected,
+                                         std::map<std::string, std::string>* metadata) {
+  if (metadata != nullptr) metadata->clear();
   const std::vector<std::string> ignored = {"grad.", "fixture.", "favor."};
   if (absl::EndsWith(path, ".safetensors")) {
     absl::StatusOr<TensorFile> file = ReadSafetensors(path);
@@ -107,6 +109,7 @@ absl::StatusOr<PerformerModel> LoadModel(const std::string& path, DType dtype, c
     }
     absl::StatusOr<PerformerModel> model = PerformerModel::FromTensors(config, file->tensors, dtype, device, ignored);
     if (!model.ok()) return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
+    if (metadata != nullptr) *metadata = std::move(file->metadata);
     return model;
   }
   if (!expected.has_value()) {

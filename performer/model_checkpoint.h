@@ -42,9 +42,15 @@ absl::Status SaveModel(const std::string& path, const PerformerModel& model,
 // Reads a model. A `.safetensors` file takes its config from its metadata; when `expected` is
 // given as well, the two must agree. Any other file is read as a torch.save plain dict and needs
 // `expected`. Tensors whose names start with "grad." or "fixture." or "favor." are ignored.
+// When `metadata` is given it receives the safetensors file's metadata (nothing for a torch.save file).
 // Errors: NOT_FOUND for a missing file; INVALID_ARGUMENT naming the tensor or key at fault.
 absl::StatusOr<PerformerModel> LoadModel(const std::string& path, DType dtype, const at::Device& device,
-                                         const std::optional<ModelConfig>& expected = std::nullopt);
+                                         const std::optional<ModelConfig>& expected = std::nullopt,
+                                         std::map<std::string, std::string>* metadata = nullptr);
+
+// The metadata key under which training checkpoints record the FAVOR+ feature seed (the job's
+// seed): a favor+ model must be run with the features it was trained with.
+inline constexpr char kFeatureSeedKey[] = "feature_seed";
 
 // Writes named tensors (e.g. a gradient in model.names() order) as safetensors.
 absl::Status SaveNamedTensors(const std::string& path, const std::vector<std::string>& names,

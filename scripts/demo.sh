@@ -5,7 +5,8 @@
 # Performer on the licence texts every Debian machine has (/usr/share/common-licenses), exports it,
 # fine-tunes it on other text — the C library's headers (/usr/include, from libc6-dev, which the
 # compiler setup.sh installs brings) — prints each worker's plan and the held-out bits per byte
-# before and after fine-tuning, exports the result, and stops every process it started. About
+# before and after fine-tuning, exports the result, has it write a few lines (`slimfit generate`),
+# and stops every process it started. About
 # three minutes on 2 cores once built; no network.
 #
 # Usage: scripts/demo.sh [--keep]    (--keep: leave the work directory for inspection)
@@ -71,4 +72,9 @@ before="$(grep -m1 'evaluation before round 1' "$work/finetune.watch" | grep -o 
 after="$(grep 'evaluation after round' "$work/finetune.watch" | tail -1 | grep -o '[0-9.]* bits/byte')"
 echo
 echo "== held-out bits per byte on the C headers: before fine-tuning $before, after $after"
+echo
+echo "== the fine-tuned model continues a prompt (slimfit generate: the recurrent form, constant memory per token)"
+"$slimfit" generate --model="$work/finetuned.safetensors" --prompt='#include <' --max_tokens=400 \
+  --temperature=0.7 --top_k=20 --seed=1 --threads=2
+echo
 echo "demo done: the fine-tuned model is $work/finetuned.safetensors$([ "$keep" = 1 ] || echo ' (removed with the work directory; run with --keep to keep it)')"

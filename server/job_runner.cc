@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
 #include "proto/rpc_util.h"
@@ -437,6 +438,7 @@ absl::Status JobRunner::WriteCheckpoint(int64_t round) {
       {"round", absl::StrCat(round)},
       {"parameter_version", absl::StrCat(version)},
       {"tokens_trained", absl::StrCat(job.progress().tokens_trained())},
+      {performer::kFeatureSeedKey, absl::StrCat(job.spec().seed())},
   };
   if (absl::Status saved = trainer_->Save(model_path, optimizer_path, metadata); !saved.ok()) {
     return absl::InternalError(absl::StrCat("writing the round-", round, " checkpoint: ", saved.message()));

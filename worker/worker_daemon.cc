@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include <ATen/Context.h>
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 #include <grpcpp/grpcpp.h>
@@ -32,6 +31,7 @@
 #include "base/service_notify.h"
 #include "base/signal_pipe.h"
 #include "performer/cpu_runtime.h"
+#include "performer/device.h"
 #include "planner/calibration.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_search.h"
@@ -96,22 +96,6 @@ void Notify(const absl::Status& status) {
 
 // The host part of host:port ("127.0.0.1", "[::1]").
 std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
-
-absl::StatusOr<c10::Device> ParseDevice(const std::string& name) {
-  try {
-    const c10::Device device(name);
-    if (device.is_cpu() && name == "cpu") return device;
-    if (device.is_cuda() && device.has_index()) {
-      if (!at::hasCUDA()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--device=", name, ": this build of LibTorch has no CUDA support; use --device=cpu or a CUDA build"));
-      }
-      return device;
-    }
-  } catch (const c10::Error&) {
-  }
-  return absl::InvalidArgumentError(absl::StrCat("--device=", name, ": expected cpu or cuda:N (e.g. cuda:0)"));
-}
 
 absl::Time ModificationTime(const std::string& path) {
   struct stat info;
@@ -208,7 +192,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
 
   base::SetLogComponent("worker");
   performer::RetainFreedHeapMemory();
-  absl::StatusOr<c10::Device> device = ParseDevice(options.device);
+  absl::StatusOr<c10::Device> device = performer::ParseDevice(options.device);
   if (!device.ok()) return Fail(err, device.status());
   if (device->is_cpu()) {
     if (absl::Status s = performer::ConfigureCpuThreads(static_cast<int>(options.threads)); !s.ok()) {
