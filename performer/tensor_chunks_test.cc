@@ -2,7 +2,7 @@
 
 #include "performer/performer_model.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 std::vector<TensorSpec> Specs() { return {{"a", {3, 5}}, {"b", {7}}}; }
 
 std::vector<at::Tensor> Tensors(at::ScalarType type) {
-  return {torch::arange(15, torch::dtype(type)).reshape({3, 5}), torch::linspace(-1, 1, 7, torch::dtype(type))};
+  return {at::arange(15, at::TensorOptions().dtype(type)).reshape({3, 5}), at::linspace(-1, 1, 7, at::TensorOptions().dtype(type))};
 }
 
 std::vector<v1::TensorChunk> Chunks(DType dtype, int64_t max_bytes) {
@@ -43,15 +43,15 @@ TEST(TensorChunksTest, SmallChunksRoundTripExactly) {
     ASSERT_TRUE(tensors.ok()) << tensors.status();
     std::vector<at::Tensor> want = Tensors(at::kDouble);
     for (at::Tensor& t : want) t = t.to(ToScalarType(dtype));
-    EXPECT_TRUE(torch::equal((*tensors)[0], want[0]));
-    EXPECT_TRUE(torch::equal((*tensors)[1], want[1]));
+    EXPECT_TRUE(at::equal((*tensors)[0], want[0]));
+    EXPECT_TRUE(at::equal((*tensors)[1], want[1]));
     EXPECT_EQ(assembler.bytes_received(), 22 * element);
   }
 }
 
 TEST(TensorChunksTest, DefaultChunksFillOneMebibyte) {
   std::vector<v1::TensorChunk> chunks;
-  at::Tensor big = torch::zeros({300000}, torch::kFloat);  // 1.2 MB → 2 chunks
+  at::Tensor big = at::zeros({300000}, at::kFloat);  // 1.2 MB → 2 chunks
   ASSERT_TRUE(ChunkTensors({"big"}, {big}, DType::kFloat32, [&](const v1::TensorChunk& c) {
                 chunks.push_back(c);
                 return true;

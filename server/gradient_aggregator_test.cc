@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@ ShardResult Result(int64_t shard, int64_t tokens, double loss, float value) {
   r.summary.set_shard_id(shard);
   r.summary.set_token_count(tokens);
   r.summary.set_loss_sum(loss);
-  r.gradient = {torch::full({2, 2}, value), torch::full({3}, value)};
+  r.gradient = {at::full({2, 2}, value), at::full({3}, value)};
   return r;
 }
 
@@ -47,7 +47,7 @@ TEST(GradientAggregatorTest, RejectsResultsThatDoNotBelong) {
   EXPECT_THAT(aggregator.Add(Result(0, 10, 1, std::numeric_limits<float>::quiet_NaN())).message(),
               HasSubstr("not finite"));
   ShardResult shape = Result(0, 10, 1, 1);
-  shape.gradient[1] = torch::zeros({4});
+  shape.gradient[1] = at::zeros({4});
   EXPECT_THAT(aggregator.Add(shape).message(), HasSubstr("wrong shape"));
   EXPECT_EQ(aggregator.shards_counted(), 0);
 }

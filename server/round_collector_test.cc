@@ -1,6 +1,6 @@
 #include "server/round_collector.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@ ShardResult Result(int64_t shard, float value, double loss = 5.0) {
   r.summary.set_shard_id(shard);
   r.summary.set_token_count(kTokens);
   r.summary.set_loss_sum(loss);
-  r.gradient = {torch::full({2, 2}, value), torch::full({3}, value)};
+  r.gradient = {at::full({2, 2}, value), at::full({3}, value)};
   return r;
 }
 

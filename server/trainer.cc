@@ -3,6 +3,8 @@
 #include <cmath>
 #include <utility>
 
+#include <torch/optim.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "performer/model_checkpoint.h"
@@ -47,6 +49,8 @@ absl::Status ValidateOptimizer(const v1::Optimizer& optimizer) {
   }
   return absl::OkStatus();
 }
+
+Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelConfig& config,
                                                          performer::DType dtype, std::vector<at::Tensor> parameters,

@@ -18,13 +18,17 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "performer/model_config.h"
 #include "performer/plan.h"
 #include "proto/slimfit.pb.h"
+
+namespace torch::optim {
+class Optimizer;  // <torch/optim.h>: included by trainer.cc only (it is heavy to compile)
+}  // namespace torch::optim
 
 namespace slimfit::server {
 
@@ -44,6 +48,10 @@ class Trainer {
                                                          performer::DType dtype,
                                                          std::vector<at::Tensor> parameters,
                                                          const v1::Optimizer& optimizer);
+
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // One optimizer step with `gradient` (same names/shapes/order as the parameters).
   // INVALID_ARGUMENT for a shape mismatch or a non-finite gradient (nothing is changed then).

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -31,7 +31,7 @@ std::vector<at::Tensor> Parameters(uint64_t seed) {
 
 std::vector<at::Tensor> Gradient(const std::vector<at::Tensor>& like, double scale) {
   std::vector<at::Tensor> g;
-  for (size_t i = 0; i < like.size(); ++i) g.push_back(torch::full_like(like[i], scale * (1.0 + 0.1 * i)));
+  for (size_t i = 0; i < like.size(); ++i) g.push_back(at::full_like(like[i], scale * (1.0 + 0.1 * i)));
   return g;
 }
 
@@ -47,7 +47,7 @@ TEST(TrainerTest, SgdStepIsParameterMinusLearningRateTimesGradient) {
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_DOUBLE_EQ(step->learning_rate, 0.5);
   for (size_t i = 0; i < before.size(); ++i) {
-    EXPECT_TRUE(torch::allclose((*trainer)->parameters()[i], before[i] - 0.5 * g[i], 1e-12, 1e-12)) << i;
+    EXPECT_TRUE(at::allclose((*trainer)->parameters()[i], before[i] - 0.5 * g[i], 1e-12, 1e-12)) << i;
   }
 }
 
@@ -64,7 +64,7 @@ TEST(TrainerTest, AdamWFirstStepMatchesTheFormula) {
   // Step 1: m̂ = g, v̂ = g², update = g / (|g| + ε); decay p·(1 − lr·wd) first.
   for (size_t i = 0; i < before.size(); ++i) {
     at::Tensor want = before[i] * (1 - 0.01 * 0.1) - 0.01 * g[i] / (g[i].abs() + 1e-8);
-    EXPECT_TRUE(torch::allclose((*trainer)->parameters()[i], want, 1e-9, 1e-12)) << i;
+    EXPECT_TRUE(at::allclose((*trainer)->parameters()[i], want, 1e-9, 1e-12)) << i;
   }
 }
 
@@ -113,7 +113,7 @@ TEST(TrainerTest, SavedOptimizerStateResumesExactly) {
     ASSERT_TRUE((*resumed)->Step(Gradient(start, 0.3)).ok());
     for (size_t i = 0; i < start.size(); ++i) {
       // Equal up to the last bit or two: vectorised kernels may round differently on other buffers.
-      EXPECT_TRUE(torch::allclose((*resumed)->parameters()[i], (*straight)->parameters()[i], 1e-12, 1e-15))
+      EXPECT_TRUE(at::allclose((*resumed)->parameters()[i], (*straight)->parameters()[i], 1e-12, 1e-15))
           << adamw << " " << i << " " << ((*resumed)->parameters()[i] - (*straight)->parameters()[i]).abs().max().item<double>();
     }
     // The wrong optimizer kind is refused.
@@ -147,7 +147,7 @@ TEST(TrainerTest, NonFiniteGradientChangesNothing) {
   g[0][0] = std::nan("");
   EXPECT_EQ((*trainer)->Step(g).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*trainer)->steps(), 0);
-  EXPECT_TRUE(torch::equal((*trainer)->parameters()[1], start[1]));
+  EXPECT_TRUE(at::equal((*trainer)->parameters()[1], start[1]));
 }
 
 }  // namespace

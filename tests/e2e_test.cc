@@ -8,7 +8,7 @@
 #include <fstream>
 #include <set>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

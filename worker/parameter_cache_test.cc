@@ -3,7 +3,7 @@
 #include <thread>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -38,7 +38,7 @@ performer::PerformerModel MakeModel(uint64_t seed, performer::DType dtype = perf
 void ExpectSameParameters(const performer::PerformerModel& got, const performer::PerformerModel& want) {
   ASSERT_EQ(got.names(), want.names());
   for (size_t i = 0; i < got.names().size(); ++i) {
-    EXPECT_TRUE(torch::equal(got.parameters()[i], want.parameters()[i].to(got.parameters()[i].scalar_type())))
+    EXPECT_TRUE(at::equal(got.parameters()[i], want.parameters()[i].to(got.parameters()[i].scalar_type())))
         << got.names()[i];
   }
 }

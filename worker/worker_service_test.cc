@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
