@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 
 namespace slimfit::server {
@@ -32,32 +33,46 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
                                                      (scale == budget_scale_.end() ? 1.0 : scale->second));
   request.dtype = deps_.dtype;
   request.safety_margin = deps_.options.safety_margin;
-  absl::StatusOr<planner::PlanSearchResult> result = planner::SearchPlans(request, worker.profile);
-  if (!result.ok()) {
+  const std::string inputs =
+      absl::StrCat(request.memory_budget_bytes, "|", planner::DeviceProfileToProto(worker.profile).SerializeAsString());
+  auto searched = searches_.find(inputs);
+  if (searched == searches_.end()) {
+    absl::StatusOr<planner::PlanSearchResult> found = planner::SearchPlans(request, worker.profile);
+    SearchOutcome outcome;
+    if (found.ok()) {
+      outcome.chosen = found->chosen;
+      outcome.reason = found->reason;
+    } else {
+      outcome.status = found.status();
+    }
+    searched = searches_.emplace(inputs, std::move(outcome)).first;
+  }
+  const SearchOutcome& result = searched->second;
+  if (!result.status.ok()) {
     refused_.insert(key);
-    *refusal = absl::StrCat("worker ", worker.worker_id, ": ", result.status().message());
+    *refusal = absl::StrCat("worker ", worker.worker_id, ": ", result.status.message());
     base::LogWarning(deps_.record->job_id(), ": ", *refusal);
     return std::nullopt;
   }
-  plans_.emplace(key, result->chosen);
+  plans_.emplace(key, result.chosen);
   v1::JobEvent event;
   v1::WorkerPlanChanged* changed = event.mutable_worker_plan_changed();
   changed->set_worker_id(worker.worker_id);
   changed->set_round(round);
-  *changed->mutable_plan() = planner::CandidateToProto(result->chosen);
-  changed->set_reason(result->reason);
+  *changed->mutable_plan() = planner::CandidateToProto(result.chosen);
+  changed->set_reason(result.reason);
   if (auto replan = replans_.find(worker.worker_id); replan != replans_.end()) {
     *changed->mutable_previous() = planner::PlanToProto(replan->second.first);
-    changed->set_reason(absl::StrCat(replan->second.second, "; ", result->reason));
+    changed->set_reason(absl::StrCat(replan->second.second, "; ", result.reason));
     replans_.erase(replan);
   }
   changed->set_predicted_tokens_per_second(static_cast<double>(data.sequence_length()) /
-                                           std::max(1e-9, result->chosen.prediction.seconds));
+                                           std::max(1e-9, result.chosen.prediction.seconds));
   deps_.record->Emit(std::move(event));
   base::LogInfo(deps_.record->job_id(), ": worker ", worker.worker_id, " plan ",
-                planner::PlanSummary(result->chosen.plan), " (predicted peak ",
-                planner::HumanBytes(result->chosen.prediction.peak_bytes), ")");
-  return result->chosen;
+                planner::PlanSummary(result.chosen.plan), " (predicted peak ",
+                planner::HumanBytes(result.chosen.prediction.peak_bytes), ")");
+  return result.chosen;
 }
 
 absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round) {

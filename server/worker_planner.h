@@ -1,5 +1,6 @@
 // The plans of one job's workers: for every live eligible worker, the planner's choice for this
-// job (its profile and memory budget in, a Plan out), cached per worker incarnation; the wait for
+// job (its profile and memory budget in, a Plan out), cached per worker incarnation (and each
+// search by its inputs, so a fleet of identical devices is searched once); the wait for
 // `min_workers` (QUEUED until then); a worker whose plan was refused, or that is quarantined from
 // the job, kept out; and one replan of a
 // worker whose measured peak exceeded the prediction. Every new plan is a WorkerPlanChanged event
@@ -82,7 +83,17 @@ class WorkerPlanner {
   std::optional<planner::PlanCandidate> PlanFor(const WorkerHandle& worker, int64_t round,
                                                 std::string* refusal);
 
+  // A search's outcome, kept by its inputs (the device profile and the effective budget; the
+  // workload is the job's): a fleet of identical devices is planned once, not once per worker —
+  // a search costs milliseconds to a second of the coordinator's CPU.
+  struct SearchOutcome {
+    absl::Status status;
+    planner::PlanCandidate chosen;
+    std::string reason;
+  };
+
   const Deps deps_;
+  std::map<std::string, SearchOutcome> searches_;        // by profile and budget
   std::map<std::string, planner::PlanCandidate> plans_;  // by WorkerKey
   std::map<std::string, double> budget_scale_;           // replans: budget multiplier per worker id
   std::map<std::string, std::pair<performer::Plan, std::string>> replans_;  // previous plan, why

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -104,6 +105,27 @@ TEST_F(WorkerPlannerTest, ARunningJobWaitsWhileOnlyWorkersThatCannotRunItAreLive
   ASSERT_EQ(plans->size(), 1u);
   EXPECT_EQ((*plans)[0].worker.worker_id, fits->worker_id());
   EXPECT_EQ(record_->Snapshot().state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(WorkerPlannerTest, IdenticalDevicesShareASearchAndEveryBudgetGetsItsOwn) {
+  std::vector<std::string> ids;
+  for (int64_t budget : {int64_t{64} << 20, int64_t{64} << 20, int64_t{3} << 20}) {
+    absl::StatusOr<v1::RegisterWorkerResponse> worker = registry_->Register(Worker(budget), std::nullopt);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    ids.push_back(worker->worker_id());
+  }
+  absl::StatusOr<std::vector<WorkerPlan>> plans = planner_->PlanWorkers(1);
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  ASSERT_EQ(plans->size(), 3u);
+  std::map<std::string, WorkerPlan> by_id;
+  for (const WorkerPlan& plan : *plans) by_id.emplace(plan.worker.worker_id, plan);
+  const planner::PlanCandidate& first = by_id.at(ids[0]).candidate;
+  const planner::PlanCandidate& twin = by_id.at(ids[1]).candidate;
+  const planner::PlanCandidate& small = by_id.at(ids[2]).candidate;
+  EXPECT_EQ(twin.plan.DebugString(), first.plan.DebugString());
+  EXPECT_EQ(twin.prediction.peak_bytes, first.prediction.peak_bytes);
+  EXPECT_LT(small.prediction.peak_bytes, first.prediction.peak_bytes);
+  EXPECT_LE(small.prediction.peak_bytes, int64_t{3} << 20);
 }
 
 TEST_F(WorkerPlannerTest, AWaitingJobStopsWhenItsRunnerStops) {
