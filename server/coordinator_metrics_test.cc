@@ -52,6 +52,7 @@ TEST(CoordinatorMetrics, CountsWhatJobEventsSay) {
   metrics.ObserveEvent(verified);
   v1::JobEvent checkpoint;
   checkpoint.mutable_checkpoint_written()->set_bytes(12345);
+  checkpoint.mutable_checkpoint_written()->set_seconds(0.25);
   metrics.ObserveEvent(checkpoint);
   v1::JobEvent finished;
   finished.mutable_state_changed()->set_state(v1::JOB_STATE_SUCCEEDED);
@@ -67,7 +68,8 @@ TEST(CoordinatorMetrics, CountsWhatJobEventsSay) {
   EXPECT_EQ(Value(text, "slimfit_round_seconds_bucket{le=\"0.8\"}"), 1);  // 0.5 ≤ 0.8 < 1.5
   EXPECT_NEAR(Value(text, "slimfit_round_phase_seconds_total{phase=\"waiting\"}"), 0.3, 1e-12);
   EXPECT_NEAR(Value(text, "slimfit_round_phase_seconds_total{phase=\"shards\"}"), 1.7, 1e-12);
-  EXPECT_EQ(Value(text, "slimfit_round_phase_seconds_total{phase=\"step\"}"), 0);  // not filled yet: 0
+  EXPECT_EQ(Value(text, "slimfit_round_phase_seconds_total{phase=\"step\"}"), 0);  // the events above have none
+  EXPECT_NEAR(Value(text, "slimfit_round_phase_seconds_total{phase=\"checkpoint\"}"), 0.25, 1e-12);
   EXPECT_EQ(Value(text, "slimfit_round_worker_seconds_total{phase=\"compute\"}"), 4);
   EXPECT_EQ(Value(text, "slimfit_round_bytes_total{direction=\"to_workers\"}"), 8192);
   EXPECT_EQ(Value(text, "slimfit_round_bytes_total{direction=\"from_workers\"}"), 16384);

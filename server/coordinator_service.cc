@@ -256,12 +256,15 @@ grpc::Status CoordinatorService::FetchParameters(grpc::ServerContext* context,
   manifest->set_total_bytes(total);
   manifest->set_feature_seed(parameters.feature_seed);
   if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "worker went away");
+  int64_t sent = 0;
   absl::Status streamed = performer::ChunkTensors(parameters.names, parameters.tensors, parameters.dtype,
                                                   [&](const v1::TensorChunk& chunk) {
                                                     v1::FetchParametersResponse piece;
                                                     *piece.mutable_chunk() = chunk;
+                                                    sent += static_cast<int64_t>(chunk.data().size());
                                                     return writer->Write(piece);
                                                   });
+  parameters.bytes_served.fetch_add(sent);
   return rpc::ToGrpcStatus(streamed, context);
 }
 

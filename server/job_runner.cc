@@ -9,6 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/log.h"
 #include "base/sha256.h"
 #include "performer/model_checkpoint.h"
@@ -331,6 +333,7 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     if (absl::Status back = RollBack(*output->rolled_back_to); !back.ok()) return back;
     return *output->rolled_back_to + 1;
   }
+  const absl::Time step_started = absl::Now();
   std::vector<at::Tensor> gradient;
   for (const at::Tensor& g : output->gradient) gradient.push_back(g.to(performer::ToScalarType(dtype_)));
   absl::StatusOr<StepResult> step = trainer_->Step(gradient);
@@ -371,11 +374,17 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     done->set_reassigned_shards(output->reassigned);
     done->set_verified_shards(output->verified);
     for (const std::string& worker : output->unverified_workers) done->add_unverified_workers(worker);
+    *done->mutable_timing() = output->timing;
     job->set_state_reason(absl::StrFormat("round %d/%d done", round, rounds));
   });
   // The new version is durable before any worker can fetch it.
   if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (published_ != nullptr) done->mutable_timing()->set_bytes_to_workers(published_->bytes_served.load());
+  }
   Publish();
+  done->mutable_timing()->set_step_seconds(absl::ToDoubleSeconds(absl::Now() - step_started));
   record_.Emit(std::move(event));
   base::LogInfo(
       record_.job_id(),
@@ -428,6 +437,7 @@ absl::Status JobRunner::Evaluate(int64_t round) {
 }
 
 absl::Status JobRunner::WriteCheckpoint(int64_t round) {
+  const absl::Time started = absl::Now();
   const std::string prefix = absl::StrFormat("%s/round-%06d", deps_.job_dir, round);
   const std::string model_path = prefix + ".safetensors";
   const std::string optimizer_path = prefix + ".optimizer.safetensors";
@@ -457,6 +467,7 @@ absl::Status JobRunner::WriteCheckpoint(int64_t round) {
   written->set_parameter_version(version);
   written->set_bytes(bytes);
   written->set_sha256(*sha);
+  written->set_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   record_.Emit(std::move(event));
   return absl::OkStatus();
 }

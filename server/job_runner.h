@@ -63,6 +63,9 @@ struct ParameterSnapshot {
   std::vector<std::string> names;
   std::vector<at::Tensor> tensors;  // checkpoint layout, CPU
   uint64_t feature_seed = 0;
+  // Bytes of this version served to workers so far (FetchParameters adds what it sent): the
+  // round that trains on this version reports them as RoundTiming.bytes_to_workers.
+  mutable std::atomic<int64_t> bytes_served{0};
 };
 
 class JobRunner {

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/log.h"
 #include "proto/token_codec.h"
 #include "server/shard_split.h"
@@ -80,8 +82,19 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   const std::string what =
       evaluate_only ? absl::StrCat("evaluation after round ", round) : absl::StrCat("round ", round);
 
+  // Where the time goes: planning and waiting for workers, waves of shards in flight, and the rest
+  // (settling spot checks, collecting the sum) after each wave.
+  absl::Time mark = absl::Now();
+  auto take = [&mark]() {
+    const absl::Time now = absl::Now();
+    const double seconds = absl::ToDoubleSeconds(now - mark);
+    mark = now;
+    return seconds;
+  };
+  v1::RoundTiming timing;
   absl::StatusOr<std::vector<WorkerPlan>> plans = deps_.planner->PlanWorkers(round);
   if (!plans.ok()) return plans.status();
+  timing.set_waiting_seconds(take());
 
   const std::vector<Task> shards = CutRound(sequences, *plans);
   std::vector<int64_t> expected;
@@ -103,6 +116,13 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
     const std::vector<CallOutcome> outcomes =
         RunWave(round, version, normalizer, evaluate_only, wave_plans, pending, &collector);
     if (stopping()) return absl::CancelledError("stopped");
+    timing.set_shards_seconds(timing.shards_seconds() + take());
+    for (const CallOutcome& outcome : outcomes) {
+      timing.set_worker_fetch_seconds(timing.worker_fetch_seconds() + outcome.fetch_seconds);
+      timing.set_worker_compute_seconds(timing.worker_compute_seconds() + outcome.compute_seconds);
+      timing.set_worker_stream_seconds(timing.worker_stream_seconds() + outcome.stream_seconds);
+      timing.set_bytes_from_workers(timing.bytes_from_workers() + outcome.bytes_received);
+    }
 
     std::vector<Task> failed;
     std::set<std::string> failed_workers;
@@ -146,9 +166,11 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
     for (const Task& task : failed) {
       if (!task.fresh) reassigned_shards.insert(task.id);
     }
+    timing.set_aggregation_seconds(timing.aggregation_seconds() + take());
     absl::StatusOr<std::vector<WorkerPlan>> replanned =
         Reassign(round, what, wave_plans, failed_workers, answered, &collector, &failed);
     if (!replanned.ok()) return replanned.status();
+    timing.set_waiting_seconds(timing.waiting_seconds() + take());
     pending = std::move(failed);
     wave_plans = *std::move(replanned);
   }
@@ -165,6 +187,8 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   }
   output.vouched_workers = std::move(checked.vouched);
   output.reassigned = static_cast<int>(reassigned_shards.size());
+  timing.set_aggregation_seconds(timing.aggregation_seconds() + take());
+  output.timing = std::move(timing);
   return output;
 }
 

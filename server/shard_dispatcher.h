@@ -64,6 +64,9 @@ struct RoundOutput {
   // Workers with results counted that no spot check compared, and workers a spot check vouched for.
   std::set<std::string> unverified_workers;
   std::set<std::string> vouched_workers;
+  // Where the round's time went (the dispatcher's parts and the workers' sums) and the bytes that
+  // came back; the job runner adds the optimizer step and the parameter bytes served.
+  v1::RoundTiming timing;
   // Set when the round did not complete: a worker was outvoted whose unverified results went into
   // earlier rounds; the job must restore its checkpoint of this round and go on from there.
   std::optional<int64_t> rolled_back_to;
@@ -132,6 +135,8 @@ class ShardDispatcher {
     absl::Status status;
     bool misbehaved = false;  // the worker broke the protocol or its result was rejected: a strike
     int64_t peak = 0;         // measured peak bytes the worker reported
+    int64_t bytes_received = 0;  // the serialized messages the worker sent back
+    double fetch_seconds = 0, compute_seconds = 0, stream_seconds = 0;  // its summary's, when it sent one
   };
 
   // One try at a round; *redo when a spot check outvoted a worker (quarantined now) whose other

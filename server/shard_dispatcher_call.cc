@@ -69,6 +69,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   std::optional<v1::GradientSummary> summary;
   absl::Status stream_error;
   while (reader->Read(&response)) {
+    outcome.bytes_received += static_cast<int64_t>(response.ByteSizeLong());
     if (!stream_error.ok()) continue;
     if (response.has_chunk()) {
       if (evaluate_only || summary.has_value()) {
@@ -107,6 +108,9 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     return misbehaved(absl::InvalidArgumentError("summary does not echo the request"));
   }
   outcome.peak = summary->measured_peak_bytes();
+  outcome.fetch_seconds = summary->fetch_seconds();
+  outcome.compute_seconds = summary->compute_seconds();
+  outcome.stream_seconds = summary->stream_seconds();
   ShardResult result;
   result.summary = *summary;
   if (!evaluate_only) {

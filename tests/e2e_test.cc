@@ -74,6 +74,8 @@ TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
   // every round and evaluation was reported, in order.
   std::set<int64_t> slices;
   int64_t rounds = 0, evaluations = 0, reassigned = 0, last_sequence = 0;
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "model");
+  ASSERT_TRUE(config.ok()) << config.status();
   for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
     if (!event.has_snapshot()) {
       EXPECT_GT(event.sequence(), last_sequence);
@@ -83,6 +85,29 @@ TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
     rounds += event.has_round_completed() ? 1 : 0;
     evaluations += event.has_evaluation() ? 1 : 0;
     reassigned += event.has_shard_reassigned() ? 1 : 0;
+    if (event.has_round_completed()) {
+      // Where the round's time and bytes went, as measured: every round ran shards, its workers
+      // computed, fetched the version and streamed gradients of the whole model back, and the
+      // coordinator stepped the optimizer.
+      const v1::RoundCompleted& round = event.round_completed();
+      const v1::RoundTiming& timing = round.timing();
+      EXPECT_GT(timing.shards_seconds(), 0) << round.ShortDebugString();
+      EXPECT_GT(timing.worker_compute_seconds(), 0) << round.ShortDebugString();
+      EXPECT_GT(timing.worker_fetch_seconds(), 0) << round.ShortDebugString();
+      EXPECT_GT(timing.worker_stream_seconds(), 0) << round.ShortDebugString();
+      EXPECT_GT(timing.step_seconds(), 0) << round.ShortDebugString();
+      // The dispatcher's parts lie inside the round (its time runs to the optimizer step; the step
+      // part goes on through publishing the new version).
+      EXPECT_LE(timing.waiting_seconds() + timing.shards_seconds() + timing.aggregation_seconds(),
+                round.round_seconds())
+          << round.ShortDebugString();
+      // Each worker that took a shard fetched this version once (float32: 4 bytes a parameter), and
+      // each shard's gradient came back whole.
+      const int64_t parameter_bytes = 4 * config->parameter_count();
+      EXPECT_GE(timing.bytes_to_workers(), parameter_bytes) << round.ShortDebugString();
+      EXPECT_GE(timing.bytes_from_workers(), round.shards() * parameter_bytes) << round.ShortDebugString();
+    }
+    if (event.has_checkpoint_written()) EXPECT_GT(event.checkpoint_written().seconds(), 0);
   }
   EXPECT_GE(slices.size(), 2u) << cluster.Logs();
   // The coordinator's plans and the workers' own budget checks agree: no shard was refused.

@@ -182,9 +182,12 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
     return std::nullopt;
   };
 
+  const absl::Time fetch_started = absl::Now();
   absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> model =
       options_.cache->Get(request.job_id(), request.parameter_version(), plan.dtype, CallDeadline(*context));
   if (!model.ok()) return model.status();
+  // The parameters' fetch from the coordinator, or nothing when this version is cached already.
+  const double fetch_seconds = absl::ToDoubleSeconds(absl::Now() - fetch_started);
   if (auto s = stopped()) return *s;
   const performer::PerformerModel& parameters = **model;
 
@@ -262,6 +265,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
 
   int64_t gradient_bytes = 0;
   int gradient_tensors = 0;
+  const absl::Time stream_started = absl::Now();
   if (want_gradient) {
     if (sum.empty()) {  // no sequence predicted anything: the gradient is zero
       try {
@@ -292,6 +296,9 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   summary.set_measured_peak_bytes(measured_peak);
   summary.set_predicted_peak_bytes(budget->needed_bytes);
   summary.set_compute_seconds(compute_seconds);
+  summary.set_fetch_seconds(fetch_seconds);
+  // Chunking and writing the gradient: the writes block while the transport's window is full.
+  summary.set_stream_seconds(absl::ToDoubleSeconds(absl::Now() - stream_started));
   summary.set_gradient_tensors(gradient_tensors);
   summary.set_gradient_bytes(gradient_bytes);
   summary.set_sequences(static_cast<int32_t>(count));

@@ -251,7 +251,10 @@ TEST_F(WorkerServiceTest, GradientEqualsTheEngineSummedOverSequences) {
   EXPECT_GT(summary.predicted_peak_bytes(), 0);
   EXPECT_EQ(summary.slice_forwards(), 4);  // one per sequence for full back-propagation
   EXPECT_GT(summary.compute_seconds(), 0);
-  EXPECT_GE(summary.total_seconds(), summary.compute_seconds());
+  EXPECT_GT(summary.fetch_seconds(), 0);   // this version was not cached: it was fetched
+  EXPECT_GT(summary.stream_seconds(), 0);  // the gradient went out in chunks
+  EXPECT_GE(summary.total_seconds(),
+            summary.fetch_seconds() + summary.compute_seconds() + summary.stream_seconds() - 1e-6);
   EXPECT_EQ(coordinator_.FetchCount(kJob, 2), 1);
 
   // The heartbeat sees the peak once.
