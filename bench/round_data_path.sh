@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Where a round's time goes at real model sizes: a coordinator and three workers on loopback
+# (3 GiB budgets, one compute thread each, sharing this machine's cores) train byte-level
+# Performers of about 10M, 40M and 100M parameters (L = 512, one sequence per worker per round,
+# AdamW, float32) on C library headers, and the script prints, per size, the mean over rounds
+# 2..ROUNDS of RoundCompleted.timing (docs/OPERATIONS.md): the coordinator's phases (waiting,
+# shards in flight, aggregation after the waves, optimizer step through publishing), the workers'
+# summed seconds (parameter fetch, engine compute, result streaming), the bytes each way, and the
+# coordinator's peak resident memory (BENCHMARKS.md, "The data path of a round").
+#
+# Usage: bench/round_data_path.sh [ROUNDS] [SIZES]   (defaults 4 and "10M 40M 100M")
+set -euo pipefail
+rounds="${1:-4}"
+sizes="${2:-10M 40M 100M}"
+[[ "$rounds" =~ ^[0-9]+$ ]] && [ "$rounds" -ge 2 ] || { echo "round_data_path.sh: ROUNDS must be ≥ 2" >&2; exit 2; }
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+bazel build --show_progress_rate_limit=30 //server:slimfit-coordinator //worker:slimfit-worker //client:slimfit >/dev/null
+source scripts/local_cluster.sh
+cluster_init "$(mktemp -d /tmp/slimfit-datapath.XXXXXX)" datapath
+
+data="$work/headers.txt"
+: > "$data"
+for h in stdio.h stdlib.h string.h unistd.h pthread.h math.h time.h wchar.h signal.h fcntl.h; do
+  [ -f "/usr/include/$h" ] && { cat "/usr/include/$h"; printf '\n\n\n'; } >> "$data"
+done
+cluster_calibrate >/dev/null
+cluster_start_coordinator
+coordinator_pid="${cluster_pids[-1]}"
+for i in 0 1 2; do cluster_start_worker 3GiB; done
+cluster_wait_workers 3
+
+shape() {
+  case "$1" in
+    10M) echo "--d_model=384 --layers=6 --heads=6 --d_ff=1536" ;;
+    40M) echo "--d_model=768 --layers=6 --heads=12 --d_ff=3072" ;;
+    100M) echo "--d_model=1024 --layers=8 --heads=16 --d_ff=4096" ;;
+    *) echo "round_data_path.sh: unknown size $1 (10M, 40M, 100M)" >&2; exit 2 ;;
+  esac
+}
+
+printf '%-5s %12s %7s | %6s %7s %6s %6s | %6s %8s %6s | %8s %8s | %6s | %s\n' size parameters round \
+  wait shards aggr step fetch compute stream "MB out" "MB in" ckpt "coordinator peak RSS"
+for size in $sizes; do
+  read -r -a model <<< "$(shape "$size")"
+  job="$(cluster_submit "$size" "${model[@]}" --sequence_length=512 --tokens_per_round=1536 --rounds="$rounds" \
+    --learning_rate=1e-4 --checkpoint_interval=1 --seed=1 --min_workers=3 --data="$data" --separator='\n\n\n')"
+  "$slimfit" watch "$job" --json > "$work/$size.events" || { echo "job $job of size $size failed" >&2; exit 1; }
+  peak_kib="$(awk '/VmHWM/ {print $2}' "/proc/$coordinator_pid/status")"
+  python3 - "$work/$size.events" "$size" "$peak_kib" "${model[@]}" <<'PY'
+import json, sys
+path, size, peak_kib = sys.argv[1], sys.argv[2], int(sys.argv[3])
+shape = dict(arg[2:].split("=") for arg in sys.argv[4:])
+d, layers, f, vocab = int(shape["d_model"]), int(shape["layers"]), int(shape["d_ff"]), 256
+parameters = vocab * d // 2 + layers * (3 * (d * d + d) + 2 * f * d + f + d + 4 * d) + vocab * d + vocab
+rounds, checkpoints = [], []
+for line in open(path):
+    event = json.loads(line)
+    done = event.get("round_completed")
+    if done and int(done["round"]) >= 2:
+        rounds.append(done)
+    written = event.get("checkpoint_written")
+    if written and int(written.get("round", 0)) >= 2:
+        checkpoints.append(float(written.get("seconds", 0)))
+if not rounds:
+    sys.exit("round_data_path.sh: no rounds after the first in " + path)
+def mean(f):
+    return sum(f(r) for r in rounds) / len(rounds)
+t = lambda key: (lambda r: float(r.get("timing", {}).get(key, 0)))
+print("%-5s %12s %6.2fs | %6.2f %7.2f %6.2f %6.2f | %6.2f %8.2f %6.2f | %8.1f %8.1f | %5.2fs | %.0f MiB" % (
+    size, "{:,}".format(parameters), mean(lambda r: float(r.get("round_seconds", 0))),
+    mean(t("waiting_seconds")), mean(t("shards_seconds")), mean(t("aggregation_seconds")), mean(t("step_seconds")),
+    mean(t("worker_fetch_seconds")), mean(t("worker_compute_seconds")), mean(t("worker_stream_seconds")),
+    mean(lambda r: float(r.get("timing", {}).get("bytes_to_workers", 0))) / 1e6,
+    mean(lambda r: float(r.get("timing", {}).get("bytes_from_workers", 0))) / 1e6,
+    sum(checkpoints) / max(1, len(checkpoints)), peak_kib / 1024))
+PY
+done
