@@ -16,10 +16,7 @@ source scripts/local_cluster.sh
 cluster_init "$(mktemp -d /tmp/slimfit-stability.XXXXXX)" stability
 
 data="$work/headers.txt"
-: > "$data"
-for h in stdio.h stdlib.h string.h unistd.h pthread.h math.h time.h wchar.h signal.h fcntl.h; do
-  [ -f "/usr/include/$h" ] && { cat "/usr/include/$h"; printf '\n\n\n'; } >> "$data"
-done
+cluster_write_headers "$data"
 cluster_calibrate >/dev/null
 cluster_start_coordinator
 for i in 0 1; do cluster_start_worker 3GiB; done

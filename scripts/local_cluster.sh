@@ -8,6 +8,7 @@
 #   cluster_start_worker 8MiB [FLAG...]       # worker 0, 1, ... with the shared profile
 #   cluster_wait_workers 3                    # until the coordinator lists 3 live workers
 #   job="$(cluster_submit label [submit FLAG...])"   # the job id; its Job JSON in $work/label.json
+#   cluster_write_headers FILE                # ten C library headers as documents (the benches' data)
 #
 # Every process started is stopped (SIGTERM, then waited for) when the script exits; the work
 # directory is removed unless CLUSTER_KEEP=1.
@@ -74,6 +75,14 @@ cluster_wait_workers() {  # count
   echo "$cluster_name: fewer than $1 workers registered; the logs:" >&2
   tail -n 20 "$work"/*.log >&2
   exit 1
+}
+
+cluster_write_headers() {  # file: ten C library headers, documents separated by '\n\n\n' (the benches' data)
+  : > "$1"
+  for h in stdio.h stdlib.h string.h unistd.h pthread.h math.h time.h wchar.h signal.h fcntl.h; do
+    [ -f "/usr/include/$h" ] && { cat "/usr/include/$h"; printf '\n\n\n'; } >> "$1"
+  done
+  return 0
 }
 
 cluster_submit() {  # label, submit flags... → prints the job id
