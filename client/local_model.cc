@@ -11,6 +11,7 @@
 #include "performer/cpu_runtime.h"
 #include "performer/device.h"
 #include "performer/model_checkpoint.h"
+#include "performer/plan.h"
 #include "planner/plan_proto.h"
 
 namespace slimfit::client {
@@ -31,14 +32,8 @@ LocalModelFlags::LocalModelFlags(base::FlagSet& flags) : flags_(flags), shape_(f
 }
 
 absl::StatusOr<LocalModel> LocalModelFlags::Load() const {
-  performer::DType dtype;
-  if (dtype_ == "float32") {
-    dtype = performer::DType::kFloat32;
-  } else if (dtype_ == "float64") {
-    dtype = performer::DType::kFloat64;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--dtype=", dtype_, ": expected float32 or float64"));
-  }
+  absl::StatusOr<performer::DType> dtype = performer::ParseDType(dtype_);
+  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype=", dtype_, ": ", dtype.status().message()));
   absl::StatusOr<c10::Device> device = performer::ParseDevice(device_);
   if (!device.ok()) return device.status();
   if (threads_ < 1 || threads_ > 4096) {
@@ -59,7 +54,7 @@ absl::StatusOr<LocalModel> LocalModelFlags::Load() const {
     if (absl::Status s = performer::ConfigureCpuThreads(static_cast<int>(threads_)); !s.ok()) return s;
   }
   std::map<std::string, std::string> metadata;
-  absl::StatusOr<performer::PerformerModel> model = performer::LoadModel(path_, dtype, *device, expected, &metadata);
+  absl::StatusOr<performer::PerformerModel> model = performer::LoadModel(path_, *dtype, *device, expected, &metadata);
   if (!model.ok()) return model.status();
   uint64_t seed = static_cast<uint64_t>(feature_seed_);
   if (!flags_.IsSet("feature_seed")) {
