@@ -14,12 +14,19 @@ inline constexpr double kDefaultAdamWLearningRate = 3e-4;
 // JobSpec.quarantine_after).
 inline constexpr double kDefaultVerifyFraction = 0.05;
 inline constexpr int kDefaultQuarantineAfter = 3;
+// A local-steps job's outer optimizer when its spec gives none: SGD with Nesterov momentum, DiLoCo's
+// published settings (Douillard et al. 2023).
+inline constexpr double kDefaultOuterLearningRate = 0.7;
+inline constexpr double kDefaultOuterMomentum = 0.9;
 
 // `spec` with the defaults a submission gets filled in, so the stored job shows what runs: a fresh
 // model's init_readout_scale (performer::kTrainingReadoutScale), AdamW's learning rate
-// (kDefaultAdamWLearningRate), the warm-up, min(100, max(1, rounds / 10)) steps
-// (docs/ARCHITECTURE.md, "Training defaults"), the verification fraction and the quarantine
-// threshold. Fields the spec sets are kept.
+// (kDefaultAdamWLearningRate), the warm-up, min(100, max(1, steps / 10)) steps where steps are the
+// rounds, or a worker's inner steps (rounds · local_steps) in a local-steps job
+// (docs/ARCHITECTURE.md, "Training defaults"), a local-steps job's outer optimizer (SGD, Nesterov
+// momentum kDefaultOuterMomentum, learning rate kDefaultOuterLearningRate, no warm-up), the
+// verification fraction (0 with local steps) and the quarantine threshold. Fields the spec sets
+// are kept.
 v1::JobSpec WithJobDefaults(v1::JobSpec spec);
 
 }  // namespace slimfit::server

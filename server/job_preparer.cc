@@ -15,7 +15,7 @@
 #include "proto/dataset_format.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
-#include "server/trainer.h"
+#include "performer/trainer.h"
 #include "server/upload_store.h"
 
 namespace slimfit::server {
@@ -114,7 +114,7 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
                                                          spec.sequence_length()));
   }
   if (spec.rounds() < 1) return rpc::InvalidFieldError("spec.rounds", absl::StrCat("must be ≥ 1, got ", spec.rounds()));
-  if (absl::Status optimizer = ValidateOptimizer(spec.optimizer()); !optimizer.ok()) {
+  if (absl::Status optimizer = performer::ValidateOptimizer(spec.optimizer()); !optimizer.ok()) {
     v1::ErrorDetail detail;
     detail.set_field(std::string(optimizer.message().substr(0, optimizer.message().find(':'))));
     return rpc::AttachErrorDetail(optimizer, detail);
@@ -126,6 +126,26 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
   if (spec.has_min_workers() && spec.min_workers() < 1) return rpc::InvalidFieldError("spec.min_workers", "must be ≥ 1");
   if (spec.has_verify_fraction() && !(spec.verify_fraction() >= 0 && spec.verify_fraction() <= 1)) {
     return rpc::InvalidFieldError("spec.verify_fraction", absl::StrCat("must be in [0, 1], got ", spec.verify_fraction()));
+  }
+  if (spec.has_local_steps()) {
+    if (spec.local_steps() < 1 || spec.local_steps() > v1::LIMIT_MAX_LOCAL_STEPS) {
+      return rpc::InvalidFieldError("spec.local_steps", absl::StrCat("must be 1 to ", v1::LIMIT_MAX_LOCAL_STEPS,
+                                                                     ", got ", spec.local_steps()));
+    }
+    if (spec.verify_fraction() > 0) {
+      return rpc::InvalidFieldError(
+          "spec.verify_fraction",
+          "must be 0 with local_steps: spot checks compare two workers' results of one shard, and local steps "
+          "depend on each worker's own inner optimizer");
+    }
+    if (absl::Status outer = performer::ValidateOptimizer(spec.outer_optimizer(), "spec.outer_optimizer");
+        !outer.ok()) {
+      v1::ErrorDetail detail;
+      detail.set_field(std::string(outer.message().substr(0, outer.message().find(':'))));
+      return rpc::AttachErrorDetail(outer, detail);
+    }
+  } else if (spec.has_outer_optimizer()) {
+    return rpc::InvalidFieldError("spec.outer_optimizer", "only with local_steps");
   }
   if (spec.has_quarantine_after() && spec.quarantine_after() < 1) {
     return rpc::InvalidFieldError("spec.quarantine_after", absl::StrCat("must be ≥ 1, got ", spec.quarantine_after()));

@@ -23,6 +23,11 @@
 namespace slimfit::server {
 namespace {
 
+// What the coordinator's optimizer steps with: the job's optimizer, or a local-steps job's outer one.
+const v1::Optimizer& StepOptimizer(const v1::JobSpec& spec) {
+  return spec.has_local_steps() ? spec.outer_optimizer() : spec.optimizer();
+}
+
 constexpr double kLn2 = 0.69314718055994530942;
 
 }  // namespace
@@ -46,8 +51,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
       runner->deps_.store->Checkpoints(runner->record_.job_id());
   if (!checkpoints.ok()) return checkpoints.status();
   if (checkpoints->empty()) {
-    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-        Trainer::Create(config, runner->dtype_, std::move(initial), spec.optimizer());
+    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
+        performer::Trainer::Create(config, runner->dtype_, std::move(initial), StepOptimizer(spec));
     if (!trainer.ok()) return trainer.status();
     runner->trainer_ = *std::move(trainer);
     runner->record_.Update([&](v1::Job* job) {
@@ -74,6 +79,10 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   planner_deps.dtype = r.dtype_;
   planner_deps.options = r.deps_.options;
   planner_deps.stopping = &r.stopping_;
+  if (spec.has_local_steps()) {
+    planner_deps.reserved_bytes = performer::LocalStepsExtraBytes(
+        spec.optimizer(), config.parameter_count() * performer::DTypeBytes(r.dtype_));
+  }
   r.planner_ = std::make_unique<WorkerPlanner>(std::move(planner_deps));
 
   ShardDispatcher::Deps dispatcher_deps;
@@ -91,6 +100,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   dispatcher_deps.encoding = rpc::NarrowestTokenEncoding(config.vocab);
   dispatcher_deps.feature_seed = spec.seed();
   dispatcher_deps.verify_fraction = spec.verify_fraction();
+  dispatcher_deps.local_steps = spec.has_local_steps() ? spec.local_steps() : 0;
+  dispatcher_deps.inner_optimizer = spec.optimizer();
   dispatcher_deps.quarantine_after =
       spec.has_quarantine_after() ? spec.quarantine_after() : kDefaultQuarantineAfter;
   dispatcher_deps.stopping = &r.stopping_;
@@ -157,8 +168,8 @@ absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
     parameters.push_back(it->second);
   }
   const v1::JobSpec spec = record_.Snapshot().spec();
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(config_, dtype_, std::move(parameters), spec.optimizer());
+  absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
+      performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec));
   if (!trainer.ok()) return trainer.status();
   trainer_ = *std::move(trainer);
   if (absl::Status loaded = trainer_->LoadOptimizerState(latest.optimizer_path); !loaded.ok()) return loaded;
@@ -326,8 +337,21 @@ absl::Status JobRunner::RunJob() {
 absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   const absl::Time started = absl::Now();
   const uint64_t version = record_.Snapshot().progress().parameter_version();
-  absl::StatusOr<RoundOutput> output = dispatcher_->Run(round, version, data_.RoundSequences(round),
-                                                        /*evaluate_only=*/false);
+  // A local-steps round is local_steps consecutive batches of the stream, one per inner step.
+  const v1::JobSpec spec = record_.Snapshot().spec();
+  std::vector<SequenceRef> sequences;
+  std::vector<int64_t> steps;
+  if (spec.has_local_steps()) {
+    const int64_t inner = spec.local_steps();
+    for (int64_t h = 0; h < inner; ++h) {
+      std::vector<SequenceRef> batch = data_.RoundSequences((round - 1) * inner + h + 1);
+      steps.push_back(static_cast<int64_t>(batch.size()));
+      sequences.insert(sequences.end(), batch.begin(), batch.end());
+    }
+  } else {
+    sequences = data_.RoundSequences(round);
+  }
+  absl::StatusOr<RoundOutput> output = dispatcher_->Run(round, version, sequences, /*evaluate_only=*/false, steps);
   if (!output.ok()) return output.status();
   if (output->rolled_back_to.has_value()) {
     if (absl::Status back = RollBack(*output->rolled_back_to); !back.ok()) return back;
@@ -336,7 +360,7 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   const absl::Time step_started = absl::Now();
   std::vector<at::Tensor> gradient;
   for (const at::Tensor& g : output->gradient) gradient.push_back(g.to(performer::ToScalarType(dtype_)));
-  absl::StatusOr<StepResult> step = trainer_->Step(gradient);
+  absl::StatusOr<performer::StepResult> step = trainer_->Step(gradient);
   if (!step.ok()) return absl::InternalError(absl::StrCat("round ", round, ": ", step.status().message()));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   recent_round_seconds_.push_back(seconds);

@@ -38,7 +38,7 @@
 #include "server/runner_options.h"
 #include "server/shard_dispatcher.h"
 #include "server/state_store.h"
-#include "server/trainer.h"
+#include "performer/trainer.h"
 #include "server/worker_leases.h"
 #include "server/worker_planner.h"
 #include "server/worker_registry.h"
@@ -116,7 +116,7 @@ class JobRunner {
   const JobData data_;
   const performer::ModelConfig config_;
   performer::DType dtype_ = performer::DType::kFloat32;
-  std::unique_ptr<Trainer> trainer_;  // runner thread only
+  std::unique_ptr<performer::Trainer> trainer_;  // runner thread only
   std::vector<double> recent_round_seconds_;
 
   std::thread thread_;

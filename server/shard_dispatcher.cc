@@ -43,6 +43,51 @@ std::vector<ShardDispatcher::Task> ShardDispatcher::CutRound(const std::vector<S
   return tasks;
 }
 
+absl::StatusOr<std::vector<ShardDispatcher::Task>> ShardDispatcher::CutLocalRound(
+    int64_t round, const std::vector<SequenceRef>& sequences, const std::vector<int64_t>& steps,
+    const std::vector<WorkerPlan>& plans) const {
+  // Every inner step's batch is split in proportion to the workers' speed, so that they finish
+  // their inner steps together; a worker's shares of all steps travel in one request, since its
+  // inner steps run one after another on its own optimizer.
+  std::vector<double> speeds;
+  for (const WorkerPlan& plan : plans) speeds.push_back(plan.tokens_per_second);
+  const JobData& data = *deps_.data;
+  std::vector<Task> per_worker(plans.size());
+  std::vector<std::vector<int64_t>> per_step(plans.size());
+  size_t offset = 0;
+  for (const int64_t batch : steps) {
+    const std::vector<int64_t> counts = SplitBySpeed(batch, speeds);
+    for (size_t w = 0; w < plans.size(); ++w) {
+      per_worker[w].sequences.insert(per_worker[w].sequences.end(), sequences.begin() + static_cast<std::ptrdiff_t>(offset),
+                                     sequences.begin() + static_cast<std::ptrdiff_t>(offset + static_cast<size_t>(counts[w])));
+      per_step[w].push_back(counts[w]);
+      offset += static_cast<size_t>(counts[w]);
+    }
+  }
+  const int64_t per_request = MaxSequencesPerShard(data.sequence_length(), rpc::TokenWidth(deps_.encoding));
+  std::vector<Task> tasks;
+  for (size_t w = 0; w < plans.size(); ++w) {
+    Task& task = per_worker[w];
+    if (task.sequences.empty()) continue;
+    int64_t documents = 0;
+    for (const SequenceRef& sequence : task.sequences) documents += data.DocumentsIn(sequence);
+    if (static_cast<int64_t>(task.sequences.size()) > per_request || documents > v1::LIMIT_MAX_SHARD_DOC_STARTS) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "round ", round, ": worker ", plans[w].worker.worker_id, "'s share of the ", steps.size(),
+          " inner steps is ", task.sequences.size(), " sequences with ", documents,
+          " document starts; one request carries at most ", per_request, " sequences and ",
+          v1::LIMIT_MAX_SHARD_DOC_STARTS, " document starts: lower local_steps or tokens_per_round, or add workers"));
+    }
+    task.id = static_cast<int64_t>(tasks.size());
+    task.expected_tokens = data.PredictedTokens(task.sequences);
+    task.worker = w;
+    task.fresh = false;
+    task.sequences_per_step = std::move(per_step[w]);
+    tasks.push_back(std::move(task));
+  }
+  return tasks;
+}
+
 void ShardDispatcher::AddSpotChecks(int64_t round, size_t workers, RoundCollector* collector,
                                     std::vector<Task>* tasks) const {
   if (deps_.verify_fraction <= 0 || workers < 2) return;
@@ -59,11 +104,11 @@ void ShardDispatcher::AddSpotChecks(int64_t round, size_t workers, RoundCollecto
 }
 
 absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version,
-                                                 const std::vector<SequenceRef>& sequences,
-                                                 bool evaluate_only) {
+                                                 const std::vector<SequenceRef>& sequences, bool evaluate_only,
+                                                 const std::vector<int64_t>& local_steps) {
   while (true) {
     bool redo = false;
-    absl::StatusOr<RoundOutput> output = RunOnce(round, version, sequences, evaluate_only, &redo);
+    absl::StatusOr<RoundOutput> output = RunOnce(round, version, sequences, evaluate_only, local_steps, &redo);
     if (!output.ok() || output->rolled_back_to.has_value()) return output;
     if (!redo) {
       if (!evaluate_only) ledger_.RoundCompleted(round, output->unverified_workers, output->vouched_workers);
@@ -76,7 +121,8 @@ absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version
 
 absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t version,
                                                      const std::vector<SequenceRef>& sequences,
-                                                     bool evaluate_only, bool* redo) {
+                                                     bool evaluate_only, const std::vector<int64_t>& local_steps,
+                                                     bool* redo) {
   const JobData& data = *deps_.data;
   const int64_t normalizer = std::max<int64_t>(1, data.PredictedTokens(sequences));
   const std::string what =
@@ -96,7 +142,14 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   if (!plans.ok()) return plans.status();
   timing.set_waiting_seconds(take());
 
-  const std::vector<Task> shards = CutRound(sequences, *plans);
+  std::vector<Task> shards;
+  if (local_steps.empty()) {
+    shards = CutRound(sequences, *plans);
+  } else {
+    absl::StatusOr<std::vector<Task>> cut = CutLocalRound(round, sequences, local_steps, *plans);
+    if (!cut.ok()) return cut.status();
+    shards = *std::move(cut);
+  }
   std::vector<int64_t> expected;
   for (const Task& shard : shards) expected.push_back(shard.expected_tokens);
   RoundCollector collector(

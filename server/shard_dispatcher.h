@@ -91,6 +91,8 @@ class ShardDispatcher {
     v1::TokenEncoding encoding = v1::TOKEN_ENCODING_UINT8;
     uint64_t feature_seed = 0;                    // also draws the spot-checked shards
     double verify_fraction = 0;                   // JobSpec.verify_fraction
+    int local_steps = 0;                          // JobSpec.local_steps; 0: synchronous rounds
+    v1::Optimizer inner_optimizer;                // JobSpec.optimizer, sent with local steps
     int quarantine_after = 3;                     // JobSpec.quarantine_after
     const std::atomic<bool>* stopping = nullptr;  // the runner's stop or cancel flag
   };
@@ -101,11 +103,16 @@ class ShardDispatcher {
 
   // Runs `sequences` against parameter `version`: every shard's gradient is ∇(its loss sum / the
   // predicted tokens of all `sequences`), so the sum is the gradient of their mean loss.
+  // With `local_steps` (a local-steps round: `sequences` are that many consecutive batches of the
+  // given sizes), each worker gets one shard holding its speed-proportional share of every batch
+  // and returns its weighted pseudo-gradient (proto LocalSteps), so the sum is the token-weighted
+  // mean of the workers' pseudo-gradients; FAILED_PRECONDITION when a worker's share does not fit
+  // one request.
   // CANCELLED when the runner stops; UNAVAILABLE naming the shard when one fails max_attempts
   // times; FAILED_PRECONDITION when a spot check cannot be settled (two workers disagree and no
   // third is live, or three disagree); the planner's errors.
   absl::StatusOr<RoundOutput> Run(int64_t round, uint64_t version, const std::vector<SequenceRef>& sequences,
-                                  bool evaluate_only);
+                                  bool evaluate_only, const std::vector<int64_t>& local_steps = {});
 
   // The job went back to its checkpoint of `round` (after Run returned rolled_back_to).
   void RolledBack(int64_t round) { ledger_.RolledBack(round); }
@@ -130,6 +137,7 @@ class ShardDispatcher {
     int failures = 0;   // attempts that count against RunnerOptions::max_attempts
     size_t worker = 0;  // index into the wave's plans
     std::string last_error;
+    std::vector<int64_t> sequences_per_step;  // a local-steps shard: its sequences per inner step
   };
   struct CallOutcome {
     absl::Status status;
@@ -143,9 +151,12 @@ class ShardDispatcher {
   // results this round may be wrong too.
   absl::StatusOr<RoundOutput> RunOnce(int64_t round, uint64_t version,
                                       const std::vector<SequenceRef>& sequences, bool evaluate_only,
-                                      bool* redo);
+                                      const std::vector<int64_t>& local_steps, bool* redo);
   std::vector<Task> CutRound(const std::vector<SequenceRef>& sequences,
                              const std::vector<WorkerPlan>& plans) const;
+  absl::StatusOr<std::vector<Task>> CutLocalRound(int64_t round, const std::vector<SequenceRef>& sequences,
+                                                  const std::vector<int64_t>& steps,
+                                                  const std::vector<WorkerPlan>& plans) const;
   // Adds a second-opinion task, on another worker, for every shard drawn for a spot check.
   void AddSpotChecks(int64_t round, size_t workers, RoundCollector* collector,
                      std::vector<Task>* tasks) const;

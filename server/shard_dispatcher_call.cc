@@ -38,6 +38,11 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   request.set_loss_normalizer(normalizer);
   request.set_feature_seed(deps_.feature_seed);
   request.set_evaluate_only(evaluate_only);
+  if (!task.sequences_per_step.empty()) {
+    v1::LocalSteps* local = request.mutable_local_steps();
+    for (int64_t count : task.sequences_per_step) local->add_sequences_per_step(count);
+    *local->mutable_inner_optimizer() = deps_.inner_optimizer;
+  }
 
   const double predicted = plan.candidate.prediction.seconds * static_cast<double>(task.sequences.size());
   auto context = rpc::MakeClientContext(

@@ -1,6 +1,7 @@
 #include "server/worker_planner.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
@@ -31,6 +32,13 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
   auto scale = budget_scale_.find(worker.worker_id);
   request.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(worker.memory_budget_bytes) *
                                                      (scale == budget_scale_.end() ? 1.0 : scale->second));
+  if (deps_.reserved_bytes > 0) {
+    // The worker checks peak + reserved ≤ floor(budget · (1 − margin)): search within a budget whose
+    // usable part is that much smaller (rounded towards the safe side).
+    const double usable_share = 1.0 - deps_.options.safety_margin;
+    const int64_t reserved = static_cast<int64_t>(std::ceil(static_cast<double>(deps_.reserved_bytes) / usable_share)) + 1;
+    request.memory_budget_bytes = std::max<int64_t>(1, request.memory_budget_bytes - reserved);
+  }
   request.dtype = deps_.dtype;
   request.safety_margin = deps_.options.safety_margin;
   const std::string inputs =
@@ -51,6 +59,11 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
   if (!result.status.ok()) {
     refused_.insert(key);
     *refusal = absl::StrCat("worker ", worker.worker_id, ": ", result.status.message());
+    if (deps_.reserved_bytes > 0) {
+      absl::StrAppend(refusal, ", after ", planner::HumanBytes(static_cast<double>(deps_.reserved_bytes)),
+                      " of its ", planner::HumanBytes(static_cast<double>(worker.memory_budget_bytes)),
+                      " budget set aside for the local steps' parameters and optimizer state");
+    }
     base::LogWarning(deps_.record->job_id(), ": ", *refusal);
     return std::nullopt;
   }

@@ -52,6 +52,9 @@ class WorkerPlanner {
     performer::DType dtype = performer::DType::kFloat32;
     RunnerOptions options;
     const std::atomic<bool>* stopping = nullptr;  // the runner's stop or cancel flag
+    // Bytes every worker holds beside the plan's peak (a local-steps job's inner optimizer:
+    // performer::LocalStepsExtraBytes); plans are searched within the budget less these.
+    int64_t reserved_bytes = 0;
   };
 
   explicit WorkerPlanner(Deps deps) : deps_(std::move(deps)) {}

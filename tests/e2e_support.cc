@@ -15,7 +15,7 @@
 #include "proto/rpc_util.h"
 #include "server/job_data.h"
 #include "server/job_defaults.h"
-#include "server/trainer.h"
+#include "performer/trainer.h"
 
 namespace slimfit::testing_util {
 
@@ -37,7 +37,7 @@ std::vector<at::Tensor> TrainLocally(const v1::JobSpec& submitted, const std::st
   absl::StatusOr<performer::PerformerModel> initial =
       performer::PerformerModel::Create(*config, performer::DType::kFloat32, at::kCPU, spec.seed(),
                                         performer::InitOptions{spec.model().init_readout_scale()});
-  auto trainer = server::Trainer::Create(*config, performer::DType::kFloat32, initial->parameters(), spec.optimizer());
+  auto trainer = performer::Trainer::Create(*config, performer::DType::kFloat32, initial->parameters(), spec.optimizer());
   EXPECT_TRUE(trainer.ok());
   for (int64_t round = 1; round <= spec.rounds(); ++round) {
     std::vector<server::SequenceRef> sequences = data->RoundSequences(round);

@@ -24,7 +24,7 @@
 #include "proto/rpc_util.h"
 #include "proto/standard_services.h"
 #include "server/job_data.h"
-#include "server/trainer.h"
+#include "performer/trainer.h"
 #include "tests/cluster.h"
 #include "tests/e2e_support.h"
 #include "base/test_util.h"

@@ -19,7 +19,7 @@
 #include "performer/gradient_engine.h"
 #include "performer/model_checkpoint.h"
 #include "proto/slimfit.pb.h"
-#include "server/trainer.h"
+#include "performer/trainer.h"
 #include "tests/daemon_process.h"
 
 namespace slimfit {
@@ -95,8 +95,8 @@ TEST_P(ReferenceInteropTest, CheckpointsAndSavedModelsScoreTheSameInTheReference
   optimizer.mutable_adamw();
   std::vector<at::Tensor> parameters;
   for (const at::Tensor& p : model->parameters()) parameters.push_back(p.detach().clone());
-  absl::StatusOr<std::unique_ptr<server::Trainer>> trainer =
-      server::Trainer::Create(config, performer::DType::kFloat32, parameters, optimizer);
+  absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
+      performer::Trainer::Create(config, performer::DType::kFloat32, parameters, optimizer);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   const std::string checkpoint = testing_util::TempPath("checkpoint.safetensors");
   ASSERT_TRUE((*trainer)

@@ -181,6 +181,7 @@ absl::Status CoordinatorLink::SendHeartbeat(int64_t* pending_peak) {
       base::LogInfo("job ", job, " finished: dropping its cached parameters");
     }
     options_.cache->Drop(job);
+    options_.service->ForgetJob(job);
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "performer/trainer.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
 #include "proto/rpc_util.h"
@@ -92,6 +93,34 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
                                                      i - 1, " = ", request.doc_starts(i - 1)));
     }
   }
+
+  if (request.has_local_steps()) {
+    const v1::LocalSteps& local = request.local_steps();
+    if (request.evaluate_only()) return InvalidField("local_steps", "not with evaluate_only");
+    const int steps = local.sequences_per_step_size();
+    if (steps < 1 || steps > v1::LIMIT_MAX_LOCAL_STEPS) {
+      return InvalidField("local_steps.sequences_per_step",
+                          absl::StrCat(steps, " inner steps; must be 1 to ", v1::LIMIT_MAX_LOCAL_STEPS));
+    }
+    const int64_t sequences = (count + length - 1) / length;
+    int64_t total = 0;
+    for (int i = 0; i < steps; ++i) {
+      const int64_t n = local.sequences_per_step(i);
+      if (n < 0 || n > sequences) {
+        return InvalidField("local_steps.sequences_per_step",
+                            absl::StrCat("entry ", i, " = ", n, " is outside [0, ", sequences, "]"));
+      }
+      total += n;
+    }
+    if (total != sequences) {
+      return InvalidField("local_steps.sequences_per_step",
+                          absl::StrCat("entries sum to ", total, " sequences; the shard holds ", sequences));
+    }
+    if (absl::Status optimizer = performer::ValidateOptimizer(local.inner_optimizer(), "local_steps.inner_optimizer");
+        !optimizer.ok()) {
+      return WithField(optimizer, "local_steps.inner_optimizer");
+    }
+  }
   return plan;
 }
 
@@ -129,7 +158,7 @@ performer::Plan PlanForSequence(const performer::Plan& plan, int64_t length) {
 absl::StatusOr<BudgetCheck> CheckBudget(const performer::ModelConfig& model, const performer::Plan& plan,
                                         int64_t sequence_length, const Shard& shard, bool gradient_wanted,
                                         int64_t memory_budget_bytes, const planner::DeviceProfile& profile,
-                                        absl::string_view worker_name) {
+                                        absl::string_view worker_name, int64_t extra_bytes) {
   planner::Workload workload;
   workload.model = model;
   workload.seq_len = sequence_length;
@@ -142,14 +171,18 @@ absl::StatusOr<BudgetCheck> CheckBudget(const performer::ModelConfig& model, con
   }
   BudgetCheck check;
   check.prediction = *prediction;
-  check.needed_bytes = prediction->peak_bytes;
+  check.needed_bytes = prediction->peak_bytes + extra_bytes;
   check.usable_bytes = UsableBytes(memory_budget_bytes);
   if (check.needed_bytes <= check.usable_bytes) return check;
 
-  const std::string what =
+  std::string what =
       running_sum ? absl::StrCat("predicted peak, with a running gradient sum over ", shard.sequences.size(),
                                  " sequences")
                   : "predicted peak";
+  if (extra_bytes > 0) {
+    absl::StrAppend(&what, ", and ", planner::HumanBytes(static_cast<double>(extra_bytes)),
+                    " for the local steps' parameters and optimizer state");
+  }
   v1::ErrorDetail detail;
   detail.set_required_bytes(check.needed_bytes);
   detail.set_budget_bytes(memory_budget_bytes);

@@ -4,7 +4,9 @@
 //   ValidateShardRequest  the checks that need nothing but the request: ids, round (≥ 1; ≥ 0 for
 //                         an evaluate_only request, whose round is the one it follows), attempt,
 //                         version, the plan (Plan::Validate(sequence_length)), the sequence length,
-//                         the token encoding and byte count, the document starts, the normaliser;
+//                         the token encoding and byte count, the document starts, the normaliser,
+//                         local steps (not with evaluate_only; per-step sequence counts summing
+//                         to the shard's sequences; the inner optimizer);
 //   CutShard              the tokens decoded against the model's vocabulary and cut into
 //                         sequences of L tokens (the last may be shorter), each an independent
 //                         PackedBatch with its own document starts;
@@ -78,13 +80,15 @@ struct BudgetCheck {
 // RESOURCE_EXHAUSTED "plan needs 41.2 MiB (predicted peak) but worker w-3f2a budget allows
 // 28.8 MiB (32.0 MiB less a 10% margin)" with ErrorDetail{required_bytes, budget_bytes,
 // usable_bytes} when needed > usable; INVALID_ARGUMENT ("plan: ...") when the cost model refuses
-// the plan. `worker_name` names the worker in the message.
+// the plan. `worker_name` names the worker in the message. `extra_bytes` (≥ 0) are added to the
+// plan's peak: what a local-steps shard holds beside it (performer::LocalStepsExtraBytes).
 [[nodiscard]] absl::StatusOr<BudgetCheck> CheckBudget(const performer::ModelConfig& model,
                                                       const performer::Plan& plan, int64_t sequence_length,
                                                       const Shard& shard, bool gradient_wanted,
                                                       int64_t memory_budget_bytes,
                                                       const planner::DeviceProfile& profile,
-                                                      absl::string_view worker_name);
+                                                      absl::string_view worker_name,
+                                                      int64_t extra_bytes = 0);
 
 }  // namespace slimfit::worker
 

@@ -234,6 +234,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   service_options.device = options.device;
   service_options.threads = static_cast<int>(options.threads);
   service_options.cache = &cache;
+  service_options.local_steps_dir = state->path() + "/local-steps";
   WorkerService service(service_options);
 
   // Metrics: summaries of ComputeGradient as they are sent, and what the worker holds at each scrape.

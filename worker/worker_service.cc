@@ -50,7 +50,8 @@ std::string ShardName(const v1::ComputeGradientRequest& request) {
 
 }  // namespace
 
-WorkerService::WorkerService(Options options) : options_(std::move(options)) {}
+WorkerService::WorkerService(Options options)
+    : options_(std::move(options)), local_steps_(options_.local_steps_dir) {}
 
 grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context, bool coordinator_only) const {
   std::optional<std::string> token = rpc::BearerToken(context);
@@ -194,9 +195,13 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   absl::StatusOr<Shard> shard = CutShard(request, parameters.config().vocab);
   if (!shard.ok()) return shard.status();
   const bool want_gradient = !request.evaluate_only();
+  const int64_t extra_bytes =
+      request.has_local_steps()
+          ? performer::LocalStepsExtraBytes(request.local_steps().inner_optimizer(), parameters.parameter_bytes())
+          : 0;
   absl::StatusOr<BudgetCheck> budget =
       CheckBudget(parameters.config(), plan, request.sequence_length(), *shard, want_gradient,
-                  options_.memory_budget_bytes, options_.profile, worker);
+                  options_.memory_budget_bytes, options_.profile, worker, extra_bytes);
   if (!budget.ok()) return budget.status();
   // Other jobs' cached parameters share the memory the budget covers: drop them when the shard
   // needs their room (they are fetched again when their job's next shard comes).
@@ -205,62 +210,88 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   }
 
   performer::GradientOptions gradient_options;
-  gradient_options.loss_normalizer = request.loss_normalizer();
   gradient_options.feature_seed = request.feature_seed();
   gradient_options.dp_schedule = planner::ScheduleForPlan;
-  std::vector<at::Tensor> sum;
-  v1::GradientSummary summary;
-  double compute_seconds = 0;
-  int64_t measured_peak = 0;
   const size_t count = shard->sequences.size();
-  for (size_t i = 0; i < count; ++i) {
-    if (auto s = stopped()) return *s;
-    const performer::PackedBatch& batch = shard->sequences[i];
-    // A sequence whose documents are all one token long predicts nothing: its loss and gradient
-    // are zero (the engine has no loss to differentiate there).
-    if (performer::PredictedTokenCount(batch) == 0) continue;
-    const performer::Plan sequence_plan = PlanForSequence(plan, batch.size());
-    absl::StatusOr<performer::GradientResult> result =
-        performer::ComputeGradient(parameters, batch, sequence_plan, gradient_options);
-    const std::string where = absl::StrCat(ShardName(request), ", sequence ", i + 1, " of ", count);
-    if (!result.ok()) {
-      if (absl::IsResourceExhausted(result.status())) {
-        absl::StatusOr<performer::MemoryStats> stats = performer::GetMemoryStats(parameters.device());
-        const int64_t peak = stats.ok() ? stats->peak_bytes : 0;
-        v1::ErrorDetail detail;
-        detail.set_required_bytes(peak);
-        detail.set_budget_bytes(options_.memory_budget_bytes);
-        detail.set_usable_bytes(budget->usable_bytes);
-        return rpc::AttachErrorDetail(
-            absl::ResourceExhaustedError(absl::StrFormat(
-                "worker %s ran out of memory on %s: measured peak %s (predicted %s) with a budget of %s: %s",
-                worker, where, HumanBytes(static_cast<double>(peak)),
-                HumanBytes(static_cast<double>(budget->needed_bytes)),
-                HumanBytes(static_cast<double>(options_.memory_budget_bytes)), result.status().message())),
-            detail);
-      }
-      return absl::InternalError(absl::StrCat(where, " with plan {", sequence_plan.DebugString(),
-                                              "}: ", result.status().message()));
-    }
-    try {
-      if (want_gradient) {
-        if (sum.empty()) {
-          sum = std::move(result->gradients);
-        } else {
-          for (size_t t = 0; t < sum.size(); ++t) sum[t].add_(result->gradients[t]);
+  // The engine over sequences [begin, end) at `model`, gradients summed in place.
+  const SumGradients sum_sequences = [&](const performer::PerformerModel& model, size_t begin, size_t end,
+                                         int64_t normalizer) -> absl::StatusOr<SequenceSum> {
+    performer::GradientOptions options = gradient_options;
+    options.loss_normalizer = normalizer;
+    SequenceSum total;
+    for (size_t i = begin; i < end; ++i) {
+      if (auto s = stopped()) return *s;
+      const performer::PackedBatch& batch = shard->sequences[i];
+      // A sequence whose documents are all one token long predicts nothing: its loss and gradient
+      // are zero (the engine has no loss to differentiate there).
+      if (performer::PredictedTokenCount(batch) == 0) continue;
+      const performer::Plan sequence_plan = PlanForSequence(plan, batch.size());
+      absl::StatusOr<performer::GradientResult> result =
+          performer::ComputeGradient(model, batch, sequence_plan, options);
+      const std::string where = absl::StrCat(ShardName(request), ", sequence ", i + 1, " of ", count);
+      if (!result.ok()) {
+        if (absl::IsResourceExhausted(result.status())) {
+          absl::StatusOr<performer::MemoryStats> stats = performer::GetMemoryStats(model.device());
+          const int64_t peak = stats.ok() ? stats->peak_bytes : 0;
+          v1::ErrorDetail detail;
+          detail.set_required_bytes(peak);
+          detail.set_budget_bytes(options_.memory_budget_bytes);
+          detail.set_usable_bytes(budget->usable_bytes);
+          return rpc::AttachErrorDetail(
+              absl::ResourceExhaustedError(absl::StrFormat(
+                  "worker %s ran out of memory on %s: measured peak %s (predicted %s) with a budget of %s: %s",
+                  worker, where, HumanBytes(static_cast<double>(peak)),
+                  HumanBytes(static_cast<double>(budget->needed_bytes)),
+                  HumanBytes(static_cast<double>(options_.memory_budget_bytes)), result.status().message())),
+              detail);
         }
+        return absl::InternalError(absl::StrCat(where, " with plan {", sequence_plan.DebugString(),
+                                                "}: ", result.status().message()));
       }
-    } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat(where, ": adding the gradient failed: ", e.what_without_backtrace()));
+      try {
+        if (want_gradient) {
+          if (total.gradient.empty()) {
+            total.gradient = std::move(result->gradients);
+          } else {
+            for (size_t t = 0; t < total.gradient.size(); ++t) total.gradient[t].add_(result->gradients[t]);
+          }
+        }
+      } catch (const c10::Error& e) {
+        return absl::InternalError(absl::StrCat(where, ": adding the gradient failed: ", e.what_without_backtrace()));
+      }
+      result->gradients.clear();
+      total.loss_sum += result->loss_sum;
+      total.token_count += result->token_count;
+      total.slice_forwards += result->slice_forwards;
+      total.compute_seconds += result->seconds;
+      total.peak_bytes = std::max(total.peak_bytes, result->peak_bytes);
+      RecordPeak(result->peak_bytes);
     }
-    result->gradients.clear();
-    summary.set_loss_sum(summary.loss_sum() + result->loss_sum);
-    summary.set_token_count(summary.token_count() + result->token_count);
-    summary.set_slice_forwards(summary.slice_forwards() + result->slice_forwards);
-    compute_seconds += result->seconds;
-    measured_peak = std::max(measured_peak, result->peak_bytes);
-    RecordPeak(result->peak_bytes);
+    return total;
+  };
+
+  SequenceSum total;
+  v1::GradientSummary summary;
+  if (request.has_local_steps()) {
+    std::vector<int64_t> predicted;
+    for (const performer::PackedBatch& batch : shard->sequences) predicted.push_back(performer::PredictedTokenCount(batch));
+    absl::StatusOr<LocalStepsResult> local = local_steps_.Run(request.job_id(), parameters, request.local_steps(),
+                                                              predicted, request.loss_normalizer(), sum_sequences);
+    if (!local.ok()) return local.status();
+    total = std::move(local->sum);
+    summary.set_local_steps(local->steps);
+    summary.set_inner_steps_total(local->inner_steps_total);
+  } else {
+    absl::StatusOr<SequenceSum> sum = sum_sequences(parameters, 0, count, request.loss_normalizer());
+    if (!sum.ok()) return sum.status();
+    total = *std::move(sum);
   }
+  std::vector<at::Tensor>& sum = total.gradient;
+  summary.set_loss_sum(total.loss_sum);
+  summary.set_token_count(total.token_count);
+  summary.set_slice_forwards(total.slice_forwards);
+  const double compute_seconds = total.compute_seconds;
+  const int64_t measured_peak = total.peak_bytes;
   if (auto s = stopped()) return *s;
 
   int64_t gradient_bytes = 0;

@@ -36,6 +36,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -45,6 +46,7 @@
 #include "performer/plan.h"
 #include "planner/device_profile.h"
 #include "proto/slimfit.grpc.pb.h"
+#include "worker/local_steps.h"
 #include "worker/parameter_cache.h"
 #include "worker/worker_identity.h"
 
@@ -68,6 +70,9 @@ class WorkerService final : public v1::Worker::Service {
     int threads = 1;             // --threads
     // Where parameters come from. Not owned; must outlive the service. Required.
     ParameterCache* cache = nullptr;
+    // Where local-steps jobs keep their inner optimizer state (LocalStepsTrainer); empty: memory
+    // only (lost on restart).
+    std::string local_steps_dir;
   };
 
   // What a heartbeat reports.
@@ -103,6 +108,11 @@ class WorkerService final : public v1::Worker::Service {
   // Abandons the running shard (if any) at its next sequence boundary: its call ends CANCELLED.
   void CancelCurrentShard();
 
+  // The job finished: drops its local-steps inner optimizer state, in memory and on disk.
+  void ForgetJob(const std::string& job_id) { local_steps_.Forget(job_id); }
+  // Jobs whose local-steps inner optimizer is in memory.
+  std::vector<std::string> LocalStepsJobs() const { return local_steps_.Jobs(); }
+
  private:
   // The shard's work after the busy check; the status goes to the caller as is.
   absl::Status RunShard(grpc::ServerContext* context, const v1::ComputeGradientRequest& request,
@@ -125,6 +135,7 @@ class WorkerService final : public v1::Worker::Service {
   int64_t peak_since_heartbeat_ ABSL_GUARDED_BY(mu_) = 0;
   // Set by CancelCurrentShard, cleared when a shard starts; read between sequences.
   std::atomic<bool> abandon_{false};
+  LocalStepsTrainer local_steps_;
 };
 
 }  // namespace slimfit::worker

@@ -1,7 +1,8 @@
-// The coordinator's side of training: a job's parameters and its optimizer. Takes the aggregated
-// gradient of a round (already the gradient of the round's mean loss), clips it to a global L2
-// norm, sets the learning rate of the warm-up schedule and steps torch::optim::AdamW or
-// torch::optim::SGD. Saves and restores parameters and optimizer state as safetensors files
+// A model's parameters and an optimizer over them: the coordinator's step of a synchronous round
+// (the aggregated gradient of the round's mean loss), its outer step of a local-steps round (the
+// averaged pseudo-gradient), and a worker's inner steps of a local-steps round. Takes a gradient,
+// clips it to a global L2 norm, sets the learning rate of the warm-up schedule and steps
+// torch::optim::AdamW or torch::optim::SGD. Saves and restores parameters and optimizer state as safetensors files
 // (written atomically), so a job resumes after a restart exactly where its checkpoint left it.
 //
 // Learning rate of step t (1-based): learning_rate · min(1, t / warmup_steps) (constant without
@@ -9,8 +10,8 @@
 // that is below 1.
 //
 // Thread safety: not thread-safe; one job runner owns a Trainer.
-#ifndef SLIMFIT_SERVER_TRAINER_H_
-#define SLIMFIT_SERVER_TRAINER_H_
+#ifndef SLIMFIT_PERFORMER_TRAINER_H_
+#define SLIMFIT_PERFORMER_TRAINER_H_
 
 #include <cstdint>
 #include <map>
@@ -22,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "performer/model_config.h"
 #include "performer/plan.h"
 #include "proto/slimfit.pb.h"
@@ -30,10 +32,16 @@ namespace torch::optim {
 class Optimizer;  // <torch/optim.h>: included by trainer.cc only (it is heavy to compile)
 }  // namespace torch::optim
 
-namespace slimfit::server {
+namespace slimfit::performer {
 
-// INVALID_ARGUMENT naming the field ("spec.optimizer.learning_rate") for an invalid optimizer.
-absl::Status ValidateOptimizer(const v1::Optimizer& optimizer);
+// INVALID_ARGUMENT naming the field (`field` + ".learning_rate", e.g. "spec.optimizer.learning_rate")
+// for an invalid optimizer.
+absl::Status ValidateOptimizer(const v1::Optimizer& optimizer, absl::string_view field = "spec.optimizer");
+
+// Bytes a worker holds beside a round's parameters while it takes local steps with `inner`
+// (proto LocalSteps): its own copy of the parameters, the model each inner step is computed at, and
+// the optimizer's moments (AdamW two, SGD with momentum one), each `parameter_bytes`.
+int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes);
 
 struct StepResult {
   double gradient_norm = 0;  // global L2 norm before clipping
@@ -57,6 +65,11 @@ class Trainer {
   // INVALID_ARGUMENT for a shape mismatch or a non-finite gradient (nothing is changed then).
   absl::StatusOr<StepResult> Step(const std::vector<at::Tensor>& gradient);
 
+  // Overwrites the parameters' values in place with `values` (same names/shapes/order), keeping
+  // the optimizer's state and step count: a worker starting a round's local steps from the new
+  // global parameters. INVALID_ARGUMENT for a shape mismatch (nothing is changed then).
+  absl::Status SetParameters(const std::vector<at::Tensor>& values);
+
   int64_t steps() const { return steps_; }
   const performer::ModelConfig& config() const { return config_; }
   performer::DType dtype() const { return dtype_; }
@@ -67,6 +80,9 @@ class Trainer {
   // and the optimizer state (moments, step counts) to `optimizer_path`, each atomically.
   absl::Status Save(const std::string& model_path, const std::string& optimizer_path,
                     const std::map<std::string, std::string>& metadata) const;
+
+  // Writes only the optimizer state (as Save does), atomically.
+  absl::Status SaveOptimizerState(const std::string& optimizer_path) const;
 
   // Restores the optimizer state written by Save (the parameters come with Create).
   // INVALID_ARGUMENT when the file does not match this model or optimizer.
@@ -85,6 +101,6 @@ class Trainer {
   int64_t steps_ = 0;
 };
 
-}  // namespace slimfit::server
+}  // namespace slimfit::performer
 
-#endif  // SLIMFIT_SERVER_TRAINER_H_
+#endif  // SLIMFIT_PERFORMER_TRAINER_H_

@@ -1,4 +1,4 @@
-#include "server/trainer.h"
+#include "performer/trainer.h"
 
 #include <cmath>
 
@@ -10,7 +10,7 @@
 #include "performer/performer_model.h"
 #include "base/test_util.h"
 
-namespace slimfit::server {
+namespace slimfit::performer {
 namespace {
 
 using ::testing::HasSubstr;
@@ -151,4 +151,4 @@ TEST(TrainerTest, NonFiniteGradientChangesNothing) {
 }
 
 }  // namespace
-}  // namespace slimfit::server
+}  // namespace slimfit::performer

@@ -1,4 +1,4 @@
-#include "server/trainer.h"
+#include "performer/trainer.h"
 
 #include <cmath>
 #include <utility>
@@ -11,16 +11,16 @@
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
 
-namespace slimfit::server {
+namespace slimfit::performer {
 namespace {
 
 std::string StateKey(const at::Tensor& parameter) { return c10::guts::to_string(parameter.unsafeGetTensorImpl()); }
 
 }  // namespace
 
-absl::Status ValidateOptimizer(const v1::Optimizer& optimizer) {
-  auto bad = [](absl::string_view field, const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.optimizer.", field, ": ", why));
+absl::Status ValidateOptimizer(const v1::Optimizer& optimizer, absl::string_view prefix) {
+  auto bad = [prefix](absl::string_view field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, ".", field, ": ", why));
   };
   if (optimizer.kind_case() == v1::Optimizer::KIND_NOT_SET) return bad("kind", "set adamw or sgd");
   if (!optimizer.has_learning_rate()) {
@@ -48,6 +48,16 @@ absl::Status ValidateOptimizer(const v1::Optimizer& optimizer) {
     if (s.nesterov() && s.momentum() <= 0) return bad("sgd.nesterov", "needs momentum > 0");
   }
   return absl::OkStatus();
+}
+
+int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes) {
+  int64_t moments = 0;
+  if (inner.has_adamw()) {
+    moments = 2;
+  } else if (inner.sgd().momentum() > 0) {
+    moments = 1;
+  }
+  return parameter_bytes * (2 + moments);
 }
 
 Trainer::~Trainer() = default;
@@ -149,6 +159,30 @@ absl::Status Trainer::Save(const std::string& model_path, const std::string& opt
   if (absl::Status saved = performer::SaveNamedTensors(model_path, names_, values, model_metadata); !saved.ok()) {
     return saved;
   }
+  return SaveOptimizerState(optimizer_path);
+}
+
+absl::Status Trainer::SetParameters(const std::vector<at::Tensor>& values) {
+  if (values.size() != parameters_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("setting parameters: ", values.size(), " tensors for a model of ", parameters_.size()));
+  }
+  try {
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!values[i].sizes().equals(parameters_[i].sizes())) {
+        return absl::InvalidArgumentError(absl::StrCat("setting parameters: ", names_[i], " has shape ",
+                                                       c10::str(values[i].sizes()), "; the model's is ",
+                                                       c10::str(parameters_[i].sizes())));
+      }
+    }
+    for (size_t i = 0; i < values.size(); ++i) parameters_[i].detach().copy_(values[i].detach());
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("setting parameters: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SaveOptimizerState(const std::string& optimizer_path) const {
   performer::TensorFile state;
   state.metadata["steps"] = absl::StrCat(steps_);
   state.metadata["optimizer"] = spec_.has_adamw() ? "adamw" : "sgd";
@@ -222,4 +256,4 @@ absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
   return absl::OkStatus();
 }
 
-}  // namespace slimfit::server
+}  // namespace slimfit::performer

@@ -1,0 +1,169 @@
+// End to end with real processes: local-steps jobs (JobSpec.local_steps) against what they must
+// reduce to, exactly, and what stays on the workers.
+//   - H = 1 with plain SGD inside and outside (learning rate 1, no momentum) is synchronous SGD:
+//     three workers on different plans give the parameters one process gives;
+//   - one worker with H inner AdamW steps and that outer step is synchronous AdamW over H times the
+//     rounds: the inner optimizer's moments and warm-up carry from round to round on the worker;
+//   - the default (DiLoCo's outer Nesterov SGD) trains, the inner state lives in the worker's state
+//     directory while the job runs and is dropped when it ends.
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/cluster.h"
+#include "tests/e2e_support.h"
+
+namespace slimfit {
+namespace {
+
+using testing_util::AllEvents;
+using testing_util::Cluster;
+using testing_util::Corpus;
+using testing_util::Spec;
+
+const char kSeparator[] = "\n\n";
+
+v1::Optimizer PlainSgd(double learning_rate) {
+  v1::Optimizer sgd;
+  sgd.mutable_sgd();
+  sgd.set_learning_rate(learning_rate);
+  sgd.set_warmup_steps(0);
+  return sgd;
+}
+
+// Runs `spec` to the end on `cluster` (coordinator and workers started): the job id.
+std::string RunToSuccess(Cluster& cluster, const v1::JobSpec& spec) {
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  EXPECT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  if (!job.ok()) return "";
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  EXPECT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  if (!done.ok()) return "";
+  EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_EQ(done->progress().rounds_completed(), spec.rounds());
+  return job->job_id();
+}
+
+TEST(LocalStepsEndToEndTest, OneInnerStepOfPlainSgdIsSynchronousSgd) {
+  Cluster cluster("local-h1");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  // Budgets that make the planner pick different plans (sliced and full back-propagation).
+  for (const char* budget : {"700KiB", "800KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = Corpus(24000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string(kSeparator));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+
+  v1::JobSpec synchronous = Spec(*dataset, 32, 64, 128, 12, 4);
+  *synchronous.mutable_optimizer() = PlainSgd(0.1);
+  v1::JobSpec local = synchronous;
+  local.set_local_steps(1);
+  *local.mutable_outer_optimizer() = PlainSgd(1.0);
+  const std::string job_id = RunToSuccess(cluster, local);
+  ASSERT_FALSE(job_id.empty());
+
+  // Each worker's weighted pseudo-gradient is its share of the round's mean-loss gradient times the
+  // learning rate; their sum, applied at rate 1, is the synchronous step (up to float32 rounding).
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job_id, synchronous, text, std::string(kSeparator)),
+            1e-5);
+  int rounds = 0, workers = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job_id)) {
+    if (!event.has_round_completed()) continue;
+    ++rounds;
+    workers = std::max(workers, event.round_completed().workers());
+  }
+  EXPECT_EQ(rounds, 4);
+  EXPECT_EQ(workers, 3) << cluster.Logs();  // every worker took part: not a one-worker test
+}
+
+TEST(LocalStepsEndToEndTest, OneWorkersInnerStepsAreSynchronousStepsOverTheSameBatches) {
+  Cluster cluster("local-carry");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  // AdamW's inner state takes four copies of the parameters beside the plan.
+  ASSERT_TRUE(cluster.StartWorker("2MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(1, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = Corpus(24000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string(kSeparator));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+
+  // 2 rounds of 3 inner AdamW steps (warm-up, clipping, weight decay) vs 6 synchronous rounds.
+  constexpr int kInner = 3;
+  v1::JobSpec local = Spec(*dataset, 32, 64, 128, 4, 2);
+  local.set_local_steps(kInner);
+  *local.mutable_outer_optimizer() = PlainSgd(1.0);
+  const std::string job_id = RunToSuccess(cluster, local);
+  ASSERT_FALSE(job_id.empty());
+
+  v1::JobSpec synchronous = Spec(*dataset, 32, 64, 128, 4, 2 * kInner);
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job_id, synchronous, text, std::string(kSeparator)),
+            1e-5);
+}
+
+TEST(LocalStepsEndToEndTest, DefaultOuterOptimizerTrainsAndInnerStateStaysOnTheWorkers) {
+  Cluster cluster("local-default");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = Corpus(24000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string(kSeparator));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+
+  v1::JobSpec spec = Spec(*dataset, 32, 64, 128, 4, 4);
+  spec.set_local_steps(5);
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  // The stored job shows what runs: DiLoCo's outer optimizer, no spot checks.
+  EXPECT_TRUE(job->spec().outer_optimizer().has_sgd());
+  EXPECT_DOUBLE_EQ(job->spec().outer_optimizer().learning_rate(), 0.7);
+  EXPECT_DOUBLE_EQ(job->spec().outer_optimizer().sgd().momentum(), 0.9);
+  EXPECT_TRUE(job->spec().outer_optimizer().sgd().nesterov());
+  EXPECT_EQ(job->spec().verify_fraction(), 0);
+
+  // While the job runs, each worker keeps its inner optimizer in its state directory.
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  bool seen = false;
+  while (!seen && absl::Now() < deadline) {
+    for (int i = 0; i < 2; ++i) {
+      seen = seen || std::filesystem::exists(
+                         absl::StrCat(cluster.worker_state_dir(i), "/local-steps/", job->job_id(), ".safetensors"));
+    }
+    absl::StatusOr<v1::Job> now = cluster.GetJob(job->job_id());
+    ASSERT_TRUE(now.ok()) << now.status();
+    if (now->state() == v1::JOB_STATE_SUCCEEDED || now->state() == v1::JOB_STATE_FAILED) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(120));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_TRUE(seen) << cluster.Logs();
+
+  // It learned: the held-out loss after the last round is below the one before the first.
+  double first = -1, last = -1;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+    if (!event.has_evaluation()) continue;
+    if (first < 0) first = event.evaluation().bits_per_byte();
+    last = event.evaluation().bits_per_byte();
+  }
+  ASSERT_GT(first, 0);
+  EXPECT_LT(last, first - 0.1) << first << " → " << last;
+
+  // The finished job's inner state is dropped at the workers' next heartbeats.
+  const absl::Time gone_by = absl::Now() + absl::Seconds(30);
+  bool gone = false;
+  while (!gone && absl::Now() < gone_by) {
+    gone = true;
+    for (int i = 0; i < 2; ++i) {
+      gone = gone && !std::filesystem::exists(absl::StrCat(cluster.worker_state_dir(i), "/local-steps/",
+                                                            job->job_id(), ".safetensors"));
+    }
+    if (!gone) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << cluster.Logs();
+}
+
+}  // namespace
+}  // namespace slimfit

@@ -1,0 +1,177 @@
+#include "worker/local_steps.h"
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+
+namespace slimfit::worker {
+namespace {
+
+// Job ids become file names: letters, digits, '-', '_' and '.', not starting with '.'.
+bool IsSafeFileName(const std::string& name) {
+  if (name.empty() || name.size() > 200 || name[0] == '.') return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string LocalStepsTrainer::StatePath(const std::string& job_id) const {
+  return absl::StrCat(dir_, "/", job_id, ".safetensors");
+}
+
+std::vector<std::string> LocalStepsTrainer::Jobs() const {
+  absl::MutexLock lock(&mutex_);
+  std::vector<std::string> jobs;
+  for (const auto& [id, job] : jobs_) jobs.push_back(id);
+  return jobs;
+}
+
+void LocalStepsTrainer::Forget(const std::string& job_id) {
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock lock(&mutex_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) {
+      job = std::move(it->second);
+      jobs_.erase(it);
+    }
+  }
+  if (job != nullptr) {
+    absl::MutexLock lock(&job->mutex);  // a round in flight finishes first
+    job->trainer.reset();
+  }
+  if (!dir_.empty() && IsSafeFileName(job_id)) {
+    std::error_code error;
+    if (std::filesystem::remove(StatePath(job_id), error)) {
+      base::LogInfo("job ", job_id, " finished: dropped its inner optimizer state");
+    }
+  }
+}
+
+absl::Status LocalStepsTrainer::PrepareLocked(const std::string& job_id, const performer::PerformerModel& start,
+                                              const v1::Optimizer& inner, Job* job) {
+  if (job->trainer == nullptr) {
+    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
+        performer::Trainer::Create(start.config(), start.dtype(), start.parameters(), inner);
+    if (!trainer.ok()) return trainer.status();
+    if (!dir_.empty()) {
+      const std::string path = StatePath(job_id);
+      std::error_code error;
+      if (std::filesystem::exists(path, error)) {
+        if (absl::Status loaded = (*trainer)->LoadOptimizerState(path); !loaded.ok()) {
+          // Moments only shape later steps: start afresh rather than refuse the job's shards.
+          base::LogWarning("job ", job_id, ": starting its inner optimizer afresh: ", loaded.message());
+          absl::StatusOr<std::unique_ptr<performer::Trainer>> fresh =
+              performer::Trainer::Create(start.config(), start.dtype(), start.parameters(), inner);
+          if (!fresh.ok()) return fresh.status();
+          trainer = std::move(fresh);
+        } else {
+          base::LogInfo("job ", job_id, ": resumed its inner optimizer at step ", (*trainer)->steps());
+        }
+      }
+    }
+    job->trainer = *std::move(trainer);
+    return absl::OkStatus();
+  }
+  return job->trainer->SetParameters(start.parameters());
+}
+
+absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_id,
+                                                         const performer::PerformerModel& start,
+                                                         const v1::LocalSteps& local,
+                                                         const std::vector<int64_t>& predicted_tokens,
+                                                         int64_t loss_normalizer, const SumGradients& sum_gradients) {
+  if (!dir_.empty() && !IsSafeFileName(job_id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_id: \"", job_id, "\" cannot name a local-steps state file (letters, digits, '-', '_', '.')"));
+  }
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock lock(&mutex_);
+    std::shared_ptr<Job>& slot = jobs_[job_id];
+    if (slot == nullptr) slot = std::make_shared<Job>();
+    job = slot;
+  }
+  absl::MutexLock lock(&job->mutex);
+  if (absl::Status prepared = PrepareLocked(job_id, start, local.inner_optimizer(), job.get()); !prepared.ok()) {
+    return prepared;
+  }
+  performer::Trainer& trainer = *job->trainer;
+  // A round that does not finish leaves no trace: the next one starts from the state saved after
+  // the last finished round (or afresh in memory-only mode).
+  auto fail = [&job](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mutex) {
+    job->trainer.reset();
+    return status;
+  };
+
+  LocalStepsResult result;
+  int64_t shard_tokens = 0;
+  size_t begin = 0;
+  for (int step = 0; step < local.sequences_per_step_size(); ++step) {
+    const size_t end = begin + static_cast<size_t>(local.sequences_per_step(step));
+    int64_t tokens = 0;
+    for (size_t i = begin; i < end; ++i) tokens += predicted_tokens[i];
+    if (tokens > 0) {
+      // The model the inner step differentiates: the trainer's current values on the round's
+      // device and dtype.
+      std::map<std::string, at::Tensor> named;
+      for (size_t t = 0; t < trainer.names().size(); ++t) named[trainer.names()[t]] = trainer.parameters()[t].detach();
+      absl::StatusOr<performer::PerformerModel> at_step =
+          performer::PerformerModel::FromTensors(start.config(), named, start.dtype(), start.device());
+      if (!at_step.ok()) return fail(absl::InternalError(absl::StrCat("inner step ", step + 1, ": ", at_step.status().message())));
+      absl::StatusOr<SequenceSum> sum = sum_gradients(*at_step, begin, end, tokens);
+      if (!sum.ok()) return fail(sum.status());
+      if (sum->gradient.empty()) {
+        return fail(absl::InternalError(
+            absl::StrCat("inner step ", step + 1, ": no gradient over ", tokens, " predicted tokens")));
+      }
+      absl::StatusOr<performer::StepResult> stepped = trainer.Step(sum->gradient);
+      if (!stepped.ok()) {
+        return fail(absl::InternalError(absl::StrCat("inner step ", step + 1, " of ", local.sequences_per_step_size(),
+                                                     ": ", stepped.status().message())));
+      }
+      result.sum.loss_sum += sum->loss_sum;
+      result.sum.token_count += sum->token_count;
+      result.sum.slice_forwards += sum->slice_forwards;
+      result.sum.compute_seconds += sum->compute_seconds;
+      result.sum.peak_bytes = std::max(result.sum.peak_bytes, sum->peak_bytes);
+      shard_tokens += tokens;
+      ++result.steps;
+    }
+    begin = end;
+  }
+
+  // (start − end) · shard tokens / the round's tokens, in the round's dtype on the round's device.
+  const double weight = static_cast<double>(shard_tokens) / static_cast<double>(loss_normalizer);
+  try {
+    for (size_t t = 0; t < trainer.parameters().size(); ++t) {
+      const at::Tensor& end_value = trainer.parameters()[t];
+      const at::Tensor& start_value = start.parameters()[t];
+      at::Tensor delta = start_value.detach().to(at::kCPU, end_value.scalar_type()).sub(end_value.detach());
+      result.sum.gradient.push_back(delta.mul_(weight).to(start_value.options()));
+    }
+  } catch (const c10::Error& e) {
+    return fail(absl::InternalError(absl::StrCat("computing the pseudo-gradient: ", e.what_without_backtrace())));
+  }
+  result.inner_steps_total = trainer.steps();
+
+  if (!dir_.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(dir_, error);
+    if (error) return fail(absl::InternalError(absl::StrCat("creating ", dir_, ": ", error.message())));
+    if (absl::Status saved = trainer.SaveOptimizerState(StatePath(job_id)); !saved.ok()) {
+      return fail(absl::InternalError(absl::StrCat("saving the inner optimizer state: ", saved.message())));
+    }
+  }
+  return result;
+}
+
+}  // namespace slimfit::worker
