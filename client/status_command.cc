@@ -56,6 +56,17 @@ std::string FormatJobStatus(const v1::Job& job) {
   line("tokens",
        absl::StrCat(FormatCount(progress.tokens_trained()), " trained; ", FormatCount(job.training_tokens()),
                     " for training, ", FormatCount(job.held_out_tokens()), " held out"));
+  const int64_t wire = progress.bytes_to_workers() + progress.bytes_from_workers();
+  if (wire > 0) {
+    std::string bytes = absl::StrFormat("%.1f MB (%.1f MB to workers, %.1f MB back)", static_cast<double>(wire) / 1e6,
+                                        static_cast<double>(progress.bytes_to_workers()) / 1e6,
+                                        static_cast<double>(progress.bytes_from_workers()) / 1e6);
+    if (progress.tokens_trained() > 0) {
+      absl::StrAppendFormat(&bytes, "; %.1f bytes per trained token",
+                            static_cast<double>(wire) / static_cast<double>(progress.tokens_trained()));
+    }
+    line("on the wire", bytes);
+  }
   line("created", FormatTimestamp(job.created_at()));
   line("started", FormatTimestamp(job.started_at()));
   line("finished", FormatTimestamp(job.finished_at()));

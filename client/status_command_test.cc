@@ -18,6 +18,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
@@ -44,6 +45,8 @@ v1::Job RunningJob() {
   progress.set_checkpoint_round(10);
   progress.set_active_workers(1);
   progress.set_tokens_trained(917504);
+  progress.set_bytes_to_workers(250000000);
+  progress.set_bytes_from_workers(320000000);
   job.set_training_tokens(1000000);
   job.set_held_out_tokens(50000);
   return job;
@@ -83,6 +86,7 @@ TEST_F(StatusCommandTest, ShowsEveryField) {
             "ETA          1h 02m\n"
             "checkpoint   round 10\n"
             "tokens       917,504 trained; 1,000,000 for training, 50,000 held out\n"
+            "on the wire  570.0 MB (250.0 MB to workers, 320.0 MB back); 621.3 bytes per trained token\n"
             "created      2024-05-01 12:34:56 UTC\n"
             "started      2024-05-01 12:35:00 UTC\n"
             "finished     -\n");
@@ -102,6 +106,7 @@ TEST_F(StatusCommandTest, AJobWithNothingYetShowsDashes) {
   EXPECT_THAT(text, HasSubstr("loss         -\n"));
   EXPECT_THAT(text, HasSubstr("ETA          -\n"));
   EXPECT_THAT(text, HasSubstr("checkpoint   -\n"));
+  EXPECT_THAT(text, Not(HasSubstr("on the wire")));  // nothing sent yet
 }
 
 TEST_F(StatusCommandTest, JsonPrintsTheJob) {

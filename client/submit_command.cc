@@ -63,6 +63,9 @@ struct SubmitOptions {
   double held_out_fraction = 0;
   double verify_fraction = 0;
   int64_t quarantine_after = 0;
+  int64_t local_steps = 0;
+  double outer_learning_rate = 0;
+  double outer_momentum = 0;
   int64_t eval_interval = 0;
   int64_t checkpoint_interval = 10;
   std::string dtype = "float32";
@@ -136,6 +139,29 @@ absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options
           absl::StrCat("--quarantine_after=", options.quarantine_after, ": expected at least 1"));
     }
     spec.set_quarantine_after(static_cast<int32_t>(options.quarantine_after));
+  }
+  if (flags.IsSet("local_steps")) {
+    if (options.local_steps < 1 || options.local_steps > v1::LIMIT_MAX_LOCAL_STEPS) {
+      return absl::InvalidArgumentError(absl::StrCat("--local_steps=", options.local_steps, ": expected 1 to ",
+                                                     v1::LIMIT_MAX_LOCAL_STEPS));
+    }
+    spec.set_local_steps(static_cast<int32_t>(options.local_steps));
+  }
+  if (flags.IsSet("outer_learning_rate") || flags.IsSet("outer_momentum")) {
+    if (!spec.has_local_steps()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flags.IsSet("outer_learning_rate") ? "outer_learning_rate" : "outer_momentum",
+                                                     ": only with --local_steps (or local_steps in the spec)"));
+    }
+    // The outer optimizer is SGD; the coordinator fills in what is not given (Nesterov momentum 0.9,
+    // learning rate 0.7).
+    v1::Optimizer& outer = *spec.mutable_outer_optimizer();
+    if (outer.kind_case() == v1::Optimizer::KIND_NOT_SET) outer.mutable_sgd();
+    if (flags.IsSet("outer_learning_rate")) outer.set_learning_rate(options.outer_learning_rate);
+    if (flags.IsSet("outer_momentum")) {
+      if (!outer.has_sgd()) return absl::InvalidArgumentError("--outer_momentum: the spec's outer optimizer is not SGD");
+      outer.mutable_sgd()->set_momentum(options.outer_momentum);
+      outer.mutable_sgd()->set_nesterov(options.outer_momentum > 0);
+    }
   }
   if (flags.IsSet("eval_interval")) spec.set_eval_interval_rounds(options.eval_interval);
   if (flags.IsSet("checkpoint_interval")) spec.set_checkpoint_interval_rounds(options.checkpoint_interval);
@@ -275,6 +301,18 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   flags.Int("quarantine_after", &options.quarantine_after,
             "rejected results after which a worker gets no more shards of the job (default 3)",
             base::FlagSet::kOptionalNoDefault);
+  flags.Int("local_steps", &options.local_steps,
+            "local steps (DiLoCo): each round every worker takes this many steps of the optimizer on its own "
+            "share of as many batches, and the coordinator averages what they moved with an outer optimizer "
+            "(default: synchronous rounds, one exact gradient each)",
+            base::FlagSet::kOptionalNoDefault);
+  flags.Double("outer_learning_rate", &options.outer_learning_rate,
+               "with --local_steps: the outer SGD's learning rate (default 0.7; 1 with --outer_momentum=0 "
+               "applies the workers' average as it is)",
+               base::FlagSet::kOptionalNoDefault);
+  flags.Double("outer_momentum", &options.outer_momentum,
+               "with --local_steps: the outer SGD's Nesterov momentum (default 0.9; 0: none)",
+               base::FlagSet::kOptionalNoDefault);
   flags.Int("eval_interval", &options.eval_interval,
             "evaluate every K rounds (0: only before the first and after the last)");
   flags.Int("checkpoint_interval", &options.checkpoint_interval, "checkpoint every K rounds");

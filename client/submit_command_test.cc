@@ -155,6 +155,41 @@ TEST_F(SubmitCommandTest, FlagsAloneMakeAFreshAdamWJob) {
   EXPECT_FALSE(upload.metadata.has_document_separator());
 }
 
+TEST_F(SubmitCommandTest, LocalStepsFlagsWriteTheOuterOptimizer) {
+  const std::string data = WriteFile("local.txt", "some text to train on");
+  ASSERT_TRUE(Submit({"--data", data, "--local_steps=20", "--outer_learning_rate=1", "--outer_momentum=0"}).ok());
+  const v1::JobSpec spec = OnlySubmit().spec();
+  EXPECT_EQ(spec.local_steps(), 20);
+  ASSERT_TRUE(spec.outer_optimizer().has_sgd());
+  EXPECT_EQ(spec.outer_optimizer().learning_rate(), 1);
+  EXPECT_TRUE(spec.outer_optimizer().sgd().has_momentum());
+  EXPECT_EQ(spec.outer_optimizer().sgd().momentum(), 0);
+  EXPECT_FALSE(spec.outer_optimizer().sgd().nesterov());
+  EXPECT_TRUE(spec.optimizer().has_adamw());  // the inner optimizer is the job's
+}
+
+TEST_F(SubmitCommandTest, LocalStepsAloneLeaveTheOuterOptimizerToTheCoordinator) {
+  const std::string data = WriteFile("local.txt", "some text to train on");
+  ASSERT_TRUE(Submit({"--data", data, "--local_steps=5"}).ok());
+  const v1::JobSpec spec = OnlySubmit().spec();
+  EXPECT_EQ(spec.local_steps(), 5);
+  EXPECT_FALSE(spec.has_outer_optimizer());
+}
+
+TEST_F(SubmitCommandTest, BadLocalStepsFlagsAreRefusedBeforeAnythingIsSent) {
+  const std::string data = WriteFile("local.txt", "some text to train on");
+  absl::Status status = Submit({"--data", data, "--local_steps=0"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status), HasSubstr("--local_steps=0: expected 1 to 10000"));
+  status = Submit({"--data", data, "--local_steps=10001"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  status = Submit({"--data", data, "--outer_momentum=0.5"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status), HasSubstr("--outer_momentum: only with --local_steps"));
+  EXPECT_TRUE(fake_->calls().upload_dataset.empty());
+  EXPECT_TRUE(fake_->calls().submit_job.empty());
+}
+
 TEST_F(SubmitCommandTest, EachSubmitGetsItsOwnRequestId) {
   const std::string data = WriteFile("d.txt", "some text");
   ASSERT_TRUE(Submit({"--data", data}).ok());

@@ -91,7 +91,10 @@ absl::Status Coordinator::ResumeJobs() {
   absl::StatusOr<std::vector<v1::Job>> jobs = store_->ListJobs();
   if (!jobs.ok()) return jobs.status();
   for (const v1::Job& job : *jobs) {
-    if (IsTerminal(job.state())) continue;
+    if (IsTerminal(job.state())) {
+      registry_->AddFinishedJob(job.job_id());  // workers may still hold its parameters or state
+      continue;
+    }
     // A job that crashed before its round-0 checkpoint starts again from its initial parameters.
     absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = store_->Checkpoints(job.job_id());
     if (!checkpoints.ok()) return checkpoints.status();

@@ -20,12 +20,15 @@ v1::JobSpec WithJobDefaults(v1::JobSpec spec) {
   }
   if (spec.has_local_steps()) {
     v1::Optimizer* outer = spec.mutable_outer_optimizer();
-    if (outer->kind_case() == v1::Optimizer::KIND_NOT_SET) {
-      outer->mutable_sgd()->set_momentum(kDefaultOuterMomentum);
-      outer->mutable_sgd()->set_nesterov(true);
+    if (outer->kind_case() == v1::Optimizer::KIND_NOT_SET) outer->mutable_sgd();
+    if (outer->has_sgd()) {
+      v1::Sgd* sgd = outer->mutable_sgd();
+      if (!sgd->has_momentum()) sgd->set_momentum(kDefaultOuterMomentum);
+      if (!sgd->has_nesterov()) sgd->set_nesterov(sgd->momentum() > 0);
       if (!outer->has_learning_rate()) outer->set_learning_rate(kDefaultOuterLearningRate);
+    } else if (!outer->has_learning_rate()) {
+      outer->set_learning_rate(kDefaultAdamWLearningRate);
     }
-    if (outer->has_adamw() && !outer->has_learning_rate()) outer->set_learning_rate(kDefaultAdamWLearningRate);
     if (!outer->has_warmup_steps()) outer->set_warmup_steps(0);
   }
   // Spot checks compare two workers' results of one shard: local steps depend on each worker's

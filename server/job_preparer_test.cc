@@ -1,6 +1,9 @@
 #include "server/job_preparer.h"
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "base/test_util.h"
@@ -68,6 +71,67 @@ TEST_F(JobPreparerTest, CountsTheJobsDtype) {
   EXPECT_EQ(preparer.Prepare(spec, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound);
   spec.set_dtype(v1::DTYPE_FLOAT64);
   EXPECT_EQ(preparer.Prepare(spec, /*load_initial=*/false).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// A local-steps spec as WithJobDefaults leaves it: the datasets are the first thing it fails on.
+v1::JobSpec LocalStepsSpec(v1::JobSpec spec) {
+  spec.set_local_steps(4);
+  spec.mutable_outer_optimizer()->mutable_sgd()->set_momentum(0.9);
+  spec.mutable_outer_optimizer()->mutable_sgd()->set_nesterov(true);
+  spec.mutable_outer_optimizer()->set_learning_rate(0.7);
+  spec.set_verify_fraction(0);
+  return spec;
+}
+
+TEST_F(JobPreparerTest, ValidatesLocalSteps) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  const v1::JobSpec good = LocalStepsSpec(Spec(256, 16));
+  // Valid: the next check (the unknown dataset) answers.
+  EXPECT_EQ(preparer.Prepare(good, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound);
+  v1::JobSpec most = good;
+  most.set_local_steps(v1::LIMIT_MAX_LOCAL_STEPS);
+  EXPECT_EQ(preparer.Prepare(most, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound);
+  v1::JobSpec unset_verification = good;
+  unset_verification.clear_verify_fraction();  // reads as 0
+  EXPECT_EQ(preparer.Prepare(unset_verification, false).status().code(), absl::StatusCode::kNotFound);
+
+  struct Case {
+    std::string field;  // the message's start and ErrorDetail.field
+    std::string says;
+    std::function<void(v1::JobSpec*)> corrupt;
+  };
+  const std::vector<Case> cases = {
+      {"spec.local_steps", "must be 1 to 10000, got 0", [](auto* s) { s->set_local_steps(0); }},
+      {"spec.local_steps", "must be 1 to 10000, got 10001",
+       [](auto* s) { s->set_local_steps(v1::LIMIT_MAX_LOCAL_STEPS + 1); }},
+      {"spec.local_steps", "got -3", [](auto* s) { s->set_local_steps(-3); }},
+      {"spec.verify_fraction", "must be 0 with local_steps", [](auto* s) { s->set_verify_fraction(0.05); }},
+      {"spec.outer_optimizer", "only with local_steps", [](auto* s) { s->clear_local_steps(); }},
+      {"spec.outer_optimizer.kind", "set adamw or sgd", [](auto* s) { s->clear_outer_optimizer(); }},
+      {"spec.outer_optimizer.learning_rate", "required for SGD",
+       [](auto* s) { s->mutable_outer_optimizer()->clear_learning_rate(); }},
+      {"spec.outer_optimizer.sgd.momentum", "must be in [0, 1)",
+       [](auto* s) { s->mutable_outer_optimizer()->mutable_sgd()->set_momentum(1.0); }},
+      {"spec.outer_optimizer.warmup_steps", "must be ≥ 0",
+       [](auto* s) { s->mutable_outer_optimizer()->set_warmup_steps(-1); }},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec = good;
+    c.corrupt(&spec);
+    absl::StatusOr<PreparedJob> prepared = preparer.Prepare(spec, /*load_initial=*/false);
+    EXPECT_EQ(prepared.status().code(), absl::StatusCode::kInvalidArgument) << c.says << ": " << prepared.status();
+    EXPECT_THAT(std::string(prepared.status().message()), ::testing::StartsWith(c.field + ": ")) << prepared.status();
+    EXPECT_THAT(prepared.status().message(), HasSubstr(c.says)) << prepared.status();
+    std::optional<v1::ErrorDetail> detail = rpc::ErrorDetailOf(prepared.status());
+    ASSERT_TRUE(detail.has_value()) << c.says;
+    EXPECT_EQ(detail->field(), c.field) << prepared.status();
+  }
+
+  // The inner optimizer is still checked as spec.optimizer.
+  v1::JobSpec bad_inner = good;
+  bad_inner.mutable_optimizer()->set_learning_rate(0);
+  EXPECT_THAT(std::string(preparer.Prepare(bad_inner, false).status().message()),
+              ::testing::StartsWith("spec.optimizer.learning_rate: "));
 }
 
 }  // namespace

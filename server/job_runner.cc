@@ -370,6 +370,12 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
       static_cast<double>(recent_round_seconds_.size());
   const double loss = output->loss_sum / static_cast<double>(std::max<int64_t>(1, output->tokens));
 
+  // The round's version was served to its workers by now (its shards are done).
+  int64_t bytes_to_workers = 0;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (published_ != nullptr) bytes_to_workers = published_->bytes_served.load();
+  }
   v1::JobEvent event;
   v1::RoundCompleted* done = event.mutable_round_completed();
   record_.Update([&](v1::Job* job) {
@@ -382,6 +388,8 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     progress->set_tokens_per_second(static_cast<double>(output->tokens) / seconds);
     progress->set_eta_seconds(mean_seconds * static_cast<double>(rounds - round));
     progress->set_active_workers(output->workers);
+    progress->set_bytes_to_workers(progress->bytes_to_workers() + bytes_to_workers);
+    progress->set_bytes_from_workers(progress->bytes_from_workers() + output->timing.bytes_from_workers());
     done->set_round(round);
     done->set_rounds(rounds);
     done->set_parameter_version(progress->parameter_version());
@@ -399,14 +407,11 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     done->set_verified_shards(output->verified);
     for (const std::string& worker : output->unverified_workers) done->add_unverified_workers(worker);
     *done->mutable_timing() = output->timing;
+    done->mutable_timing()->set_bytes_to_workers(bytes_to_workers);
     job->set_state_reason(absl::StrFormat("round %d/%d done", round, rounds));
   });
   // The new version is durable before any worker can fetch it.
   if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
-  {
-    absl::MutexLock lock(&mutex_);
-    if (published_ != nullptr) done->mutable_timing()->set_bytes_to_workers(published_->bytes_served.load());
-  }
   Publish();
   done->mutable_timing()->set_step_seconds(absl::ToDoubleSeconds(absl::Now() - step_started));
   record_.Emit(std::move(event));

@@ -141,7 +141,8 @@ absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round
 }
 
 void WorkerPlanner::MaybeReplan(const WorkerPlan& plan, int64_t measured_peak, int64_t round) {
-  const int64_t predicted = plan.candidate.prediction.peak_bytes;
+  // Workers measure everything they hold for the shard, a local-steps job's reserved bytes included.
+  const int64_t predicted = plan.candidate.prediction.peak_bytes + deps_.reserved_bytes;
   if (measured_peak <= 0 || predicted <= 0) return;
   const double ratio = static_cast<double>(measured_peak) / static_cast<double>(predicted);
   if (ratio <= deps_.options.replan_ratio) return;

@@ -54,7 +54,7 @@ class WorkerPlannerTest : public ::testing::Test {
     for (int i = 0; i < 4096; ++i) stream.tokens.push_back(i % 251);
     stream.doc_starts = {0};
     data_ = std::make_unique<JobData>(*JobData::Create(std::move(stream), 256, 256, 512, 0, 1));
-    WorkerPlanner::Deps deps;
+    WorkerPlanner::Deps& deps = deps_;
     deps.record = record_.get();
     deps.registry = registry_.get();
     deps.signal = &signal_;
@@ -74,6 +74,7 @@ class WorkerPlannerTest : public ::testing::Test {
   std::unique_ptr<JobRecord> record_;
   std::unique_ptr<JobData> data_;
   std::atomic<bool> stopping_{false};
+  WorkerPlanner::Deps deps_;
   std::unique_ptr<WorkerPlanner> planner_;
 };
 
@@ -126,6 +127,35 @@ TEST_F(WorkerPlannerTest, IdenticalDevicesShareASearchAndEveryBudgetGetsItsOwn) 
   EXPECT_EQ(twin.prediction.peak_bytes, first.prediction.peak_bytes);
   EXPECT_LT(small.prediction.peak_bytes, first.prediction.peak_bytes);
   EXPECT_LE(small.prediction.peak_bytes, int64_t{3} << 20);
+}
+
+// A local-steps job: each worker holds its inner optimizer beside the plan's peak.
+TEST_F(WorkerPlannerTest, ReservedBytesComeOffTheBudgetAndCountInTheReplanCheck) {
+  const int64_t budget = int64_t{6} << 20, reserved = int64_t{1} << 20;
+  ASSERT_TRUE(registry_->Register(Worker(budget), std::nullopt).ok());
+  absl::StatusOr<std::vector<WorkerPlan>> without = planner_->PlanWorkers(1);
+  ASSERT_TRUE(without.ok()) << without.status();
+  WorkerPlanner::Deps deps = deps_;
+  deps.reserved_bytes = reserved;
+  WorkerPlanner planner(deps);
+  absl::StatusOr<std::vector<WorkerPlan>> with = planner.PlanWorkers(1);
+  ASSERT_TRUE(with.ok()) << with.status();
+  ASSERT_EQ(with->size(), 1u);
+  const WorkerPlan plan = (*with)[0];
+  // The worker checks peak + reserved against floor(budget · 0.9): the plan leaves that room.
+  EXPECT_LE(plan.candidate.prediction.peak_bytes + reserved, budget * 9 / 10);
+  EXPECT_LT(plan.candidate.prediction.peak_bytes, (*without)[0].candidate.prediction.peak_bytes);
+
+  // A worker measuring exactly what was predicted, its reserve included, keeps its plan; one
+  // measuring half as much again is planned again within a smaller budget.
+  planner.MaybeReplan(plan, plan.candidate.prediction.peak_bytes + reserved, 2);
+  absl::StatusOr<std::vector<WorkerPlan>> kept = planner.PlanWorkers(2);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ((*kept)[0].candidate.prediction.peak_bytes, plan.candidate.prediction.peak_bytes);
+  planner.MaybeReplan(plan, 3 * (plan.candidate.prediction.peak_bytes + reserved) / 2, 3);
+  absl::StatusOr<std::vector<WorkerPlan>> replanned = planner.PlanWorkers(3);
+  ASSERT_TRUE(replanned.ok()) << replanned.status();
+  EXPECT_LT((*replanned)[0].candidate.prediction.peak_bytes, plan.candidate.prediction.peak_bytes);
 }
 
 TEST_F(WorkerPlannerTest, AWaitingJobStopsWhenItsRunnerStops) {

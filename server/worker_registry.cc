@@ -1,6 +1,7 @@
 #include "server/worker_registry.h"
 
 #include <algorithm>
+#include <set>
 #include <random>
 #include <utility>
 
@@ -237,10 +238,11 @@ absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const v1::Heartb
   v1::HeartbeatResponse response;
   response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
   response.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
-  for (const auto& [job, version] : request.cached_parameter_versions()) {
-    if (std::find(finished_jobs_.begin(), finished_jobs_.end(), job) != finished_jobs_.end()) {
-      response.add_finished_job_ids(job);
-    }
+  std::set<std::string> held;
+  for (const auto& [job, version] : request.cached_parameter_versions()) held.insert(job);
+  held.insert(request.local_steps_job_ids().begin(), request.local_steps_job_ids().end());
+  for (const std::string& job : held) {
+    if (finished_jobs_.count(job) > 0) response.add_finished_job_ids(job);
   }
   return response;
 }
@@ -407,7 +409,7 @@ void WorkerRegistry::RecordShard(const std::string& worker_id, bool ok, int64_t 
 
 void WorkerRegistry::AddFinishedJob(const std::string& job_id) {
   absl::MutexLock lock(&mutex_);
-  finished_jobs_.push_back(job_id);
+  finished_jobs_.insert(job_id);
 }
 
 std::vector<v1::WorkerInfo> WorkerRegistry::List(bool include_gone) const {

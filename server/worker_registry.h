@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -107,7 +108,8 @@ class WorkerRegistry {
   void AddQuarantine(const std::string& worker_id, const std::string& job_id, const std::string& reason);
   void RecordShard(const std::string& worker_id, bool ok, int64_t measured_peak_bytes);
 
-  // Jobs that finished, sent to workers with heartbeats so they drop cached parameters.
+  // Jobs that finished (this run, or before a restart), named to the workers that say they hold
+  // something of them (cached parameters, local-steps state) so that they drop it.
   void AddFinishedJob(const std::string& job_id);
 
   std::vector<v1::WorkerInfo> List(bool include_gone) const;
@@ -135,7 +137,7 @@ class WorkerRegistry {
   std::map<std::string, WorkerRecord> known_ ABSL_GUARDED_BY(mutex_);       // by id (durable)
   std::map<std::string, std::string> by_credential_ ABSL_GUARDED_BY(mutex_);  // credential SHA-256 → id
   std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mutex_);
-  std::vector<std::string> finished_jobs_ ABSL_GUARDED_BY(mutex_);
+  std::set<std::string> finished_jobs_ ABSL_GUARDED_BY(mutex_);
   uint64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Time last_sweep_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();  // of ExpireSilentWorkers
   uint64_t next_number_ ABSL_GUARDED_BY(mutex_) = 0;

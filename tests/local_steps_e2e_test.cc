@@ -29,7 +29,7 @@ const char kSeparator[] = "\n\n";
 
 v1::Optimizer PlainSgd(double learning_rate) {
   v1::Optimizer sgd;
-  sgd.mutable_sgd();
+  sgd.mutable_sgd()->set_momentum(0);  // explicitly none: a local-steps job's outer SGD defaults to 0.9
   sgd.set_learning_rate(learning_rate);
   sgd.set_warmup_steps(0);
   return sgd;
@@ -78,6 +78,11 @@ TEST(LocalStepsEndToEndTest, OneInnerStepOfPlainSgdIsSynchronousSgd) {
   }
   EXPECT_EQ(rounds, 4);
   EXPECT_EQ(workers, 3) << cluster.Logs();  // every worker took part: not a one-worker test
+  // The job counts its bytes on the wire: at least the model to and a result from each worker per round.
+  absl::StatusOr<v1::Job> done = cluster.GetJob(job_id);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_GT(done->progress().bytes_to_workers(), 0);
+  EXPECT_GT(done->progress().bytes_from_workers(), done->progress().bytes_to_workers() / 2);
 }
 
 TEST(LocalStepsEndToEndTest, OneWorkersInnerStepsAreSynchronousStepsOverTheSameBatches) {

@@ -165,6 +165,8 @@ absl::Status CoordinatorLink::SendHeartbeat(int64_t* pending_peak) {
   for (const auto& [job, version] : options_.cache->CachedVersions()) {
     (*request.mutable_cached_parameter_versions())[job] = version;
   }
+  for (const std::string& job : options_.service->LocalStepsJobs()) request.add_local_steps_job_ids(job);
+
   std::unique_ptr<grpc::ClientContext> context =
       rpc::MakeClientContext(options_.identity->BearerForCoordinator(), ToChrono(options_.rpc_timeout));
   v1::HeartbeatResponse response;

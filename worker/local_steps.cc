@@ -1,6 +1,7 @@
 #include "worker/local_steps.h"
 
 #include <filesystem>
+#include <set>
 #include <system_error>
 #include <utility>
 
@@ -28,10 +29,19 @@ std::string LocalStepsTrainer::StatePath(const std::string& job_id) const {
 }
 
 std::vector<std::string> LocalStepsTrainer::Jobs() const {
-  absl::MutexLock lock(&mutex_);
-  std::vector<std::string> jobs;
-  for (const auto& [id, job] : jobs_) jobs.push_back(id);
-  return jobs;
+  std::set<std::string> jobs;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (const auto& [id, job] : jobs_) jobs.insert(id);
+  }
+  if (!dir_.empty()) {
+    std::error_code error;
+    for (std::filesystem::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error)) {
+      const std::filesystem::path& path = it->path();
+      if (path.extension() == ".safetensors" && IsSafeFileName(path.stem().string())) jobs.insert(path.stem().string());
+    }
+  }
+  return std::vector<std::string>(jobs.begin(), jobs.end());
 }
 
 void LocalStepsTrainer::Forget(const std::string& job_id) {
@@ -44,8 +54,10 @@ void LocalStepsTrainer::Forget(const std::string& job_id) {
       jobs_.erase(it);
     }
   }
+  // Under the job's lock (a round in flight finishes first, and one waiting finds no file).
+  std::optional<absl::MutexLock> lock;
   if (job != nullptr) {
-    absl::MutexLock lock(&job->mutex);  // a round in flight finishes first
+    lock.emplace(&job->mutex);
     job->trainer.reset();
   }
   if (!dir_.empty() && IsSafeFileName(job_id)) {

@@ -79,7 +79,8 @@ class LocalStepsTrainer {
   // Drops the job's inner optimizer, in memory and on disk. Idempotent.
   void Forget(const std::string& job_id);
 
-  // Jobs whose inner optimizer is in memory (for tests and the status of the worker).
+  // Jobs whose inner optimizer state this worker holds, in memory or on disk (a state file left
+  // by an earlier run included): what heartbeats report, so the coordinator names the finished ones.
   std::vector<std::string> Jobs() const;
 
  private:

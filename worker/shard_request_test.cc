@@ -168,5 +168,118 @@ TEST(ShardRequestTest, BudgetCheckCountsTheRunningSumAndSaysTheNumbers) {
   EXPECT_EQ(UsableBytes(1000), 900);
 }
 
+// GoodRequest with local steps over its 3 sequences: 2, then 1.
+v1::ComputeGradientRequest LocalStepsRequest() {
+  v1::ComputeGradientRequest request = GoodRequest();
+  v1::LocalSteps* local = request.mutable_local_steps();
+  local->add_sequences_per_step(2);
+  local->add_sequences_per_step(1);
+  local->mutable_inner_optimizer()->mutable_adamw();
+  local->mutable_inner_optimizer()->set_learning_rate(1e-3);
+  return request;
+}
+
+TEST(ShardRequestTest, ValidLocalStepsPass) {
+  absl::StatusOr<performer::Plan> plan = ValidateShardRequest(LocalStepsRequest());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->slice, 4);
+  // Steps over no sequence are allowed (they are skipped), as long as the entries sum up.
+  v1::ComputeGradientRequest request = LocalStepsRequest();
+  request.mutable_local_steps()->clear_sequences_per_step();
+  for (int64_t n : {0, 3, 0}) request.mutable_local_steps()->add_sequences_per_step(n);
+  EXPECT_TRUE(ValidateShardRequest(request).ok()) << ValidateShardRequest(request).status();
+}
+
+TEST(ShardRequestTest, BadLocalStepsAreNamed) {
+  struct Case {
+    std::string field;
+    std::string says;
+    std::function<void(v1::ComputeGradientRequest*)> corrupt;
+  };
+  const std::vector<Case> cases = {
+      {"local_steps", "local_steps: not with evaluate_only", [](auto* r) { r->set_evaluate_only(true); }},
+      {"local_steps.sequences_per_step", "0 inner steps",
+       [](auto* r) { r->mutable_local_steps()->clear_sequences_per_step(); }},
+      {"local_steps.sequences_per_step", "entry 0 = -1 is outside [0, 3]",
+       [](auto* r) {
+         r->mutable_local_steps()->set_sequences_per_step(0, -1);
+         r->mutable_local_steps()->set_sequences_per_step(1, 4);  // the sum is still 3
+       }},
+      {"local_steps.sequences_per_step", "entries sum to 4 sequences; the shard holds 3",
+       [](auto* r) { r->mutable_local_steps()->set_sequences_per_step(1, 2); }},
+      {"local_steps.sequences_per_step", "entries sum to 2 sequences; the shard holds 3",
+       [](auto* r) { r->mutable_local_steps()->set_sequences_per_step(0, 1); }},
+      // 20 tokens of L = 8 are 3 sequences (the last of 4 tokens), not 2.
+      {"local_steps.sequences_per_step", "entries sum to 2 sequences; the shard holds 3",
+       [](auto* r) {
+         r->set_tokens(std::string(20, 'a'));
+         r->mutable_local_steps()->set_sequences_per_step(0, 1);
+       }},
+      {"local_steps.sequences_per_step", "10001 inner steps; must be 1 to 10000",
+       [](auto* r) {
+         for (int i = 0; i < v1::LIMIT_MAX_LOCAL_STEPS - 1; ++i) r->mutable_local_steps()->add_sequences_per_step(0);
+       }},
+      {"local_steps.inner_optimizer", "local_steps.inner_optimizer.kind: ",
+       [](auto* r) { r->mutable_local_steps()->mutable_inner_optimizer()->clear_adamw(); }},
+      {"local_steps.inner_optimizer", "local_steps.inner_optimizer.learning_rate: ",
+       [](auto* r) { r->mutable_local_steps()->mutable_inner_optimizer()->set_learning_rate(-1); }},
+      {"local_steps.inner_optimizer", "local_steps.inner_optimizer.sgd.nesterov: ",
+       [](auto* r) { r->mutable_local_steps()->mutable_inner_optimizer()->mutable_sgd()->set_nesterov(true); }},
+  };
+  for (const Case& c : cases) {
+    v1::ComputeGradientRequest request = LocalStepsRequest();
+    c.corrupt(&request);
+    absl::StatusOr<performer::Plan> plan = ValidateShardRequest(request);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << c.says;
+    EXPECT_THAT(std::string(plan.status().message()), StartsWith(c.field)) << plan.status();
+    EXPECT_THAT(plan.status().message(), HasSubstr(c.says)) << plan.status();
+    EXPECT_EQ(FieldOf(plan.status()), c.field) << plan.status();
+  }
+  // Exactly LIMIT_MAX_LOCAL_STEPS steps are fine.
+  v1::ComputeGradientRequest request = LocalStepsRequest();
+  for (int i = 0; i < v1::LIMIT_MAX_LOCAL_STEPS - 2; ++i) request.mutable_local_steps()->add_sequences_per_step(0);
+  EXPECT_TRUE(ValidateShardRequest(request).ok()) << ValidateShardRequest(request).status();
+}
+
+TEST(ShardRequestTest, BudgetCheckAddsTheLocalStepsBytes) {
+  absl::StatusOr<planner::DeviceProfile> profile =
+      planner::ReadDeviceProfile(testing_util::RunfilePath("client/testdata/tiny_cpu.profile"));
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  performer::ModelConfig model;
+  model.vocab = 256;
+  model.d_model = 32;
+  model.layers = 1;
+  model.heads = 2;
+  model.d_ff = 64;
+  performer::Plan plan;
+  absl::StatusOr<Shard> shard = CutShard(GoodRequest(), 256);
+  ASSERT_TRUE(shard.ok());
+  const int64_t budget = 64 << 20;
+
+  absl::StatusOr<BudgetCheck> alone = CheckBudget(model, plan, 8, *shard, true, budget, *profile, "w-1");
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  const int64_t slack = alone->usable_bytes - alone->needed_bytes;
+  ASSERT_GT(slack, 0);
+
+  // Extra bytes that still fit are counted in needed_bytes, the prediction itself unchanged.
+  absl::StatusOr<BudgetCheck> fits = CheckBudget(model, plan, 8, *shard, true, budget, *profile, "w-1", slack);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->needed_bytes, alone->needed_bytes + slack);
+  EXPECT_EQ(fits->needed_bytes, fits->usable_bytes);
+  EXPECT_EQ(fits->prediction.peak_bytes, alone->prediction.peak_bytes);
+
+  // One byte more and the plan that fits alone is over the budget.
+  absl::StatusOr<BudgetCheck> over = CheckBudget(model, plan, 8, *shard, true, budget, *profile, "w-1", slack + 1);
+  ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_THAT(std::string(over.status().message()), StartsWith("plan needs "));
+  EXPECT_THAT(over.status().message(), HasSubstr("for the local steps' parameters and optimizer state"));
+  EXPECT_THAT(over.status().message(), HasSubstr("but worker w-1 budget allows"));
+  std::optional<v1::ErrorDetail> detail = rpc::ErrorDetailOf(over.status());
+  ASSERT_TRUE(detail.has_value());
+  EXPECT_EQ(detail->required_bytes(), alone->needed_bytes + slack + 1);
+  EXPECT_EQ(detail->usable_bytes(), alone->usable_bytes);
+  EXPECT_EQ(detail->budget_bytes(), budget);
+}
+
 }  // namespace
 }  // namespace slimfit::worker

@@ -110,7 +110,7 @@ class WorkerService final : public v1::Worker::Service {
 
   // The job finished: drops its local-steps inner optimizer state, in memory and on disk.
   void ForgetJob(const std::string& job_id) { local_steps_.Forget(job_id); }
-  // Jobs whose local-steps inner optimizer is in memory.
+  // Jobs whose local-steps inner optimizer state the worker holds (LocalStepsTrainer::Jobs).
   std::vector<std::string> LocalStepsJobs() const { return local_steps_.Jobs(); }
 
  private:

@@ -459,7 +459,11 @@ TEST_F(WorkerServiceTest, AbandonedShardEndsCancelledAndTheWorkerIsIdleAgain) {
 TEST_F(WorkerServiceTest, CallerDeadlineDiscardsTheShard) {
   coordinator_.SetFetchDelay(absl::Milliseconds(600));
   const CallResult call = Call(MakeRequest(FullPlan()), kToken, std::chrono::milliseconds(200));
-  EXPECT_EQ(call.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The parameter fetch ends by the same deadline: on a loaded machine the worker's UNAVAILABLE
+  // ("the fetch ran out of time") can reach the caller just before its own timer fires.
+  EXPECT_THAT(call.status.error_code(),
+              ::testing::AnyOf(grpc::StatusCode::DEADLINE_EXCEEDED, grpc::StatusCode::UNAVAILABLE))
+      << call.status.error_message();
   EXPECT_TRUE(service_->WaitUntilIdle(absl::Seconds(10)));
   EXPECT_EQ(service_->TakeHeartbeatState().measured_peak_bytes, 0);  // no sequence ran
 }

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Synchronous rounds against local steps (JobSpec.local_steps, DiLoCo) on the same corpus, model
+# and number of trained tokens: a coordinator and three workers on loopback train the demo's
+# model (2-layer byte-level Performer, d_model 128, L = 1024) on the demo's pre-training corpus
+# (Debian's licence texts), STEPS batches of 16 sequences (16,384 tokens) in all — STEPS
+# synchronous rounds, or STEPS / H rounds of H local steps — and prints, per mode, the held-out
+# bits per byte before and after, the bytes on the wire (parameters to the workers and results
+# back, from RoundCompleted.timing) per trained token, and the wall time (BENCHMARKS.md,
+# "Local steps against synchronous rounds").
+#
+# Usage: bench/local_steps.sh [STEPS] [MODES]   (defaults 100 and "sync 10 50"; a mode is "sync"
+#        or H, which must divide STEPS)
+set -euo pipefail
+steps="${1:-100}"
+modes="${2:-sync 10 50}"
+[[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "local_steps.sh: STEPS must be a positive integer, got '$steps'" >&2; exit 2; }
+for mode in $modes; do
+  [ "$mode" = sync ] && continue
+  [[ "$mode" =~ ^[1-9][0-9]*$ ]] && [ $((steps % mode)) -eq 0 ] ||
+    { echo "local_steps.sh: mode '$mode' is neither sync nor a divisor of $steps" >&2; exit 2; }
+done
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+bazel build --show_progress_rate_limit=30 //server:slimfit-coordinator //worker:slimfit-worker //client:slimfit >/dev/null
+source scripts/local_cluster.sh
+cluster_init "$(mktemp -d /tmp/slimfit-localsteps.XXXXXX)" localsteps
+
+data="$work/pretrain.txt"
+: > "$data"
+for f in Apache-2.0 Artistic BSD CC0-1.0 GFDL-1.3 GPL-2 GPL-3 LGPL-2.1 MPL-2.0 MPL-1.1; do
+  [ -f "/usr/share/common-licenses/$f" ] && { cat "/usr/share/common-licenses/$f"; printf '\n\n\n'; } >> "$data"
+done
+cluster_calibrate >/dev/null
+cluster_start_coordinator
+# Room for AdamW's inner state (four copies of the 0.46M parameters) beside each worker's plan.
+for budget in 16MiB 24MiB 64MiB; do cluster_start_worker "$budget"; done
+cluster_wait_workers 3
+
+printf '%-6s %6s %12s | %9s %9s | %12s %10s | %8s\n' mode rounds "inner steps" "bpb before" "bpb after" \
+  "MB on wire" "B/token" "wall"
+for mode in $modes; do
+  local_flags=() rounds="$steps" inner=1
+  if [ "$mode" != sync ]; then
+    inner="$mode" rounds=$((steps / mode))
+    local_flags=(--local_steps="$mode")
+  fi
+  started="$(date +%s.%N)"
+  job="$(cluster_submit "mode-$mode" --d_model=128 --layers=2 --heads=4 --d_ff=512 --sequence_length=1024 \
+    --data="$data" --separator='\n\n\n' --tokens_per_round=16384 --rounds="$rounds" "${local_flags[@]}" \
+    --learning_rate=3e-3 --warmup_steps=10 --gradient_clip_norm=1 --held_out_fraction=0.05 --eval_interval=0 \
+    --checkpoint_interval=1000000 --seed=1 --min_workers=3)"
+  "$slimfit" watch "$job" --json > "$work/$mode.events" || { echo "job $job ($mode) failed" >&2; exit 1; }
+  wall="$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
+  python3 - "$work/$mode.events" "$mode" "$rounds" "$inner" "$wall" <<'PY'
+import json, sys
+path, mode, rounds, inner, wall = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+evaluations, wire, tokens = [], 0, 0
+for line in open(path):
+    event = json.loads(line)
+    if "evaluation" in event:
+        evaluations.append(float(event["evaluation"].get("bits_per_byte", 0)))
+    done = event.get("round_completed")
+    if done:
+        timing = done.get("timing", {})
+        wire += int(timing.get("bytes_to_workers", 0)) + int(timing.get("bytes_from_workers", 0))
+        tokens += int(done.get("tokens", 0))
+if len(evaluations) < 2 or tokens == 0:
+    sys.exit("local_steps.sh: no evaluations or rounds in " + path)
+print("%-6s %6d %12d | %9.3f %9.3f | %12.1f %10.1f | %7.1fs" % (
+    mode, rounds, rounds * inner, evaluations[0], evaluations[-1], wire / 1e6, wire / tokens, wall))
+PY
+done
