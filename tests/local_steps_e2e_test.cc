@@ -6,7 +6,10 @@
 //     rounds: the inner optimizer's moments and warm-up carry from round to round on the worker;
 //   - the default (DiLoCo's outer Nesterov SGD) trains, the inner state lives in the worker's state
 //     directory while the job runs and is dropped when it ends.
+//   - workers join a running job and leave it, and it goes on.
+#include <csignal>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -168,6 +171,64 @@ TEST(LocalStepsEndToEndTest, DefaultOuterOptimizerTrainsAndInnerStateStaysOnTheW
     if (!gone) absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_TRUE(gone) << cluster.Logs();
+}
+
+// Elastic membership: a worker joins a running local-steps job and takes shards from the next
+// round (its inner optimizer starts afresh); another leaves (SIGTERM: it drains and deregisters) and
+// the job goes on with who is left, min_workers allowing.
+TEST(LocalStepsEndToEndTest, WorkersJoinAndLeaveARunningJob) {
+  Cluster cluster("local-elastic");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(1, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = Corpus(24000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string(kSeparator));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+
+  v1::JobSpec spec = Spec(*dataset, 32, 64, 128, 4, 100);
+  spec.set_local_steps(2);
+  spec.set_min_workers(1);
+  spec.set_checkpoint_interval_rounds(50);
+  spec.set_eval_interval_rounds(50);
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto wait_for = [&](const std::function<bool(const v1::Job&)>& done, const char* what) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline) {
+      absl::StatusOr<v1::Job> now = cluster.GetJob(job->job_id());
+      if (now.ok() && done(*now)) return *now;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ADD_FAILURE() << "timed out waiting for " << what << cluster.Logs();
+    return v1::Job();
+  };
+  wait_for([](const v1::Job& j) { return j.progress().rounds_completed() >= 2; }, "round 2");
+
+  // A second worker joins mid-job and is given shards.
+  ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  const v1::Job joined = wait_for([](const v1::Job& j) { return j.progress().active_workers() == 2; }, "two workers");
+  EXPECT_EQ(joined.state(), v1::JOB_STATE_RUNNING);
+
+  // The first leaves; the job goes on with the newcomer alone.
+  cluster.worker(0).Signal(SIGTERM);
+  ASSERT_TRUE(cluster.worker(0).Wait(absl::Seconds(30)).ok()) << cluster.Logs();
+  const int64_t left_after = wait_for([](const v1::Job& j) { return j.progress().active_workers() == 1; },
+                                      "one worker again")
+                                 .progress()
+                                 .rounds_completed();
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(120));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+
+  int with_two = 0, with_one_after_leaving = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+    if (!event.has_round_completed()) continue;
+    const v1::RoundCompleted& round = event.round_completed();
+    with_two += round.workers() == 2 ? 1 : 0;
+    with_one_after_leaving += round.round() > left_after && round.workers() == 1 ? 1 : 0;
+  }
+  EXPECT_GT(with_two, 0);
+  EXPECT_GT(with_one_after_leaving, 0);
 }
 
 }  // namespace
