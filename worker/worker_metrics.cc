@@ -11,6 +11,7 @@ using base::MetricFamily;
 using base::MetricType;
 
 const char* Kind(const v1::GradientSummary& summary) {
+  if (summary.local_steps() > 0) return "pseudo_gradient";
   return summary.gradient_tensors() > 0 ? "gradient" : "evaluation";
 }
 
@@ -21,7 +22,7 @@ WorkerMetrics::WorkerMetrics(base::MetricRegistry* registry)
       engine_seconds_(
           registry->AddHistogram("slimfit_engine_seconds",
                                  "Seconds the engine computed per shard (all its sequences), by kind "
-                                 "(gradient, evaluation).",
+                                 "(gradient, pseudo_gradient: a local-steps shard, evaluation).",
                                  {"kind"}, base::ExponentialBuckets(0.01, 2, 15))),
       tokens_(registry->AddCounter("slimfit_engine_tokens_total",
                                    "Predicted tokens of the shards computed, by kind.", {"kind"})),
@@ -29,6 +30,10 @@ WorkerMetrics::WorkerMetrics(base::MetricRegistry* registry)
                                           "Seconds shards waited for their parameters to be fetched.", {})),
       stream_seconds_(registry->AddCounter("slimfit_shard_stream_seconds_total",
                                            "Seconds spent streaming gradients back to the coordinator.", {})),
+      result_bytes_(registry->AddCounter("slimfit_result_bytes_total",
+                                         "Tensor data bytes streamed back to the coordinator, by kind.", {"kind"})),
+      local_steps_(registry->AddCounter("slimfit_local_steps_total",
+                                        "Inner optimizer steps taken for local-steps jobs.", {})),
       last_peak_(registry->AddGauge("slimfit_shard_peak_bytes",
                                     "Measured peak tensor bytes of the last shard.", {})),
       last_predicted_peak_(registry->AddGauge("slimfit_shard_predicted_peak_bytes",
@@ -46,6 +51,10 @@ void WorkerMetrics::ObserveSummary(const v1::GradientSummary& summary) {
   tokens_.WithLabels({kind}).Increment(static_cast<double>(summary.token_count()));
   fetch_seconds_.Get().Increment(summary.fetch_seconds());
   stream_seconds_.Get().Increment(summary.stream_seconds());
+  if (summary.gradient_bytes() > 0) {
+    result_bytes_.WithLabels({kind}).Increment(static_cast<double>(summary.gradient_bytes()));
+  }
+  local_steps_.Get().Increment(summary.local_steps());
   const double measured = static_cast<double>(summary.measured_peak_bytes());
   const double predicted = static_cast<double>(summary.predicted_peak_bytes());
   last_peak_.Get().Set(measured);

@@ -47,6 +47,8 @@ class WorkerMetrics {
   base::CounterFamily& tokens_;
   base::CounterFamily& fetch_seconds_;
   base::CounterFamily& stream_seconds_;
+  base::CounterFamily& result_bytes_;
+  base::CounterFamily& local_steps_;
   base::GaugeFamily& last_peak_;
   base::GaugeFamily& last_predicted_peak_;
   base::GaugeFamily& max_peak_;

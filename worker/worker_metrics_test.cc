@@ -51,6 +51,25 @@ TEST(WorkerMetrics, CountsShardsFromTheirSummaries) {
   EXPECT_EQ(Value(text, "slimfit_shard_peak_ratio_bucket{le=\"1.25\"}"), 3);  // 1.2
 }
 
+TEST(WorkerMetrics, CountsResultBytesByKindAndInnerSteps) {
+  base::MetricRegistry registry;
+  WorkerMetrics metrics(&registry);
+  ASSERT_TRUE(registry.registration_status().ok()) << registry.registration_status();
+  v1::GradientSummary gradient = Summary(0.5, 1000, 900, 1000, 12);
+  gradient.set_gradient_bytes(4096);
+  v1::GradientSummary local = Summary(1.5, 5000, 900, 1000, 12);
+  local.set_gradient_bytes(4096);
+  local.set_local_steps(10);
+  metrics.ObserveSummary(gradient);
+  metrics.ObserveSummary(local);
+  metrics.ObserveSummary(local);
+  const std::string text = registry.Exposition();
+  EXPECT_EQ(Value(text, "slimfit_result_bytes_total{kind=\"gradient\"}"), 4096) << text;
+  EXPECT_EQ(Value(text, "slimfit_result_bytes_total{kind=\"pseudo_gradient\"}"), 8192);
+  EXPECT_EQ(Value(text, "slimfit_local_steps_total"), 20);
+  EXPECT_EQ(Value(text, "slimfit_engine_tokens_total{kind=\"pseudo_gradient\"}"), 10000);
+}
+
 TEST(WorkerMetrics, IdentityBudgetAndCacheAreReadAtEachScrape) {
   base::MetricRegistry registry;
   WorkerMetrics metrics(&registry);
