@@ -10,6 +10,8 @@
 #
 # Usage: bench/local_steps.sh [STEPS] [MODES]   (defaults 100 and "sync 10 50"; a mode is "sync"
 #        or H, which must divide STEPS)
+#   OUTER="--outer_learning_rate=1 --outer_momentum=0.9"  other outer-optimizer flags for the
+#        local-steps modes (default: the coordinator's, Nesterov SGD at 0.7 with momentum 0.9)
 set -euo pipefail
 steps="${1:-100}"
 modes="${2:-sync 10 50}"
@@ -42,14 +44,15 @@ for mode in $modes; do
   local_flags=() rounds="$steps" inner=1
   if [ "$mode" != sync ]; then
     inner="$mode" rounds=$((steps / mode))
-    local_flags=(--local_steps="$mode")
+    read -r -a outer_flags <<< "${OUTER:-}"
+    local_flags=(--local_steps="$mode" "${outer_flags[@]}")
   fi
   started="$(date +%s.%N)"
   job="$(cluster_submit "mode-$mode" --d_model=128 --layers=2 --heads=4 --d_ff=512 --sequence_length=1024 \
     --data="$data" --separator='\n\n\n' --tokens_per_round=16384 --rounds="$rounds" "${local_flags[@]}" \
     --learning_rate=3e-3 --warmup_steps=10 --gradient_clip_norm=1 --held_out_fraction=0.05 --eval_interval=0 \
     --checkpoint_interval=1000000 --seed=1 --min_workers=3)"
-  "$slimfit" watch "$job" --json > "$work/$mode.events" || { echo "job $job ($mode) failed" >&2; exit 1; }
+  "$slimfit" watch "$job" --from_start --json > "$work/$mode.events" || { echo "job $job ($mode) failed" >&2; exit 1; }
   wall="$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
   python3 - "$work/$mode.events" "$mode" "$rounds" "$inner" "$wall" <<'PY'
 import json, sys

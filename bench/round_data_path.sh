@@ -42,7 +42,7 @@ for size in $sizes; do
   read -r -a model <<< "$(shape "$size")"
   job="$(cluster_submit "$size" "${model[@]}" --sequence_length=512 --tokens_per_round=1536 --rounds="$rounds" \
     --learning_rate=1e-4 --checkpoint_interval=1 --seed=1 --min_workers=3 --data="$data" --separator='\n\n\n')"
-  "$slimfit" watch "$job" --json > "$work/$size.events" || { echo "job $job of size $size failed" >&2; exit 1; }
+  "$slimfit" watch "$job" --from_start --json > "$work/$size.events" || { echo "job $job of size $size failed" >&2; exit 1; }
   peak_kib="$(awk '/VmHWM/ {print $2}' "/proc/$coordinator_pid/status")"
   python3 - "$work/$size.events" "$size" "$peak_kib" "${model[@]}" <<'PY'
 import json, sys

@@ -27,7 +27,7 @@ model=(--d_model=768 --layers=6 --heads=12 --d_ff=3072 --feature_map=sqr --ln=po
 run() {  # label, extra flags...
   local label="$1"; shift
   local job; job="$(cluster_submit "$label" "${model[@]}" "$@" --data="$data" --separator='\n\n\n')"
-  "$slimfit" watch "$job" --json > "$work/$label.events" || true
+  "$slimfit" watch "$job" --from_start --json > "$work/$label.events" || true
   echo "$label ($*):"
   python3 - "$work/$label.events" <<'PY'
 import json, sys

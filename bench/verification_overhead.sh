@@ -34,7 +34,7 @@ for fraction in "${fractions[@]}"; do
   job="$(cluster_submit "$label" --d_model=128 --layers=2 --heads=4 --d_ff=512 --sequence_length=1024 \
     --data="$data" --separator='\n\n\n' --tokens_per_round=16384 --rounds="$rounds" --learning_rate=3e-3 \
     --seed=1 --checkpoint_interval=1000 --verify_fraction="$fraction")"
-  "$slimfit" watch "$job" --json > "$work/$label.events" || { echo "job $job failed" >&2; exit 1; }
+  "$slimfit" watch "$job" --from_start --json > "$work/$label.events" || { echo "job $job failed" >&2; exit 1; }
   python3 - "$work/$label.events" "$fraction" <<'PY'
 import json, statistics, sys
 seconds, shards, checked, agreed, differences, loss = [], 0, 0, 0, [], float("nan")

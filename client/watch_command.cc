@@ -221,6 +221,7 @@ absl::Status WatchJob(const CoordinatorClient& client, const std::string& job_id
     v1::WatchJobRequest request;
     request.set_job_id(job_id);
     request.set_after_sequence(last_sequence);
+    if (options.from_start && !received_any) request.set_from_start(true);
     std::unique_ptr<grpc::ClientReaderInterface<v1::JobEvent>> reader =
         client.stub().WatchJob(context.get(), request);
     const bool reconnected = received_any;
@@ -230,7 +231,8 @@ absl::Status WatchJob(const CoordinatorClient& client, const std::string& job_id
       if (event.has_snapshot()) {
         // The first stream's snapshot includes everything up to its sequence; on a reconnect the
         // events after `last_sequence` are replayed after the snapshot, so it moves nothing.
-        if (!received_any) last_sequence = event.sequence();
+        // With from_start the events before the snapshot follow it.
+        if (!received_any && !options.from_start) last_sequence = event.sequence();
         state = event.snapshot().state();
         reason = event.snapshot().state_reason();
       } else {
@@ -287,13 +289,16 @@ absl::Status RunWatchCommand(absl::Span<const std::string> args, std::ostream& o
   std::string job_id;
   double reconnect_seconds = 60;
   CoordinatorOptions connection;
-  base::FlagSet flags("watch", "slimfit watch JOB [--reconnect_seconds=S] [--json] [coordinator flags]",
+  base::FlagSet flags("watch", "slimfit watch JOB [--from_start] [--reconnect_seconds=S] [--json] [coordinator flags]",
                       "Follows a job until it ends: progress of every round (loss, bits per byte, tokens/s,\n"
                       "ETA), evaluations, checkpoints, plan changes, reassigned shards and state changes.\n"
                       "Exit status 0 when the job SUCCEEDED, 1 when it FAILED or was CANCELLED. --json\n"
                       "prints every event as one JSON object per line.");
   flags.Positional("JOB", &job_id, "job id (from 'slimfit submit' or 'slimfit jobs')",
                    base::FlagSet::kRequired);
+  bool from_start = false;
+  flags.Bool("from_start", &from_start,
+             "replay the job's events from its first (a job watched after it started or ended), then follow it");
   AddReconnectFlag(flags, &reconnect_seconds);
   AddCoordinatorFlags(flags, &connection);
   bool help = false;
@@ -303,6 +308,7 @@ absl::Status RunWatchCommand(absl::Span<const std::string> args, std::ostream& o
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
   if (!client.ok()) return client.status();
   WatchOptions options;
+  options.from_start = from_start;
   options.json = connection.json;
   options.terminal = terminal && !connection.json;
   options.reconnect = *reconnect;

@@ -40,6 +40,9 @@ struct WatchOptions {
   bool terminal = false;  // stdout is a terminal: redraw the progress line in place
   // How long to keep reopening a broken stream before giving up.
   absl::Duration reconnect = absl::Seconds(60);
+  // Every retained event of the job from its first, after the snapshot, instead of only those
+  // that follow it (a job watched after it started, or after it ended).
+  bool from_start = false;
 };
 
 // Registers --reconnect_seconds writing to `*seconds` (default 60). For `watch` and `submit --watch`.

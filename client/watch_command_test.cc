@@ -256,6 +256,30 @@ TEST_F(WatchCommandTest, UnknownJobIsNotFoundAndNotRetried) {
   EXPECT_EQ(fake_->calls().watch_job.size(), 1u);
 }
 
+TEST_F(WatchCommandTest, FromStartReplaysTheEventsBeforeTheSnapshot) {
+  fake_->watch_job = [](const v1::WatchJobRequest& request, int,
+                        const FakeCoordinator::Writer<v1::JobEvent>& write) {
+    EXPECT_TRUE(request.from_start());
+    // The coordinator's order: the snapshot (at the latest sequence), then every retained event.
+    return Stream(write, {Snapshot(3, v1::JOB_STATE_SUCCEEDED, 1), Round(2, 1),
+                          StateChange(3, v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED, "")});
+  };
+  ASSERT_TRUE(Watch({"--json", "--from_start"}).ok());
+  const std::vector<std::string> lines = Lines();
+  ASSERT_EQ(lines.size(), 3u) << out_.str();
+  EXPECT_EQ(nlohmann::json::parse(lines[1])["round_completed"]["round"], "1");
+  EXPECT_EQ(nlohmann::json::parse(lines[2])["state_changed"]["state"], "JOB_STATE_SUCCEEDED");
+
+  // Without it, what came before the snapshot is not replayed.
+  fake_->watch_job = [](const v1::WatchJobRequest& request, int,
+                        const FakeCoordinator::Writer<v1::JobEvent>& write) {
+    EXPECT_FALSE(request.from_start());
+    return Stream(write, {Snapshot(3, v1::JOB_STATE_SUCCEEDED, 1)});
+  };
+  ASSERT_TRUE(Watch({"--json"}).ok());
+  EXPECT_EQ(Lines().size(), 1u) << out_.str();
+}
+
 TEST_F(WatchCommandTest, JsonLinesOneObjectPerEvent) {
   fake_->watch_job = [](const v1::WatchJobRequest&, int, const FakeCoordinator::Writer<v1::JobEvent>& write) {
     return Stream(write, {Snapshot(1, v1::JOB_STATE_RUNNING, 0), Round(2, 1),
