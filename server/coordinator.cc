@@ -319,7 +319,8 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const v1::ListW
   return response;
 }
 
-absl::StatusOr<planner::PlanSearchRequest> Coordinator::JobPlanSearch(const std::string& job_id) {
+absl::StatusOr<planner::PlanSearchRequest> Coordinator::JobPlanSearch(const std::string& job_id,
+                                                                      int64_t* reserved_bytes) {
   absl::StatusOr<v1::Job> job = GetJob(job_id);
   if (!job.ok()) return job.status();
   absl::StatusOr<performer::ModelConfig> config = preparer_->ResolveModel(job->spec().model(), nullptr);
@@ -333,26 +334,29 @@ absl::StatusOr<planner::PlanSearchRequest> Coordinator::JobPlanSearch(const std:
   search.dtype =
       job->spec().dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
   search.safety_margin = options_.runner.safety_margin;
+  *reserved_bytes = ReservedBytesPerWorker(job->spec(), *config);
   return search;
 }
 
 absl::StatusOr<WorkerPlanSearch> Coordinator::SearchPlansForJob(const std::string& job_id,
                                                                 const std::string& worker_id) {
-  absl::StatusOr<planner::PlanSearchRequest> search = JobPlanSearch(job_id);
+  int64_t reserved = 0;
+  absl::StatusOr<planner::PlanSearchRequest> search = JobPlanSearch(job_id, &reserved);
   if (!search.ok()) return search.status();
   std::optional<v1::WorkerInfo> worker = registry_->Info(worker_id);
   if (!worker.has_value()) {
     return rpc::NotFoundResourceError("worker", worker_id, absl::StrCat("no worker ", worker_id));
   }
-  search->memory_budget_bytes = worker->memory_budget_bytes();
+  search->memory_budget_bytes = PlanSearchBudget(worker->memory_budget_bytes(), reserved, search->safety_margin);
   absl::StatusOr<planner::PlanSearchResult> result =
       planner::SearchPlans(*search, planner::DeviceProfileFromProto(worker->profile()));
   if (!result.ok()) return result.status();
   WorkerPlanSearch found;
   found.result = *std::move(result);
   found.budget_bytes = worker->memory_budget_bytes();
-  found.usable_bytes =
-      static_cast<int64_t>(static_cast<double>(found.budget_bytes) * (1 - search->safety_margin));
+  // What the plan may use: the budget less the margin, less what a local-steps job holds beside it.
+  found.usable_bytes = std::max<int64_t>(
+      0, static_cast<int64_t>(static_cast<double>(found.budget_bytes) * (1 - search->safety_margin)) - reserved);
   return found;
 }
 
@@ -373,9 +377,10 @@ absl::StatusOr<std::vector<v1::JobEvent>> Coordinator::JobEvents(const std::stri
 absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::GetMemoryPlanRequest& request) {
   planner::PlanSearchRequest search;
   performer::DType job_dtype = performer::DType::kFloat32;
+  int64_t reserved = 0;  // a local-steps job's inner optimizer, beside each worker's plan
   switch (request.workload_case()) {
     case v1::GetMemoryPlanRequest::kJobId: {
-      absl::StatusOr<planner::PlanSearchRequest> job_search = JobPlanSearch(request.job_id());
+      absl::StatusOr<planner::PlanSearchRequest> job_search = JobPlanSearch(request.job_id(), &reserved);
       if (!job_search.ok()) return job_search.status();
       search.workload = job_search->workload;
       job_dtype = job_search->dtype;
@@ -433,7 +438,7 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
   v1::GetMemoryPlanResponse response;
   response.set_next_page_token(next_page_token);
   for (const v1::WorkerInfo& worker : targets) {
-    search.memory_budget_bytes = worker.memory_budget_bytes();
+    search.memory_budget_bytes = PlanSearchBudget(worker.memory_budget_bytes(), reserved, search.safety_margin);
     absl::StatusOr<v1::MemoryPlan> plan =
         planner::SearchMemoryPlan(search, planner::DeviceProfileFromProto(worker.profile()), include_frontier);
     if (!plan.ok()) return plan.status();

@@ -106,7 +106,9 @@ class Coordinator {
   explicit Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
   absl::Status ResumeJobs();
   // The planner's request for `job_id`'s workload (model, L, documents, dtype, margin); no budget.
-  absl::StatusOr<planner::PlanSearchRequest> JobPlanSearch(const std::string& job_id);
+  // The plan search a job's workers get; *reserved_bytes: what each holds beside the plan
+  // (ReservedBytesPerWorker), to come off every worker's budget (PlanSearchBudget).
+  absl::StatusOr<planner::PlanSearchRequest> JobPlanSearch(const std::string& job_id, int64_t* reserved_bytes);
   absl::Status StartRunner(const v1::Job& job, PreparedJob prepared);
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
   void LivenessLoop();

@@ -79,10 +79,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   planner_deps.dtype = r.dtype_;
   planner_deps.options = r.deps_.options;
   planner_deps.stopping = &r.stopping_;
-  if (spec.has_local_steps()) {
-    planner_deps.reserved_bytes = performer::LocalStepsExtraBytes(
-        spec.optimizer(), config.parameter_count() * performer::DTypeBytes(r.dtype_));
-  }
+  planner_deps.reserved_bytes = ReservedBytesPerWorker(spec, config);
   r.planner_ = std::make_unique<WorkerPlanner>(std::move(planner_deps));
 
   ShardDispatcher::Deps dispatcher_deps;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "performer/trainer.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 
@@ -12,6 +13,20 @@ namespace slimfit::server {
 
 std::string WorkerKey(const WorkerHandle& worker) {
   return absl::StrCat(worker.worker_id, "@", worker.incarnation);
+}
+
+int64_t ReservedBytesPerWorker(const v1::JobSpec& spec, const performer::ModelConfig& config) {
+  if (!spec.has_local_steps()) return 0;
+  const performer::DType dtype =
+      spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+  return performer::LocalStepsExtraBytes(spec.optimizer(), config.parameter_count() * performer::DTypeBytes(dtype));
+}
+
+int64_t PlanSearchBudget(int64_t budget_bytes, int64_t reserved_bytes, double safety_margin) {
+  if (reserved_bytes <= 0) return budget_bytes;
+  const double usable_share = 1.0 - safety_margin;
+  const int64_t reserved = static_cast<int64_t>(std::ceil(static_cast<double>(reserved_bytes) / usable_share)) + 1;
+  return std::max<int64_t>(1, budget_bytes - reserved);
 }
 
 std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle& worker, int64_t round,
@@ -32,13 +47,8 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
   auto scale = budget_scale_.find(worker.worker_id);
   request.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(worker.memory_budget_bytes) *
                                                      (scale == budget_scale_.end() ? 1.0 : scale->second));
-  if (deps_.reserved_bytes > 0) {
-    // The worker checks peak + reserved ≤ floor(budget · (1 − margin)): search within a budget whose
-    // usable part is that much smaller (rounded towards the safe side).
-    const double usable_share = 1.0 - deps_.options.safety_margin;
-    const int64_t reserved = static_cast<int64_t>(std::ceil(static_cast<double>(deps_.reserved_bytes) / usable_share)) + 1;
-    request.memory_budget_bytes = std::max<int64_t>(1, request.memory_budget_bytes - reserved);
-  }
+  request.memory_budget_bytes =
+      PlanSearchBudget(request.memory_budget_bytes, deps_.reserved_bytes, deps_.options.safety_margin);
   request.dtype = deps_.dtype;
   request.safety_margin = deps_.options.safety_margin;
   const std::string inputs =

@@ -41,6 +41,15 @@ struct WorkerPlan {
 // "w-1234@3": a worker incarnation.
 std::string WorkerKey(const WorkerHandle& worker);
 
+// Bytes each worker of a job holds beside its plan's peak: a local-steps job's inner optimizer
+// (performer::LocalStepsExtraBytes of the job's optimizer and parameter bytes); 0 otherwise.
+int64_t ReservedBytesPerWorker(const v1::JobSpec& spec, const performer::ModelConfig& config);
+
+// The budget to search plans within for a worker of `budget_bytes` that holds `reserved_bytes`
+// beside the plan: the worker checks peak + reserved ≤ floor(budget · (1 − margin)), so the
+// searched budget's usable part is that much smaller (rounded towards the safe side); ≥ 1.
+int64_t PlanSearchBudget(int64_t budget_bytes, int64_t reserved_bytes, double safety_margin);
+
 class WorkerPlanner {
  public:
   struct Deps {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <thread>
@@ -156,6 +157,38 @@ TEST_F(WorkerPlannerTest, ReservedBytesComeOffTheBudgetAndCountInTheReplanCheck)
   absl::StatusOr<std::vector<WorkerPlan>> replanned = planner.PlanWorkers(3);
   ASSERT_TRUE(replanned.ok()) << replanned.status();
   EXPECT_LT((*replanned)[0].candidate.prediction.peak_bytes, plan.candidate.prediction.peak_bytes);
+}
+
+TEST(PlanSearchBudgetTest, LeavesThePlanRoomForTheReserveUnderTheWorkersOwnCheck) {
+  EXPECT_EQ(PlanSearchBudget(1000000, 0, 0.1), 1000000);  // synchronous jobs: the budget as is
+  for (int64_t budget : {int64_t{3} << 20, int64_t{1} << 30, int64_t{123456789}}) {
+    for (int64_t reserved : {int64_t{1}, int64_t{777777}, int64_t{1} << 20}) {
+      const int64_t searched = PlanSearchBudget(budget, reserved, 0.1);
+      // A plan that uses all of the searched budget's usable part still passes the worker's check.
+      const int64_t usable_searched = static_cast<int64_t>(std::floor(static_cast<double>(searched) * 0.9));
+      const int64_t usable_worker = static_cast<int64_t>(std::floor(static_cast<double>(budget) * 0.9));
+      EXPECT_LE(usable_searched + reserved, usable_worker) << budget << " " << reserved;
+      EXPECT_GE(usable_searched + reserved, usable_worker - 3) << budget << " " << reserved;  // not wasteful
+    }
+  }
+  EXPECT_EQ(PlanSearchBudget(100, 1000, 0.1), 1);
+}
+
+TEST(ReservedBytesPerWorkerTest, LocalStepsReserveTheInnerOptimizer) {
+  performer::ModelConfig config;
+  config.vocab = 256;
+  config.d_model = 64;
+  config.layers = 2;
+  config.heads = 4;
+  config.d_ff = 256;
+  v1::JobSpec spec;
+  spec.mutable_optimizer()->mutable_adamw();
+  EXPECT_EQ(ReservedBytesPerWorker(spec, config), 0);
+  spec.set_local_steps(10);
+  EXPECT_EQ(ReservedBytesPerWorker(spec, config), 4 * 4 * config.parameter_count());  // float32, AdamW
+  spec.set_dtype(v1::DTYPE_FLOAT64);
+  spec.mutable_optimizer()->mutable_sgd();
+  EXPECT_EQ(ReservedBytesPerWorker(spec, config), 2 * 8 * config.parameter_count());  // plain SGD
 }
 
 TEST_F(WorkerPlannerTest, AWaitingJobStopsWhenItsRunnerStops) {
