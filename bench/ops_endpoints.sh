@@ -15,10 +15,7 @@ source scripts/local_cluster.sh
 cluster_init "$(mktemp -d /tmp/slimfit-ops.XXXXXX)" ops
 
 data="$work/licences.txt"
-: > "$data"
-for f in Apache-2.0 Artistic BSD GPL-2 GPL-3 LGPL-2.1 MPL-2.0; do
-  [ -f "/usr/share/common-licenses/$f" ] && { cat "/usr/share/common-licenses/$f"; printf '\n\n\n'; } >> "$data"
-done
+cluster_write_licences "$data" Apache-2.0 Artistic BSD GPL-2 GPL-3 LGPL-2.1 MPL-2.0
 cluster_calibrate >/dev/null
 cluster_start_coordinator
 for budget in 8MiB 12MiB 48MiB; do cluster_start_worker "$budget"; done

@@ -19,10 +19,7 @@ source scripts/local_cluster.sh
 cluster_init "$(mktemp -d /tmp/slimfit-verification.XXXXXX)" verification
 
 data="$work/licences.txt"
-: > "$data"
-for f in Apache-2.0 Artistic BSD CC0-1.0 GFDL-1.3 GPL-2 GPL-3 LGPL-2.1 MPL-2.0 MPL-1.1; do
-  [ -f "/usr/share/common-licenses/$f" ] && { cat "/usr/share/common-licenses/$f"; printf '\n\n\n'; } >> "$data"
-done
+cluster_write_licences "$data"
 cluster_calibrate >/dev/null
 cluster_start_coordinator --max_sequences_per_shard=1
 for budget in 8MiB 12MiB 48MiB; do cluster_start_worker "$budget"; done

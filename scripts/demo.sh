@@ -24,12 +24,8 @@ cluster_init "$(mktemp -d /tmp/slimfit-demo.XXXXXX)" demo
 CLUSTER_KEEP="$keep"
 
 echo "== the data: Debian's licence texts (pre-training) and C library headers (fine-tuning)"
-licenses=/usr/share/common-licenses
 pretrain="$work/pretrain.txt"
-: > "$pretrain"
-for f in Apache-2.0 Artistic BSD CC0-1.0 GFDL-1.3 GPL-2 GPL-3 LGPL-2.1 MPL-2.0 MPL-1.1; do
-  [ -f "$licenses/$f" ] && { cat "$licenses/$f"; printf '\n\n\n'; } >> "$pretrain"
-done
+cluster_write_licences "$pretrain"
 finetune="$work/headers.txt"
 : > "$finetune"
 for h in stdio.h stdlib.h string.h unistd.h pthread.h math.h time.h wchar.h; do

@@ -85,6 +85,18 @@ cluster_write_headers() {  # file: ten C library headers, documents separated by
   return 0
 }
 
+cluster_write_licences() {  # file [names...]: Debian's licence texts (default: the demo's ten), '\n\n\n' between
+  local file="$1"
+  shift
+  local names=("$@")
+  [ "${#names[@]}" -gt 0 ] || names=(Apache-2.0 Artistic BSD CC0-1.0 GFDL-1.3 GPL-2 GPL-3 LGPL-2.1 MPL-2.0 MPL-1.1)
+  : > "$file"
+  for f in "${names[@]}"; do
+    [ -f "/usr/share/common-licenses/$f" ] && { cat "/usr/share/common-licenses/$f"; printf '\n\n\n'; } >> "$file"
+  done
+  return 0
+}
+
 cluster_submit() {  # label, submit flags... → prints the job id
   local label="$1"
   shift

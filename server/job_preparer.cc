@@ -19,6 +19,17 @@
 #include "server/upload_store.h"
 
 namespace slimfit::server {
+namespace {
+
+// An INVALID_ARGUMENT whose message starts with the field at fault ("spec.optimizer.learning_rate:
+// ..."), with that field in its ErrorDetail as well.
+absl::Status WithFieldDetail(const absl::Status& invalid) {
+  v1::ErrorDetail detail;
+  detail.set_field(std::string(invalid.message().substr(0, invalid.message().find(':'))));
+  return rpc::AttachErrorDetail(invalid, detail);
+}
+
+}  // namespace
 
 absl::StatusOr<performer::ModelConfig> JobPreparer::ResolveModel(const v1::ModelSpec& model,
                                                             std::vector<at::Tensor>* initial) const {
@@ -115,9 +126,7 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
   }
   if (spec.rounds() < 1) return rpc::InvalidFieldError("spec.rounds", absl::StrCat("must be ≥ 1, got ", spec.rounds()));
   if (absl::Status optimizer = performer::ValidateOptimizer(spec.optimizer()); !optimizer.ok()) {
-    v1::ErrorDetail detail;
-    detail.set_field(std::string(optimizer.message().substr(0, optimizer.message().find(':'))));
-    return rpc::AttachErrorDetail(optimizer, detail);
+    return WithFieldDetail(optimizer);
   }
   if (spec.eval_interval_rounds() < 0) return rpc::InvalidFieldError("spec.eval_interval_rounds", "must be ≥ 0");
   if (spec.has_checkpoint_interval_rounds() && spec.checkpoint_interval_rounds() < 1) {
@@ -140,9 +149,7 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
     }
     if (absl::Status outer = performer::ValidateOptimizer(spec.outer_optimizer(), "spec.outer_optimizer");
         !outer.ok()) {
-      v1::ErrorDetail detail;
-      detail.set_field(std::string(outer.message().substr(0, outer.message().find(':'))));
-      return rpc::AttachErrorDetail(outer, detail);
+      return WithFieldDetail(outer);
     }
   } else if (spec.has_outer_optimizer()) {
     return rpc::InvalidFieldError("spec.outer_optimizer", "only with local_steps");
