@@ -64,8 +64,58 @@ absl::Status ChunkTensors(const std::vector<std::string>& names, const std::vect
   return absl::OkStatus();
 }
 
-TensorAssembler::TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std::string what)
-    : specs_(std::move(specs)), dtype_(dtype), what_(std::move(what)) {
+absl::Status ChunkEncoded(const std::vector<std::string>& names, const std::vector<EncodedTensor>& tensors,
+                          DType dtype, const std::function<bool(const v1::TensorChunk&)>& emit,
+                          int64_t max_chunk_bytes) {
+  if (names.size() != tensors.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ChunkEncoded: ", names.size(), " names for ", tensors.size(), " tensors"));
+  }
+  const int64_t element = DTypeBytes(dtype);
+  v1::TensorChunk chunk;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const EncodedTensor& tensor = tensors[i];
+    const int64_t wire_element = CompressedElementBytes(tensor.compression);
+    const size_t want_scales = tensor.compression == v1::COMPRESSION_INT8
+                                   ? static_cast<size_t>((tensor.numel() + v1::LIMIT_INT8_BLOCK_ELEMENTS - 1) /
+                                                         v1::LIMIT_INT8_BLOCK_ELEMENTS)
+                                   : 0;
+    if (wire_element == 0 || static_cast<int64_t>(tensor.data.size()) != tensor.numel() * wire_element ||
+        tensor.scales.size() != want_scales) {
+      return absl::InvalidArgumentError(absl::StrCat("ChunkEncoded: tensor ", names[i], " is not a whole encoded tensor"));
+    }
+    const bool int8 = tensor.compression == v1::COMPRESSION_INT8;
+    const int64_t block = v1::LIMIT_INT8_BLOCK_ELEMENTS;
+    int64_t per_chunk = std::max<int64_t>(1, max_chunk_bytes / wire_element);
+    if (int8) per_chunk = std::max(block, per_chunk / block * block);
+    chunk.Clear();
+    chunk.set_name(names[i]);
+    chunk.set_dtype(WireDType(dtype));
+    chunk.set_compression(tensor.compression);
+    for (int64_t d : tensor.shape) chunk.add_shape(d);
+    const int64_t n = tensor.numel();
+    for (int64_t first = 0; first < n; first += per_chunk) {
+      const int64_t count = std::min(per_chunk, n - first);
+      chunk.set_offset(first * element);
+      chunk.set_data(tensor.data.data() + first * wire_element, static_cast<size_t>(count * wire_element));
+      chunk.clear_scales();
+      if (int8) {
+        for (int64_t b = first / block; b < (first + count + block - 1) / block; ++b) {
+          chunk.add_scales(tensor.scales[static_cast<size_t>(b)]);
+        }
+      }
+      if (!emit(chunk)) return absl::CancelledError(absl::StrCat("stream stopped while sending ", names[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+TensorAssembler::TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std::string what,
+                                 v1::Compression compression)
+    : specs_(std::move(specs)),
+      dtype_(dtype),
+      what_(std::move(what)),
+      compression_(IsCompressed(compression) ? compression : v1::COMPRESSION_NONE) {
   tensors_.resize(specs_.size());
 }
 
@@ -95,23 +145,56 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
   if (shape != spec.shape) {
     return error(absl::StrCat("shape ", ShapeString(shape), ", expected ", ShapeString(spec.shape)));
   }
+  const v1::Compression encoding = IsCompressed(chunk.compression()) ? chunk.compression() : v1::COMPRESSION_NONE;
+  if (encoding != compression_) {
+    return error(absl::StrCat("encoding ", CompressionName(chunk.compression()), ", expected ",
+                              CompressionName(compression_)));
+  }
+  if (encoding != v1::COMPRESSION_INT8 && chunk.scales_size() > 0) {
+    return error(absl::StrCat(chunk.scales_size(), " scales on a chunk that is not int8"));
+  }
   if (chunk.offset() != offset_) return error(absl::StrCat("expected offset ", offset_));
   const int64_t size = static_cast<int64_t>(chunk.data().size());
   const int64_t total = Elements(spec.shape) * element;
   if (size == 0 || size > v1::LIMIT_MAX_CHUNK_BYTES) {
     return error(absl::StrCat(size, " data bytes; a chunk holds 1..", v1::LIMIT_MAX_CHUNK_BYTES));
   }
-  if (size % element != 0) return error(absl::StrCat(size, " bytes is not a whole number of elements"));
-  if (offset_ + size > total) {
-    return error(absl::StrCat("data runs to byte ", offset_ + size, " of a ", total, "-byte tensor"));
+  const int64_t wire_element = IsCompressed(encoding) ? CompressedElementBytes(encoding) : element;
+  if (size % wire_element != 0) return error(absl::StrCat(size, " bytes is not a whole number of elements"));
+  const int64_t count = size / wire_element;
+  if (offset_ + count * element > total) {
+    return error(absl::StrCat("data runs to byte ", offset_ + count * element, " of a ", total, "-byte tensor"));
   }
   if (!tensors_[current_].defined()) {
     tensors_[current_] = at::empty(spec.shape, at::TensorOptions().dtype(ToScalarType(dtype_)));
   }
-  std::memcpy(static_cast<char*>(tensors_[current_].data_ptr()) + offset_, chunk.data().data(),
-              static_cast<size_t>(size));
-  offset_ += size;
-  bytes_received_ += size;
+  if (IsCompressed(encoding)) {
+    if (encoding == v1::COMPRESSION_INT8 && (offset_ + count * element) != total &&
+        count % v1::LIMIT_INT8_BLOCK_ELEMENTS != 0) {
+      return error(absl::StrCat(count, " int8 elements: a chunk ends on a block of ", v1::LIMIT_INT8_BLOCK_ELEMENTS,
+                                " or at the tensor's end"));
+    }
+    if (absl::Status s = AddCompressed(chunk, count); !s.ok()) return error(std::string(s.message()));
+  } else {
+    std::memcpy(static_cast<char*>(tensors_[current_].data_ptr()) + offset_, chunk.data().data(),
+                static_cast<size_t>(size));
+  }
+  offset_ += count * element;
+  bytes_received_ += size + 4 * static_cast<int64_t>(chunk.scales_size());
+  return absl::OkStatus();
+}
+
+absl::Status TensorAssembler::AddCompressed(const v1::TensorChunk& chunk, int64_t count) {
+  const int64_t first = offset_ / DTypeBytes(dtype_);
+  const absl::Span<const float> scales(chunk.scales().data(), static_cast<size_t>(chunk.scales_size()));
+  if (dtype_ == DType::kFloat32) {
+    float* out = static_cast<float*>(tensors_[current_].data_ptr()) + first;
+    return DecodeElements(compression_, chunk.data(), scales, count, out);
+  }
+  std::vector<float> decoded(static_cast<size_t>(count));
+  if (absl::Status s = DecodeElements(compression_, chunk.data(), scales, count, decoded.data()); !s.ok()) return s;
+  double* out = static_cast<double*>(tensors_[current_].data_ptr()) + first;
+  for (int64_t i = 0; i < count; ++i) out[i] = decoded[static_cast<size_t>(i)];
   return absl::OkStatus();
 }
 

@@ -4,8 +4,10 @@
 //
 //   ChunkTensors   splits named tensors into chunks, handing each to a callback (streaming: at
 //                  most one chunk's bytes are held beyond the tensors themselves);
-//   TensorAssembler checks chunks against an expected list of tensors (names, shapes, dtype, in
-//                  order, contiguous offsets) and rebuilds them on the CPU.
+//   ChunkEncoded   the same for tensors already in a compressed encoding (tensor_codec.h);
+//   TensorAssembler checks chunks against an expected list of tensors (names, shapes, dtype,
+//                  encoding, in order, contiguous offsets) and rebuilds them on the CPU, decoding
+//                  compressed chunks exactly as DecodeElements does.
 //
 // Thread safety: ChunkTensors is a pure function; a TensorAssembler is used by one thread.
 #ifndef SLIMFIT_PERFORMER_TENSOR_CHUNKS_H_
@@ -21,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "performer/plan.h"
+#include "performer/tensor_codec.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::performer {
@@ -42,27 +45,44 @@ absl::Status ChunkTensors(const std::vector<std::string>& names, const std::vect
                           DType dtype, const std::function<bool(const v1::TensorChunk&)>& emit,
                           int64_t max_chunk_bytes = v1::LIMIT_MAX_CHUNK_BYTES);
 
+// Calls `emit` with every chunk of every encoded tensor, in order, each chunk naming `dtype` (the
+// tensors' own dtype), the encoding, its offset in `dtype` bytes and (INT8) the scales of the
+// blocks it covers. Chunks hold up to `max_chunk_bytes` of encoded data (INT8: whole blocks,
+// at least one). Errors as ChunkTensors.
+absl::Status ChunkEncoded(const std::vector<std::string>& names, const std::vector<EncodedTensor>& tensors,
+                          DType dtype, const std::function<bool(const v1::TensorChunk&)>& emit,
+                          int64_t max_chunk_bytes = v1::LIMIT_MAX_CHUNK_BYTES);
+
 class TensorAssembler {
  public:
-  // Expects exactly `specs`, in order, in `dtype`. `what` names the stream in errors
-  // ("gradient of shard 3").
-  TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std::string what);
+  // Expects exactly `specs`, in order, in `dtype`, every chunk in `compression` (NONE or
+  // UNSPECIFIED: exact values, and chunks must not name another encoding). `what` names the
+  // stream in errors ("gradient of shard 3").
+  TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std::string what,
+                  v1::Compression compression = v1::COMPRESSION_NONE);
 
   // INVALID_ARGUMENT when the chunk is not the next expected piece: unknown or out-of-order name,
-  // wrong dtype or shape, offset not where the previous chunk ended, empty or oversized data,
-  // data past the tensor's end, or a partial element.
+  // wrong dtype, encoding or shape, offset not where the previous chunk ended, empty or oversized
+  // data, data past the tensor's end, a partial element; for INT8, a chunk that does not end on
+  // a block boundary (but at the tensor's end), a wrong number of scales, a negative or
+  // non-finite scale, or the value −128.
   absl::Status Add(const v1::TensorChunk& chunk);
 
   // The tensors, once every byte of every tensor has arrived (INVALID_ARGUMENT naming the first
   // incomplete tensor otherwise). CPU tensors of the expected dtype.
   absl::StatusOr<std::vector<at::Tensor>> Finish();
 
+  // Bytes of accepted chunks' data, and of their scales (4 each).
   int64_t bytes_received() const { return bytes_received_; }
 
  private:
+  // Decodes an accepted compressed chunk of `count` elements into the current tensor.
+  absl::Status AddCompressed(const v1::TensorChunk& chunk, int64_t count);
+
   std::vector<TensorSpec> specs_;
   DType dtype_;
   std::string what_;
+  v1::Compression compression_;  // NONE for exact values
   std::vector<at::Tensor> tensors_;  // allocated when their first chunk arrives
   size_t current_ = 0;               // index of the tensor being filled
   int64_t offset_ = 0;               // bytes of it received

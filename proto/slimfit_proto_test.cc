@@ -296,6 +296,35 @@ TEST(SlimfitProtoTest, MaximalParameterAndFileChunksStayUnderLimit) {
   EXPECT_LT(exported.ByteSizeLong(), kChunkMessageLimit);
 }
 
+// The largest compressed chunk: LIMIT_MAX_CHUNK_BYTES int8 elements (one byte each) carry one
+// float32 scale per LIMIT_INT8_BLOCK_ELEMENTS of them (4096 scales, 16 KiB packed) on top of
+// MaximalChunk's fields.
+TensorChunk MaximalInt8Chunk() {
+  TensorChunk chunk = MaximalChunk();
+  chunk.set_compression(COMPRESSION_INT8);
+  for (int64_t i = 0; i < kChunkBytes / LIMIT_INT8_BLOCK_ELEMENTS; ++i) chunk.add_scales(3.4028235e38f);
+  return chunk;
+}
+
+TEST(SlimfitProtoTest, MaximalInt8ChunkStaysUnderLimit) {
+  const TensorChunk chunk = MaximalInt8Chunk();
+  ASSERT_EQ(chunk.scales_size(), 4096);
+  EXPECT_LT(chunk.ByteSizeLong(), kChunkMessageLimit);
+  // Beyond MaximalChunk: 4 bytes a scale, the packed field's tag and length (1 + 3 bytes) and the
+  // compression field (2 bytes).
+  EXPECT_EQ(chunk.ByteSizeLong(), MaximalChunk().ByteSizeLong() + 4 * 4096 + 4 + 2);
+
+  ComputeGradientResponse gradient;
+  *gradient.mutable_chunk() = chunk;
+  EXPECT_LT(gradient.ByteSizeLong(), kChunkMessageLimit);
+  ExpectRoundTrip(gradient);
+
+  FetchParametersResponse parameters;
+  *parameters.mutable_chunk() = chunk;
+  EXPECT_LT(parameters.ByteSizeLong(), kChunkMessageLimit);
+  ExpectRoundTrip(parameters);
+}
+
 TEST(SlimfitProtoTest, MaximalShardRequestStaysUnderTwoMiB) {
   ComputeGradientRequest request;
   request.set_job_id(std::string(LIMIT_MAX_NAME_BYTES, 'j'));
