@@ -8,18 +8,20 @@
 # back, from RoundCompleted.timing) per trained token, and the wall time (BENCHMARKS.md,
 # "Local steps against synchronous rounds").
 #
-# Usage: bench/local_steps.sh [STEPS] [MODES]   (defaults 100 and "sync 10 50"; a mode is "sync"
-#        or H, which must divide STEPS)
+# Usage: bench/local_steps.sh [STEPS] [MODES]   (defaults 100 and "sync 10 50 50+int8"; a mode is
+#        "sync", or H, which must divide STEPS, optionally "+ENC" with ENC float16, bfloat16 or int8:
+#        pseudo-gradients and parameter differences in that encoding)
 #   OUTER="--outer_learning_rate=1 --outer_momentum=0.9"  other outer-optimizer flags for the
 #        local-steps modes (default: the coordinator's, Nesterov SGD at 0.7 with momentum 0.9)
 set -euo pipefail
 steps="${1:-100}"
-modes="${2:-sync 10 50}"
+modes="${2:-sync 10 50 50+int8}"
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "local_steps.sh: STEPS must be a positive integer, got '$steps'" >&2; exit 2; }
 for mode in $modes; do
   [ "$mode" = sync ] && continue
-  [[ "$mode" =~ ^[1-9][0-9]*$ ]] && [ $((steps % mode)) -eq 0 ] ||
-    { echo "local_steps.sh: mode '$mode' is neither sync nor a divisor of $steps" >&2; exit 2; }
+  [[ "$mode" =~ ^([1-9][0-9]*)(\+(float16|bfloat16|int8))?$ ]] && [ $((steps % BASH_REMATCH[1])) -eq 0 ] ||
+    { echo "local_steps.sh: mode '$mode' is neither sync nor H[+float16|+bfloat16|+int8] with H dividing $steps" >&2
+      exit 2; }
 done
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -35,14 +37,17 @@ cluster_start_coordinator
 for budget in 16MiB 24MiB 64MiB; do cluster_start_worker "$budget"; done
 cluster_wait_workers 3
 
-printf '%-6s %6s %12s | %9s %9s | %12s %10s | %8s\n' mode rounds "inner steps" "bpb before" "bpb after" \
+printf '%-9s %6s %12s | %9s %9s | %12s %10s | %8s\n' mode rounds "inner steps" "bpb before" "bpb after" \
   "MB on wire" "B/token" "wall"
 for mode in $modes; do
   local_flags=() rounds="$steps" inner=1
   if [ "$mode" != sync ]; then
-    inner="$mode" rounds=$((steps / mode))
+    inner="${mode%%+*}" rounds=$((steps / ${mode%%+*}))
     read -r -a outer_flags <<< "${OUTER:-}"
-    local_flags=(--local_steps="$mode" "${outer_flags[@]}")
+    local_flags=(--local_steps="$inner" "${outer_flags[@]}")
+    if [[ "$mode" == *+* ]]; then
+      local_flags+=(--compress_pseudo_gradients="${mode#*+}" --compress_parameters="${mode#*+}")
+    fi
   fi
   started="$(date +%s.%N)"
   job="$(cluster_submit "mode-$mode" --d_model=128 --layers=2 --heads=4 --d_ff=512 --sequence_length=1024 \
@@ -66,7 +71,7 @@ for line in open(path):
         tokens += int(done.get("tokens", 0))
 if len(evaluations) < 2 or tokens == 0:
     sys.exit("local_steps.sh: no evaluations or rounds in " + path)
-print("%-6s %6d %12d | %9.3f %9.3f | %12.1f %10.1f | %7.1fs" % (
+print("%-9s %6d %12d | %9.3f %9.3f | %12.1f %10.1f | %7.1fs" % (
     mode, rounds, rounds * inner, evaluations[0], evaluations[-1], wire / 1e6, wire / tokens, wall))
 PY
 done

@@ -9,6 +9,7 @@
 #include "client/coordinator_client.h"
 #include "client/job_history.h"
 #include "client/service_format.h"
+#include "performer/tensor_codec.h"
 #include "proto/loss_curves.h"
 
 namespace slimfit::client {
@@ -64,6 +65,13 @@ std::string FormatJobStatus(const v1::Job& job) {
     if (progress.tokens_trained() > 0) {
       absl::StrAppendFormat(&bytes, "; %.1f bytes per trained token",
                             static_cast<double>(wire) / static_cast<double>(progress.tokens_trained()));
+    }
+    const v1::UpdateCompression& compression = job.spec().compression();
+    if (performer::IsCompressed(compression.pseudo_gradients())) {
+      absl::StrAppend(&bytes, "; pseudo-gradients ", performer::CompressionName(compression.pseudo_gradients()));
+    }
+    if (performer::IsCompressed(compression.parameters())) {
+      absl::StrAppend(&bytes, "; parameters as ", performer::CompressionName(compression.parameters()), " differences");
     }
     line("on the wire", bytes);
   }

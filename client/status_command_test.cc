@@ -109,6 +109,40 @@ TEST_F(StatusCommandTest, AJobWithNothingYetShowsDashes) {
   EXPECT_THAT(text, Not(HasSubstr("on the wire")));  // nothing sent yet
 }
 
+constexpr char kWireLine[] =
+    "on the wire  570.0 MB (250.0 MB to workers, 320.0 MB back); 621.3 bytes per trained token";
+
+TEST_F(StatusCommandTest, OnTheWireNamesTheCompression) {
+  v1::Job job = RunningJob();
+  job.mutable_spec()->set_local_steps(10);
+  job.mutable_spec()->mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_INT8);
+  job.mutable_spec()->mutable_compression()->set_parameters(v1::COMPRESSION_INT8);
+  EXPECT_THAT(FormatJobStatus(job),
+              HasSubstr(std::string(kWireLine) + "; pseudo-gradients int8; parameters as int8 differences\n"));
+
+  job.mutable_spec()->mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_FLOAT16);
+  job.mutable_spec()->mutable_compression()->set_parameters(v1::COMPRESSION_NONE);
+  EXPECT_THAT(FormatJobStatus(job), HasSubstr(std::string(kWireLine) + "; pseudo-gradients float16\n"));
+
+  job.mutable_spec()->mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_NONE);
+  job.mutable_spec()->mutable_compression()->set_parameters(v1::COMPRESSION_BFLOAT16);
+  EXPECT_THAT(FormatJobStatus(job), HasSubstr(std::string(kWireLine) + "; parameters as bfloat16 differences\n"));
+}
+
+TEST_F(StatusCommandTest, OnTheWireSaysNothingMoreForExactUpdates) {
+  v1::Job job = RunningJob();
+  job.mutable_spec()->set_local_steps(10);
+  job.mutable_spec()->mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_NONE);
+  job.mutable_spec()->mutable_compression()->set_parameters(v1::COMPRESSION_NONE);
+  const std::string none = FormatJobStatus(job);
+  EXPECT_THAT(none, HasSubstr(std::string(kWireLine) + "\n"));
+  EXPECT_THAT(none, Not(HasSubstr("pseudo-gradients")));
+  EXPECT_THAT(none, Not(HasSubstr("differences")));
+  // Unset (a job from before compression existed) reads the same.
+  job.mutable_spec()->clear_compression();
+  EXPECT_EQ(FormatJobStatus(job), none);
+}
+
 TEST_F(StatusCommandTest, JsonPrintsTheJob) {
   ASSERT_TRUE(Status({"job-000017", "--json"}).ok());
   const nlohmann::json json = nlohmann::json::parse(out_.str());

@@ -24,6 +24,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "planner/plan_search.h"
+#include "performer/tensor_codec.h"
 #include "proto/text_proto_checks.h"
 
 namespace slimfit::client {
@@ -66,6 +67,8 @@ struct SubmitOptions {
   int64_t local_steps = 0;
   double outer_learning_rate = 0;
   double outer_momentum = 0;
+  std::string compress_pseudo_gradients;
+  std::string compress_parameters;
   int64_t eval_interval = 0;
   int64_t checkpoint_interval = 10;
   std::string dtype = "float32";
@@ -161,6 +164,21 @@ absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options
       if (!outer.has_sgd()) return absl::InvalidArgumentError("--outer_momentum: the spec's outer optimizer is not SGD");
       outer.mutable_sgd()->set_momentum(options.outer_momentum);
       outer.mutable_sgd()->set_nesterov(options.outer_momentum > 0);
+    }
+  }
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"compress_pseudo_gradients",
+                                                                              &options.compress_pseudo_gradients},
+                                    {"compress_parameters", &options.compress_parameters}}) {
+    if (!flags.IsSet(flag)) continue;
+    absl::StatusOr<v1::Compression> compression = performer::CompressionFromName(absl::AsciiStrToLower(*value));
+    if (!compression.ok()) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", compression.status().message()));
+    if (std::string(flag) == "compress_parameters") {
+      spec.mutable_compression()->set_parameters(*compression);
+    } else if (*compression != v1::COMPRESSION_NONE && !spec.has_local_steps()) {
+      return absl::InvalidArgumentError(
+          "--compress_pseudo_gradients: only with --local_steps (synchronous rounds return exact gradients)");
+    } else {
+      spec.mutable_compression()->set_pseudo_gradients(*compression);
     }
   }
   if (flags.IsSet("eval_interval")) spec.set_eval_interval_rounds(options.eval_interval);
@@ -312,6 +330,14 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
                base::FlagSet::kOptionalNoDefault);
   flags.Double("outer_momentum", &options.outer_momentum,
                "with --local_steps: the outer SGD's Nesterov momentum (default 0.9; 0: none)",
+               base::FlagSet::kOptionalNoDefault);
+  flags.String("compress_pseudo_gradients", &options.compress_pseudo_gradients,
+               "with --local_steps: how workers send what they moved: none, float16, bfloat16 or int8 (each "
+               "worker keeps what the encoding loses and adds it to its next round; default none)",
+               base::FlagSet::kOptionalNoDefault);
+  flags.String("compress_parameters", &options.compress_parameters,
+               "how new parameter versions reach workers that hold the previous one: none, float16, bfloat16 or "
+               "int8 differences (every worker rebuilds the same parameters; default none)",
                base::FlagSet::kOptionalNoDefault);
   flags.Int("eval_interval", &options.eval_interval,
             "evaluate every K rounds (0: only before the first and after the last)");

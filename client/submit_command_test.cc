@@ -190,6 +190,66 @@ TEST_F(SubmitCommandTest, BadLocalStepsFlagsAreRefusedBeforeAnythingIsSent) {
   EXPECT_TRUE(fake_->calls().submit_job.empty());
 }
 
+TEST_F(SubmitCommandTest, CompressionFlagsWriteTheSpec) {
+  const std::string data = WriteFile("compressed.txt", "some text to train on");
+  ASSERT_TRUE(Submit({"--data", data, "--local_steps=5", "--compress_pseudo_gradients=int8",
+                      "--compress_parameters=float16"})
+                  .ok());
+  const v1::JobSpec spec = OnlySubmit().spec();
+  EXPECT_EQ(spec.local_steps(), 5);
+  EXPECT_EQ(spec.compression().pseudo_gradients(), v1::COMPRESSION_INT8);
+  EXPECT_EQ(spec.compression().parameters(), v1::COMPRESSION_FLOAT16);
+}
+
+TEST_F(SubmitCommandTest, CompressionNamesAreCaseInsensitive) {
+  const std::string data = WriteFile("compressed.txt", "some text to train on");
+  ASSERT_TRUE(Submit({"--data", data, "--local_steps=5", "--compress_pseudo_gradients=INT8",
+                      "--compress_parameters=BFloat16"})
+                  .ok());
+  const v1::JobSpec spec = OnlySubmit().spec();
+  EXPECT_EQ(spec.compression().pseudo_gradients(), v1::COMPRESSION_INT8);
+  EXPECT_EQ(spec.compression().parameters(), v1::COMPRESSION_BFLOAT16);
+}
+
+TEST_F(SubmitCommandTest, WithoutCompressionFlagsTheCoordinatorDecides) {
+  ASSERT_TRUE(Submit({"--data", WriteFile("exact.txt", "some text"), "--local_steps=5"}).ok());
+  EXPECT_FALSE(OnlySubmit().spec().has_compression());
+}
+
+TEST_F(SubmitCommandTest, CompressedParametersNeedNoLocalSteps) {
+  ASSERT_TRUE(Submit({"--data", WriteFile("sync.txt", "some text"), "--compress_parameters=int8",
+                      "--compress_pseudo_gradients=none"})
+                  .ok());
+  const v1::JobSpec spec = OnlySubmit().spec();
+  EXPECT_FALSE(spec.has_local_steps());
+  EXPECT_EQ(spec.compression().parameters(), v1::COMPRESSION_INT8);
+  EXPECT_EQ(spec.compression().pseudo_gradients(), v1::COMPRESSION_NONE);
+}
+
+TEST_F(SubmitCommandTest, LocalStepsInTheSpecAllowCompressedPseudoGradients) {
+  const std::string spec_path = WriteFile("local.textproto", "local_steps: 3\n");
+  ASSERT_TRUE(Submit({spec_path, "--data", WriteFile("l.txt", "some text"), "--compress_pseudo_gradients=float16"}).ok());
+  const v1::JobSpec spec = OnlySubmit().spec();
+  EXPECT_EQ(spec.local_steps(), 3);
+  EXPECT_EQ(spec.compression().pseudo_gradients(), v1::COMPRESSION_FLOAT16);
+}
+
+TEST_F(SubmitCommandTest, BadCompressionFlagsAreRefusedBeforeAnythingIsSent) {
+  const std::string data = WriteFile("bad.txt", "some text to train on");
+  for (const std::string flag : {"compress_pseudo_gradients", "compress_parameters"}) {
+    const absl::Status status = Submit({"--data", data, "--local_steps=5", "--" + flag + "=zstd"});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(Message(status), StartsWith("--" + flag + ": "));
+    EXPECT_THAT(Message(status), HasSubstr("zstd"));
+    EXPECT_THAT(Message(status), HasSubstr("none, float16, bfloat16 or int8"));
+  }
+  const absl::Status status = Submit({"--data", data, "--compress_pseudo_gradients=int8"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(Message(status), HasSubstr("--compress_pseudo_gradients: only with --local_steps"));
+  EXPECT_TRUE(fake_->calls().upload_dataset.empty());
+  EXPECT_TRUE(fake_->calls().submit_job.empty());
+}
+
 TEST_F(SubmitCommandTest, EachSubmitGetsItsOwnRequestId) {
   const std::string data = WriteFile("d.txt", "some text");
   ASSERT_TRUE(Submit({"--data", data}).ok());

@@ -50,14 +50,16 @@ absl::Status ValidateOptimizer(const v1::Optimizer& optimizer, absl::string_view
   return absl::OkStatus();
 }
 
-int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes) {
+int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes, v1::Compression pseudo_gradients) {
   int64_t moments = 0;
   if (inner.has_adamw()) {
     moments = 2;
   } else if (inner.sgd().momentum() > 0) {
     moments = 1;
   }
-  return parameter_bytes * (2 + moments);
+  const bool compressed = pseudo_gradients == v1::COMPRESSION_FLOAT16 || pseudo_gradients == v1::COMPRESSION_BFLOAT16 ||
+                          pseudo_gradients == v1::COMPRESSION_INT8;
+  return parameter_bytes * (2 + moments) + (compressed ? parameter_bytes + parameter_bytes / 2 : 0);
 }
 
 Trainer::~Trainer() = default;

@@ -40,8 +40,11 @@ absl::Status ValidateOptimizer(const v1::Optimizer& optimizer, absl::string_view
 
 // Bytes a worker holds beside a round's parameters while it takes local steps with `inner`
 // (proto LocalSteps): its own copy of the parameters, the model each inner step is computed at, and
-// the optimizer's moments (AdamW two, SGD with momentum one), each `parameter_bytes`.
-int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes);
+// the optimizer's moments (AdamW two, SGD with momentum one), each `parameter_bytes`; with a
+// compressed pseudo-gradient also the error feedback (float32: `parameter_bytes` for float32
+// parameters) and the encoded pseudo-gradient (at most half of it).
+int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes,
+                             v1::Compression pseudo_gradients = v1::COMPRESSION_NONE);
 
 struct StepResult {
   double gradient_norm = 0;  // global L2 norm before clipping

@@ -262,6 +262,25 @@ TEST(TrainerTest, LocalStepsExtraBytesCountsTheMoments) {
   EXPECT_EQ(LocalStepsExtraBytes(adamw, int64_t{3} << 30), int64_t{12} << 30);
 }
 
+TEST(TrainerTest, LocalStepsExtraBytesCountCompressedPseudoGradients) {
+  v1::Optimizer adamw;
+  adamw.mutable_adamw();
+  v1::Optimizer plain;
+  plain.mutable_sgd();
+  // Exact pseudo-gradients: nothing beyond the copy, the step's model and the moments.
+  EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, v1::COMPRESSION_NONE), 4000);
+  EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, v1::COMPRESSION_UNSPECIFIED), 4000);
+  EXPECT_EQ(LocalStepsExtraBytes(plain, 1000, v1::COMPRESSION_NONE), 2000);
+  // Compressed: the error feedback (parameter_bytes) and the encoded pseudo-gradient (half of it).
+  for (const v1::Compression compression : {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
+    EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, compression), 4000 + 1500) << v1::Compression_Name(compression);
+    EXPECT_EQ(LocalStepsExtraBytes(plain, 1000, compression), 2000 + 1500) << v1::Compression_Name(compression);
+    EXPECT_EQ(LocalStepsExtraBytes(adamw, int64_t{3} << 30, compression) - LocalStepsExtraBytes(adamw, int64_t{3} << 30),
+              (int64_t{9} << 30) / 2)
+        << v1::Compression_Name(compression);
+  }
+}
+
 TEST(TrainerTest, ValidationUsesTheGivenFieldPrefix) {
   v1::Optimizer spec;
   absl::Status no_kind = ValidateOptimizer(spec, "local_steps.inner_optimizer");

@@ -255,15 +255,24 @@ grpc::Status CoordinatorService::FetchParameters(grpc::ServerContext* context,
   }
   manifest->set_total_bytes(total);
   manifest->set_feature_seed(parameters.feature_seed);
+  // A worker holding the version this one was rebuilt from gets the encoded difference.
+  const bool difference = parameters.base_version != 0 && request->base_version() == parameters.base_version;
+  manifest->set_compression(difference ? parameters.compression : v1::COMPRESSION_NONE);
+  if (difference) {
+    manifest->set_base_version(parameters.base_version);
+    manifest->set_sha256(parameters.sha256);
+  }
   if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "worker went away");
   int64_t sent = 0;
-  absl::Status streamed = performer::ChunkTensors(parameters.names, parameters.tensors, parameters.dtype,
-                                                  [&](const v1::TensorChunk& chunk) {
-                                                    v1::FetchParametersResponse piece;
-                                                    *piece.mutable_chunk() = chunk;
-                                                    sent += static_cast<int64_t>(chunk.data().size());
-                                                    return writer->Write(piece);
-                                                  });
+  auto emit = [&](const v1::TensorChunk& chunk) {
+    v1::FetchParametersResponse piece;
+    *piece.mutable_chunk() = chunk;
+    sent += static_cast<int64_t>(chunk.data().size()) + 4 * chunk.scales_size();
+    return writer->Write(piece);
+  };
+  absl::Status streamed =
+      difference ? performer::ChunkEncoded(parameters.names, parameters.difference, parameters.dtype, emit)
+                 : performer::ChunkTensors(parameters.names, parameters.tensors, parameters.dtype, emit);
   parameters.bytes_served.fetch_add(sent);
   return rpc::ToGrpcStatus(streamed, context);
 }

@@ -35,6 +35,11 @@ v1::JobSpec WithJobDefaults(v1::JobSpec spec) {
   // own inner optimizer, so they are off unless asked for (and then refused).
   if (!spec.has_verify_fraction()) spec.set_verify_fraction(spec.has_local_steps() ? 0 : kDefaultVerifyFraction);
   if (!spec.has_quarantine_after()) spec.set_quarantine_after(kDefaultQuarantineAfter);
+  v1::UpdateCompression* compression = spec.mutable_compression();
+  if (compression->pseudo_gradients() == v1::COMPRESSION_UNSPECIFIED) {
+    compression->set_pseudo_gradients(v1::COMPRESSION_NONE);
+  }
+  if (compression->parameters() == v1::COMPRESSION_UNSPECIFIED) compression->set_parameters(v1::COMPRESSION_NONE);
   return spec;
 }
 

@@ -146,5 +146,47 @@ TEST(JobDefaultsTest, LocalStepsKeepTheOuterOptimizerAndVerificationTheSpecGives
   EXPECT_DOUBLE_EQ(spec.outer_optimizer().learning_rate(), 0.5);
 }
 
+TEST(JobDefaultsTest, CompressionDefaultsToExactUpdates) {
+  v1::JobSpec given = FreshAdamWJob(30);
+  given.set_local_steps(8);
+  ASSERT_FALSE(given.has_compression());
+  const v1::JobSpec spec = WithJobDefaults(given);
+  ASSERT_TRUE(spec.has_compression());
+  EXPECT_EQ(spec.compression().pseudo_gradients(), v1::COMPRESSION_NONE);
+  EXPECT_EQ(spec.compression().parameters(), v1::COMPRESSION_NONE);
+  // A synchronous job too.
+  const v1::JobSpec synchronous = WithJobDefaults(FreshAdamWJob(30));
+  EXPECT_EQ(synchronous.compression().pseudo_gradients(), v1::COMPRESSION_NONE);
+  EXPECT_EQ(synchronous.compression().parameters(), v1::COMPRESSION_NONE);
+  // An empty compression message is filled in the same way.
+  given.mutable_compression();
+  EXPECT_EQ(WithJobDefaults(given).compression().pseudo_gradients(), v1::COMPRESSION_NONE);
+  EXPECT_EQ(WithJobDefaults(given).compression().parameters(), v1::COMPRESSION_NONE);
+}
+
+TEST(JobDefaultsTest, KeepsTheCompressionTheSpecGives) {
+  v1::JobSpec given = FreshAdamWJob(30);
+  given.set_local_steps(8);
+  given.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_INT8);
+  given.mutable_compression()->set_parameters(v1::COMPRESSION_BFLOAT16);
+  v1::JobSpec spec = WithJobDefaults(given);
+  EXPECT_EQ(spec.compression().pseudo_gradients(), v1::COMPRESSION_INT8);
+  EXPECT_EQ(spec.compression().parameters(), v1::COMPRESSION_BFLOAT16);
+
+  // One field given: only the other is defaulted.
+  given.mutable_compression()->clear_pseudo_gradients();
+  given.mutable_compression()->set_parameters(v1::COMPRESSION_FLOAT16);
+  spec = WithJobDefaults(given);
+  EXPECT_EQ(spec.compression().pseudo_gradients(), v1::COMPRESSION_NONE);
+  EXPECT_EQ(spec.compression().parameters(), v1::COMPRESSION_FLOAT16);
+
+  // NONE said outright stays NONE; an unknown value is left for the preparer to refuse.
+  given.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_NONE);
+  given.mutable_compression()->set_parameters(static_cast<v1::Compression>(99));
+  spec = WithJobDefaults(given);
+  EXPECT_EQ(spec.compression().pseudo_gradients(), v1::COMPRESSION_NONE);
+  EXPECT_EQ(static_cast<int>(spec.compression().parameters()), 99);
+}
+
 }  // namespace
 }  // namespace slimfit::server

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
+#include "performer/tensor_codec.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
 #include "proto/dataset_format.h"
@@ -153,6 +154,17 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
     }
   } else if (spec.has_outer_optimizer()) {
     return rpc::InvalidFieldError("spec.outer_optimizer", "only with local_steps");
+  }
+  for (const auto& [field, value] : {std::pair<const char*, v1::Compression>{"spec.compression.pseudo_gradients",
+                                                                             spec.compression().pseudo_gradients()},
+                                     {"spec.compression.parameters", spec.compression().parameters()}}) {
+    if (!v1::Compression_IsValid(value)) {
+      return rpc::InvalidFieldError(field, absl::StrCat("unknown encoding ", static_cast<int>(value)));
+    }
+  }
+  if (performer::IsCompressed(spec.compression().pseudo_gradients()) && !spec.has_local_steps()) {
+    return rpc::InvalidFieldError("spec.compression.pseudo_gradients",
+                                  "only with local_steps: synchronous rounds return exact gradients");
   }
   if (spec.has_quarantine_after() && spec.quarantine_after() < 1) {
     return rpc::InvalidFieldError("spec.quarantine_after", absl::StrCat("must be ≥ 1, got ", spec.quarantine_after()));

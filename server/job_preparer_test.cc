@@ -134,5 +134,79 @@ TEST_F(JobPreparerTest, ValidatesLocalSteps) {
               ::testing::StartsWith("spec.optimizer.learning_rate: "));
 }
 
+// Expects `prepared` to be INVALID_ARGUMENT about `field`, saying `says`.
+void ExpectInvalidField(const absl::StatusOr<PreparedJob>& prepared, const std::string& field,
+                        const std::string& says) {
+  EXPECT_EQ(prepared.status().code(), absl::StatusCode::kInvalidArgument) << prepared.status();
+  EXPECT_THAT(std::string(prepared.status().message()), ::testing::StartsWith(field + ": ")) << prepared.status();
+  EXPECT_THAT(std::string(prepared.status().message()), HasSubstr(says)) << prepared.status();
+  std::optional<v1::ErrorDetail> detail = rpc::ErrorDetailOf(prepared.status());
+  ASSERT_TRUE(detail.has_value()) << prepared.status();
+  EXPECT_EQ(detail->field(), field) << prepared.status();
+}
+
+TEST_F(JobPreparerTest, RefusesUnknownCompressionNamingTheField) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  const v1::JobSpec good = LocalStepsSpec(Spec(256, 16));
+  for (const bool local_steps : {true, false}) {
+    v1::JobSpec base = local_steps ? good : Spec(256, 16);
+    v1::JobSpec pseudo = base;
+    pseudo.mutable_compression()->set_pseudo_gradients(static_cast<v1::Compression>(99));
+    pseudo.mutable_compression()->set_parameters(v1::COMPRESSION_NONE);
+    ExpectInvalidField(preparer.Prepare(pseudo, /*load_initial=*/false), "spec.compression.pseudo_gradients",
+                       "unknown encoding 99");
+    v1::JobSpec parameters = base;
+    parameters.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_NONE);
+    parameters.mutable_compression()->set_parameters(static_cast<v1::Compression>(99));
+    ExpectInvalidField(preparer.Prepare(parameters, /*load_initial=*/false), "spec.compression.parameters",
+                       "unknown encoding 99");
+    // A negative value is no encoding either.
+    parameters.mutable_compression()->set_parameters(static_cast<v1::Compression>(-1));
+    ExpectInvalidField(preparer.Prepare(parameters, /*load_initial=*/false), "spec.compression.parameters",
+                       "unknown encoding -1");
+  }
+}
+
+TEST_F(JobPreparerTest, CompressedPseudoGradientsNeedLocalSteps) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  for (const v1::Compression compression : {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
+    v1::JobSpec synchronous = Spec(256, 16);
+    synchronous.mutable_compression()->set_pseudo_gradients(compression);
+    ExpectInvalidField(preparer.Prepare(synchronous, /*load_initial=*/false), "spec.compression.pseudo_gradients",
+                       "only with local_steps");
+  }
+  // Exact pseudo-gradients (said outright, or unset) are fine without local steps: the next check
+  // (the unknown dataset) answers.
+  for (const v1::Compression compression : {v1::COMPRESSION_NONE, v1::COMPRESSION_UNSPECIFIED}) {
+    v1::JobSpec synchronous = Spec(256, 16);
+    synchronous.mutable_compression()->set_pseudo_gradients(compression);
+    EXPECT_EQ(preparer.Prepare(synchronous, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound)
+        << v1::Compression_Name(compression);
+  }
+}
+
+TEST_F(JobPreparerTest, CompressedParametersNeedNoLocalSteps) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  v1::JobSpec synchronous = Spec(256, 16);
+  synchronous.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_NONE);
+  synchronous.mutable_compression()->set_parameters(v1::COMPRESSION_INT8);
+  // Valid: the next check (the unknown dataset) answers.
+  const absl::StatusOr<PreparedJob> prepared = preparer.Prepare(synchronous, /*load_initial=*/false);
+  EXPECT_EQ(prepared.status().code(), absl::StatusCode::kNotFound) << prepared.status();
+}
+
+TEST_F(JobPreparerTest, CompressesBothWithLocalSteps) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  for (const v1::Compression compression : {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
+    v1::JobSpec spec = LocalStepsSpec(Spec(256, 16));
+    spec.mutable_compression()->set_pseudo_gradients(compression);
+    spec.mutable_compression()->set_parameters(compression);
+    // Valid: the next check (the unknown dataset) answers.
+    const absl::StatusOr<PreparedJob> prepared = preparer.Prepare(spec, /*load_initial=*/false);
+    EXPECT_EQ(prepared.status().code(), absl::StatusCode::kNotFound)
+        << v1::Compression_Name(compression) << ": " << prepared.status();
+  }
+}
+
 }  // namespace
 }  // namespace slimfit::server

@@ -99,6 +99,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   dispatcher_deps.verify_fraction = spec.verify_fraction();
   dispatcher_deps.local_steps = spec.has_local_steps() ? spec.local_steps() : 0;
   dispatcher_deps.inner_optimizer = spec.optimizer();
+  dispatcher_deps.pseudo_gradient_compression = spec.compression().pseudo_gradients();
   dispatcher_deps.quarantine_after =
       spec.has_quarantine_after() ? spec.quarantine_after() : kDefaultQuarantineAfter;
   dispatcher_deps.stopping = &r.stopping_;
@@ -106,7 +107,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   // Quarantines and what spot checks verified outlive a coordinator restart: the events have them.
   r.dispatcher_->Replay(*events);
 
-  runner->Publish();
+  runner->Publish(/*as_difference=*/false);
   return runner;
 }
 
@@ -191,17 +192,68 @@ absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
   return absl::OkStatus();
 }
 
-void JobRunner::Publish() {
+void JobRunner::Publish(bool as_difference) {
   auto snapshot = std::make_shared<ParameterSnapshot>();
   snapshot->config = config_;
   snapshot->dtype = dtype_;
   snapshot->names = trainer_->names();
-  for (const at::Tensor& p : trainer_->parameters()) snapshot->tensors.push_back(p.detach().clone());
   const v1::Job job = record_.Snapshot();
   snapshot->feature_seed = job.spec().seed();
   snapshot->version = job.progress().parameter_version();
+  std::shared_ptr<const ParameterSnapshot> previous;
+  {
+    absl::MutexLock lock(&mutex_);
+    previous = published_;
+  }
+  const v1::Compression compression = job.spec().compression().parameters();
+  bool published_difference = false;
+  if (as_difference && performer::IsCompressed(compression) && previous != nullptr) {
+    absl::Status encoded = PublishDifference(*previous, compression, snapshot.get());
+    published_difference = encoded.ok();
+    if (!encoded.ok()) {
+      base::LogWarning(record_.job_id(), ": publishing version ", snapshot->version,
+                       " exactly instead of as a difference: ", encoded.message());
+    }
+  }
+  if (!published_difference) {
+    snapshot->tensors.clear();
+    snapshot->difference.clear();
+    snapshot->base_version = 0;
+    snapshot->sha256.clear();
+    for (const at::Tensor& p : trainer_->parameters()) snapshot->tensors.push_back(p.detach().clone());
+  }
   absl::MutexLock lock(&mutex_);
   published_ = std::move(snapshot);
+}
+
+absl::Status JobRunner::PublishDifference(const ParameterSnapshot& previous, v1::Compression compression,
+                                          ParameterSnapshot* snapshot) const {
+  // The new version is defined as previous + decoded(encode(trainer − previous)): what every worker
+  // holding `previous` rebuilds bit for bit. What the encoding loses stays in trainer − published
+  // and goes into the next difference.
+  snapshot->compression = compression;
+  snapshot->base_version = previous.version;
+  const std::vector<at::Tensor>& exact = trainer_->parameters();
+  if (previous.tensors.size() != exact.size()) return absl::InternalError("the previous version has other tensors");
+  try {
+    for (size_t t = 0; t < exact.size(); ++t) {
+      at::Tensor difference = exact[t].detach().to(at::kCPU, previous.tensors[t].scalar_type()).sub(previous.tensors[t]);
+      absl::StatusOr<performer::EncodedTensor> encoded = performer::EncodeTensor(difference, compression);
+      if (!encoded.ok()) return absl::InvalidArgumentError(absl::StrCat(snapshot->names[t], ": ", encoded.status().message()));
+      absl::StatusOr<at::Tensor> decoded = performer::DecodeTensor(*encoded);
+      if (!decoded.ok()) return decoded.status();
+      absl::StatusOr<at::Tensor> value = performer::AddDifference(previous.tensors[t], *decoded);
+      if (!value.ok()) return value.status();
+      snapshot->tensors.push_back(*std::move(value));
+      snapshot->difference.push_back(*std::move(encoded));
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(e.what_without_backtrace());
+  }
+  absl::StatusOr<std::string> digest = performer::TensorsSha256(snapshot->tensors);
+  if (!digest.ok()) return digest.status();
+  snapshot->sha256 = *std::move(digest);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> JobRunner::Parameters(uint64_t version) const {
@@ -409,7 +461,7 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   });
   // The new version is durable before any worker can fetch it.
   if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
-  Publish();
+  Publish(/*as_difference=*/true);
   done->mutable_timing()->set_step_seconds(absl::ToDoubleSeconds(absl::Now() - step_started));
   record_.Emit(std::move(event));
   base::LogInfo(
@@ -431,7 +483,7 @@ absl::Status JobRunner::RollBack(int64_t round) {
   if (absl::Status restored = RestoreFromCheckpoint(checkpoints->back()); !restored.ok()) return restored;
   dispatcher_->RolledBack(round);
   if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
-  Publish();
+  Publish(/*as_difference=*/false);
   return absl::OkStatus();
 }
 

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "performer/model_config.h"
 #include "performer/plan.h"
+#include "performer/tensor_codec.h"
 #include "planner/plan_search.h"
 #include "proto/slimfit.pb.h"
 #include "server/event_signal.h"
@@ -63,6 +64,13 @@ struct ParameterSnapshot {
   std::vector<std::string> names;
   std::vector<at::Tensor> tensors;  // checkpoint layout, CPU
   uint64_t feature_seed = 0;
+  // Where the job compresses parameter broadcasts (UpdateCompression.parameters): the version
+  // `tensors` were rebuilt from (0: published exactly) and the encoded difference to it, which a
+  // worker holding that version fetches instead of `tensors`.
+  uint64_t base_version = 0;
+  v1::Compression compression = v1::COMPRESSION_NONE;
+  std::vector<performer::EncodedTensor> difference;
+  std::string sha256;  // of `tensors`, with a difference (ParameterManifest.sha256)
   // Bytes of this version served to workers so far (FetchParameters adds what it sent): the
   // round that trains on this version reports them as RoundTiming.bytes_to_workers.
   mutable std::atomic<int64_t> bytes_served{0};
@@ -109,7 +117,12 @@ class JobRunner {
   absl::Status ForgetCheckpointsAfter(int64_t round);
   // Finishes a rollback the coordinator stopped in the middle of (from the job's events).
   absl::Status VoidRolledBackCheckpoints(const std::vector<v1::JobEvent>& events);
-  void Publish();  // snapshot of the trainer's parameters as the current version
+  // The trainer's parameters as the current version: exactly, or (`as_difference`, where the job
+  // compresses parameter broadcasts and a version is published) as the previous version plus the
+  // decoded encoding of the difference, which workers holding the previous version fetch instead.
+  void Publish(bool as_difference);
+  absl::Status PublishDifference(const ParameterSnapshot& previous, v1::Compression compression,
+                                 ParameterSnapshot* snapshot) const;
   bool stopping() const { return stopping_.load(); }
 
   const RunnerDeps deps_;

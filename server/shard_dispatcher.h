@@ -93,6 +93,8 @@ class ShardDispatcher {
     double verify_fraction = 0;                   // JobSpec.verify_fraction
     int local_steps = 0;                          // JobSpec.local_steps; 0: synchronous rounds
     v1::Optimizer inner_optimizer;                // JobSpec.optimizer, sent with local steps
+    // UpdateCompression.pseudo_gradients: how local-steps results travel (NONE: exact).
+    v1::Compression pseudo_gradient_compression = v1::COMPRESSION_NONE;
     int quarantine_after = 3;                     // JobSpec.quarantine_after
     const std::atomic<bool>* stopping = nullptr;  // the runner's stop or cancel flag
   };

@@ -42,6 +42,9 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     v1::LocalSteps* local = request.mutable_local_steps();
     for (int64_t count : task.sequences_per_step) local->add_sequences_per_step(count);
     *local->mutable_inner_optimizer() = deps_.inner_optimizer;
+    if (performer::IsCompressed(deps_.pseudo_gradient_compression)) {
+      local->set_compression(deps_.pseudo_gradient_compression);
+    }
   }
 
   const double predicted = plan.candidate.prediction.seconds * static_cast<double>(task.sequences.size());
@@ -67,7 +70,8 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   for (size_t i = 0; i < deps_.shapes.size(); ++i) specs.push_back({deps_.names[i], deps_.shapes[i]});
   performer::TensorAssembler assembler(std::move(specs), deps_.dtype,
                                        absl::StrCat("gradient of round ", round, " shard ", task.id, " from ",
-                                                    plan.worker.worker_id));
+                                                    plan.worker.worker_id),
+                                       request.local_steps().compression());
   std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
       plan.worker.stub->ComputeGradient(context.get(), request);
   v1::ComputeGradientResponse response;

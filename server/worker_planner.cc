@@ -19,7 +19,8 @@ int64_t ReservedBytesPerWorker(const v1::JobSpec& spec, const performer::ModelCo
   if (!spec.has_local_steps()) return 0;
   const performer::DType dtype =
       spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
-  return performer::LocalStepsExtraBytes(spec.optimizer(), config.parameter_count() * performer::DTypeBytes(dtype));
+  return performer::LocalStepsExtraBytes(spec.optimizer(), config.parameter_count() * performer::DTypeBytes(dtype),
+                                         spec.compression().pseudo_gradients());
 }
 
 int64_t PlanSearchBudget(int64_t budget_bytes, int64_t reserved_bytes, double safety_margin) {

@@ -191,6 +191,38 @@ TEST(ReservedBytesPerWorkerTest, LocalStepsReserveTheInnerOptimizer) {
   EXPECT_EQ(ReservedBytesPerWorker(spec, config), 2 * 8 * config.parameter_count());  // plain SGD
 }
 
+TEST(ReservedBytesPerWorkerTest, CompressedPseudoGradientsReserveTheirErrorFeedback) {
+  performer::ModelConfig config;
+  config.vocab = 256;
+  config.d_model = 64;
+  config.layers = 2;
+  config.heads = 4;
+  config.d_ff = 256;
+  const int64_t parameters = config.parameter_count();
+  v1::JobSpec spec;
+  spec.mutable_optimizer()->mutable_adamw();
+  spec.set_local_steps(10);
+  spec.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_NONE);
+  EXPECT_EQ(ReservedBytesPerWorker(spec, config), 4 * 4 * parameters);
+  // Compressed pseudo-gradients: 1.5 × the parameter bytes more (float32: 6 bytes a parameter).
+  spec.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_INT8);
+  EXPECT_EQ(ReservedBytesPerWorker(spec, config), 4 * 4 * parameters + 6 * parameters);
+  spec.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_FLOAT16);
+  EXPECT_EQ(ReservedBytesPerWorker(spec, config), 4 * 4 * parameters + 6 * parameters);
+  // Compressed parameter broadcasts cost a worker nothing extra here.
+  spec.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_NONE);
+  spec.mutable_compression()->set_parameters(v1::COMPRESSION_INT8);
+  EXPECT_EQ(ReservedBytesPerWorker(spec, config), 4 * 4 * parameters);
+  // float64 plain SGD: 12 bytes a parameter more.
+  spec.set_dtype(v1::DTYPE_FLOAT64);
+  spec.mutable_optimizer()->mutable_sgd();
+  spec.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_INT8);
+  EXPECT_EQ(ReservedBytesPerWorker(spec, config), 2 * 8 * parameters + 12 * parameters);
+  // Without local steps nothing is reserved, whatever the compression says.
+  spec.clear_local_steps();
+  EXPECT_EQ(ReservedBytesPerWorker(spec, config), 0);
+}
+
 TEST_F(WorkerPlannerTest, AWaitingJobStopsWhenItsRunnerStops) {
   ASSERT_TRUE(registry_->Register(Worker(1 << 20), std::nullopt).ok());
   absl::StatusOr<std::vector<WorkerPlan>> plans;

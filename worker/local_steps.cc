@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "performer/safetensors.h"
 
 namespace slimfit::worker {
 namespace {
@@ -26,6 +27,10 @@ bool IsSafeFileName(const std::string& name) {
 
 std::string LocalStepsTrainer::StatePath(const std::string& job_id) const {
   return absl::StrCat(dir_, "/", job_id, ".safetensors");
+}
+
+std::string LocalStepsTrainer::FeedbackPath(const std::string& job_id) const {
+  return absl::StrCat(dir_, "/", job_id, ".feedback");
 }
 
 std::vector<std::string> LocalStepsTrainer::Jobs() const {
@@ -59,9 +64,11 @@ void LocalStepsTrainer::Forget(const std::string& job_id) {
   if (job != nullptr) {
     lock.emplace(&job->mutex);
     job->trainer.reset();
+    job->feedback.clear();
   }
   if (!dir_.empty() && IsSafeFileName(job_id)) {
     std::error_code error;
+    std::filesystem::remove(FeedbackPath(job_id), error);
     if (std::filesystem::remove(StatePath(job_id), error)) {
       base::LogInfo("job ", job_id, " finished: dropped its inner optimizer state");
     }
@@ -175,15 +182,98 @@ absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_i
   }
   result.inner_steps_total = trainer.steps();
 
+  const bool compressed = performer::IsCompressed(local.compression());
+  if (compressed) {
+    if (absl::Status s = EncodeWithFeedbackLocked(job_id, trainer.names(), local.compression(), job.get(), &result);
+        !s.ok()) {
+      return fail(s);
+    }
+  }
   if (!dir_.empty()) {
     std::error_code error;
     std::filesystem::create_directories(dir_, error);
     if (error) return fail(absl::InternalError(absl::StrCat("creating ", dir_, ": ", error.message())));
+    if (compressed) {
+      performer::TensorFile file;
+      for (size_t t = 0; t < job->feedback.size(); ++t) file.tensors[trainer.names()[t]] = job->feedback[t];
+      if (absl::Status saved = performer::WriteSafetensors(FeedbackPath(job_id), file); !saved.ok()) {
+        return fail(absl::InternalError(absl::StrCat("saving the error feedback: ", saved.message())));
+      }
+    }
+    // The inner state last: a round whose state is not saved leaves none (its feedback, already
+    // replaced, is what its encoding lost either way).
     if (absl::Status saved = trainer.SaveOptimizerState(StatePath(job_id)); !saved.ok()) {
       return fail(absl::InternalError(absl::StrCat("saving the inner optimizer state: ", saved.message())));
     }
   }
   return result;
+}
+
+absl::Status LocalStepsTrainer::EncodeWithFeedbackLocked(const std::string& job_id,
+                                                         const std::vector<std::string>& names,
+                                                         v1::Compression compression, Job* job,
+                                                         LocalStepsResult* result) {
+  std::vector<at::Tensor>& gradient = result->sum.gradient;
+  // The feedback of earlier rounds: in memory, or from the file a restarted worker left.
+  if (!job->feedback_loaded) {
+    job->feedback_loaded = true;
+    job->feedback.clear();
+    std::error_code error;
+    if (!dir_.empty() && std::filesystem::exists(FeedbackPath(job_id), error)) {
+      absl::StatusOr<performer::TensorFile> file = performer::ReadSafetensors(FeedbackPath(job_id));
+      std::vector<at::Tensor> loaded;
+      absl::Status problem = file.status();
+      for (size_t t = 0; problem.ok() && t < names.size(); ++t) {
+        auto it = file->tensors.find(names[t]);
+        if (it == file->tensors.end() || !it->second.sizes().equals(gradient[t].sizes()) ||
+            it->second.scalar_type() != at::kFloat) {
+          problem = absl::InvalidArgumentError(absl::StrCat("no float32 tensor \"", names[t], "\" of shape ",
+                                                            c10::str(gradient[t].sizes())));
+        } else {
+          loaded.push_back(it->second);
+        }
+      }
+      if (problem.ok()) {
+        job->feedback = std::move(loaded);
+      } else {
+        base::LogWarning("job ", job_id, ": starting its error feedback at zero: ", FeedbackPath(job_id), ": ",
+                         problem.message());
+      }
+    }
+  }
+  // Tensor by tensor, e is replaced in place (it and the encoded result are all this holds beside
+  // the pseudo-gradient: performer::LocalStepsExtraBytes). A tensor that cannot be encoded (not
+  // finite) fails the round and restarts e at zero.
+  const bool fresh = job->feedback.size() != gradient.size();
+  if (fresh) job->feedback.clear();
+  auto give_up = [job](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mutex) {
+    job->feedback.clear();
+    return status;
+  };
+  try {
+    for (size_t t = 0; t < gradient.size(); ++t) {
+      at::Tensor value = gradient[t].detach().to(at::kCPU, at::kFloat);
+      if (!fresh) value = value.add(job->feedback[t]);
+      absl::StatusOr<performer::EncodedTensor> encoded = performer::EncodeTensor(value, compression);
+      if (!encoded.ok()) {
+        return give_up(absl::InternalError(absl::StrCat("encoding the pseudo-gradient of ", names[t], " as ",
+                                                        performer::CompressionName(compression), ": ",
+                                                        encoded.status().message())));
+      }
+      absl::StatusOr<at::Tensor> decoded = performer::DecodeTensor(*encoded);
+      if (!decoded.ok()) return give_up(absl::InternalError(std::string(decoded.status().message())));
+      if (fresh) {
+        job->feedback.push_back(value.sub(*decoded));
+      } else {
+        at::sub_out(job->feedback[t], value, *decoded);
+      }
+      gradient[t] = decoded->to(gradient[t].options());
+      result->encoded.push_back(*std::move(encoded));
+    }
+  } catch (const c10::Error& e) {
+    return give_up(absl::InternalError(absl::StrCat("error feedback: ", e.what_without_backtrace())));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace slimfit::worker

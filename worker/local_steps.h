@@ -13,6 +13,14 @@
 // coordinator). Forget(job) drops both. What it holds beside the round's parameters:
 // performer::LocalStepsExtraBytes.
 //
+// Compressed pseudo-gradients (LocalSteps.compression): the worker sends encode(g + e), where g
+// is the round's weighted pseudo-gradient and e what earlier rounds' encodings lost, and keeps
+// e' = g + e − decode(encode(g + e)) (error feedback: Seide et al. 2014, Karimireddy et al. 2019),
+// in memory and in <dir>/<job_id>.feedback (safetensors, float32, written after each round). A
+// round that fails before its pseudo-gradient is encoded leaves e as it was (e is replaced, tensor
+// by tensor in place, as it is encoded; a value that cannot be encoded restarts e at zero); a
+// feedback file that cannot be read restarts e at zero with a warning.
+//
 // Thread safety: safe for concurrent use; Run calls for the same job are serialized (a worker
 // runs one shard at a time anyway).
 #ifndef SLIMFIT_WORKER_LOCAL_STEPS_H_
@@ -33,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "performer/performer_model.h"
+#include "performer/tensor_codec.h"
 #include "performer/trainer.h"
 #include "proto/slimfit.pb.h"
 
@@ -54,7 +63,11 @@ using SumGradients = std::function<absl::StatusOr<SequenceSum>(const performer::
                                                                size_t begin, size_t end, int64_t normalizer)>;
 
 struct LocalStepsResult {
-  SequenceSum sum;  // gradient: the weighted pseudo-gradient; the rest summed over the inner steps
+  // gradient: the weighted pseudo-gradient (exact rounds) or its decoded encoding (compressed: the
+  // values the coordinator receives); the rest summed over the inner steps.
+  SequenceSum sum;
+  // Compressed rounds: what travels, one per parameter in model order; empty for exact rounds.
+  std::vector<performer::EncodedTensor> encoded;
   int steps = 0;                  // inner steps taken (steps over no predicted tokens skipped)
   int64_t inner_steps_total = 0;  // this worker's inner steps for the job so far
 };
@@ -87,8 +100,17 @@ class LocalStepsTrainer {
   struct Job {
     absl::Mutex mutex;  // serializes the job's rounds
     std::unique_ptr<performer::Trainer> trainer ABSL_GUARDED_BY(mutex);
+    // What earlier rounds' encodings lost (float32, CPU, model order); empty: zero / not loaded.
+    std::vector<at::Tensor> feedback ABSL_GUARDED_BY(mutex);
+    bool feedback_loaded ABSL_GUARDED_BY(mutex) = false;
   };
   std::string StatePath(const std::string& job_id) const;
+  std::string FeedbackPath(const std::string& job_id) const;
+  // Encodes the pseudo-gradient in `result` with the job's error feedback (result->encoded, and
+  // result->sum.gradient decoded); the job's feedback becomes what this encoding lost.
+  absl::Status EncodeWithFeedbackLocked(const std::string& job_id, const std::vector<std::string>& names,
+                                        v1::Compression compression, Job* job, LocalStepsResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mutex);
   // The job's trainer at `start`'s values, created (and its saved state loaded) on first use.
   absl::Status PrepareLocked(const std::string& job_id, const performer::PerformerModel& start,
                              const v1::Optimizer& inner, Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mutex);

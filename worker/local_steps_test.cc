@@ -1,116 +1,33 @@
 // LocalStepsTrainer with the real gradient engine on a tiny float64 model: the pseudo-gradient
 // against inner steps taken by hand, the inner optimizer's state carried across rounds (in memory
-// and through its file), Forget, a corrupt state file, unsafe job ids, empty steps and failed rounds.
+// and through its file), Forget, a corrupt state file, unsafe job ids, empty steps and failed
+// rounds. Compressed pseudo-gradients and their error feedback: local_steps_feedback_test.cc.
 #include "worker/local_steps.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
+#include "absl/status/statusor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "base/test_util.h"
 #include "performer/gradient_engine.h"
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
-#include "performer/plan.h"
-#include "performer/trainer.h"
+#include "worker/local_steps_test_support.h"
 
 namespace slimfit::worker {
 namespace {
 
+using namespace local_steps_testing;  // NOLINT: the suites' shared fixtures
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-constexpr char kJob[] = "job-000001";
-constexpr int64_t kNormalizer = 100;  // the round's predicted tokens: more than this shard's
-
-performer::ModelConfig Tiny() {
-  performer::ModelConfig config;
-  config.vocab = 16;
-  config.d_model = 8;
-  config.layers = 1;
-  config.heads = 2;
-  config.d_ff = 8;
-  return config;
-}
-
-performer::PerformerModel Model(uint64_t seed) {
-  absl::StatusOr<performer::PerformerModel> model =
-      performer::PerformerModel::Create(Tiny(), performer::DType::kFloat64, at::kCPU, seed);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return *std::move(model);
-}
-
-performer::PerformerModel ModelAt(const std::vector<at::Tensor>& parameters) {
-  std::map<std::string, at::Tensor> named;
-  const std::vector<std::string> names = performer::ParameterNames(Tiny());
-  for (size_t i = 0; i < names.size(); ++i) named[names[i]] = parameters[i];
-  absl::StatusOr<performer::PerformerModel> model =
-      performer::PerformerModel::FromTensors(Tiny(), named, performer::DType::kFloat64, at::kCPU);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return *std::move(model);
-}
-
-performer::PackedBatch Sequence(int64_t length, int64_t salt, std::vector<int64_t> doc_starts = {0}) {
-  performer::PackedBatch batch;
-  for (int64_t i = 0; i < length; ++i) batch.tokens.push_back((i * 5 + salt * 3 + i / 3) % Tiny().vocab);
-  batch.doc_starts = std::move(doc_starts);
-  return batch;
-}
-
-// A shard of four sequences (5, 4, 3 and 5 predicted tokens: 17).
-std::vector<performer::PackedBatch> Shard() {
-  return {Sequence(6, 1), Sequence(6, 2, {0, 3}), Sequence(4, 3), Sequence(6, 4)};
-}
-
-std::vector<int64_t> PredictedTokens(const std::vector<performer::PackedBatch>& sequences) {
-  std::vector<int64_t> predicted;
-  for (const performer::PackedBatch& batch : sequences) predicted.push_back(performer::PredictedTokenCount(batch));
-  return predicted;
-}
-
-performer::Plan FullPlan() {
-  performer::Plan plan;  // slice 0: full back-propagation
-  plan.dtype = performer::DType::kFloat64;
-  return plan;
-}
-
-// What worker_service.cc's sum_sequences does: the engine over sequences [begin, end), gradients
-// of Σ loss_sum / normalizer summed. Counts its calls in `*calls` when given.
-SumGradients Engine(const std::vector<performer::PackedBatch>* sequences, int* calls = nullptr) {
-  return [sequences, calls](const performer::PerformerModel& model, size_t begin, size_t end,
-                            int64_t normalizer) -> absl::StatusOr<SequenceSum> {
-    if (calls != nullptr) ++*calls;
-    performer::GradientOptions options;
-    options.loss_normalizer = normalizer;
-    SequenceSum total;
-    for (size_t i = begin; i < end; ++i) {
-      const performer::PackedBatch& batch = (*sequences)[i];
-      if (performer::PredictedTokenCount(batch) == 0) continue;
-      absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(model, batch, FullPlan(), options);
-      if (!result.ok()) return result.status();
-      if (total.gradient.empty()) {
-        total.gradient = std::move(result->gradients);
-      } else {
-        for (size_t t = 0; t < total.gradient.size(); ++t) total.gradient[t].add_(result->gradients[t]);
-      }
-      total.loss_sum += result->loss_sum;
-      total.token_count += result->token_count;
-      total.slice_forwards += result->slice_forwards;
-      total.peak_bytes = std::max(total.peak_bytes, result->peak_bytes);
-    }
-    return total;
-  };
-}
 
 // The gradient of the mean loss over `batches` at `parameters`, computed independently of the
 // per-sequence sum: the batches joined into one packed batch (a sequence start is a document start,
@@ -128,54 +45,6 @@ performer::GradientResult MeanLossGradient(const std::vector<at::Tensor>& parame
   EXPECT_TRUE(result.ok()) << result.status();
   return *std::move(result);
 }
-
-std::vector<at::Tensor> Clone(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> copies;
-  for (const at::Tensor& t : tensors) copies.push_back(t.detach().clone());
-  return copies;
-}
-
-double MaxAbsDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double most = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    most = std::max(most, (a[i].to(at::kDouble) - b[i].to(at::kDouble)).abs().max().item<double>());
-  }
-  return most;
-}
-
-double MaxAbs(const std::vector<at::Tensor>& tensors) {
-  double most = 0;
-  for (const at::Tensor& t : tensors) most = std::max(most, t.abs().max().item<double>());
-  return most;
-}
-
-v1::LocalSteps Steps(std::vector<int64_t> sequences_per_step, const v1::Optimizer& inner) {
-  v1::LocalSteps local;
-  for (int64_t n : sequences_per_step) local.add_sequences_per_step(n);
-  *local.mutable_inner_optimizer() = inner;
-  return local;
-}
-
-v1::Optimizer Sgd(double learning_rate) {
-  v1::Optimizer optimizer;
-  optimizer.mutable_sgd();
-  optimizer.set_learning_rate(learning_rate);
-  optimizer.set_warmup_steps(0);
-  return optimizer;
-}
-
-// Warm-up over three steps, so the step count carried across rounds shows in the learning rate.
-v1::Optimizer AdamW() {
-  v1::Optimizer optimizer;
-  optimizer.mutable_adamw();
-  optimizer.set_learning_rate(0.02);
-  optimizer.set_warmup_steps(3);
-  optimizer.set_weight_decay(0.01);
-  return optimizer;
-}
-
-std::string StateFile(const std::string& dir) { return absl::StrCat(dir, "/", kJob, ".safetensors"); }
 
 TEST(LocalStepsTest, TwoSgdStepsGiveTheWeightedPseudoGradient) {
   const std::vector<performer::PackedBatch> sequences = Shard();
@@ -456,11 +325,7 @@ TEST(LocalStepsTest, InMemoryAFailedRoundStartsTheInnerOptimizerAfresh) {
 
   LocalStepsTrainer trainer("");
   ASSERT_TRUE(trainer.Run(kJob, round1, local, predicted, kNormalizer, Engine(&sequences)).ok());
-  const SumGradients failing = [](const performer::PerformerModel&, size_t, size_t,
-                                  int64_t) -> absl::StatusOr<SequenceSum> {
-    return absl::ResourceExhaustedError("out of memory");
-  };
-  EXPECT_EQ(trainer.Run(kJob, round2, local, predicted, kNormalizer, failing).status().code(),
+  EXPECT_EQ(trainer.Run(kJob, round2, local, predicted, kNormalizer, OutOfMemory()).status().code(),
             absl::StatusCode::kResourceExhausted);
   absl::StatusOr<LocalStepsResult> got = trainer.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
   ASSERT_TRUE(got.ok()) << got.status();

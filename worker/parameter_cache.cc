@@ -10,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "planner/plan_proto.h"
+#include "base/log.h"
 #include "performer/tensor_chunks.h"
+#include "performer/tensor_codec.h"
 #include "proto/rpc_util.h"
 
 namespace slimfit::worker {
@@ -102,9 +104,9 @@ absl::StatusOr<std::vector<performer::TensorSpec>> CheckManifest(const v1::Param
 
 ParameterCache::ParameterCache(Options options) : options_(std::move(options)) {}
 
-absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(const std::string& job_id,
-                                                                            uint64_t version,
-                                                                            absl::Time deadline) const {
+absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(
+    const std::string& job_id, uint64_t version, absl::Time deadline, uint64_t base_version,
+    std::shared_ptr<const PerformerModel> base) const {
   const std::string what = absl::StrCat("fetching the parameters of job ", job_id, " version ", version);
   const absl::Duration timeout =
       std::max(absl::ZeroDuration(), std::min(options_.fetch_timeout, deadline - absl::Now()));
@@ -113,6 +115,7 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(cons
   v1::FetchParametersRequest request;
   request.set_job_id(job_id);
   request.set_parameter_version(version);
+  if (base != nullptr) request.set_base_version(base_version);
   std::unique_ptr<grpc::ClientReaderInterface<v1::FetchParametersResponse>> reader =
       options_.coordinator->FetchParameters(context.get(), request);
 
@@ -135,8 +138,21 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(cons
   absl::StatusOr<std::vector<performer::TensorSpec>> specs =
       CheckManifest(message.manifest(), job_id, version, &config, &dtype);
   if (!specs.ok()) return abandon(specs.status());
+  // A difference to the version this cache holds, or the parameters themselves.
+  const v1::ParameterManifest manifest = message.manifest();  // `message` is reused for the chunks
+  const bool delta = manifest.base_version() != 0;
+  if (delta && (base == nullptr || manifest.base_version() != base_version || base->dtype() != dtype)) {
+    return abandon(absl::InternalError(absl::StrCat("the manifest is relative to version ", manifest.base_version(),
+                                                    ", which this worker did not offer")));
+  }
+  if (delta != performer::IsCompressed(manifest.compression()) || !v1::Compression_IsValid(manifest.compression())) {
+    return abandon(absl::InternalError(absl::StrCat("the manifest's compression ",
+                                                    v1::Compression_Name(manifest.compression()), " does not go with ",
+                                                    delta ? "a difference" : "whole parameters")));
+  }
   const std::vector<performer::TensorSpec> expected = *specs;
-  performer::TensorAssembler assembler(*std::move(specs), dtype, absl::StrCat("parameters of job ", job_id));
+  performer::TensorAssembler assembler(*std::move(specs), dtype, absl::StrCat("parameters of job ", job_id),
+                                       manifest.compression());
   while (reader->Read(&message)) {
     if (!message.has_chunk()) return abandon(absl::InternalError("a message after the manifest is not a chunk"));
     if (absl::Status s = assembler.Add(message.chunk()); !s.ok()) return abandon(s);
@@ -147,7 +163,29 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(cons
   absl::StatusOr<std::vector<at::Tensor>> tensors = assembler.Finish();
   if (!tensors.ok()) return absl::InternalError(absl::StrCat(what, ": ", tensors.status().message()));
   std::map<std::string, at::Tensor> named;
-  for (size_t i = 0; i < expected.size(); ++i) named.emplace(expected[i].name, (*tensors)[i]);
+  if (delta) {
+    const std::map<std::string, at::Tensor> held = base->StateDict();
+    for (size_t i = 0; i < expected.size(); ++i) {
+      auto it = held.find(expected[i].name);
+      if (it == held.end()) return absl::InternalError(absl::StrCat(what, ": the base lacks ", expected[i].name));
+      absl::StatusOr<at::Tensor> sum = performer::AddDifference(it->second, (*tensors)[i]);
+      if (!sum.ok()) return absl::InternalError(absl::StrCat(what, ": ", expected[i].name, ": ", sum.status().message()));
+      named.emplace(expected[i].name, *std::move(sum));
+    }
+  } else {
+    for (size_t i = 0; i < expected.size(); ++i) named.emplace(expected[i].name, (*tensors)[i]);
+  }
+  if (delta) {
+    std::vector<at::Tensor> rebuilt;
+    for (const performer::TensorSpec& spec : expected) rebuilt.push_back(named.at(spec.name));
+    absl::StatusOr<std::string> digest = performer::TensorsSha256(rebuilt);
+    if (!digest.ok()) return absl::InternalError(absl::StrCat(what, ": ", digest.status().message()));
+    if (*digest != manifest.sha256()) {
+      return absl::DataLossError(absl::StrCat(what, ": the parameters rebuilt from version ", base_version,
+                                              " have SHA-256 ", *digest, "; the coordinator's are ",
+                                              manifest.sha256()));
+    }
+  }
   absl::StatusOr<PerformerModel> model = PerformerModel::FromTensors(config, named, dtype, options_.device);
   if (!model.ok()) return absl::InternalError(absl::StrCat(what, ": ", model.status().message()));
   return std::make_shared<const PerformerModel>(*std::move(model));
@@ -160,10 +198,19 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Get(const 
   const Key key(job_id, version);
   std::shared_ptr<Entry> entry;
   bool fetch = false;
+  uint64_t base_version = 0;  // the newest finished version held below `version`, if any
+  std::shared_ptr<const PerformerModel> base_model;
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it == entries_.end()) {
+      for (auto held = entries_.lower_bound(Key(job_id, 0)); held != entries_.end() && held->first.first == job_id &&
+                                                             held->first.second < version;
+           ++held) {
+        if (!held->second->done || !held->second->status.ok()) continue;
+        base_version = held->first.second;
+        base_model = held->second->models.at(held->second->dtype);
+      }
       entry = std::make_shared<Entry>();
       entries_.emplace(key, entry);
       fetch = true;
@@ -179,7 +226,13 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Get(const 
   if (fetch) {
     absl::StatusOr<std::shared_ptr<const PerformerModel>> model;
     try {
-      model = Fetch(job_id, version, deadline);
+      const bool with_base = base_model != nullptr;
+      model = Fetch(job_id, version, deadline, base_version, std::move(base_model));
+      if (with_base && absl::IsDataLoss(model.status())) {
+        // The difference did not rebuild the coordinator's parameters: take them whole.
+        base::LogWarning(model.status().message(), "; fetching the whole parameters");
+        model = Fetch(job_id, version, deadline, 0, nullptr);
+      }
     } catch (const std::exception& e) {
       // LibTorch allocation failures (c10::Error) and std::bad_alloc: the entry must still finish,
       // or every later Get of this version would wait forever.
@@ -206,15 +259,15 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Get(const 
   }
 
   // Another dtype than the manifest's: convert the fetched model once.
-  std::shared_ptr<const PerformerModel> base;
+  std::shared_ptr<const PerformerModel> fetched;
   {
     absl::MutexLock lock(&mu_);
     auto found = entry->models.find(dtype);
     if (found != entry->models.end()) return found->second;
-    base = entry->models.at(entry->dtype);
+    fetched = entry->models.at(entry->dtype);
   }
   absl::StatusOr<PerformerModel> converted =
-      PerformerModel::FromTensors(base->config(), base->StateDict(), dtype, base->device());
+      PerformerModel::FromTensors(fetched->config(), fetched->StateDict(), dtype, fetched->device());
   if (!converted.ok()) {
     return absl::InternalError(absl::StrCat("converting the parameters of job ", job_id, " version ", version,
                                             " to ", performer::DTypeName(dtype), ": ",

@@ -10,6 +10,11 @@
 // the older one, Drop(job) forgets a finished job. A model handed out stays valid while the caller
 // holds it, even if the cache drops it meanwhile.
 //
+// Deltas: a fetch names the version of the job the cache holds (FetchParametersRequest
+// .base_version); where the job compresses parameter broadcasts the coordinator answers with the
+// encoded difference to it, and the new version is rebuilt as base + decoded difference
+// (performer::AddDifference: the coordinator's own definition of the version, bit for bit).
+//
 // Example:
 //   ParameterCache::Options options;
 //   options.coordinator = stub;          // shared with the registration link
@@ -104,10 +109,11 @@ class ParameterCache {
   };
   using Key = std::pair<std::string, uint64_t>;
 
-  // One FetchParameters stream, checked and built into a model in the manifest's dtype.
-  absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> Fetch(const std::string& job_id,
-                                                                          uint64_t version,
-                                                                          absl::Time deadline) const;
+  // One FetchParameters stream, checked and built into a model in the manifest's dtype. `base`
+  // (may be null): the job's cached model at `base_version`, which the answer may be relative to.
+  absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> Fetch(
+      const std::string& job_id, uint64_t version, absl::Time deadline, uint64_t base_version,
+      std::shared_ptr<const performer::PerformerModel> base) const;
   // Erases every finished entry of `job_id` older than the newest finished one.
   void KeepLatest(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

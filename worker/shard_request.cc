@@ -120,6 +120,10 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
         !optimizer.ok()) {
       return WithField(optimizer, "local_steps.inner_optimizer");
     }
+    if (!v1::Compression_IsValid(local.compression())) {
+      return InvalidField("local_steps.compression",
+                          absl::StrCat("unknown encoding ", static_cast<int>(local.compression())));
+    }
   }
   return plan;
 }

@@ -225,6 +225,11 @@ TEST(ShardRequestTest, BadLocalStepsAreNamed) {
        [](auto* r) { r->mutable_local_steps()->mutable_inner_optimizer()->set_learning_rate(-1); }},
       {"local_steps.inner_optimizer", "local_steps.inner_optimizer.sgd.nesterov: ",
        [](auto* r) { r->mutable_local_steps()->mutable_inner_optimizer()->mutable_sgd()->set_nesterov(true); }},
+      // An encoding from a newer protocol (or garbage) this worker cannot produce.
+      {"local_steps.compression", "unknown encoding 99",
+       [](auto* r) { r->mutable_local_steps()->set_compression(static_cast<v1::Compression>(99)); }},
+      {"local_steps.compression", "unknown encoding -1",
+       [](auto* r) { r->mutable_local_steps()->set_compression(static_cast<v1::Compression>(-1)); }},
   };
   for (const Case& c : cases) {
     v1::ComputeGradientRequest request = LocalStepsRequest();
@@ -239,6 +244,16 @@ TEST(ShardRequestTest, BadLocalStepsAreNamed) {
   v1::ComputeGradientRequest request = LocalStepsRequest();
   for (int i = 0; i < v1::LIMIT_MAX_LOCAL_STEPS - 2; ++i) request.mutable_local_steps()->add_sequences_per_step(0);
   EXPECT_TRUE(ValidateShardRequest(request).ok()) << ValidateShardRequest(request).status();
+}
+
+TEST(ShardRequestTest, EveryKnownCompressionOfLocalStepsPasses) {
+  for (v1::Compression compression : {v1::COMPRESSION_UNSPECIFIED, v1::COMPRESSION_NONE, v1::COMPRESSION_FLOAT16,
+                                      v1::COMPRESSION_BFLOAT16, v1::COMPRESSION_INT8}) {
+    v1::ComputeGradientRequest request = LocalStepsRequest();
+    request.mutable_local_steps()->set_compression(compression);
+    absl::StatusOr<performer::Plan> plan = ValidateShardRequest(request);
+    EXPECT_TRUE(plan.ok()) << v1::Compression_Name(compression) << ": " << plan.status();
+  }
 }
 
 TEST(ShardRequestTest, BudgetCheckAddsTheLocalStepsBytes) {

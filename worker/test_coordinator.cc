@@ -35,6 +35,58 @@ void TestCoordinator::Publish(const std::string& job_id, uint64_t version, const
   jobs_[job_id] = std::move(published);
 }
 
+absl::StatusOr<std::vector<at::Tensor>> TestCoordinator::PublishDifference(const std::string& job_id,
+                                                                           uint64_t version,
+                                                                           const performer::PerformerModel& model,
+                                                                           v1::Compression compression,
+                                                                           DifferenceOptions difference_options) {
+  Published published;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("job ", job_id, " has no version to be a difference to"));
+    }
+    published = it->second;
+  }
+  const v1::ParameterManifest base_manifest = published.manifest;
+  if (planner::ModelConfigToProto(model.config()).SerializeAsString() !=
+          base_manifest.config().SerializeAsString() ||
+      planner::DTypeToProto(model.dtype()) != base_manifest.dtype() ||
+      model.parameters().size() != published.tensors.size()) {
+    return absl::InvalidArgumentError("the new version's config or dtype differ from its base's");
+  }
+  published.base_version = published.version;
+  published.version = version;
+  published.compression = compression;
+  published.ignore_request_base = difference_options.ignore_request_base;
+  published.difference.clear();
+  std::vector<at::Tensor> rebuilt;
+  for (size_t i = 0; i < published.tensors.size(); ++i) {
+    const at::Tensor& base = published.tensors[i];
+    const at::Tensor difference = model.parameters()[i].detach().to(at::kCPU, base.scalar_type()).sub(base);
+    absl::StatusOr<performer::EncodedTensor> encoded = performer::EncodeTensor(difference, compression);
+    if (!encoded.ok()) return encoded.status();
+    absl::StatusOr<at::Tensor> decoded = performer::DecodeTensor(*encoded);
+    if (!decoded.ok()) return decoded.status();
+    absl::StatusOr<at::Tensor> sum = performer::AddDifference(base, *decoded);
+    if (!sum.ok()) return sum.status();
+    published.difference.push_back(*std::move(encoded));
+    rebuilt.push_back(*std::move(sum));
+  }
+  absl::StatusOr<std::string> digest = performer::TensorsSha256(rebuilt);
+  if (!digest.ok()) return digest.status();
+  published.sha256 = *digest;
+  if (difference_options.corrupt_sha256) {
+    published.sha256[0] = published.sha256[0] == '0' ? '1' : '0';  // still 64 lowercase hex characters
+  }
+  published.tensors = rebuilt;
+  published.manifest.set_parameter_version(version);
+  absl::MutexLock lock(&mu_);
+  jobs_[job_id] = std::move(published);
+  return rebuilt;
+}
+
 void TestCoordinator::FinishJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   finished_.insert(job_id);
@@ -54,6 +106,12 @@ int TestCoordinator::FetchCount(const std::string& job_id, uint64_t version) con
   absl::MutexLock lock(&mu_);
   auto it = fetches_.find({job_id, version});
   return it == fetches_.end() ? 0 : it->second;
+}
+
+std::vector<uint64_t> TestCoordinator::FetchBaseVersions(const std::string& job_id, uint64_t version) const {
+  absl::MutexLock lock(&mu_);
+  auto it = fetch_bases_.find({job_id, version});
+  return it == fetch_bases_.end() ? std::vector<uint64_t>() : it->second;
 }
 
 void TestCoordinator::SetUnavailable(bool unavailable) {
@@ -222,6 +280,7 @@ grpc::Status TestCoordinator::FetchParameters(grpc::ServerContext* context, cons
   {
     absl::MutexLock lock(&mu_);
     ++fetches_[{request->job_id(), request->parameter_version()}];
+    fetch_bases_[{request->job_id(), request->parameter_version()}].push_back(request->base_version());
     delay = fetch_delay_;
     hook = manifest_hook_;
     if (unavailable_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
@@ -249,19 +308,29 @@ grpc::Status TestCoordinator::FetchParameters(grpc::ServerContext* context, cons
     published = it->second;
   }
   if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+  // The difference to the version the worker holds, where it holds the published one's base.
+  const bool difference = published.base_version != 0 &&
+                          (published.ignore_request_base || request->base_version() == published.base_version);
+  if (difference) {
+    published.manifest.set_base_version(published.base_version);
+    published.manifest.set_compression(published.compression);
+    published.manifest.set_sha256(published.sha256);
+  }
   if (hook) hook(&published.manifest);
   v1::FetchParametersResponse message;
   *message.mutable_manifest() = published.manifest;
   if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "the worker went away");
-  absl::Status streamed = performer::ChunkTensors(
-      published.names, published.tensors, planner::DTypeFromProto(published.manifest.dtype(), "dtype").value_or(
-                                              performer::DType::kFloat32),
-      [&](const v1::TensorChunk& chunk) {
-        v1::FetchParametersResponse response;
-        *response.mutable_chunk() = chunk;
-        return writer->Write(response);
-      },
-      options_.max_chunk_bytes);
+  const performer::DType dtype =
+      planner::DTypeFromProto(published.manifest.dtype(), "dtype").value_or(performer::DType::kFloat32);
+  auto emit = [&](const v1::TensorChunk& chunk) {
+    v1::FetchParametersResponse response;
+    *response.mutable_chunk() = chunk;
+    return writer->Write(response);
+  };
+  absl::Status streamed =
+      difference
+          ? performer::ChunkEncoded(published.names, published.difference, dtype, emit, options_.max_chunk_bytes)
+          : performer::ChunkTensors(published.names, published.tensors, dtype, emit, options_.max_chunk_bytes);
   return rpc::ToGrpcStatus(streamed, context);
 }
 

@@ -47,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "performer/performer_model.h"
+#include "performer/tensor_codec.h"
 #include "proto/slimfit.grpc.pb.h"
 
 namespace slimfit::worker {
@@ -67,14 +68,40 @@ class TestCoordinator final : public v1::Coordinator::Service {
   // Makes `version` the job's current parameters (a copy on the CPU), served in the model's dtype.
   void Publish(const std::string& job_id, uint64_t version, const performer::PerformerModel& model,
                uint64_t feature_seed = 0);
+  // How PublishDifference's version is served.
+  struct DifferenceOptions {
+    // Advertise a SHA-256 that is not the rebuilt parameters' (a difference that does not rebuild).
+    bool corrupt_sha256 = false;
+    // Serve the difference whatever base_version the request carries (a coordinator that got it
+    // wrong).
+    bool ignore_request_base = false;
+  };
+  // Publishes `version` of `job_id` as UpdateCompression.parameters does: the difference
+  // `model` − the job's current version (its base, which must be published) is encoded in
+  // `compression` (performer::EncodeTensor), and the version is defined as base + decoded difference
+  // (performer::AddDifference), in the base's dtype. Returns those rebuilt parameters (model order,
+  // CPU), which whole-parameter fetches of the version serve too. INVALID_ARGUMENT when the job has
+  // no published version or `model`'s config or dtype differ from it; the codec's errors.
+  absl::StatusOr<std::vector<at::Tensor>> PublishDifference(const std::string& job_id, uint64_t version,
+                                                            const performer::PerformerModel& model,
+                                                            v1::Compression compression,
+                                                            DifferenceOptions difference_options);
+  absl::StatusOr<std::vector<at::Tensor>> PublishDifference(const std::string& job_id, uint64_t version,
+                                                            const performer::PerformerModel& model,
+                                                            v1::Compression compression) {
+    return PublishDifference(job_id, version, model, compression, DifferenceOptions());
+  }
   // The job ended: FetchParameters answers FAILED_PRECONDITION, heartbeats list it as finished.
   void FinishJob(const std::string& job_id);
   // FetchParameters sleeps this long before answering.
   void SetFetchDelay(absl::Duration delay);
-  // Called on every manifest before it is sent.
+  // Called on every manifest before it is sent (a difference's base_version, compression and sha256
+  // already set).
   void SetManifestHook(std::function<void(v1::ParameterManifest*)> hook);
   // FetchParameters calls that asked for (job, version), answered or not.
   int FetchCount(const std::string& job_id, uint64_t version) const;
+  // The base_version of every FetchParameters call that asked for (job, version), in arrival order.
+  std::vector<uint64_t> FetchBaseVersions(const std::string& job_id, uint64_t version) const;
 
   // Worker RPCs (all four) answer UNAVAILABLE while set.
   void SetUnavailable(bool unavailable);
@@ -118,7 +145,13 @@ class TestCoordinator final : public v1::Coordinator::Service {
     uint64_t version = 0;
     v1::ParameterManifest manifest;
     std::vector<std::string> names;
-    std::vector<at::Tensor> tensors;
+    std::vector<at::Tensor> tensors;  // the whole parameters (rebuilt ones for a difference)
+    // PublishDifference only: the version the difference is relative to (0: none), and what travels.
+    uint64_t base_version = 0;
+    v1::Compression compression = v1::COMPRESSION_NONE;
+    std::vector<performer::EncodedTensor> difference;
+    std::string sha256;  // of `tensors`, as advertised
+    bool ignore_request_base = false;
   };
 
   // The worker whose credential the call carries (UNAUTHENTICATED otherwise; PERMISSION_DENIED
@@ -134,6 +167,7 @@ class TestCoordinator final : public v1::Coordinator::Service {
   std::map<std::string, Published> jobs_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> finished_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, uint64_t>, int> fetches_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, uint64_t>, std::vector<uint64_t>> fetch_bases_ ABSL_GUARDED_BY(mu_);
   absl::Duration fetch_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::function<void(v1::ParameterManifest*)> manifest_hook_ ABSL_GUARDED_BY(mu_);
   bool unavailable_ ABSL_GUARDED_BY(mu_) = false;

@@ -197,7 +197,8 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   const bool want_gradient = !request.evaluate_only();
   const int64_t extra_bytes =
       request.has_local_steps()
-          ? performer::LocalStepsExtraBytes(request.local_steps().inner_optimizer(), parameters.parameter_bytes())
+          ? performer::LocalStepsExtraBytes(request.local_steps().inner_optimizer(), parameters.parameter_bytes(),
+                                            request.local_steps().compression())
           : 0;
   absl::StatusOr<BudgetCheck> budget =
       CheckBudget(parameters.config(), plan, request.sequence_length(), *shard, want_gradient,
@@ -271,6 +272,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   };
 
   SequenceSum total;
+  std::vector<performer::EncodedTensor> encoded;  // a compressed pseudo-gradient
   v1::GradientSummary summary;
   if (request.has_local_steps()) {
     std::vector<int64_t> predicted;
@@ -279,6 +281,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
                                                               predicted, request.loss_normalizer(), sum_sequences);
     if (!local.ok()) return local.status();
     total = std::move(local->sum);
+    encoded = std::move(local->encoded);
     summary.set_local_steps(local->steps);
     summary.set_inner_steps_total(local->inner_steps_total);
   } else {
@@ -305,14 +308,15 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
         return absl::InternalError(absl::StrCat(ShardName(request), ": ", e.what_without_backtrace()));
       }
     }
-    absl::Status streamed = performer::ChunkTensors(parameters.names(), sum, plan.dtype,
-                                                    [&](const v1::TensorChunk& chunk) {
-                                                      if (chunk.offset() == 0) ++gradient_tensors;
-                                                      gradient_bytes += static_cast<int64_t>(chunk.data().size());
-                                                      v1::ComputeGradientResponse response;
-                                                      *response.mutable_chunk() = chunk;
-                                                      return writer->Write(response);
-                                                    });
+    auto emit = [&](const v1::TensorChunk& chunk) {
+      if (chunk.offset() == 0) ++gradient_tensors;
+      gradient_bytes += static_cast<int64_t>(chunk.data().size()) + 4 * chunk.scales_size();
+      v1::ComputeGradientResponse response;
+      *response.mutable_chunk() = chunk;
+      return writer->Write(response);
+    };
+    absl::Status streamed = encoded.empty() ? performer::ChunkTensors(parameters.names(), sum, plan.dtype, emit)
+                                            : performer::ChunkEncoded(parameters.names(), encoded, plan.dtype, emit);
     if (absl::IsCancelled(streamed)) {
       return absl::CancelledError(absl::StrCat(ShardName(request), ": the caller went away while the gradient streamed"));
     }
