@@ -64,6 +64,10 @@ absl::Status ChunkTensors(const std::vector<std::string>& names, const std::vect
   return absl::OkStatus();
 }
 
+int64_t ChunkWireBytes(const v1::TensorChunk& chunk) {
+  return static_cast<int64_t>(chunk.data().size()) + 4 * static_cast<int64_t>(chunk.scales_size());
+}
+
 absl::Status ChunkEncoded(const std::vector<std::string>& names, const std::vector<EncodedTensor>& tensors,
                           DType dtype, const std::function<bool(const v1::TensorChunk&)>& emit,
                           int64_t max_chunk_bytes) {
@@ -180,7 +184,7 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
                 static_cast<size_t>(size));
   }
   offset_ += count * element;
-  bytes_received_ += size + 4 * static_cast<int64_t>(chunk.scales_size());
+  bytes_received_ += ChunkWireBytes(chunk);
   return absl::OkStatus();
 }
 

@@ -45,6 +45,10 @@ absl::Status ChunkTensors(const std::vector<std::string>& names, const std::vect
                           DType dtype, const std::function<bool(const v1::TensorChunk&)>& emit,
                           int64_t max_chunk_bytes = v1::LIMIT_MAX_CHUNK_BYTES);
 
+// The tensor bytes a chunk carries: its data and (int8) 4 bytes per scale — what the protocol
+// counts as bytes on the wire (RoundTiming, GradientSummary.gradient_bytes).
+int64_t ChunkWireBytes(const v1::TensorChunk& chunk);
+
 // Calls `emit` with every chunk of every encoded tensor, in order, each chunk naming `dtype` (the
 // tensors' own dtype), the encoding, its offset in `dtype` bytes and (INT8) the scales of the
 // blocks it covers. Chunks hold up to `max_chunk_bytes` of encoded data (INT8: whole blocks,

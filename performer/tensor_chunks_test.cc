@@ -212,8 +212,11 @@ TEST(TensorChunksTest, EncodedChunksRoundTripBitForBit) {
           EXPECT_TRUE(SameBits((*assembled)[t], decoded->to(ToScalarType(dtype)))) << EncodedNames()[t];
           wire_bytes += tensors[t].wire_bytes();
         }
-        // Data bytes and 4 per scale.
+        // Data bytes and 4 per scale, as ChunkWireBytes counts each chunk.
         EXPECT_EQ(assembler.bytes_received(), wire_bytes);
+        int64_t chunk_bytes = 0;
+        for (const v1::TensorChunk& c : chunks) chunk_bytes += ChunkWireBytes(c);
+        EXPECT_EQ(chunk_bytes, wire_bytes);
       }
     }
   }

@@ -220,6 +220,42 @@ absl::StatusOr<at::Tensor> AddDifference(const at::Tensor& base, const at::Tenso
   }
 }
 
+absl::StatusOr<EncodedDifference> EncodeDifference(const std::vector<at::Tensor>& base,
+                                                   const std::vector<at::Tensor>& target,
+                                                   v1::Compression compression) {
+  if (base.size() != target.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a difference of ", target.size(), " tensors to a version of ", base.size()));
+  }
+  EncodedDifference result;
+  for (size_t t = 0; t < base.size(); ++t) {
+    if (!base[t].sizes().equals(target[t].sizes())) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", t, " has shape ", c10::str(target[t].sizes()),
+                                                     "; the base's is ", c10::str(base[t].sizes())));
+    }
+    at::Tensor difference;
+    try {
+      difference = target[t].detach().to(at::kCPU, base[t].scalar_type()).sub(base[t]);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("tensor ", t, ": ", e.what_without_backtrace()));
+    }
+    absl::StatusOr<EncodedTensor> encoded = EncodeTensor(difference, compression);
+    if (!encoded.ok()) {
+      return absl::Status(encoded.status().code(), absl::StrCat("tensor ", t, ": ", encoded.status().message()));
+    }
+    absl::StatusOr<at::Tensor> decoded = DecodeTensor(*encoded);
+    if (!decoded.ok()) return decoded.status();
+    absl::StatusOr<at::Tensor> rebuilt = AddDifference(base[t], *decoded);
+    if (!rebuilt.ok()) return rebuilt.status();
+    result.encoded.push_back(*std::move(encoded));
+    result.rebuilt.push_back(*std::move(rebuilt));
+  }
+  absl::StatusOr<std::string> digest = TensorsSha256(result.rebuilt);
+  if (!digest.ok()) return digest.status();
+  result.sha256 = *std::move(digest);
+  return result;
+}
+
 absl::StatusOr<std::string> TensorsSha256(const std::vector<at::Tensor>& tensors) {
   base::Sha256Hasher hasher;
   try {

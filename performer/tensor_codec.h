@@ -7,7 +7,8 @@
 //   DecodeElements  a run of encoded elements → float32, exactly as every receiver rebuilds them;
 //   DecodeTensor    a whole EncodedTensor → a float32 CPU tensor (= DecodeElements over it);
 //   AddDifference   base + decoded difference in base's dtype: how a parameter version is rebuilt
-//                   from the previous one, by the coordinator and every worker alike.
+//                   from the previous one, by the coordinator and every worker alike;
+//   EncodeDifference the next version as an encoded difference and the version it defines.
 //
 // Decoding is defined element by element (a conversion, or q · scale as one float32 product), so
 // sender and receivers agree bit for bit on every platform; the sender's error feedback and the
@@ -76,6 +77,21 @@ absl::StatusOr<at::Tensor> DecodeTensor(const EncodedTensor& encoded);
 // base + difference, computed in base's dtype on base's device (difference converted to them).
 // INTERNAL for a LibTorch failure (shapes that do not match, say).
 absl::StatusOr<at::Tensor> AddDifference(const at::Tensor& base, const at::Tensor& difference);
+
+// The next parameter version as a difference to `base` (parameter compression): target − base
+// encoded, and the version that encoding defines — base + decoded difference, which every holder of
+// `base` rebuilds bit for bit — with its SHA-256. What the encoding loses is target − rebuilt.
+struct EncodedDifference {
+  std::vector<EncodedTensor> encoded;  // one per tensor, in order
+  std::vector<at::Tensor> rebuilt;     // base's dtype, on the CPU
+  std::string sha256;                  // TensorsSha256(rebuilt)
+};
+// `base` and `target` hold the same shapes in order; `target` may live elsewhere and in another
+// dtype (it is converted to base's). INVALID_ARGUMENT naming the tensor index for a difference
+// that cannot be encoded (EncodeTensor) or tensors that do not match; INTERNAL for LibTorch.
+absl::StatusOr<EncodedDifference> EncodeDifference(const std::vector<at::Tensor>& base,
+                                                   const std::vector<at::Tensor>& target,
+                                                   v1::Compression compression);
 
 // SHA-256 (lowercase hex) of the tensors' bytes, each little-endian row-major in its own dtype,
 // concatenated in order: how sender and receivers check they hold the same parameters.

@@ -115,6 +115,43 @@ FeedbackRun RunFeedback(v1::Compression c, const std::vector<at::Tensor>& xs) {
   return run;
 }
 
+// The next version is base + decode(encode(target − base)) in base's dtype, with the digest of
+// exactly that; what the encoding lost is target − rebuilt, within int8's bound.
+TEST(TensorCodecTest, EncodeDifferenceDefinesTheRebuiltVersion) {
+  at::manual_seed(5);
+  const std::vector<at::Tensor> base = {at::randn({300}, at::kFloat), at::randn({4, 7}, at::kDouble)};
+  const std::vector<at::Tensor> target = {base[0] + 0.01 * at::randn({300}, at::kFloat),
+                                          (base[1] + 0.01 * at::randn({4, 7}, at::kDouble)).to(at::kFloat)};
+  absl::StatusOr<EncodedDifference> difference = EncodeDifference(base, target, v1::COMPRESSION_INT8);
+  ASSERT_TRUE(difference.ok()) << difference.status();
+  ASSERT_EQ(difference->encoded.size(), 2u);
+  ASSERT_EQ(difference->rebuilt.size(), 2u);
+  for (size_t t = 0; t < 2; ++t) {
+    absl::StatusOr<at::Tensor> decoded = DecodeTensor(difference->encoded[t]);
+    ASSERT_TRUE(decoded.ok());
+    absl::StatusOr<at::Tensor> rebuilt = AddDifference(base[t], *decoded);
+    ASSERT_TRUE(rebuilt.ok());
+    EXPECT_EQ(difference->rebuilt[t].scalar_type(), base[t].scalar_type());
+    EXPECT_TRUE(SameBits(difference->rebuilt[t], *rebuilt)) << "tensor " << t;
+    const double lost = (target[t].to(at::kDouble) - difference->rebuilt[t].to(at::kDouble)).abs().max().item<double>();
+    const double step = (target[t].to(at::kDouble) - base[t].to(at::kDouble)).abs().max().item<double>() / 127.0;
+    EXPECT_LE(lost, 0.5 * step * 1.001 + 1e-12) << "tensor " << t;
+    EXPECT_GT(lost, 0) << "tensor " << t << ": int8 is lossy here; not vacuous";
+  }
+  absl::StatusOr<std::string> digest = TensorsSha256(difference->rebuilt);
+  ASSERT_TRUE(digest.ok());
+  EXPECT_EQ(difference->sha256, *digest);
+
+  EXPECT_EQ(EncodeDifference(base, {target[0]}, v1::COMPRESSION_INT8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeDifference(base, {target[0], at::zeros({28})}, v1::COMPRESSION_INT8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const at::Tensor nan = at::full({300}, std::nanf(""));
+  absl::StatusOr<EncodedDifference> refused = EncodeDifference(base, {nan, target[1]}, v1::COMPRESSION_INT8);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("tensor 0"), absl::string_view::npos) << refused.status();
+}
+
 TEST(TensorCodecTest, ErrorFeedbackKeepsTheResidualBoundedAndTheSumOnTrack) {
   at::manual_seed(11);
   constexpr int kRounds = 200;

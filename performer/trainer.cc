@@ -10,6 +10,7 @@
 #include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
+#include "performer/tensor_codec.h"
 
 namespace slimfit::performer {
 namespace {
@@ -57,9 +58,8 @@ int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes
   } else if (inner.sgd().momentum() > 0) {
     moments = 1;
   }
-  const bool compressed = pseudo_gradients == v1::COMPRESSION_FLOAT16 || pseudo_gradients == v1::COMPRESSION_BFLOAT16 ||
-                          pseudo_gradients == v1::COMPRESSION_INT8;
-  return parameter_bytes * (2 + moments) + (compressed ? parameter_bytes + parameter_bytes / 2 : 0);
+  return parameter_bytes * (2 + moments) +
+         (IsCompressed(pseudo_gradients) ? parameter_bytes + parameter_bytes / 2 : 0);
 }
 
 Trainer::~Trainer() = default;

@@ -267,7 +267,7 @@ grpc::Status CoordinatorService::FetchParameters(grpc::ServerContext* context,
   auto emit = [&](const v1::TensorChunk& chunk) {
     v1::FetchParametersResponse piece;
     *piece.mutable_chunk() = chunk;
-    sent += static_cast<int64_t>(chunk.data().size()) + 4 * chunk.scales_size();
+    sent += performer::ChunkWireBytes(chunk);
     return writer->Write(piece);
   };
   absl::Status streamed =

@@ -231,28 +231,14 @@ absl::Status JobRunner::PublishDifference(const ParameterSnapshot& previous, v1:
   // The new version is defined as previous + decoded(encode(trainer − previous)): what every worker
   // holding `previous` rebuilds bit for bit. What the encoding loses stays in trainer − published
   // and goes into the next difference.
+  absl::StatusOr<performer::EncodedDifference> difference =
+      performer::EncodeDifference(previous.tensors, trainer_->parameters(), compression);
+  if (!difference.ok()) return difference.status();
   snapshot->compression = compression;
   snapshot->base_version = previous.version;
-  const std::vector<at::Tensor>& exact = trainer_->parameters();
-  if (previous.tensors.size() != exact.size()) return absl::InternalError("the previous version has other tensors");
-  try {
-    for (size_t t = 0; t < exact.size(); ++t) {
-      at::Tensor difference = exact[t].detach().to(at::kCPU, previous.tensors[t].scalar_type()).sub(previous.tensors[t]);
-      absl::StatusOr<performer::EncodedTensor> encoded = performer::EncodeTensor(difference, compression);
-      if (!encoded.ok()) return absl::InvalidArgumentError(absl::StrCat(snapshot->names[t], ": ", encoded.status().message()));
-      absl::StatusOr<at::Tensor> decoded = performer::DecodeTensor(*encoded);
-      if (!decoded.ok()) return decoded.status();
-      absl::StatusOr<at::Tensor> value = performer::AddDifference(previous.tensors[t], *decoded);
-      if (!value.ok()) return value.status();
-      snapshot->tensors.push_back(*std::move(value));
-      snapshot->difference.push_back(*std::move(encoded));
-    }
-  } catch (const c10::Error& e) {
-    return absl::InternalError(e.what_without_backtrace());
-  }
-  absl::StatusOr<std::string> digest = performer::TensorsSha256(snapshot->tensors);
-  if (!digest.ok()) return digest.status();
-  snapshot->sha256 = *std::move(digest);
+  snapshot->tensors = std::move(difference->rebuilt);
+  snapshot->difference = std::move(difference->encoded);
+  snapshot->sha256 = std::move(difference->sha256);
   return absl::OkStatus();
 }
 

@@ -60,23 +60,14 @@ absl::StatusOr<std::vector<at::Tensor>> TestCoordinator::PublishDifference(const
   published.version = version;
   published.compression = compression;
   published.ignore_request_base = difference_options.ignore_request_base;
-  published.difference.clear();
-  std::vector<at::Tensor> rebuilt;
-  for (size_t i = 0; i < published.tensors.size(); ++i) {
-    const at::Tensor& base = published.tensors[i];
-    const at::Tensor difference = model.parameters()[i].detach().to(at::kCPU, base.scalar_type()).sub(base);
-    absl::StatusOr<performer::EncodedTensor> encoded = performer::EncodeTensor(difference, compression);
-    if (!encoded.ok()) return encoded.status();
-    absl::StatusOr<at::Tensor> decoded = performer::DecodeTensor(*encoded);
-    if (!decoded.ok()) return decoded.status();
-    absl::StatusOr<at::Tensor> sum = performer::AddDifference(base, *decoded);
-    if (!sum.ok()) return sum.status();
-    published.difference.push_back(*std::move(encoded));
-    rebuilt.push_back(*std::move(sum));
-  }
-  absl::StatusOr<std::string> digest = performer::TensorsSha256(rebuilt);
-  if (!digest.ok()) return digest.status();
-  published.sha256 = *digest;
+  std::vector<at::Tensor> target;
+  for (const at::Tensor& p : model.parameters()) target.push_back(p.detach());
+  absl::StatusOr<performer::EncodedDifference> difference =
+      performer::EncodeDifference(published.tensors, target, compression);
+  if (!difference.ok()) return difference.status();
+  published.difference = std::move(difference->encoded);
+  const std::vector<at::Tensor> rebuilt = difference->rebuilt;
+  published.sha256 = std::move(difference->sha256);
   if (difference_options.corrupt_sha256) {
     published.sha256[0] = published.sha256[0] == '0' ? '1' : '0';  // still 64 lowercase hex characters
   }

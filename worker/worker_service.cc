@@ -310,7 +310,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
     }
     auto emit = [&](const v1::TensorChunk& chunk) {
       if (chunk.offset() == 0) ++gradient_tensors;
-      gradient_bytes += static_cast<int64_t>(chunk.data().size()) + 4 * chunk.scales_size();
+      gradient_bytes += performer::ChunkWireBytes(chunk);
       v1::ComputeGradientResponse response;
       *response.mutable_chunk() = chunk;
       return writer->Write(response);
