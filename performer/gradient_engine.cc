@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/cuda.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -189,6 +190,9 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       if (leaves[i].grad().defined()) grad.add_(leaves[i].grad());
       result.gradients.push_back(IsLinearWeight(model.names()[i]) ? grad.t() : grad);
     }
+    // CUDA kernels run asynchronously: wait for the last backward so `seconds` and the peak
+    // cover the whole computation.
+    if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     if (absl::StrContains(what, "can't allocate memory") || absl::StrContains(what, "out of memory")) {

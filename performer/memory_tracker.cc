@@ -7,8 +7,19 @@
 #include "absl/strings/str_cat.h"
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
 #ifdef SLIMFIT_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+// LibTorch 2.3 made Allocator::allocate non-const and added a pure virtual copy_data; Debian's
+// LibTorch is 1.13, the CUDA builds (scripts/cuda/) are 2.x. The tracker compiles against both.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define SLIMFIT_ALLOCATE_CONST
+#define SLIMFIT_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define SLIMFIT_ALLOCATE_CONST const
+#define SLIMFIT_ALLOCATOR_HAS_COPY_DATA 0
 #endif
 
 namespace slimfit::performer {
@@ -24,7 +35,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
  public:
   explicit TrackingCpuAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) SLIMFIT_ALLOCATE_CONST override {
     c10::DataPtr block = inner_->allocate(n + kHeaderBytes);
     const c10::Device device = block.device();
     auto* base = static_cast<char*>(block.get());
@@ -37,6 +48,12 @@ class TrackingCpuAllocator final : public c10::Allocator {
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &Release; }
+
+#if SLIMFIT_ALLOCATOR_HAS_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
 
   MemoryStats Stats() const {
     return MemoryStats{current_.load(std::memory_order_relaxed),

@@ -9,8 +9,15 @@
 namespace slimfit::performer::internal {
 namespace {
 
+// On CUDA the host side is pinned and the copy asynchronous: a copy from pageable memory would
+// wait for every kernel queued before it, once per slice. LibTorch's pinned-memory allocator keeps
+// the buffer until the copy has run.
 at::Tensor LongTensor(const int64_t* data, int64_t n, const at::Device& device) {
-  return at::from_blob(const_cast<int64_t*>(data), {n}, at::kLong).to(device, /*non_blocking=*/false, /*copy=*/true);
+  const at::Tensor host = at::from_blob(const_cast<int64_t*>(data), {n}, at::kLong);
+  if (!device.is_cuda()) return host.to(device, /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor pinned = at::empty({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  pinned.copy_(host);
+  return pinned.to(device, /*non_blocking=*/true, /*copy=*/true);
 }
 
 }  // namespace
@@ -134,7 +141,7 @@ ModelFront SliceRunner::Backpropagate(Graph& graph, const ModelFront& exit_grad)
   if (!outputs.empty()) {
     torch::autograd::backward(outputs, output_grads, /*retain_graph=*/false, /*create_graph=*/false, inputs);
   }
-  loss_sum_ += graph.loss.item<double>();
+  AddLoss(graph.loss);
   ModelFront entry_grad;
   for (size_t i = 0; i + 1 < graph.entry_leaves.size(); i += 2) {
     const at::Tensor& gn = graph.entry_leaves[i].grad();
@@ -184,7 +191,7 @@ ModelFront SliceRunner::BackpropagateRecomputed(Graph& graph, const ModelFront& 
   if (graph.loss.requires_grad()) {
     torch::autograd::backward({graph.loss}, {loss_scale_}, /*retain_graph=*/false, /*create_graph=*/false, inputs);
   }
-  loss_sum_ += graph.loss.item<double>();
+  AddLoss(graph.loss);
   at::Tensor g = graph.top.grad().defined() ? graph.top.grad() : at::zeros_like(graph.top);
   ModelFront entry_grad(graph.reads_entry ? c.layers : 0);
   for (int64_t r = c.layers - 1; r >= 0; --r) {
@@ -222,5 +229,12 @@ ModelFront SliceRunner::BackpropagateRecomputed(Graph& graph, const ModelFront& 
   graph = Graph();
   return entry_grad;
 }
+
+void SliceRunner::AddLoss(const at::Tensor& loss) {
+  const at::Tensor value = loss.detach().to(at::kDouble);
+  loss_sum_ = loss_sum_.defined() ? loss_sum_ + value : value;
+}
+
+double SliceRunner::loss_sum() const { return loss_sum_.defined() ? loss_sum_.item<double>() : 0.0; }
 
 }  // namespace slimfit::performer::internal

@@ -93,7 +93,8 @@ class SliceRunner {
   // document starts inside it).
   bool Reversible(int64_t n) const;
   int64_t forwards() const { return forwards_; }
-  double loss_sum() const { return loss_sum_; }
+  // Σ of the back-propagated slices' loss sums, in float64 (one read from the device, at the end).
+  double loss_sum() const;
 
   // Runs `stretch` (one slice, or `slices_covered` consecutive slices) from `entry` without an
   // autograd graph; returns its outgoing front.
@@ -118,8 +119,11 @@ class SliceRunner {
   const at::Device device_;
   const Front zero_;
   const at::Tensor loss_scale_;
+  // Adds a slice's loss on the device: reading it per slice (.item()) would stall a GPU's queue.
+  void AddLoss(const at::Tensor& loss);
+
   int64_t forwards_ = 0;
-  double loss_sum_ = 0;
+  at::Tensor loss_sum_;  // float64 scalar on the device; undefined until the first slice
 };
 
 }  // namespace slimfit::performer::internal

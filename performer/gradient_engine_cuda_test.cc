@@ -1,0 +1,184 @@
+// The engine on a CUDA device gives the CPU's gradient: full back-propagation and the sliced
+// algorithm for every C, every feature map, LayerNorm placement, prefix mode and front policy, and
+// its working memory stays flat in L. Every test skips (GTEST_SKIP) when LibTorch has no CUDA or no
+// device is present, so the suite passes unchanged on CPU-only machines; scripts/cuda/ builds and
+// runs it against a CUDA LibTorch.
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "performer/gradient_engine.h"
+#include "performer/memory_tracker.h"
+
+namespace slimfit::performer {
+namespace {
+
+bool CudaPresent() { return at::hasCUDA(); }
+
+#define SKIP_WITHOUT_CUDA()                                                             \
+  if (!CudaPresent()) GTEST_SKIP() << "no CUDA device (this LibTorch has no CUDA support " \
+                                      "or no GPU is visible): nothing to compare on CUDA"
+
+const at::Device kCuda(at::kCUDA, 0);
+
+ModelConfig Config(FeatureMap map, LayerNormPlacement ln) {
+  ModelConfig config;
+  config.vocab = 97;
+  config.d_model = 64;
+  config.layers = 2;
+  config.heads = 4;
+  config.d_ff = 128;
+  config.feature_map = map;
+  config.feature_multiplier = map == FeatureMap::kFavor ? 2 : 1;
+  config.layernorm = ln;
+  return config;
+}
+
+// `length` tokens in documents of irregular lengths, so document starts fall inside slices.
+PackedBatch Stream(int64_t length, int64_t vocab, bool documents = true) {
+  PackedBatch batch;
+  for (int64_t i = 0; i < length; ++i) batch.tokens.push_back((i * 31 + 7 * (i / 13)) % vocab);
+  batch.doc_starts = {0};
+  if (documents) {
+    for (int64_t start = 37; start < length; start += 37 + start % 29) batch.doc_starts.push_back(start);
+  }
+  return batch;
+}
+
+GradientResult MustCompute(const PerformerModel& model, const PackedBatch& batch, const Plan& plan,
+                           const GradientOptions& options = {}) {
+  absl::StatusOr<GradientResult> result = ComputeGradient(model, batch, plan, options);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? *std::move(result) : GradientResult{};
+}
+
+std::vector<at::Tensor> OnCpu(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : tensors) out.push_back(t.to(at::kCPU));
+  return out;
+}
+
+using Case = std::tuple<FeatureMap, LayerNormPlacement, PrefixMode, DType>;
+
+class CudaEqualsCpuTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaEqualsCpuTest, FullAndEverySliceSizeGiveTheCpuGradient) {
+  SKIP_WITHOUT_CUDA();
+  const auto [map, ln, mode, dtype] = GetParam();
+  const ModelConfig config = Config(map, ln);
+  // The same seed gives the same parameters on every device (drawn in float64 on the CPU).
+  absl::StatusOr<PerformerModel> cpu_model = PerformerModel::Create(config, dtype, at::kCPU, 5);
+  absl::StatusOr<PerformerModel> cuda_model = PerformerModel::Create(config, dtype, kCuda, 5);
+  ASSERT_TRUE(cpu_model.ok()) << cpu_model.status();
+  ASSERT_TRUE(cuda_model.ok()) << cuda_model.status();
+  const PackedBatch batch = Stream(256, config.vocab);
+  const double tolerance = dtype == DType::kFloat64 ? 1e-10 : 1e-5;
+
+  Plan full;
+  full.dtype = dtype;
+  full.prefix_mode = mode;
+  full.block = 16;
+  GradientOptions options;
+  options.feature_seed = 3;
+  const GradientResult cpu = MustCompute(*cpu_model, batch, full, options);
+  const GradientResult cuda_full = MustCompute(*cuda_model, batch, full, options);
+  ASSERT_EQ(cuda_full.gradients.size(), cpu.gradients.size());
+  EXPECT_TRUE(cuda_full.gradients.front().is_cuda());
+  EXPECT_LE(RelativeDiscrepancy(OnCpu(cuda_full.gradients), cpu.gradients), tolerance);
+  EXPECT_NEAR(cuda_full.loss_sum, cpu.loss_sum, tolerance * cpu.loss_sum);
+
+  for (int64_t slice : {int64_t{1}, int64_t{16}, int64_t{24}, int64_t{64}, int64_t{256}}) {
+    Plan plan = full;
+    plan.slice = slice;
+    const GradientResult sliced = MustCompute(*cuda_model, batch, plan, options);
+    EXPECT_LE(RelativeDiscrepancy(OnCpu(sliced.gradients), cpu.gradients), tolerance) << "C=" << slice;
+    EXPECT_NEAR(sliced.loss_sum, cpu.loss_sum, tolerance * cpu.loss_sum) << "C=" << slice;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllConfigurations, CudaEqualsCpuTest,
+    ::testing::Combine(::testing::Values(FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr,
+                                         FeatureMap::kFavor),
+                       ::testing::Values(LayerNormPlacement::kPost, LayerNormPlacement::kPre),
+                       ::testing::Values(PrefixMode::kCumsum, PrefixMode::kChunked),
+                       ::testing::Values(DType::kFloat32, DType::kFloat64)),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string name = absl::StrCat(std::string(FeatureMapName(std::get<0>(info.param))), "_",
+                                      LayerNormPlacementName(std::get<1>(info.param)), "_",
+                                      PrefixModeName(std::get<2>(info.param)), "_",
+                                      DTypeName(std::get<3>(info.param)));
+      for (char& c : name) {
+        if (c == '+') c = 'p';
+      }
+      return name;
+    });
+
+TEST(CudaGradientTest, EveryFrontPolicyAndLayerRecomputationGivesTheCpuGradient) {
+  SKIP_WITHOUT_CUDA();
+  const ModelConfig config = Config(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> cpu_model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 9);
+  absl::StatusOr<PerformerModel> cuda_model = PerformerModel::Create(config, DType::kFloat32, kCuda, 9);
+  ASSERT_TRUE(cpu_model.ok() && cuda_model.ok());
+  const PackedBatch batch = Stream(512, config.vocab);
+  Plan full;
+  const GradientResult cpu = MustCompute(*cpu_model, batch, full);
+  for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync}) {
+    for (LayerRecompute recompute : {LayerRecompute::kNone, LayerRecompute::kLayers}) {
+      Plan plan;
+      plan.slice = 32;
+      plan.front_policy = policy;
+      plan.resync_every = 4;
+      plan.recompute = recompute;
+      const GradientResult sliced = MustCompute(*cuda_model, batch, plan);
+      EXPECT_LE(RelativeDiscrepancy(OnCpu(sliced.gradients), cpu.gradients), 1e-5) << plan.DebugString();
+    }
+  }
+}
+
+TEST(CudaGradientTest, MemoryStatisticsCountTheDevicesAllocations) {
+  SKIP_WITHOUT_CUDA();
+  absl::StatusOr<MemoryStats> before = GetMemoryStats(kCuda);
+  ASSERT_TRUE(before.ok()) << before.status();
+  MemoryScope scope(kCuda);
+  {
+    at::Tensor a = at::ones({4096, 4096}, at::TensorOptions().dtype(at::kFloat).device(kCuda));  // 64 MiB
+    EXPECT_GE(GetMemoryStats(kCuda)->current_bytes - before->current_bytes, int64_t{64} << 20);
+  }
+  EXPECT_EQ(GetMemoryStats(kCuda)->current_bytes, before->current_bytes);
+  absl::StatusOr<int64_t> peak = scope.PeakBytes();
+  ASSERT_TRUE(peak.ok()) << peak.status();
+  EXPECT_GE(*peak - before->current_bytes, int64_t{64} << 20);
+}
+
+// The sliced algorithm's point: at fixed C its working memory (peak above the parameters and the
+// gradient buffers) does not grow with L, while full back-propagation's does.
+TEST(CudaGradientTest, SlicedWorkingMemoryIsFlatInSequenceLength) {
+  SKIP_WITHOUT_CUDA();
+  const ModelConfig config = Config(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, kCuda, 2);
+  ASSERT_TRUE(model.ok());
+  auto working = [&](int64_t length, int64_t slice) {
+    Plan plan;
+    plan.slice = slice;
+    const GradientResult result = MustCompute(*model, Stream(length, config.vocab, /*documents=*/false), plan);
+    EXPECT_GT(result.peak_bytes, 0);
+    return result.peak_bytes - result.start_bytes;
+  };
+  const int64_t sliced_short = working(2048, 64);
+  const int64_t sliced_long = working(16384, 64);
+  const int64_t full_short = working(2048, 0);
+  const int64_t full_long = working(16384, 0);
+  // The token stream itself (int64 per token on the device) grows with L; allow for it.
+  EXPECT_LE(sliced_long, sliced_short + 16 * 16384 + (1 << 20))
+      << "sliced working bytes at L=2048: " << sliced_short << ", at L=16384: " << sliced_long;
+  EXPECT_GT(full_long, 4 * full_short) << "full back-propagation should grow with L";
+}
+
+}  // namespace
+}  // namespace slimfit::performer
