@@ -1,6 +1,9 @@
 #include "performer/trainer.h"
 
 #include <cmath>
+#include <sstream>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include <torch/optim.h>
@@ -15,7 +18,25 @@
 namespace slimfit::performer {
 namespace {
 
-std::string StateKey(const at::Tensor& parameter) { return c10::guts::to_string(parameter.unsafeGetTensorImpl()); }
+// The key of a parameter's entry in the optimizer's state map: its TensorImpl's address, as text in
+// LibTorch 1.x and as the pointer itself in 2.x (the key type is read off the map).
+using OptimizerStateKey =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state().begin()->first)>;
+
+template <typename Key>
+Key StateKeyOf(const void* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;  // what LibTorch 1.x writes: c10::guts::to_string of the pointer
+    text << impl;
+    return text.str();
+  } else {
+    return const_cast<void*>(impl);
+  }
+}
+
+OptimizerStateKey StateKey(const at::Tensor& parameter) {
+  return StateKeyOf<OptimizerStateKey>(parameter.unsafeGetTensorImpl());
+}
 
 }  // namespace
 
