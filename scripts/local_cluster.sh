@@ -6,6 +6,8 @@
 #   cluster_calibrate                         # one CPU profile shared by the workers ($work/cpu.profile)
 #   cluster_start_coordinator [FLAG...]       # exports SLIMFIT_COORDINATOR and SLIMFIT_STATUS_PAGE
 #   cluster_start_worker 8MiB [FLAG...]       # worker 0, 1, ... with the shared profile
+#                                             # (env CLUSTER_DEVICE, CLUSTER_THREADS, CLUSTER_PROFILE
+#                                             # override cpu, 1 and $work/cpu.profile for that worker)
 #   cluster_wait_workers 3                    # until the coordinator lists 3 live workers
 #   job="$(cluster_submit label [submit FLAG...])"   # the job id; its Job JSON in $work/label.json
 #   cluster_write_headers FILE                # ten C library headers as documents (the benches' data)
@@ -14,7 +16,7 @@
 # directory is removed unless CLUSTER_KEEP=1.
 
 cluster_repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cluster_bin="$cluster_repo_root/bazel-bin"
+cluster_bin="${CLUSTER_BIN:-$cluster_repo_root/bazel-bin}"  # CLUSTER_BIN: binaries laid out as bazel-bin
 slimfit="$cluster_bin/client/slimfit"
 cluster_pids=()
 cluster_workers=0
@@ -59,8 +61,9 @@ cluster_start_coordinator() {
 cluster_start_worker() {  # budget, flags...
   local budget="$1" i="$cluster_workers"
   shift
-  "$cluster_bin/worker/slimfit-worker" --coordinator="$SLIMFIT_COORDINATOR" --listen=127.0.0.1:0 --device=cpu \
-    --memory_budget="$budget" --threads=1 --state_dir="$work/worker$i" --profile="$work/cpu.profile" \
+  "$cluster_bin/worker/slimfit-worker" --coordinator="$SLIMFIT_COORDINATOR" --listen=127.0.0.1:0 \
+    --device="${CLUSTER_DEVICE:-cpu}" --memory_budget="$budget" --threads="${CLUSTER_THREADS:-1}" \
+    --state_dir="$work/worker$i" --profile="${CLUSTER_PROFILE:-$work/cpu.profile}" \
     --port_file="$work/worker$i.port" "$@" > "$work/worker$i.log" 2>&1 &
   cluster_pids+=($!)
   cluster_wait_for_file "$work/worker$i.port" "worker $i"

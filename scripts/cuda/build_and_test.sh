@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds the engine, its tests and gradient_bench against this machine's CUDA PyTorch
+# (scripts/cuda/CMakeLists.txt), runs the tests, then the GPU benchmarks recorded in BENCHMARKS.md.
+# Meant for a GPU machine with python3 + CUDA PyTorch, CMake, ninja and a C++17 compiler; what it
+# lacks (Abseil, GoogleTest, nlohmann-json, zlib headers) comes from scripts/cuda/fetch_deps.sh,
+# run beforehand on a Debian 12 machine and copied along as .cuda_deps/.
+#
+# Usage (from the repository root): scripts/cuda/build_and_test.sh OUT [STEPS]
+#   OUT    folder for the logs: env.log build.log tests.log bench_config_a.jsonl bench_long_l.jsonl
+#          bench_large.jsonl
+#   STEPS  comma-separated, any of build,test,bench,service (default: build,test,bench); service
+#          (with fetch_deps.sh --service) also builds the worker, the coordinator and the CLI and
+#          runs scripts/cuda/service_job.sh on this machine's GPU (service.log, service_work.tar.gz)
+#   TESTS  (environment) a glob of test names to run (default: every *_test built)
+# Environment: SLIMFIT_DEPS (default .cuda_deps/root), BUILD_DIR (default /tmp/slimfit-cuda-build),
+#   PYTHON (default python3), DEVICE (default cuda:0).
+# Exit status: non-zero when the build or a test failed; the benchmarks still run where they built.
+set -uo pipefail
+out="${1:?usage: scripts/cuda/build_and_test.sh OUT [STEPS]}"
+steps="${2:-build,test,bench}"
+deps="${SLIMFIT_DEPS:-$PWD/.cuda_deps/root}"
+build="${BUILD_DIR:-/tmp/slimfit-cuda-build}"
+py="${PYTHON:-python3}"
+device="${DEVICE:-cuda:0}"
+mkdir -p "$out"
+status=0
+
+torch_root="$($py -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+abi="$($py -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')"
+cuda_include=""
+for dir in "${CUDA_HOME:-/usr/local/cuda}/include" /usr/local/cuda/include; do
+  if [ -f "$dir/cuda_runtime_api.h" ]; then cuda_include="$dir"; break; fi
+done
+if [ -z "$cuda_include" ]; then
+  header="$(find "$(dirname "$torch_root")/nvidia" -name cuda_runtime_api.h 2>/dev/null | head -1)"
+  [ -n "$header" ] && cuda_include="$(dirname "$header")"
+fi
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
+  echo "torch_root=$torch_root abi=$abi cuda_include=$cuda_include"
+  c++ --version | head -1
+  cmake --version | head -1
+  echo "cores: $(nproc)"
+} > "$out/env.log" 2>&1
+
+if [[ ",$steps," == *",build,"* ]]; then
+  # The C++ standard: 17 unless this LibTorch's headers need more.
+  std=17
+  printf '#include <ATen/ATen.h>\nint main() { return 0; }\n' > /tmp/slimfit_std_probe.cc
+  if ! c++ -std=c++17 -fsyntax-only -isystem "$torch_root/include" \
+      -isystem "$torch_root/include/torch/csrc/api/include" /tmp/slimfit_std_probe.cc \
+      > /tmp/slimfit_std_probe.log 2>&1; then
+    std=20
+    echo "C++17 probe failed, using C++20: $(head -3 /tmp/slimfit_std_probe.log)" >> "$out/env.log"
+  fi
+  service=OFF
+  [ -f "$deps/../gen/proto/slimfit.pb.cc" ] && service=ON
+  {
+    cmake -S scripts/cuda -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DSLIMFIT_TORCH_ROOT="$torch_root" -DSLIMFIT_CXX11_ABI="$abi" \
+      -DSLIMFIT_CUDA_INCLUDE="$cuda_include" -DSLIMFIT_DEPS="$deps" -DSLIMFIT_CXX_STANDARD="$std" \
+      -DSLIMFIT_SERVICE="$service" &&
+      if [[ ",$steps," == *",service,"* ]]; then
+        ninja -C "$build" -k 0 all service_slimfit_worker service_slimfit_coordinator service_slimfit
+      else
+        ninja -C "$build" -k 0
+      fi
+  } > "$out/build.log" 2>&1 || { status=1; echo "build: FAILED (see build.log)"; }
+  tail -5 "$out/build.log"
+fi
+
+if [[ ",$steps," == *",test,"* ]]; then
+  : > "$out/tests.log"
+  for test in "$build"/${TESTS:-*_test}; do
+    [ -x "$test" ] || continue
+    name="$(basename "$test")"
+    start=$(date +%s)
+    if timeout 300 "$test" --gtest_brief=1 >> "$out/tests.log" 2>&1; then
+      echo "PASS $name ($(( $(date +%s) - start )) s)" | tee -a "$out/tests.log"
+    else
+      status=1
+      echo "FAIL $name ($(( $(date +%s) - start )) s)" | tee -a "$out/tests.log"
+    fi
+  done
+fi
+
+if [[ ",$steps," == *",bench,"* ]] && [ -x "$build/gradient_bench" ]; then
+  bench="$build/gradient_bench --device=$device --threads=4"
+  # Config A of BENCHMARKS.md: L 4096, d_model 256, 2 layers, 4 heads, d_ff 1024.
+  $bench --seq_len=4096 --slice=0,1024,512,256,128,64,32,16 --check_full --repeats=5 \
+    > "$out/bench_config_a.jsonl" 2>&1 || status=1
+  # Long sequences: the sliced peak stays flat in L, full back-propagation's grows.
+  $bench --seq_len=4096,16384,65536 --slice=0,1024,256 --repeats=2 \
+    > "$out/bench_long_l.jsonl" 2>&1 || status=1
+  # A model the size a GPU is for: d_model 1024, 4 layers, 8 heads, d_ff 4096, L 16384.
+  $bench --seq_len=16384 --d_model=1024 --layers=4 --heads=8 --d_ff=4096 \
+    --slice=0,4096,1024,256,64 --check_full --repeats=3 > "$out/bench_large.jsonl" 2>&1 || status=1
+  echo "bench: $(cat "$out"/bench_*.jsonl | wc -l) lines"
+fi
+if [[ ",$steps," == *",service,"* ]]; then
+  if [ -x "$build/bin/worker/slimfit-worker" ]; then
+    DEVICE="$device" timeout 300 scripts/cuda/service_job.sh "$build/bin" "$out" > "$out/service.log" 2>&1 ||
+      { status=1; echo "service job: FAILED (see service.log)"; }
+    tail -25 "$out/service.log"
+  else
+    status=1
+    echo "service: the binaries did not build (see build.log)"
+  fi
+fi
+exit $status
