@@ -110,6 +110,8 @@ class SliceRunner {
  private:
   Graph BuildRecomputed(int64_t n, const Stretch& stretch, const EntryFn& entry_for_layer);
   ModelFront BackpropagateRecomputed(Graph& graph, const ModelFront& exit_grad);
+  // Adds a slice's loss on the device: reading it per slice (.item()) would stall a GPU's queue.
+  void AddLoss(const at::Tensor& loss);
 
   const Context& ctx_;
   const PackedBatch& batch_;
@@ -119,9 +121,6 @@ class SliceRunner {
   const at::Device device_;
   const Front zero_;
   const at::Tensor loss_scale_;
-  // Adds a slice's loss on the device: reading it per slice (.item()) would stall a GPU's queue.
-  void AddLoss(const at::Tensor& loss);
-
   int64_t forwards_ = 0;
   at::Tensor loss_sum_;  // float64 scalar on the device; undefined until the first slice
 };
