@@ -7,7 +7,9 @@
 #   cluster_start_coordinator [FLAG...]       # exports SLIMFIT_COORDINATOR and SLIMFIT_STATUS_PAGE
 #   cluster_start_worker 8MiB [FLAG...]       # worker 0, 1, ... with the shared profile
 #                                             # (env CLUSTER_DEVICE, CLUSTER_THREADS, CLUSTER_PROFILE
-#                                             # override cpu, 1 and $work/cpu.profile for that worker)
+#                                             # override cpu, 1 and $work/cpu.profile for that worker;
+#                                             # CLUSTER_COORDINATOR, CLUSTER_LISTEN, CLUSTER_ADVERTISE
+#                                             # the address it dials, binds and advertises)
 #   cluster_wait_workers 3                    # until the coordinator lists 3 live workers
 #   job="$(cluster_submit label [submit FLAG...])"   # the job id; its Job JSON in $work/label.json
 #   cluster_write_headers FILE                # ten C library headers as documents (the benches' data)
@@ -61,7 +63,10 @@ cluster_start_coordinator() {
 cluster_start_worker() {  # budget, flags...
   local budget="$1" i="$cluster_workers"
   shift
-  "$cluster_bin/worker/slimfit-worker" --coordinator="$SLIMFIT_COORDINATOR" --listen=127.0.0.1:0 \
+  local advertise=()
+  [ -n "${CLUSTER_ADVERTISE:-}" ] && advertise=(--advertise="$CLUSTER_ADVERTISE")
+  "$cluster_bin/worker/slimfit-worker" --coordinator="${CLUSTER_COORDINATOR:-$SLIMFIT_COORDINATOR}" \
+    --listen="${CLUSTER_LISTEN:-127.0.0.1:0}" "${advertise[@]}" \
     --device="${CLUSTER_DEVICE:-cpu}" --memory_budget="$budget" --threads="${CLUSTER_THREADS:-1}" \
     --state_dir="$work/worker$i" --profile="${CLUSTER_PROFILE:-$work/cpu.profile}" \
     --port_file="$work/worker$i.port" "$@" > "$work/worker$i.log" 2>&1 &
