@@ -6,15 +6,12 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
 
 namespace slimfit::client {
 namespace {
-
-constexpr size_t kMaxSeparatorBytes = 64;
 
 // The file's base name, cut to LIMIT_MAX_NAME_BYTES on a UTF-8 character boundary.
 std::string UploadName(const std::string& path) {
@@ -36,32 +33,13 @@ absl::Status CannotRead(const std::string& path, int error_number) {
 
 absl::StatusOr<UploadSource> DatasetSource(const std::string& path, absl::string_view data_type,
                                            absl::string_view separator) {
+  absl::StatusOr<rpc::DatasetFormat> format = rpc::ParseDatasetFormat(data_type, separator);
+  if (!format.ok()) return format.status();
   UploadSource source;
   source.path = path;
-  const std::string type = absl::AsciiStrToLower(data_type);
-  if (type == "text") {
-    source.content_type = kTextContentType;
-  } else if (type == "uint8" || type == "uint16" || type == "uint32") {
-    source.content_type = kTokensContentType;
-    source.token_encoding = type == "uint8"    ? v1::TOKEN_ENCODING_UINT8
-                            : type == "uint16" ? v1::TOKEN_ENCODING_UINT16_LE
-                                               : v1::TOKEN_ENCODING_UINT32_LE;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--data_type=", data_type, ": expected text, uint8, uint16 or uint32"));
-  }
-  if (!separator.empty()) {
-    std::string bytes;
-    std::string error;
-    if (!absl::CUnescape(separator, &bytes, &error)) {
-      return absl::InvalidArgumentError(absl::StrCat("--separator=", separator, ": ", error));
-    }
-    if (bytes.empty() || bytes.size() > kMaxSeparatorBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("--separator=", separator, ": expected 1 to ",
-                                                     kMaxSeparatorBytes, " bytes, got ", bytes.size()));
-    }
-    source.document_separator = std::move(bytes);
-  }
+  source.content_type = format->content_type;
+  source.token_encoding = format->encoding;
+  source.document_separator = format->separator;
   return source;
 }
 

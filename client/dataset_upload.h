@@ -18,12 +18,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/coordinator_client.h"
+#include "proto/dataset_format.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::client {
 
-inline constexpr char kTextContentType[] = "text/plain";
-inline constexpr char kTokensContentType[] = "application/x-slimfit-tokens";
+using rpc::kTextContentType;
+using rpc::kTokensContentType;
 inline constexpr char kSafetensorsContentType[] = "application/x-safetensors";
 inline constexpr char kPytorchContentType[] = "application/x-pytorch";
 
@@ -34,10 +35,7 @@ struct UploadSource {
   std::optional<std::string> document_separator;                      // datasets only
 };
 
-// A dataset: `data_type` "text" (text/plain, every byte a token), or "uint8", "uint16", "uint32"
-// (pre-tokenised little-endian ids of that width). `separator` (empty: none, the file is one
-// document) takes C escapes ("\n\n", "\t", "\x1e"). INVALID_ARGUMENT naming --data_type or
-// --separator for an unknown type, a malformed escape or a separator longer than 64 bytes.
+// A dataset read as rpc::ParseDatasetFormat(data_type, separator) says (--data_type, --separator).
 absl::StatusOr<UploadSource> DatasetSource(const std::string& path, absl::string_view data_type,
                                            absl::string_view separator);
 

@@ -56,6 +56,12 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers, absl::Tim
   }
   std::string text = table.Render();
   for (const v1::WorkerInfo& worker : workers.workers()) {
+    // Datasets that stay on the worker: what it announced, never their bytes.
+    for (const v1::LocalDataset& dataset : worker.local_datasets()) {
+      absl::StrAppend(&text, worker.worker_id(), " holds ", dataset.name(), ": ", dataset.tokens(), " tokens in ",
+                      dataset.documents(), dataset.documents() == 1 ? " document" : " documents", ", sha256 ",
+                      dataset.sha256().substr(0, 12), "\n");
+    }
     if (worker.state() == v1::WORKER_STATE_REVOKED) {
       absl::StrAppend(&text, worker.worker_id(), " revoked ", FormatAge(worker.revoked_at(), now), ": ",
                       worker.revoked_reason(), "\n");
@@ -110,8 +116,8 @@ absl::Status RunWorkersCommand(absl::Span<const std::string> args, std::ostream&
                       "slimfit workers [--all] [--json] [coordinator flags]\n       slimfit workers revoke ID "
                       "[--reason=TEXT]",
                 "The coordinator's workers: device, memory budget, state, the plan each runs per job\n"
-                "(slice C and policies) with predicted and measured tokens per second, and the age of\n"
-                "the last heartbeat.");
+                "(slice C and policies) with predicted and measured tokens per second, the age of the\n"
+                "last heartbeat, and the datasets each holds on its own storage (--data).");
   flags.Bool("all", &all, "include LOST, LEFT and REVOKED workers");
   AddCoordinatorFlags(flags, &connection);
   bool help = false;

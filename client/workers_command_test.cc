@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+using ::testing::Not;
 
 v1::PlanCandidate SlicedPlan(int64_t slice) {
   v1::PlanCandidate candidate;
@@ -120,6 +121,34 @@ TEST_F(WorkersCommandTest, RevokedAndQuarantinedWorkersSayWhy) {
   ASSERT_TRUE(Workers({}).ok());
   EXPECT_THAT(out_.str(), HasSubstr("w-liar quarantined from job-4 "));
   EXPECT_THAT(out_.str(), HasSubstr("gradient disagrees with w-9c1e's by 1.2e+03"));
+}
+
+TEST_F(WorkersCommandTest, LocalDatasetsAreListedUnderTheTable) {
+  fake_->list_workers = [](const v1::ListWorkersRequest&, v1::ListWorkersResponse* response) {
+    v1::WorkerInfo holder = Worker("w-home", v1::WORKER_STATE_IDLE, 1);
+    v1::LocalDataset& notes = *holder.add_local_datasets();
+    notes.set_name("notes");
+    notes.set_tokens(120345);
+    notes.set_documents(17);
+    notes.set_sha256("0123456789abcdef" + std::string(48, '0'));
+    v1::LocalDataset& one = *holder.add_local_datasets();
+    one.set_name("letter");
+    one.set_tokens(900);
+    one.set_documents(1);
+    one.set_sha256(std::string(64, 'f'));
+    *response->add_workers() = holder;
+    *response->add_workers() = Worker("w-none", v1::WORKER_STATE_IDLE, 1);
+    return grpc::Status::OK;
+  };
+  ASSERT_TRUE(Workers({}).ok());
+  EXPECT_THAT(out_.str(), HasSubstr("w-home holds notes: 120345 tokens in 17 documents, sha256 0123456789ab\n"));
+  EXPECT_THAT(out_.str(), HasSubstr("w-home holds letter: 900 tokens in 1 document, sha256 ffffffffffff\n"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("w-none holds")));
+  out_.str("");
+  ASSERT_TRUE(Workers({"--json"}).ok());
+  const nlohmann::json json = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(json["workers"][0]["local_datasets"][0]["name"], "notes");
+  EXPECT_EQ(json["workers"][0]["local_datasets"][0]["tokens"], "120345");  // int64 as a string in proto JSON
 }
 
 TEST_F(WorkersCommandTest, RevokeSendsTheIdAndReason) {

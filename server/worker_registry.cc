@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/secrets.h"
 #include "base/sha256.h"
+#include "proto/dataset_format.h"
 #include "proto/rpc_util.h"
 
 namespace slimfit::server {
@@ -110,6 +111,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   if (absl::Status valid = profile.Validate(); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("profile: ", valid.message()));
   }
+  if (absl::Status datasets = rpc::ValidateLocalDatasets(request.local_datasets()); !datasets.ok()) return datasets;
 
   std::string id;
   std::string credential;  // issued to a new worker only
@@ -181,6 +183,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   entry.info.set_threads(request.threads());
   *entry.info.mutable_profile() = request.profile();
   entry.info.set_version(request.version());
+  *entry.info.mutable_local_datasets() = request.local_datasets();
   const absl::Time now = absl::Now();
   *entry.info.mutable_registered_at() = ToTimestamp(now);
   *entry.info.mutable_last_heartbeat_at() = ToTimestamp(now);

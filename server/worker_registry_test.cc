@@ -191,6 +191,42 @@ TEST_F(WorkerRegistryTest, RejectsBadRegistrationsAndFiltersByConstraints) {
   EXPECT_EQ(registry_->LiveWorkers(constraints).size(), 1u);
 }
 
+v1::LocalDataset Announced(const std::string& name) {
+  v1::LocalDataset dataset;
+  dataset.set_name(name);
+  dataset.set_tokens(1000);
+  dataset.set_documents(12);
+  dataset.set_sha256(std::string(64, 'a'));
+  dataset.set_content_type("text/plain");
+  dataset.set_max_token(200);
+  return dataset;
+}
+
+TEST_F(WorkerRegistryTest, LocalDatasetsAreListedAsAnnouncedAndCheckedFirst) {
+  v1::RegisterWorkerRequest request = Request();
+  *request.add_local_datasets() = Announced("notes");
+  *request.add_local_datasets() = Announced("mail");
+  absl::StatusOr<v1::RegisterWorkerResponse> registered = registry_->Register(request, std::nullopt);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  std::vector<v1::WorkerInfo> listed = registry_->List(false);
+  ASSERT_EQ(listed.size(), 1u);
+  ASSERT_EQ(listed[0].local_datasets_size(), 2);
+  EXPECT_EQ(listed[0].local_datasets(0).SerializeAsString(), Announced("notes").SerializeAsString());
+  EXPECT_EQ(listed[0].local_datasets(1).name(), "mail");
+
+  // A later incarnation announces what it holds now.
+  v1::RegisterWorkerRequest again = Request(registered->worker_id());
+  ASSERT_TRUE(registry_->Register(again, registered->worker_id()).ok());
+  EXPECT_EQ(registry_->List(false)[0].local_datasets_size(), 0);
+
+  v1::RegisterWorkerRequest bad = Request();
+  *bad.add_local_datasets() = Announced("notes");
+  bad.mutable_local_datasets(0)->set_documents(1001);
+  EXPECT_THAT(registry_->Register(bad, std::nullopt).status().message(),
+              HasSubstr("local_datasets[0] (notes): documents: expected 1 to 1000"));
+  EXPECT_EQ(registry_->List(true).size(), 1u);  // nothing registered
+}
+
 TEST_F(WorkerRegistryTest, AJoinGetsACredentialThatIdentifiesOnlyItsWorker) {
   absl::StatusOr<v1::RegisterWorkerResponse> a = registry_->Register(Request(), std::nullopt);
   absl::StatusOr<v1::RegisterWorkerResponse> b = registry_->Register(Request(), std::nullopt);

@@ -50,6 +50,7 @@ std::shared_ptr<grpc::ChannelCredentials> Cluster::ClientCredentials() const {
 }
 
 std::string Cluster::worker_state_dir(int index) const { return absl::StrCat(root_, "/worker", index, "/state"); }
+std::string Cluster::coordinator_state_dir() const { return absl::StrCat(root_, "/coordinator"); }
 
 Cluster::~Cluster() {
   for (auto& worker : workers_) worker->Signal(SIGKILL);
@@ -68,7 +69,7 @@ absl::Status Cluster::StartCoordinator(const std::vector<std::string>& extra_fla
   const std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
   const std::string log = absl::StrCat(root_, "/coordinator.log");
   std::vector<std::string> flags = {
-      absl::StrCat("--state_dir=", root_, "/coordinator"), absl::StrCat("--listen=", listen),
+      absl::StrCat("--state_dir=", coordinator_state_dir()), absl::StrCat("--listen=", listen),
       absl::StrCat("--token=", kClientToken), absl::StrCat("--worker_token=", kWorkerToken),
       "--heartbeat_interval_ms=200", "--lost_after_ms=1500", "--shard_timeout_seconds=60",
       absl::StrCat("--port_file=", port_file)};

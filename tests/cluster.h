@@ -56,6 +56,7 @@ class Cluster {
   // Starts worker `index` again on its state directory (it keeps its id and credential).
   absl::Status RestartWorker(int index, const WorkerOptions& options = {});
   std::string worker_state_dir(int index) const;
+  std::string coordinator_state_dir() const;
   // Waits until `count` workers are live (IDLE or BUSY) at the coordinator.
   absl::Status WaitForLiveWorkers(int count, absl::Duration timeout);
 

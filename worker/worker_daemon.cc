@@ -207,6 +207,13 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                          "this worker has not joined yet: give the join token with --token or $", kTokenEnv)));
   }
+  // Local datasets before calibration: a bad file is reported at once.
+  absl::StatusOr<LocalDatasets> local_datasets = LocalDatasets::Load(options.local_data, options.local_data_format);
+  if (!local_datasets.ok()) return Fail(err, local_datasets.status());
+  for (const v1::LocalDataset& dataset : local_datasets->announcements()) {
+    base::LogInfo("local dataset ", dataset.name(), ": ", local_datasets->PathOf(dataset.name()), ", ",
+                  dataset.tokens(), " tokens in ", dataset.documents(), " documents, sha256 ", dataset.sha256());
+  }
   absl::StatusOr<LoadedProfile> profile = LoadOrCalibrate(options, *state);
   if (!profile.ok()) return Fail(err, profile.status());
   if (shutdown.requested()) {
@@ -337,6 +344,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   registration.set_advertise_address(advertise);
   registration.set_threads(static_cast<int32_t>(options.threads));
   registration.set_version(kWorkerVersion);
+  for (const v1::LocalDataset& dataset : local_datasets->announcements()) *registration.add_local_datasets() = dataset;
   link_options.state = &*state;
   link_options.service = &service;
   link_options.cache = &cache;
@@ -426,6 +434,14 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
   flags.String("profile", &o.profile, "a text-format DeviceProfile to use instead of calibrating");
   flags.String("port_file", &o.port_file, "once serving, write the bound host:port to this file (atomically)");
   rpc::AddMetricsFlags(flags, "Prometheus metrics (/metrics)", &o.metrics_listen, &o.metrics_port_file);
+  std::string data, data_type = "text", data_separator;
+  flags.String("data", &data,
+               "NAME=PATH[,NAME=PATH...]: datasets that stay on this worker; it announces their names, token "
+               "and document counts and SHA-256, never their bytes");
+  flags.String("data_type", &data_type, "how --data files are read: text, uint8, uint16 or uint32 (token ids)");
+  flags.String("data_separator", &data_separator,
+               "bytes that end one document of a --data file and start the next, C escapes allowed ('\\n\\n'); "
+               "default: each file is one document");
   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
   if (flags.help_requested()) {
     parsed.help = true;
@@ -449,6 +465,13 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
   if (flags.IsSet("port_file") && o.port_file.empty()) {
     return absl::InvalidArgumentError("--port_file is empty; expected a file");
   }
+  absl::StatusOr<std::vector<LocalDataSpec>> local_data = ParseLocalDataFlag(data);
+  if (!local_data.ok()) return local_data.status();
+  o.local_data = *std::move(local_data);
+  absl::StatusOr<rpc::DatasetFormat> format = rpc::ParseDatasetFormat(data_type, data_separator, "data_type",
+                                                                      "data_separator");
+  if (!format.ok()) return format.status();
+  o.local_data_format = *std::move(format);
   if (!flags.IsSet("token") && env_token != nullptr) o.token = env_token;
   if (absl::Status s = rpc::CheckListenSecurity(o.listen, o.tls, "--listen"); !s.ok()) {
     return absl::InvalidArgumentError(s.message());

@@ -48,7 +48,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "proto/dataset_format.h"
 #include "proto/transport_security.h"
+#include "worker/local_datasets.h"
 
 namespace slimfit::worker {
 
@@ -71,6 +73,10 @@ struct WorkerDaemonOptions {
   std::string port_file;               // --port_file=FILE: the bound host:port, once serving
   std::string metrics_listen;          // --metrics_listen=host:port: GET /metrics; "" off
   std::string metrics_port_file;       // --metrics_port_file=FILE: its bound host:port
+  // --data=NAME=PATH[,...] with --data_type, --data_separator: datasets that stay on this worker
+  // (local_datasets.h); parsed and checked here, read at start-up.
+  std::vector<LocalDataSpec> local_data;
+  rpc::DatasetFormat local_data_format;
 };
 
 struct ParsedFlags {

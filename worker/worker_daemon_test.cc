@@ -57,13 +57,35 @@ TEST(ParseWorkerFlagsTest, EveryFlag) {
   EXPECT_EQ(o.tls.ca_file, "ca.pem");
 }
 
+TEST(ParseWorkerFlagsTest, LocalDatasetsAndTheirFormat) {
+  std::vector<std::string> args = Required();
+  args.insert(args.end(), {"--data=notes=/data/notes.txt,mail=/srv/mail.tok", "--data_type=uint16",
+                           "--data_separator=\\x00\\x00"});
+  absl::StatusOr<ParsedFlags> parsed = ParseWorkerFlags(args, "t");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const WorkerDaemonOptions& o = parsed->options;
+  ASSERT_EQ(o.local_data.size(), 2u);
+  EXPECT_EQ(o.local_data[0].name, "notes");
+  EXPECT_EQ(o.local_data[0].path, "/data/notes.txt");
+  EXPECT_EQ(o.local_data[1].name, "mail");
+  EXPECT_EQ(o.local_data_format.content_type, rpc::kTokensContentType);
+  EXPECT_EQ(o.local_data_format.encoding, v1::TOKEN_ENCODING_UINT16_LE);
+  EXPECT_EQ(o.local_data_format.separator, std::string("\0\0", 2));
+
+  absl::StatusOr<ParsedFlags> none = ParseWorkerFlags(Required(), "t");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->options.local_data.empty());
+  EXPECT_EQ(none->options.local_data_format.content_type, rpc::kTextContentType);
+}
+
 TEST(ParseWorkerFlagsTest, HelpNamesTheProgramAndEveryFlag) {
   absl::StatusOr<ParsedFlags> parsed = ParseWorkerFlags({"--help"}, nullptr);
   ASSERT_TRUE(parsed.ok());
   EXPECT_TRUE(parsed->help);
   for (const char* flag : {"slimfit-worker", "--coordinator", "--listen", "--advertise", "--device",
                            "--memory_budget", "--threads", "--state_dir", "--token", "--profile", "--port_file",
-                           "--tls_cert", "--tls_key", "--tls_ca", "--insecure"}) {
+                           "--tls_cert", "--tls_key", "--tls_ca", "--insecure", "--data", "--data_type",
+                           "--data_separator"}) {
     EXPECT_THAT(parsed->help_text, HasSubstr(flag));
   }
 }
@@ -88,6 +110,11 @@ TEST(ParseWorkerFlagsTest, BadFlagsAreOneLineErrorsNamingTheFlag) {
       {{"--tls_ca=ca.pem"}, "t", "--tls_ca needs --tls_cert"},
       {{"--metrics_listen=0.0.0.0:9100"}, "t", "--metrics_listen) without TLS"},
       {{"--metrics_port_file=/tmp/m"}, "t", "--metrics_port_file needs --metrics_listen"},
+      {{"--data=notes"}, "t", "--data: 'notes': expected NAME=PATH"},
+      {{"--data=a b=/x"}, "t", "--data: 'a b=/x': a name is"},
+      {{"--data=a=/x,a=/y"}, "t", "the name a is given twice"},
+      {{"--data=a=/x", "--data_type=utf8"}, "t", "--data_type=utf8: expected text, uint8, uint16 or uint32"},
+      {{"--data=a=/x", "--data_separator=\\q"}, "t", "--data_separator=\\q"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = Required();
