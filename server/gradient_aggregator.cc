@@ -3,9 +3,35 @@
 #include <cmath>
 #include <utility>
 
+#include <ATen/Parallel.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace slimfit::server {
+namespace {
+
+// Every element finite ⇔ the largest magnitude is (max propagates NaN). One reduction, where
+// isfinite().all() builds a boolean tensor the size of the gradient (5× slower in LibTorch 1.13).
+bool AllFinite(const at::Tensor& t) {
+  return t.numel() == 0 || std::isfinite(t.abs().max().item<double>());
+}
+
+// sum += float64(g), element by element, the same values as sum.add_(g.to(kDouble)). LibTorch
+// 1.13 converts float32 to float64 element by element without vectorising (0.28 s for 100M
+// values here); this loop is memory-bound. Other dtypes and layouts go through add_.
+void AddInto(at::Tensor& sum, const at::Tensor& g) {
+  if (g.scalar_type() != at::kFloat || !g.is_contiguous() || !g.device().is_cpu() || !sum.is_contiguous()) {
+    sum.add_(g);
+    return;
+  }
+  double* out = sum.data_ptr<double>();
+  const float* in = g.data_ptr<float>();
+  at::parallel_for(0, g.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] += static_cast<double>(in[i]);
+  });
+}
+
+}  // namespace
 
 GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
                                        std::vector<std::vector<int64_t>> shapes, bool evaluate_only)
@@ -45,7 +71,7 @@ absl::Status GradientAggregator::Validate(const ShardResult& result) const {
       if (!result.gradient[i].sizes().equals(shapes_[i])) {
         return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " has the wrong shape"));
       }
-      if (!result.gradient[i].isfinite().all().item<bool>()) {
+      if (!AllFinite(result.gradient[i])) {
         return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " is not finite"));
       }
     }
@@ -63,7 +89,7 @@ absl::Status GradientAggregator::Add(ShardResult result) {
   ++shards_counted_;
   loss_sum_ += s.loss_sum();
   token_count_ += s.token_count();
-  for (size_t i = 0; i < sum_.size(); ++i) sum_[i].add_(result.gradient[i].to(at::kDouble));
+  for (size_t i = 0; i < sum_.size(); ++i) AddInto(sum_[i], result.gradient[i]);
   return absl::OkStatus();
 }
 

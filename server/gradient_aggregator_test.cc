@@ -52,6 +52,48 @@ TEST(GradientAggregatorTest, RejectsResultsThatDoNotBelong) {
   EXPECT_EQ(aggregator.shards_counted(), 0);
 }
 
+TEST(GradientAggregatorTest, OneNonFiniteElementAnywhereIsRefused) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    GradientAggregator aggregator(3, 9, {10}, {{2, 2}, {3}}, false);
+    ShardResult r = Result(0, 10, 1, 2.0f);
+    r.gradient[1][1] = bad;
+    EXPECT_THAT(aggregator.Add(r).message(), HasSubstr("gradient tensor 1 is not finite")) << bad;
+  }
+  // Finite values whose sum would overflow float32 are finite.
+  GradientAggregator large(3, 9, {10}, {{2, 2}, {3}}, false);
+  EXPECT_TRUE(large.Add(Result(0, 10, 1, std::numeric_limits<float>::max())).ok());
+}
+
+// The float32 → float64 accumulation (a loop of its own for contiguous float32 tensors, several
+// threads for large ones) gives exactly what converting and adding with LibTorch gives, for
+// contiguous, strided and float64 shard gradients.
+TEST(GradientAggregatorTest, AccumulatesExactlyAsFloat64Addition) {
+  const int64_t n = 300001;  // several parallel blocks and a ragged end
+  at::manual_seed(5);
+  const at::Tensor a = at::randn({n}) * 1e3;
+  const at::Tensor b = at::randn({n}) * 1e-3;
+  const at::Tensor c = at::randn({2 * n}).slice(0, 0, 2 * n, 2);  // strided
+  const at::Tensor d = at::randn({n}, at::kDouble);
+  GradientAggregator aggregator(1, 1, {1, 1, 1, 1}, {{n}}, false);
+  auto shard = [](int64_t id, const at::Tensor& g) {
+    ShardResult r;
+    r.summary.set_round(1);
+    r.summary.set_parameter_version(1);
+    r.summary.set_shard_id(id);
+    r.summary.set_token_count(1);
+    r.gradient = {g};
+    return r;
+  };
+  ASSERT_TRUE(aggregator.Add(shard(0, a)).ok());
+  ASSERT_TRUE(aggregator.Add(shard(1, b)).ok());
+  ASSERT_TRUE(aggregator.Add(shard(2, c)).ok());
+  ASSERT_TRUE(aggregator.Add(shard(3, d)).ok());
+  at::Tensor want = at::zeros({n}, at::kDouble);
+  for (const at::Tensor& g : {a, b, c, d}) want.add_(g.to(at::kDouble));
+  EXPECT_TRUE(at::equal(aggregator.gradient()[0], want));
+}
+
 TEST(GradientAggregatorTest, EvaluationCountsLossOnly) {
   GradientAggregator aggregator(0, 1, {4}, {}, true);
   ShardResult r;

@@ -9,6 +9,7 @@
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
+#include "server/gradient_stream.h"
 #include "server/shard_dispatcher.h"
 
 namespace slimfit::server {
@@ -74,23 +75,10 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
                                        request.local_steps().compression());
   std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
       plan.worker.stub->ComputeGradient(context.get(), request);
-  v1::ComputeGradientResponse response;
-  std::optional<v1::GradientSummary> summary;
-  absl::Status stream_error;
-  while (reader->Read(&response)) {
-    outcome.bytes_received += static_cast<int64_t>(response.ByteSizeLong());
-    if (!stream_error.ok()) continue;
-    if (response.has_chunk()) {
-      if (evaluate_only || summary.has_value()) {
-        stream_error = absl::InvalidArgumentError("unexpected gradient chunk");
-      } else {
-        stream_error = assembler.Add(response.chunk());
-      }
-      if (!stream_error.ok()) context->TryCancel();
-    } else if (response.has_summary()) {
-      summary = response.summary();
-    }
-  }
+  GradientStream stream = ReadGradientStream(reader.get(), context.get(), &assembler, evaluate_only);
+  outcome.bytes_received += stream.bytes;
+  const absl::Status& stream_error = stream.error;
+  const std::optional<v1::GradientSummary>& summary = stream.summary;
   grpc::Status finished = reader->Finish();
   {
     absl::MutexLock lock(&mutex_);

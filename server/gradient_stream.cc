@@ -1,0 +1,27 @@
+#include "server/gradient_stream.h"
+
+namespace slimfit::server {
+
+GradientStream ReadGradientStream(grpc::ClientReaderInterface<v1::ComputeGradientResponse>* reader,
+                                  grpc::ClientContext* context, performer::TensorAssembler* assembler,
+                                  bool evaluate_only) {
+  GradientStream stream;
+  v1::ComputeGradientResponse response;
+  while (reader->Read(&response)) {
+    stream.bytes += static_cast<int64_t>(response.ByteSizeLong());
+    if (!stream.error.ok()) continue;
+    if (response.has_chunk()) {
+      if (evaluate_only || stream.summary.has_value()) {
+        stream.error = absl::InvalidArgumentError("unexpected gradient chunk");
+      } else {
+        stream.error = assembler->Add(response.chunk());
+      }
+      if (!stream.error.ok()) context->TryCancel();
+    } else if (response.has_summary()) {
+      stream.summary = response.summary();
+    }
+  }
+  return stream;
+}
+
+}  // namespace slimfit::server
