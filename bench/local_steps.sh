@@ -16,13 +16,8 @@
 set -euo pipefail
 steps="${1:-100}"
 modes="${2:-sync 10 50 50+int8}"
-[[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "local_steps.sh: STEPS must be a positive integer, got '$steps'" >&2; exit 2; }
-for mode in $modes; do
-  [ "$mode" = sync ] && continue
-  [[ "$mode" =~ ^([1-9][0-9]*)(\+(float16|bfloat16|int8))?$ ]] && [ $((steps % BASH_REMATCH[1])) -eq 0 ] ||
-    { echo "local_steps.sh: mode '$mode' is neither sync nor H[+float16|+bfloat16|+int8] with H dividing $steps" >&2
-      exit 2; }
-done
+source "$(dirname "${BASH_SOURCE[0]}")/local_steps_modes.sh"
+modes_check local_steps.sh "$steps" "$modes"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 bazel build --show_progress_rate_limit=30 //server:slimfit-coordinator //worker:slimfit-worker //client:slimfit >/dev/null
@@ -40,20 +35,9 @@ cluster_wait_workers 3
 printf '%-9s %6s %12s | %9s %9s | %12s %10s | %8s\n' mode rounds "inner steps" "bpb before" "bpb after" \
   "MB on wire" "B/token" "wall"
 for mode in $modes; do
-  local_flags=() rounds="$steps" inner=1
-  if [ "$mode" != sync ]; then
-    inner="${mode%%+*}" rounds=$((steps / ${mode%%+*}))
-    read -r -a outer_flags <<< "${OUTER:-}"
-    local_flags=(--local_steps="$inner" "${outer_flags[@]}")
-    if [[ "$mode" == *+* ]]; then
-      local_flags+=(--compress_pseudo_gradients="${mode#*+}" --compress_parameters="${mode#*+}")
-    fi
-  fi
+  mode_settings "$mode" "$steps" "${OUTER:-}"
   started="$(date +%s.%N)"
-  job="$(cluster_submit "mode-$mode" --d_model=128 --layers=2 --heads=4 --d_ff=512 --sequence_length=1024 \
-    --data="$data" --separator='\n\n\n' --tokens_per_round=16384 --rounds="$rounds" "${local_flags[@]}" \
-    --learning_rate=3e-3 --warmup_steps=10 --gradient_clip_norm=1 --held_out_fraction=0.05 --eval_interval=0 \
-    --checkpoint_interval=1000000 --seed=1 --min_workers=3)"
+  job="$(mode_submit "$mode" "$rounds" 0 "$data" "${local_flags[@]}")"
   "$slimfit" watch "$job" --from_start --json > "$work/$mode.events" || { echo "job $job ($mode) failed" >&2; exit 1; }
   wall="$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
   python3 - "$work/$mode.events" "$mode" "$rounds" "$inner" "$wall" <<'PY'

@@ -19,13 +19,8 @@ modes="${4:-sync 10 10+int8 50+int8}"
 eval_batches="${EVAL_BATCHES:-10}"
 [[ "$rate" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "slow_link.sh: RATE_MBIT must be a number, got '$rate'" >&2; exit 2; }
 [[ "$target" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "slow_link.sh: TARGET_BPB must be a number, got '$target'" >&2; exit 2; }
-[[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "slow_link.sh: STEPS must be a positive integer, got '$steps'" >&2; exit 2; }
-for mode in $modes; do
-  [ "$mode" = sync ] && continue
-  [[ "$mode" =~ ^([1-9][0-9]*)(\+(float16|bfloat16|int8))?$ ]] && [ $((steps % BASH_REMATCH[1])) -eq 0 ] ||
-    { echo "slow_link.sh: mode '$mode' is neither sync nor H[+float16|+bfloat16|+int8] with H dividing $steps" >&2
-      exit 2; }
-done
+source "$(dirname "${BASH_SOURCE[0]}")/local_steps_modes.sh"
+modes_check slow_link.sh "$steps" "$modes"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 bazel build --show_progress_rate_limit=30 //server:slimfit-coordinator //worker:slimfit-worker //client:slimfit >/dev/null
@@ -60,22 +55,11 @@ echo "links: $rate Mbit/s each way per worker; target: $target held-out bits per
 printf '%-9s %6s | %9s %9s | %14s | %12s %10s | %8s\n' mode rounds "bpb before" "bpb after" \
   "s to target" "MB on wire" "B/token" "wall"
 for mode in $modes; do
-  local_flags=() rounds="$steps" inner=1 eval_interval="$eval_batches"
-  if [ "$mode" != sync ]; then
-    inner="${mode%%+*}" rounds=$((steps / inner))
-    eval_interval=$((eval_batches / inner))
-    [ "$eval_interval" -ge 1 ] || eval_interval=1
-    read -r -a outer_flags <<< "${OUTER:---outer_learning_rate=1 --outer_momentum=0}"
-    local_flags=(--local_steps="$inner" "${outer_flags[@]}")
-    if [[ "$mode" == *+* ]]; then
-      local_flags+=(--compress_pseudo_gradients="${mode#*+}" --compress_parameters="${mode#*+}")
-    fi
-  fi
+  mode_settings "$mode" "$steps" "${OUTER:---outer_learning_rate=1 --outer_momentum=0}"
+  eval_interval=$((eval_batches / inner))
+  [ "$eval_interval" -ge 1 ] || eval_interval=1
   started="$(date +%s.%N)"
-  job="$(cluster_submit "mode-$mode" --d_model=128 --layers=2 --heads=4 --d_ff=512 --sequence_length=1024 \
-    --data="$data" --separator='\n\n\n' --tokens_per_round=16384 --rounds="$rounds" "${local_flags[@]}" \
-    --learning_rate=3e-3 --warmup_steps=10 --gradient_clip_norm=1 --held_out_fraction=0.05 \
-    --eval_interval="$eval_interval" --checkpoint_interval=1000000 --seed=1 --min_workers=3)"
+  job="$(mode_submit "$mode" "$rounds" "$eval_interval" "$data" "${local_flags[@]}")"
   "$slimfit" watch "$job" --from_start --json > "$work/$mode.events" || { echo "job $job ($mode) failed" >&2; exit 1; }
   wall="$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
   python3 - "$work/$mode.events" "$mode" "$rounds" "$inner" "$wall" "$target" <<'PY'

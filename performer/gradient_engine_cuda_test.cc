@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
+#include "performer/gradient_engine_test_cases.h"
 #include "performer/memory_tracker.h"
 
 namespace slimfit::performer {
@@ -50,22 +51,13 @@ PackedBatch Stream(int64_t length, int64_t vocab, bool documents = true) {
   return batch;
 }
 
-GradientResult MustCompute(const PerformerModel& model, const PackedBatch& batch, const Plan& plan,
-                           const GradientOptions& options = {}) {
-  absl::StatusOr<GradientResult> result = ComputeGradient(model, batch, plan, options);
-  EXPECT_TRUE(result.ok()) << result.status();
-  return result.ok() ? *std::move(result) : GradientResult{};
-}
-
 std::vector<at::Tensor> OnCpu(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> out;
   for (const at::Tensor& t : tensors) out.push_back(t.to(at::kCPU));
   return out;
 }
 
-using Case = std::tuple<FeatureMap, LayerNormPlacement, PrefixMode, DType>;
-
-class CudaEqualsCpuTest : public ::testing::TestWithParam<Case> {};
+class CudaEqualsCpuTest : public ::testing::TestWithParam<EngineCase> {};
 
 TEST_P(CudaEqualsCpuTest, FullAndEverySliceSizeGiveTheCpuGradient) {
   SKIP_WITHOUT_CUDA();
@@ -101,23 +93,7 @@ TEST_P(CudaEqualsCpuTest, FullAndEverySliceSizeGiveTheCpuGradient) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllConfigurations, CudaEqualsCpuTest,
-    ::testing::Combine(::testing::Values(FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr,
-                                         FeatureMap::kFavor),
-                       ::testing::Values(LayerNormPlacement::kPost, LayerNormPlacement::kPre),
-                       ::testing::Values(PrefixMode::kCumsum, PrefixMode::kChunked),
-                       ::testing::Values(DType::kFloat32, DType::kFloat64)),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      std::string name = absl::StrCat(std::string(FeatureMapName(std::get<0>(info.param))), "_",
-                                      LayerNormPlacementName(std::get<1>(info.param)), "_",
-                                      PrefixModeName(std::get<2>(info.param)), "_",
-                                      DTypeName(std::get<3>(info.param)));
-      for (char& c : name) {
-        if (c == '+') c = 'p';
-      }
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(AllConfigurations, CudaEqualsCpuTest, EveryEngineCase(), EngineCaseName);
 
 TEST(CudaGradientTest, EveryFrontPolicyAndLayerRecomputationGivesTheCpuGradient) {
   SKIP_WITHOUT_CUDA();

@@ -1,4 +1,5 @@
 #include "performer/gradient_engine.h"
+#include "performer/gradient_engine_test_cases.h"
 
 #include <cmath>
 #include <optional>
@@ -51,16 +52,7 @@ Plan SlicedPlan(int64_t slice, DType dtype = DType::kFloat32) {
   return plan;
 }
 
-GradientResult MustCompute(const PerformerModel& model, const PackedBatch& batch, const Plan& plan,
-                           const GradientOptions& options = {}) {
-  absl::StatusOr<GradientResult> result = ComputeGradient(model, batch, plan, options);
-  EXPECT_TRUE(result.ok()) << result.status();
-  return result.ok() ? *std::move(result) : GradientResult{};
-}
-
-using SliceCase = std::tuple<FeatureMap, LayerNormPlacement, PrefixMode, DType>;
-
-class SlicedEqualsFullTest : public ::testing::TestWithParam<SliceCase> {};
+class SlicedEqualsFullTest : public ::testing::TestWithParam<EngineCase> {};
 
 TEST_P(SlicedEqualsFullTest, EveryCGivesTheFullGradientAndLoss) {
   const auto [map, ln, mode, dtype] = GetParam();
@@ -99,23 +91,7 @@ TEST_P(SlicedEqualsFullTest, EveryCGivesTheFullGradientAndLoss) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllConfigurations, SlicedEqualsFullTest,
-    ::testing::Combine(::testing::Values(FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr,
-                                         FeatureMap::kFavor),
-                       ::testing::Values(LayerNormPlacement::kPost, LayerNormPlacement::kPre),
-                       ::testing::Values(PrefixMode::kCumsum, PrefixMode::kChunked),
-                       ::testing::Values(DType::kFloat64, DType::kFloat32)),
-    [](const ::testing::TestParamInfo<SliceCase>& info) {
-      std::string name = absl::StrCat(std::string(FeatureMapName(std::get<0>(info.param))), "_",
-                                      LayerNormPlacementName(std::get<1>(info.param)), "_",
-                                      PrefixModeName(std::get<2>(info.param)), "_",
-                                      DTypeName(std::get<3>(info.param)));
-      for (char& c : name) {
-        if (c == '+') c = 'p';
-      }
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(AllConfigurations, SlicedEqualsFullTest, EveryEngineCase(), EngineCaseName);
 
 TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {
   const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
