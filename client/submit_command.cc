@@ -46,6 +46,7 @@ class FirstError : public google::protobuf::io::ErrorCollector {
 struct SubmitOptions {
   std::string spec_path;
   std::vector<std::string> data;
+  std::vector<std::string> local_data;
   std::string data_type = "text";
   std::string separator;
   std::string init;
@@ -270,7 +271,8 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   CoordinatorOptions connection;
   base::FlagSet flags(
       "submit",
-      "slimfit submit [JOB.textproto] [--data=FILE[,FILE...]]... [--init=CHECKPOINT] [spec flags]\n"
+      "slimfit submit [JOB.textproto] [--data=FILE[,FILE...]]... [--local_data=NAME[,NAME...]]...\n"
+      "           [--init=CHECKPOINT] [spec flags]\n"
       "           [model flags] [--request_id=ID] [--watch] [--json] [coordinator flags]",
       "Uploads the --data files (and an --init checkpoint) and submits a training job. The job\n"
       "spec is a text-format slimfit.v1.JobSpec (proto/slimfit.proto) and/or flags, which\n"
@@ -280,6 +282,10 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   flags.Positional("JOB.textproto", &options.spec_path, "job spec, text-format slimfit.v1.JobSpec");
   flags.StringList("data", &options.data,
                    "dataset files to upload, appended to the spec's dataset_ids (repeatable)");
+  flags.StringList("local_data", &options.local_data,
+                   "datasets that stay on the workers holding them (slimfit-worker --data), by the name they "
+                   "announced or their SHA-256 ('slimfit workers' lists them); appended to the spec's "
+                   "local_datasets (repeatable)");
   flags.String("data_type", &options.data_type,
                "text (every byte a token), or uint8, uint16, uint32 (pre-tokenised little-endian ids)");
   flags.String("separator", &options.separator,
@@ -363,9 +369,11 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
     spec = *std::move(read);
   }
   if (absl::Status s = ApplyFlags(flags, options, model, spec); !s.ok()) return s;
-  if (spec.dataset_ids_size() == 0 && options.data.empty()) {
+  for (const std::string& local : options.local_data) spec.add_local_datasets(local);
+  if (spec.dataset_ids_size() == 0 && options.data.empty() && spec.local_datasets_size() == 0) {
     return absl::InvalidArgumentError(
-        "no training data: give --data=FILE (or dataset_ids in the job spec); see 'slimfit submit --help'");
+        "no training data: give --data=FILE or --local_data=NAME (or dataset_ids or local_datasets in the job "
+        "spec); see 'slimfit submit --help'");
   }
   std::vector<UploadSource> datasets;
   for (const std::string& path : options.data) {

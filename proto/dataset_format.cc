@@ -1,5 +1,6 @@
 #include "proto/dataset_format.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -131,6 +132,25 @@ void AppendStream(TokenStream* stream, const TokenStream& more) {
   const int64_t offset = static_cast<int64_t>(stream->tokens.size());
   stream->tokens.insert(stream->tokens.end(), more.tokens.begin(), more.tokens.end());
   for (int64_t start : more.doc_starts) stream->doc_starts.push_back(offset + start);
+}
+
+int64_t DocumentsInRange(const TokenStream& stream, int64_t begin, int64_t length) {
+  const auto& starts = stream.doc_starts;
+  auto first = std::upper_bound(starts.begin(), starts.end(), begin);
+  auto last = std::lower_bound(starts.begin(), starts.end(), begin + length);
+  return 1 + std::max<int64_t>(0, last - first);
+}
+
+void AppendRange(const TokenStream& stream, int64_t begin, int64_t length, std::vector<int64_t>* tokens,
+                 std::vector<int64_t>* doc_starts) {
+  const int64_t base = static_cast<int64_t>(tokens->size());
+  doc_starts->push_back(base);
+  const auto& starts = stream.doc_starts;
+  for (auto it = std::upper_bound(starts.begin(), starts.end(), begin); it != starts.end() && *it < begin + length;
+       ++it) {
+    doc_starts->push_back(base + (*it - begin));
+  }
+  tokens->insert(tokens->end(), stream.tokens.begin() + begin, stream.tokens.begin() + begin + length);
 }
 
 }  // namespace slimfit::rpc

@@ -64,6 +64,16 @@ absl::StatusOr<TokenStream> ParseDataset(absl::string_view bytes, absl::string_v
 // Appends `more` to `stream` (documents stay separate).
 void AppendStream(TokenStream* stream, const TokenStream& more);
 
+// Documents in tokens [begin, begin + length) of `stream`: 1 (the range's start counts as a
+// document start) plus the documents starting inside it. REQUIRES: stream.doc_starts sorted.
+int64_t DocumentsInRange(const TokenStream& stream, int64_t begin, int64_t length);
+
+// Appends tokens [begin, begin + length) of `stream` to *tokens, and the document starts inside
+// the range (its own start first) to *doc_starts as offsets into *tokens: one sequence of a shard.
+// REQUIRES: 0 ≤ begin, begin + length ≤ stream.tokens.size().
+void AppendRange(const TokenStream& stream, int64_t begin, int64_t length, std::vector<int64_t>* tokens,
+                 std::vector<int64_t>* doc_starts);
+
 }  // namespace slimfit::rpc
 
 #endif  // SLIMFIT_PROTO_DATASET_FORMAT_H_

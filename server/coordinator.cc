@@ -170,7 +170,9 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
     if (!existing.ok()) return existing.status();
     if (existing->has_value()) return **existing;
   }
-  const v1::JobSpec spec = WithJobDefaults(request.spec());
+  absl::StatusOr<v1::JobSpec> resolved = preparer_->ResolveLocalDatasets(WithJobDefaults(request.spec()));
+  if (!resolved.ok()) return resolved.status();
+  const v1::JobSpec& spec = *resolved;
   absl::StatusOr<PreparedJob> prepared = preparer_->Prepare(spec, /*load_initial=*/true);
   if (!prepared.ok()) return prepared.status();
   if (absl::Status fits = preparer_->CheckSomeWorkerFits(spec, prepared->config, prepared->data->max_documents_per_sequence());

@@ -12,6 +12,12 @@ namespace slimfit::server {
 
 absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, int64_t vocab, int64_t sequence_length,
                                         int64_t tokens_per_round, double held_out_fraction, uint64_t seed) {
+  return Create(std::move(stream), {}, vocab, sequence_length, tokens_per_round, held_out_fraction, seed);
+}
+
+absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, std::vector<LocalSource> local, int64_t vocab,
+                                        int64_t sequence_length, int64_t tokens_per_round,
+                                        double held_out_fraction, uint64_t seed) {
   if (sequence_length < 2) {
     return absl::InvalidArgumentError(absl::StrCat("spec.sequence_length: must be ≥ 2, got ", sequence_length));
   }
@@ -35,30 +41,67 @@ absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, int64_t vocab, 
                                                      " is outside the model's vocabulary of ", vocab));
     }
   }
+  // The same held-out rule for every source: the last floor(n · fraction) whole sequences, at
+  // least one when a fraction is asked for and the source has two.
+  auto held_out_of = [&](int64_t sequences) {
+    int64_t held_out = static_cast<int64_t>(std::floor(static_cast<double>(sequences) * held_out_fraction));
+    if (held_out_fraction > 0 && held_out == 0 && sequences >= 2) held_out = 1;
+    return held_out;
+  };
   JobData data;
+  const bool uploads = !stream.tokens.empty() || local.empty();
   const int64_t total = static_cast<int64_t>(stream.tokens.size());
   const int64_t sequences = total / sequence_length;
-  int64_t held_out = static_cast<int64_t>(std::floor(static_cast<double>(sequences) * held_out_fraction));
-  if (held_out_fraction > 0 && held_out == 0 && sequences >= 2) held_out = 1;
-  const int64_t training = sequences - held_out;
-  if (training < 1) {
+  const int64_t held_out = held_out_of(sequences);
+  if (uploads && sequences - held_out < 1) {
     const int64_t training_tokens = total - held_out * sequence_length;
     return absl::FailedPreconditionError(absl::StrCat("datasets hold ", training_tokens,
                                                       " training tokens; sequence_length is ", sequence_length));
+  }
+  data.source_sequences_.push_back(sequences);
+  data.source_training_.push_back(sequences - held_out);
+  for (size_t k = 0; k < local.size(); ++k) {
+    const int64_t n = static_cast<int64_t>(local[k].documents.size());
+    const int64_t local_held_out = held_out_of(n);
+    if (n - local_held_out < 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "spec.local_datasets[", k, "]: local dataset ", local[k].name, " holds ", n,
+          " whole sequences of ", sequence_length, " tokens, ", local_held_out,
+          " of them held out: no training sequence is left"));
+    }
+    data.source_sequences_.push_back(n);
+    data.source_training_.push_back(n - local_held_out);
   }
   data.stream_ = std::move(stream);
   if (data.stream_.doc_starts.empty() || data.stream_.doc_starts.front() != 0) {
     data.stream_.doc_starts.insert(data.stream_.doc_starts.begin(), 0);
   }
+  data.local_ = std::move(local);
   data.sequence_length_ = sequence_length;
   data.sequences_per_round_ = tokens_per_round / sequence_length;
-  data.training_sequences_ = training;
-  data.held_out_sequences_ = held_out;
   data.seed_ = seed;
-  for (int64_t s = 0; s < training + held_out; ++s) {
+  for (size_t source = 0; source < data.source_sequences_.size(); ++source) {
+    data.training_before_.push_back(data.training_sequences_);
+    data.training_sequences_ += data.source_training_[source];
+    data.held_out_sequences_ += data.source_sequences_[source] - data.source_training_[source];
+  }
+  for (int64_t s = 0; s < sequences; ++s) {
     data.max_documents_ = std::max(data.max_documents_, data.DocumentsIn({s * sequence_length, sequence_length}));
   }
+  for (const LocalSource& source : data.local_) {
+    for (const int64_t documents : source.documents) data.max_documents_ = std::max(data.max_documents_, documents);
+  }
   return data;
+}
+
+SequenceRef JobData::TrainingSequence(int64_t g) const {
+  // The last source whose training sequences start at or before g (sources without any are
+  // skipped: their start equals the next one's).
+  size_t source = static_cast<size_t>(
+      std::upper_bound(training_before_.begin(), training_before_.end(), g) - training_before_.begin() - 1);
+  while (source_training_[source] == 0) ++source;
+  const int64_t index = g - training_before_[source];
+  return {index * sequence_length_, sequence_length_, static_cast<int>(source)};
 }
 
 std::vector<int64_t> JobData::EpochOrder(int64_t epoch) const {
@@ -85,41 +128,34 @@ std::vector<SequenceRef> JobData::RoundSequences(int64_t round) const {
       order = EpochOrder(epoch);
       cached_epoch = epoch;
     }
-    const int64_t index = order[position % training_sequences_];
-    sequences.push_back({index * sequence_length_, sequence_length_});
+    sequences.push_back(TrainingSequence(order[position % training_sequences_]));
   }
   return sequences;
 }
 
 std::vector<SequenceRef> JobData::HeldOutSequences() const {
   std::vector<SequenceRef> sequences;
-  for (int64_t s = 0; s < held_out_sequences_; ++s) {
-    sequences.push_back({(training_sequences_ + s) * sequence_length_, sequence_length_});
+  for (size_t source = 0; source < source_sequences_.size(); ++source) {
+    for (int64_t s = source_training_[source]; s < source_sequences_[source]; ++s) {
+      sequences.push_back({s * sequence_length_, sequence_length_, static_cast<int>(source)});
+    }
   }
   return sequences;
 }
 
 int64_t JobData::DocumentsIn(const SequenceRef& sequence) const {
-  const auto& starts = stream_.doc_starts;
-  auto first = std::upper_bound(starts.begin(), starts.end(), sequence.begin);
-  auto last = std::lower_bound(starts.begin(), starts.end(), sequence.begin + sequence.length);
-  return 1 + std::max<int64_t>(0, last - first);
+  if (const LocalSource* local = LocalSourceOf(sequence)) {
+    return local->documents[static_cast<size_t>(sequence.begin / sequence_length_)];
+  }
+  return rpc::DocumentsInRange(stream_, sequence.begin, sequence.length);
 }
 
 void JobData::Gather(const std::vector<SequenceRef>& sequences, std::vector<int64_t>* tokens,
                      std::vector<int64_t>* doc_starts) const {
   tokens->clear();
   doc_starts->clear();
-  const auto& starts = stream_.doc_starts;
   for (const SequenceRef& sequence : sequences) {
-    const int64_t base = static_cast<int64_t>(tokens->size());
-    doc_starts->push_back(base);
-    auto it = std::upper_bound(starts.begin(), starts.end(), sequence.begin);
-    for (; it != starts.end() && *it < sequence.begin + sequence.length; ++it) {
-      doc_starts->push_back(base + (*it - sequence.begin));
-    }
-    tokens->insert(tokens->end(), stream_.tokens.begin() + sequence.begin,
-                   stream_.tokens.begin() + sequence.begin + sequence.length);
+    rpc::AppendRange(stream_, sequence.begin, sequence.length, tokens, doc_starts);
   }
 }
 

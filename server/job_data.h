@@ -1,15 +1,19 @@
-// The token data of a job: datasets parsed into one packed document stream, cut into sequences of
-// L tokens (padding-free: a sequence may span documents; positions and prefix state restart at
-// every document start and at every sequence start), the last whole sequences held out for
-// evaluation, and a deterministic, seeded order of training sequences per round.
+// The token data of a job: its uploaded datasets parsed into one packed document stream, and the
+// datasets that stay on workers (JobSpec.local_datasets) known only by their layout — each its own
+// stream, cut into sequences of L tokens (padding-free: a sequence may span documents; positions
+// and prefix state restart at every document start and at every sequence start), the last whole
+// sequences of each held out for evaluation, and a deterministic, seeded order of training
+// sequences per round.
 //
-//   JobData        the stream of a job's datasets (parsed by rpc::ParseDataset) → training / held-out
-//                  sequences, round batches.
+//   JobData        the uploaded stream (parsed by rpc::ParseDataset) and the local datasets'
+//                  layouts → training / held-out sequences, round batches.
 //
-// Round r (1-based) trains on sequences_per_round = floor(tokens_per_round / L) training sequences:
-// positions (r−1)·S … r·S−1 of an endless sequence of epochs, each epoch a Fisher–Yates permutation
-// of the training sequences drawn from a generator seeded with (seed, epoch). The same spec, data
-// and seed give the same batches on every machine.
+// Sources: 0 is the uploaded stream (no sequences when the job names no uploads), k ≥ 1 the k-th
+// local dataset. Training sequences are numbered source by source (0 first), and round r (1-based)
+// trains on sequences_per_round = floor(tokens_per_round / L) of them: positions (r−1)·S … r·S−1 of
+// an endless sequence of epochs, each epoch a Fisher–Yates permutation of all training sequences
+// drawn from a generator seeded with (seed, epoch). The same spec, data and seed give the same
+// batches on every machine; a job of uploads alone batches as it did before local datasets existed.
 //
 // Thread safety: immutable after construction; safe to share.
 #ifndef SLIMFIT_SERVER_JOB_DATA_H_
@@ -27,10 +31,19 @@
 
 namespace slimfit::server {
 
-// One sequence: `length` tokens of the stream from `begin`.
+// One sequence: `length` tokens of its source's stream from `begin`.
 struct SequenceRef {
   int64_t begin = 0;
   int64_t length = 0;
+  int source = 0;  // 0: the uploaded stream; k ≥ 1: JobData::local_sources()[k − 1]
+};
+
+// A dataset that stays on the workers that hold it: what the coordinator knows of it.
+struct LocalSource {
+  std::string sha256;  // LocalDataset.sha256: how requests and workers name it
+  std::string name;    // the name a worker announced it under (messages only)
+  // Documents in each whole sequence of L tokens (LocalDataLayout.documents), ≥ 1 each.
+  std::vector<int64_t> documents;
 };
 
 class JobData {
@@ -40,6 +53,12 @@ class JobData {
   // L, tokens per round or fraction, or a token ≥ vocab ("dataset token 17 = 300 ≥ vocab 256").
   static absl::StatusOr<JobData> Create(rpc::TokenStream stream, int64_t vocab, int64_t sequence_length,
                                         int64_t tokens_per_round, double held_out_fraction, uint64_t seed);
+  // With local datasets too (their tokens checked against vocab by whoever resolved them); the
+  // stream may then be empty. FAILED_PRECONDITION "spec.local_datasets[i]: ..." for one without a
+  // training sequence after its held-out split, as for the uploaded stream.
+  static absl::StatusOr<JobData> Create(rpc::TokenStream stream, std::vector<LocalSource> local, int64_t vocab,
+                                        int64_t sequence_length, int64_t tokens_per_round,
+                                        double held_out_fraction, uint64_t seed);
 
   int64_t sequence_length() const { return sequence_length_; }
   int64_t sequences_per_round() const { return sequences_per_round_; }
@@ -54,7 +73,8 @@ class JobData {
   std::vector<SequenceRef> HeldOutSequences() const;
 
   // The tokens of consecutive `sequences` concatenated, and the document starts within them
-  // (offsets into the concatenation; every sequence start included).
+  // (offsets into the concatenation; every sequence start included). REQUIRES: every sequence is
+  // of source 0 (the coordinator holds no local dataset's tokens).
   void Gather(const std::vector<SequenceRef>& sequences, std::vector<int64_t>* tokens,
               std::vector<int64_t>* doc_starts) const;
 
@@ -71,12 +91,24 @@ class JobData {
   static constexpr int64_t kMaxSequencesPerRound = int64_t{1} << 20;
 
   const rpc::TokenStream& stream() const { return stream_; }
+  const std::vector<LocalSource>& local_sources() const { return local_; }
+  // The local dataset a sequence of source ≥ 1 comes from; nullptr for the uploaded stream.
+  const LocalSource* LocalSourceOf(const SequenceRef& sequence) const {
+    return sequence.source > 0 ? &local_[static_cast<size_t>(sequence.source - 1)] : nullptr;
+  }
 
  private:
   JobData() = default;
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
+  // Training sequence g (numbered source by source) as a reference.
+  SequenceRef TrainingSequence(int64_t g) const;
 
   rpc::TokenStream stream_;
+  std::vector<LocalSource> local_;
+  // Per source (0: uploaded): whole sequences, and the first held-out one (= training sequences).
+  std::vector<int64_t> source_sequences_;
+  std::vector<int64_t> source_training_;
+  std::vector<int64_t> training_before_;  // training sequences of the sources before each
   int64_t sequence_length_ = 0;
   int64_t sequences_per_round_ = 0;
   int64_t training_sequences_ = 0;

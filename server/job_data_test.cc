@@ -77,5 +77,64 @@ TEST(JobDataTest, ErrorsNameTheProblem) {
               HasSubstr("outside the model's vocabulary of 50"));
 }
 
+LocalSource Local(const std::string& name, std::vector<int64_t> documents) {
+  LocalSource source;
+  source.sha256 = std::string(64, name[0]);
+  source.name = name;
+  source.documents = std::move(documents);
+  return source;
+}
+
+TEST(JobDataTest, LocalDatasetsAreSourcesOfTheirOwnWithTheSameHeldOutRule) {
+  // Uploads: 10 sequences (2 held out); "a": 5 (1 held out); "b": 4 (1 held out).
+  absl::StatusOr<JobData> data =
+      JobData::Create(Text(1000), {Local("a", {1, 2, 1, 3, 1}), Local("b", {4, 1, 1, 2})}, 256, 100, 300, 0.2, 7);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->training_sequences(), 8 + 4 + 3);
+  EXPECT_EQ(data->held_out_sequences(), 2 + 1 + 1);
+  EXPECT_EQ(data->max_documents_per_sequence(), 4);
+  std::vector<SequenceRef> held_out = data->HeldOutSequences();
+  ASSERT_EQ(held_out.size(), 4u);
+  EXPECT_EQ(held_out[2].source, 1);
+  EXPECT_EQ(held_out[2].begin, 400);  // "a"'s last sequence
+  EXPECT_EQ(data->DocumentsIn(held_out[2]), 1);
+  EXPECT_EQ(held_out[3].source, 2);
+  EXPECT_EQ(data->DocumentsIn(held_out[3]), 2);
+  EXPECT_EQ(data->PredictedTokens({held_out[3]}), 98);
+  ASSERT_NE(data->LocalSourceOf(held_out[3]), nullptr);
+  EXPECT_EQ(data->LocalSourceOf(held_out[3])->name, "b");
+  EXPECT_EQ(data->LocalSourceOf(held_out[0]), nullptr);
+
+  // One epoch (15 training sequences, 3 per round) covers every training sequence of every source
+  // once, and never a held-out one.
+  std::set<std::pair<int, int64_t>> seen;
+  for (int64_t round = 1; round <= 5; ++round) {
+    for (const SequenceRef& s : data->RoundSequences(round)) {
+      EXPECT_EQ(s.length, 100);
+      seen.insert({s.source, s.begin});
+    }
+  }
+  EXPECT_EQ(seen.size(), 15u);
+  for (const auto& [source, begin] : seen) {
+    const int64_t limit = source == 0 ? 800 : source == 1 ? 400 : 300;
+    EXPECT_LT(begin, limit) << "source " << source;
+  }
+}
+
+TEST(JobDataTest, LocalDatasetsAloneNeedNoUploads) {
+  absl::StatusOr<JobData> data = JobData::Create(rpc::TokenStream{}, {Local("a", {1, 1, 1})}, 256, 64, 128, 0.0, 1);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->training_sequences(), 3);
+  for (const SequenceRef& s : data->RoundSequences(1)) EXPECT_EQ(s.source, 1);
+}
+
+TEST(JobDataTest, ALocalDatasetWithoutATrainingSequenceIsRefusedByIndex) {
+  absl::StatusOr<JobData> data =
+      JobData::Create(Text(1000), {Local("a", {1, 1}), Local("tiny", {})}, 256, 100, 300, 0.0, 7);
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(data.status().message(), HasSubstr("spec.local_datasets[1]: local dataset tiny holds 0 whole"));
+}
+
 }  // namespace
 }  // namespace slimfit::server

@@ -87,8 +87,20 @@ absl::StatusOr<performer::ModelConfig> JobPreparer::ResolveModel(const v1::Model
   }
 }
 
+absl::StatusOr<v1::JobSpec> JobPreparer::ResolveLocalDatasets(const v1::JobSpec& spec) const {
+  absl::StatusOr<std::vector<std::string>> digests = layouts_.Resolve(spec.local_datasets());
+  if (!digests.ok()) return digests.status();
+  v1::JobSpec resolved = spec;
+  resolved.clear_local_datasets();
+  for (const std::string& digest : *digests) resolved.add_local_datasets(digest);
+  return resolved;
+}
+
 absl::StatusOr<JobData> JobPreparer::LoadData(const v1::JobSpec& spec, const performer::ModelConfig& config) const {
-  if (spec.dataset_ids_size() == 0) return rpc::InvalidFieldError("spec.dataset_ids", "at least one dataset is required");
+  if (spec.dataset_ids_size() == 0 && spec.local_datasets_size() == 0) {
+    return rpc::InvalidFieldError("spec.dataset_ids",
+                                  "at least one dataset is required (dataset_ids, or local_datasets on workers)");
+  }
   rpc::TokenStream stream;
   for (const std::string& id : spec.dataset_ids()) {
     absl::StatusOr<std::optional<DatasetRecord>> record = store_->GetDataset(id);
@@ -110,8 +122,15 @@ absl::StatusOr<JobData> JobPreparer::LoadData(const v1::JobSpec& spec, const per
                                                         " bytes do not fit one shard of ", v1::LIMIT_MAX_CHUNK_BYTES,
                                                         " bytes"));
   }
-  return JobData::Create(std::move(stream), config.vocab, spec.sequence_length(), spec.tokens_per_round(),
-                         spec.held_out_fraction(), spec.seed());
+  std::vector<LocalSource> local;
+  for (int i = 0; i < spec.local_datasets_size(); ++i) {
+    absl::StatusOr<LocalSource> source =
+        layouts_.Source(spec.local_datasets(i), spec.sequence_length(), config.vocab, i);
+    if (!source.ok()) return source.status();
+    local.push_back(*std::move(source));
+  }
+  return JobData::Create(std::move(stream), std::move(local), config.vocab, spec.sequence_length(),
+                         spec.tokens_per_round(), spec.held_out_fraction(), spec.seed());
 }
 
 absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool load_initial) const {
@@ -151,6 +170,12 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
     if (absl::Status outer = performer::ValidateOptimizer(spec.outer_optimizer(), "spec.outer_optimizer");
         !outer.ok()) {
       return WithFieldDetail(outer);
+    }
+    if (spec.local_datasets_size() > 0) {
+      return rpc::InvalidFieldError(
+          "spec.local_datasets",
+          "not with local_steps: a local-steps round sends each worker one request over its share of every "
+          "batch, which cannot yet mix data the worker holds with data it does not");
     }
   } else if (spec.has_outer_optimizer()) {
     return rpc::InvalidFieldError("spec.outer_optimizer", "only with local_steps");

@@ -19,6 +19,7 @@
 #include "performer/model_config.h"
 #include "proto/slimfit.pb.h"
 #include "server/job_data.h"
+#include "server/local_data_layouts.h"
 #include "server/state_store.h"
 #include "server/worker_registry.h"
 
@@ -42,14 +43,23 @@ class JobPreparer {
   // Models whose parameters take more than `max_model_bytes` in the job's dtype are refused.
   JobPreparer(StateStore* store, WorkerRegistry* registry, double safety_margin,
               int64_t max_model_bytes = kDefaultMaxModelBytes)
-      : store_(store), registry_(registry), safety_margin_(safety_margin), max_model_bytes_(max_model_bytes) {}
+      : store_(store),
+        registry_(registry),
+        safety_margin_(safety_margin),
+        max_model_bytes_(max_model_bytes),
+        layouts_(store, registry) {}
+
+  // `spec` with its local_datasets named by digest (LocalDataLayouts::Resolve): what SubmitJob
+  // stores. INVALID_ARGUMENT naming the entry.
+  absl::StatusOr<v1::JobSpec> ResolveLocalDatasets(const v1::JobSpec& spec) const;
 
   // Validates `spec`, resolves the model (its parameters too when `load_initial`) and loads the
   // data. INVALID_ARGUMENT naming the field; NOT_FOUND for an unknown dataset or checkpoint
   // (ErrorDetail.resource_kind/id); RESOURCE_EXHAUSTED for a model above max_model_bytes
   // (ErrorDetail.required_bytes, limit_bytes), checked before any parameter is allocated;
-  // FAILED_PRECONDITION for a checkpoint that does not load or data too small for one training
-  // sequence; DATA_LOSS for a stored file gone missing.
+  // FAILED_PRECONDITION for a checkpoint that does not load, data too small for one training
+  // sequence, or a local dataset whose layout is neither stored nor describable by a live holder
+  // (LocalDataLayouts::Source); DATA_LOSS for a stored file gone missing.
   absl::StatusOr<PreparedJob> Prepare(const v1::JobSpec& spec, bool load_initial) const;
 
   // OK when no eligible worker is live (the job waits, QUEUED) or when one of them has a plan;
@@ -70,6 +80,7 @@ class JobPreparer {
   WorkerRegistry* const registry_;
   const double safety_margin_;
   const int64_t max_model_bytes_;
+  const LocalDataLayouts layouts_;
 };
 
 }  // namespace slimfit::server

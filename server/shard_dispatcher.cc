@@ -17,28 +17,97 @@
 
 namespace slimfit::server {
 
+bool ShardDispatcher::Holds(const WorkerPlan& plan, const Task& task) const {
+  if (task.source == 0) return true;
+  const LocalSource& local = deps_.data->local_sources()[static_cast<size_t>(task.source - 1)];
+  return plan.worker.local_datasets.count(local.sha256) > 0;
+}
+
+std::set<int> ShardDispatcher::LocalSourcesOf(const std::vector<SequenceRef>& sequences) {
+  std::set<int> sources;
+  for (const SequenceRef& sequence : sequences) {
+    if (sequence.source > 0) sources.insert(sequence.source);
+  }
+  return sources;
+}
+
 std::vector<ShardDispatcher::Task> ShardDispatcher::CutRound(const std::vector<SequenceRef>& sequences,
                                                              const std::vector<WorkerPlan>& plans) const {
   // Each worker's speed-proportional share, cut to fit one request: at most a request's bytes of
-  // tokens and LIMIT_MAX_SHARD_DOC_STARTS document starts.
+  // tokens and LIMIT_MAX_SHARD_DOC_STARTS document starts. A worker-local dataset's sequences go
+  // only to its holders: sources are shared out one after another, those with the fewest holders
+  // first and the uploaded stream (anyone's) last, each in proportion to what its eligible workers
+  // still lack of their speed-proportional share of the whole round.
   std::vector<double> speeds;
-  for (const WorkerPlan& plan : plans) speeds.push_back(plan.tokens_per_second);
+  double total_speed = 0;
+  for (const WorkerPlan& plan : plans) {
+    speeds.push_back(plan.tokens_per_second);
+    total_speed += plan.tokens_per_second;
+  }
   const JobData& data = *deps_.data;
   int64_t per_shard = MaxSequencesPerShard(data.sequence_length(), rpc::TokenWidth(deps_.encoding));
   if (deps_.options.max_sequences_per_shard > 0)
     per_shard = std::min(per_shard, deps_.options.max_sequences_per_shard);
-  const std::vector<ShardCut> cuts = CutShards(
-      SplitBySpeed(static_cast<int64_t>(sequences.size()), speeds), per_shard, v1::LIMIT_MAX_SHARD_DOC_STARTS,
-      [&](int64_t i) { return data.DocumentsIn(sequences[static_cast<size_t>(i)]); });
+
+  std::map<int, std::vector<SequenceRef>> by_source;
+  for (const SequenceRef& sequence : sequences) by_source[sequence.source].push_back(sequence);
+  std::vector<std::pair<size_t, int>> order;  // (holders, source)
+  for (const auto& [source, items] : by_source) {
+    Task probe;
+    probe.source = source;
+    size_t holders = 0;
+    for (const WorkerPlan& plan : plans) holders += Holds(plan, probe) ? 1 : 0;
+    order.push_back({source == 0 ? plans.size() + 1 : holders, source});
+  }
+  std::sort(order.begin(), order.end());
+
+  const double round_items = static_cast<double>(sequences.size());
+  std::vector<double> assigned(plans.size(), 0);
   std::vector<Task> tasks;
-  for (const ShardCut& cut : cuts) {
-    Task task;
-    task.id = static_cast<int64_t>(tasks.size());
-    task.sequences.assign(sequences.begin() + cut.begin, sequences.begin() + cut.end);
-    task.expected_tokens = data.PredictedTokens(task.sequences);
-    task.worker = cut.worker;
-    task.fresh = false;
-    tasks.push_back(std::move(task));
+  for (const auto& [holders, source] : order) {
+    const std::vector<SequenceRef>& items = by_source[source];
+    Task probe;
+    probe.source = source;
+    // Weights: what each eligible worker lacks of its share; its speed when none lacks anything
+    // (or nothing was assigned yet, which keeps a job of uploads alone split exactly by speed).
+    std::vector<size_t> eligible;
+    std::vector<double> lack;
+    bool untouched = true;
+    for (size_t w = 0; w < plans.size(); ++w) {
+      if (!Holds(plans[w], probe)) continue;
+      eligible.push_back(w);
+      lack.push_back(round_items * speeds[w] / total_speed - assigned[w]);
+      untouched &= assigned[w] == 0;
+    }
+    if (eligible.empty()) continue;  // PlanWorkers waits for a holder of every source; not reached
+    std::vector<double> weights;
+    for (size_t i = 0; i < eligible.size(); ++i) weights.push_back(speeds[eligible[i]]);
+    if (!untouched) {
+      double lacking = 0;
+      for (double l : lack) lacking += std::max(0.0, l);
+      if (lacking > 0) {
+        for (size_t i = 0; i < eligible.size(); ++i) weights[i] = std::max(lack[i], 1e-9 * speeds[eligible[i]]);
+      }
+    }
+    const std::vector<int64_t> shares = SplitBySpeed(static_cast<int64_t>(items.size()), weights);
+    std::vector<int64_t> counts(plans.size(), 0);
+    for (size_t i = 0; i < eligible.size(); ++i) {
+      counts[eligible[i]] = shares[i];
+      assigned[eligible[i]] += static_cast<double>(shares[i]);
+    }
+    const std::vector<ShardCut> cuts =
+        CutShards(counts, per_shard, v1::LIMIT_MAX_SHARD_DOC_STARTS,
+                  [&](int64_t i) { return data.DocumentsIn(items[static_cast<size_t>(i)]); });
+    for (const ShardCut& cut : cuts) {
+      Task task;
+      task.id = static_cast<int64_t>(tasks.size());
+      task.source = source;
+      task.sequences.assign(items.begin() + cut.begin, items.begin() + cut.end);
+      task.expected_tokens = data.PredictedTokens(task.sequences);
+      task.worker = cut.worker;
+      task.fresh = false;
+      tasks.push_back(std::move(task));
+    }
   }
   return tasks;
 }
@@ -88,17 +157,23 @@ absl::StatusOr<std::vector<ShardDispatcher::Task>> ShardDispatcher::CutLocalRoun
   return tasks;
 }
 
-void ShardDispatcher::AddSpotChecks(int64_t round, size_t workers, RoundCollector* collector,
-                                    std::vector<Task>* tasks) const {
+void ShardDispatcher::AddSpotChecks(int64_t round, const std::vector<WorkerPlan>& plans,
+                                    RoundCollector* collector, std::vector<Task>* tasks) const {
+  const size_t workers = plans.size();
   if (deps_.verify_fraction <= 0 || workers < 2) return;
   const size_t shards = tasks->size();
   for (size_t i = 0; i < shards; ++i) {
     if (!IsSpotChecked(deps_.feature_seed, round, (*tasks)[i].id, deps_.verify_fraction)) continue;
-    collector->ExpectCheck((*tasks)[i].id);
     Task check = (*tasks)[i];
     check.opinion = 2;
-    // Another worker, spread over all of them.
-    check.worker = (check.worker + 1 + i % (workers - 1)) % workers;
+    // Another worker (one that holds the shard's data), spread over all of them.
+    std::vector<size_t> others;
+    for (size_t w = 0; w < workers; ++w) {
+      if (w != check.worker && Holds(plans[w], check)) others.push_back(w);
+    }
+    if (others.empty()) continue;  // a local dataset with one holder: the shard counts unverified
+    collector->ExpectCheck(check.id);
+    check.worker = others[i % others.size()];
     tasks->push_back(std::move(check));
   }
 }
@@ -138,7 +213,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
     return seconds;
   };
   v1::RoundTiming timing;
-  absl::StatusOr<std::vector<WorkerPlan>> plans = deps_.planner->PlanWorkers(round);
+  absl::StatusOr<std::vector<WorkerPlan>> plans = deps_.planner->PlanWorkers(round, LocalSourcesOf(sequences));
   if (!plans.ok()) return plans.status();
   timing.set_waiting_seconds(take());
 
@@ -158,7 +233,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   RoundOutput output;
   output.shards = static_cast<int>(shards.size());
   std::vector<Task> pending = shards;
-  if (!evaluate_only) AddSpotChecks(round, plans->size(), &collector, &pending);
+  if (!evaluate_only) AddSpotChecks(round, *plans, &collector, &pending);
   std::map<int64_t, std::set<std::string>> answered;  // by shard: workers whose results are in
   std::set<int64_t> reassigned_shards;
   Checked checked;
@@ -368,7 +443,12 @@ absl::StatusOr<std::vector<WorkerPlan>> ShardDispatcher::Reassign(
     int64_t round, const std::string& what, const std::vector<WorkerPlan>& previous,
     const std::set<std::string>& failed_workers, const std::map<int64_t, std::set<std::string>>& answered,
     RoundCollector* collector, std::vector<Task>* failed) {
-  absl::StatusOr<std::vector<WorkerPlan>> replanned = deps_.planner->PlanWorkers(round);
+  // Wait, if need be, until some worker holds the data of every failed shard.
+  std::set<int> sources;
+  for (const Task& task : *failed) {
+    if (task.source > 0) sources.insert(task.source);
+  }
+  absl::StatusOr<std::vector<WorkerPlan>> replanned = deps_.planner->PlanWorkers(round, sources);
   if (!replanned.ok()) return replanned.status();
   const std::vector<WorkerPlan>& plans = *replanned;
   std::vector<size_t> preferred;
@@ -383,7 +463,9 @@ absl::StatusOr<std::vector<WorkerPlan>> ShardDispatcher::Reassign(
   size_t next = 0;
   for (Task& task : *failed) {
     const bool checked = collector->IsChecked(task.id);
-    auto allowed = [&](size_t w) { return !checked || taken[task.id].count(plans[w].worker.worker_id) == 0; };
+    auto allowed = [&](size_t w) {
+      return Holds(plans[w], task) && (!checked || taken[task.id].count(plans[w].worker.worker_id) == 0);
+    };
     std::vector<size_t> eligible;
     for (size_t w : preferred) {
       if (allowed(w)) eligible.push_back(w);

@@ -140,6 +140,7 @@ class ShardDispatcher {
     size_t worker = 0;  // index into the wave's plans
     std::string last_error;
     std::vector<int64_t> sequences_per_step;  // a local-steps shard: its sequences per inner step
+    int source = 0;  // JobData source of all its sequences (≥ 1: a worker-local dataset)
   };
   struct CallOutcome {
     absl::Status status;
@@ -159,9 +160,15 @@ class ShardDispatcher {
   absl::StatusOr<std::vector<Task>> CutLocalRound(int64_t round, const std::vector<SequenceRef>& sequences,
                                                   const std::vector<int64_t>& steps,
                                                   const std::vector<WorkerPlan>& plans) const;
-  // Adds a second-opinion task, on another worker, for every shard drawn for a spot check.
-  void AddSpotChecks(int64_t round, size_t workers, RoundCollector* collector,
+  // Adds a second-opinion task, on another worker holding its data, for every shard drawn for a
+  // spot check (none when no other worker holds it: the shard counts unverified).
+  void AddSpotChecks(int64_t round, const std::vector<WorkerPlan>& plans, RoundCollector* collector,
                      std::vector<Task>* tasks) const;
+  // Whether the worker may compute the task: it holds the task's local dataset (any worker for
+  // uploaded data).
+  bool Holds(const WorkerPlan& plan, const Task& task) const;
+  // The local datasets (JobData sources ≥ 1) among `sequences`.
+  static std::set<int> LocalSourcesOf(const std::vector<SequenceRef>& sequences);
   // Runs `tasks` on their workers, one thread per worker; the outcome of each.
   std::vector<CallOutcome> RunWave(int64_t round, uint64_t version, int64_t normalizer, bool evaluate_only,
                                    const std::vector<WorkerPlan>& plans, const std::vector<Task>& tasks,

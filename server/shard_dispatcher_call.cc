@@ -27,15 +27,24 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   *request.mutable_plan() = planner::PlanToProto(plan.candidate.plan);
   request.set_sequence_length(deps_.data->sequence_length());
   request.set_token_encoding(deps_.encoding);
-  std::vector<int64_t> tokens, doc_starts;
-  deps_.data->Gather(task.sequences, &tokens, &doc_starts);
-  absl::StatusOr<std::string> encoded = rpc::EncodeTokens(tokens, deps_.encoding);
-  if (!encoded.ok()) {
-    outcome.status = encoded.status();
-    return outcome;
+  if (const LocalSource* local = task.sequences.empty() ? nullptr : deps_.data->LocalSourceOf(task.sequences[0])) {
+    // The worker holds these tokens; only their place in its dataset travels.
+    v1::LocalDataShard* shard = request.mutable_local_data();
+    shard->set_sha256(local->sha256);
+    for (const SequenceRef& sequence : task.sequences) {
+      shard->add_sequences(sequence.begin / deps_.data->sequence_length());
+    }
+  } else {
+    std::vector<int64_t> tokens, doc_starts;
+    deps_.data->Gather(task.sequences, &tokens, &doc_starts);
+    absl::StatusOr<std::string> encoded = rpc::EncodeTokens(tokens, deps_.encoding);
+    if (!encoded.ok()) {
+      outcome.status = encoded.status();
+      return outcome;
+    }
+    request.set_tokens(*std::move(encoded));
+    for (int64_t start : doc_starts) request.add_doc_starts(start);
   }
-  request.set_tokens(*std::move(encoded));
-  for (int64_t start : doc_starts) request.add_doc_starts(start);
   request.set_loss_normalizer(normalizer);
   request.set_feature_seed(deps_.feature_seed);
   request.set_evaluate_only(evaluate_only);

@@ -100,6 +100,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
            "TEXT "
            "NOT NULL, PRIMARY KEY (job_id, round))",
            "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, incarnation INTEGER NOT NULL)",
+           "CREATE TABLE IF NOT EXISTS local_layouts (sha256 TEXT NOT NULL, sequence_length INTEGER NOT NULL, "
+           "layout BLOB NOT NULL, PRIMARY KEY (sha256, sequence_length))",
        }) {
     if (absl::Status s = store->Exec(sql); !s.ok()) return s;
   }
@@ -160,6 +162,30 @@ absl::StatusOr<std::optional<DatasetRecord>> StateStore::GetDataset(const std::s
   record.token_encoding = static_cast<v1::TokenEncoding>(s.Int(2));
   if (!s.IsNull(3)) record.document_separator = s.Blob(3);
   return std::optional<DatasetRecord>(std::move(record));
+}
+
+absl::Status StateStore::PutLocalLayout(const v1::LocalDataLayout& layout) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "INSERT OR REPLACE INTO local_layouts (sha256, sequence_length, layout) VALUES (?, ?, ?)");
+  s.BindText(1, layout.sha256());
+  s.BindInt(2, layout.sequence_length());
+  s.BindBlob(3, layout.SerializeAsString());
+  return RunToDone(s, "storing a local dataset's layout");
+}
+
+absl::StatusOr<std::optional<v1::LocalDataLayout>> StateStore::GetLocalLayout(const std::string& sha256,
+                                                                             int64_t sequence_length) {
+  absl::MutexLock lock(&mutex_);
+  Statement s(db_, "SELECT layout FROM local_layouts WHERE sha256 = ? AND sequence_length = ?");
+  if (!s.ok()) return s.Error("reading a local dataset's layout");
+  s.BindText(1, sha256);
+  s.BindInt(2, sequence_length);
+  const int step = s.Step();
+  if (step == SQLITE_DONE) return std::optional<v1::LocalDataLayout>();
+  if (step != SQLITE_ROW) return s.Error("reading a local dataset's layout");
+  absl::StatusOr<v1::LocalDataLayout> layout = ParseRecord<v1::LocalDataLayout>(s.Blob(0), "local layout");
+  if (!layout.ok()) return layout.status();
+  return std::optional<v1::LocalDataLayout>(*std::move(layout));
 }
 
 absl::StatusOr<int64_t> StateStore::NextJobNumber() {

@@ -64,6 +64,12 @@ class StateStore {
   absl::Status PutDataset(const DatasetRecord& record);
   absl::StatusOr<std::optional<DatasetRecord>> GetDataset(const std::string& dataset_id);
 
+  // How a worker-local dataset falls into sequences of L tokens (JobSpec.local_datasets), as its
+  // holder described it (all pages in one LocalDataLayout, first_sequence 0): by digest and L.
+  absl::Status PutLocalLayout(const v1::LocalDataLayout& layout);
+  absl::StatusOr<std::optional<v1::LocalDataLayout>> GetLocalLayout(const std::string& sha256,
+                                                                   int64_t sequence_length);
+
   // The next job number (1, 2, …), durable: never reused.
   absl::StatusOr<int64_t> NextJobNumber();
   // Inserts or replaces the job (by job_id); `request_id` is kept from the first insert.

@@ -99,7 +99,7 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
   return result.chosen;
 }
 
-absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round) {
+absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round, const std::set<int>& sources) {
   const v1::JobSpec spec = deps_.record->Snapshot().spec();
   const int min_workers = spec.has_min_workers() ? spec.min_workers() : 1;
   const int64_t sequence_length = deps_.data->sequence_length();
@@ -124,8 +124,19 @@ absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round
       deps_.registry->SetJobPlan(worker.worker_id, job_plan);
       plans.push_back(std::move(plan));
     }
+    // A local dataset the round needs, that none of the planned workers holds.
+    const LocalSource* missing = nullptr;
+    for (const int source : sources) {
+      const LocalSource& local = deps_.data->local_sources()[static_cast<size_t>(source - 1)];
+      bool held = false;
+      for (const WorkerPlan& plan : plans) held |= plan.worker.local_datasets.count(local.sha256) > 0;
+      if (!held) {
+        missing = &local;
+        break;
+      }
+    }
     const bool queued = deps_.record->state() == v1::JOB_STATE_QUEUED;
-    if (!plans.empty() && static_cast<int>(plans.size()) >= min_workers) {
+    if (!plans.empty() && static_cast<int>(plans.size()) >= min_workers && missing == nullptr) {
       if (queued)
         deps_.record->SetState(v1::JOB_STATE_RUNNING, absl::StrCat("running on ", plans.size(), " workers"));
       return plans;
@@ -145,6 +156,10 @@ absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round
                      plans.size(), " live", quarantined, ")");
     if (plans.empty() && all_refused && !last_refusal_.empty()) {
       absl::StrAppend(&reason, "; no live worker can run the job: ", last_refusal_);
+    }
+    if (missing != nullptr && static_cast<int>(plans.size()) >= min_workers) {
+      reason = absl::StrCat("waiting for a live eligible worker holding local dataset ", missing->name, " (SHA-256 ",
+                            missing->sha256.substr(0, 12), "…)");
     }
     deps_.record->SetReason(reason);
     deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(250));

@@ -73,7 +73,9 @@ class WorkerPlanner {
   // While every live eligible worker refuses the plan, the job waits too (a worker that fits may be
   // restarting or reconnecting) and its reason carries the planner's refusal. CANCELLED when the
   // runner stops.
-  absl::StatusOr<std::vector<WorkerPlan>> PlanWorkers(int64_t round);
+  // `sources` are the local datasets (JobData sources ≥ 1) the round needs: it also waits until,
+  // for each, one of the planned workers holds it.
+  absl::StatusOr<std::vector<WorkerPlan>> PlanWorkers(int64_t round, const std::set<int>& sources = {});
 
   // The worker refused its plan (RESOURCE_EXHAUSTED from the worker): no more shards of this job
   // for this incarnation.

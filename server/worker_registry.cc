@@ -322,6 +322,7 @@ WorkerHandle WorkerRegistry::HandleOf(const std::string& id, const Entry& entry)
   handle.profile = planner::DeviceProfileFromProto(entry.info.profile());
   handle.stub = entry.stub;
   handle.call_token = entry.call_token;
+  for (const v1::LocalDataset& dataset : entry.info.local_datasets()) handle.local_datasets.insert(dataset.sha256());
   return handle;
 }
 

@@ -58,6 +58,7 @@ struct WorkerHandle {
   planner::DeviceProfile profile;
   std::shared_ptr<v1::Worker::StubInterface> stub;
   std::string call_token;  // the coordinator token of this incarnation: the bearer of calls to it
+  std::set<std::string> local_datasets;  // SHA-256 of each dataset it holds (LocalDataset.sha256)
 };
 
 class WorkerRegistry {

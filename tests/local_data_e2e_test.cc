@@ -1,6 +1,8 @@
-// Datasets that stay on a worker (slimfit-worker --data): a real coordinator and a real worker. The
-// worker announces each dataset's name, counts and SHA-256, `ListWorkers` shows them, and nothing
-// the coordinator stores, logs or is told holds the data itself.
+// Datasets that stay on a worker (slimfit-worker --data): a real coordinator and real workers. A
+// worker announces each dataset's name, counts and SHA-256 and `ListWorkers` shows them; a job over
+// such datasets (JobSpec.local_datasets) trains exactly what the same text uploaded would, its
+// shards and evaluations run only on the holders, and nothing the coordinator stores, logs or is
+// told holds the data itself.
 #include <filesystem>
 #include <string>
 
@@ -13,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "proto/rpc_util.h"
 #include "tests/cluster.h"
+#include "tests/e2e_support.h"
 
 namespace slimfit::testing_util {
 namespace {
@@ -79,6 +82,74 @@ TEST(LocalDataE2E, AnUnreadableDatasetStopsTheWorkerWithOneLine) {
   ASSERT_TRUE(exit_code.ok()) << cluster.Logs();
   EXPECT_NE(*exit_code, 0);
   EXPECT_THAT(cluster.Logs(), HasSubstr("local dataset gone (/nonexistent/slimfit/notes.txt)"));
+}
+
+TEST(LocalDataE2E, JobsOverWorkerLocalDataTrainExactlyOnTheHoldersAndTheTextStaysThere) {
+  Cluster cluster("local_data_job");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  // Two holders of different texts, and a worker that holds nothing: no local shard may reach it.
+  const std::string notes_text = absl::StrCat(Corpus(16000), "\n\n", kPrivate, "\n\n", Corpus(2000));
+  const std::string letters_text = Corpus(30000).substr(16000);
+  const std::string notes = WriteTempFile("local_job_notes.txt", notes_text);
+  const std::string letters = WriteTempFile("local_job_letters.txt", letters_text);
+  WorkerOptions holds_notes, holds_letters;
+  holds_notes.extra_flags = {absl::StrCat("--data=notes=", notes), "--data_separator=\\n\\n"};
+  holds_letters.extra_flags = {absl::StrCat("--data=letters=", letters), "--data_separator=\\n\\n"};
+  ASSERT_TRUE(cluster.StartWorker("4MiB", holds_notes).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("4MiB", holds_letters).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
+
+  // One worker's dataset, by name: the same batches, the same steps as the text uploaded.
+  v1::JobSpec spec = Spec("unused", 32, 64, 128, 6, 4);
+  spec.clear_dataset_ids();
+  spec.add_local_datasets("notes");
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  EXPECT_EQ(job->spec().local_datasets(0), base::Sha256Hex(notes_text));  // stored by digest
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_GT(done->held_out_tokens(), 0);
+  EXPECT_LE(DistanceFromSingleProcess(cluster, job->job_id(), spec, notes_text, std::string("\n\n")), 1e-5);
+  EXPECT_EQ(CountReassigned(cluster, job->job_id()), 0) << cluster.Logs();  // never sent to a non-holder
+  int evaluations = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+    if (event.has_evaluation() && event.evaluation().tokens() > 0) ++evaluations;
+    if (event.has_round_completed()) EXPECT_EQ(event.round_completed().workers(), 1);  // the one holder
+  }
+  EXPECT_GE(evaluations, 2);  // before the first round and after the last, on the holder
+
+  // Both workers' datasets (one by digest) beside each other: each shard on its holder.
+  v1::JobSpec both = spec;
+  both.clear_local_datasets();
+  both.add_local_datasets("notes");
+  both.add_local_datasets(base::Sha256Hex(letters_text));
+  both.set_rounds(3);
+  job = cluster.Submit(both);
+  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_EQ(CountReassigned(cluster, job->job_id()), 0) << cluster.Logs();
+  int most_workers = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+    if (event.has_round_completed()) most_workers = std::max(most_workers, event.round_completed().workers());
+  }
+  EXPECT_EQ(most_workers, 2);
+
+  // What no worker holds is refused at submission, naming the entry.
+  v1::JobSpec unknown = spec;
+  unknown.set_local_datasets(0, "nope");
+  absl::StatusOr<v1::Job> refused = cluster.Submit(unknown);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.local_datasets[0]: no registered worker holds a dataset named 'nope'"));
+
+  // The coordinator kept layouts, checkpoints and events: never the text.
+  EXPECT_THAT(FilesHolding(cluster.coordinator_state_dir(), kPrivate), ::testing::IsEmpty());
+  EXPECT_EQ(cluster.Logs().find(kPrivate), std::string::npos);
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ absl::StatusOr<std::vector<LocalDataSpec>> ParseLocalDataFlag(absl::string_view 
 absl::StatusOr<LocalDatasets> LocalDatasets::Load(const std::vector<LocalDataSpec>& specs,
                                                   const rpc::DatasetFormat& format) {
   LocalDatasets datasets;
+  datasets.format_ = format;
   for (const LocalDataSpec& spec : specs) {
     const std::string what = absl::StrCat("local dataset ", spec.name, " (", spec.path, ")");
     absl::StatusOr<std::string> bytes = base::ReadFileToString(spec.path);
@@ -75,6 +76,33 @@ std::string LocalDatasets::PathOf(absl::string_view name) const {
     if (announcements_[i].name() == name) return paths_[i];
   }
   return "";
+}
+
+const v1::LocalDataset* LocalDatasets::Find(absl::string_view sha256) const {
+  for (const v1::LocalDataset& dataset : announcements_) {
+    if (dataset.sha256() == sha256) return &dataset;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<rpc::TokenStream> LocalDatasets::Read(absl::string_view sha256) const {
+  for (size_t i = 0; i < announcements_.size(); ++i) {
+    if (announcements_[i].sha256() != sha256) continue;
+    const std::string what = absl::StrCat("local dataset ", announcements_[i].name(), " (", paths_[i], ")");
+    absl::StatusOr<std::string> bytes = base::ReadFileToString(paths_[i]);
+    if (!bytes.ok()) return absl::FailedPreconditionError(absl::StrCat(what, ": ", bytes.status().message()));
+    if (base::Sha256Hex(*bytes) != sha256) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": the file changed since the worker started (its SHA-256 is no longer ", sha256.substr(0, 12),
+          "…); restart the worker to announce the new contents"));
+    }
+    absl::StatusOr<rpc::TokenStream> stream =
+        rpc::ParseDataset(*bytes, format_.content_type, format_.encoding, format_.separator);
+    if (!stream.ok()) return absl::FailedPreconditionError(absl::StrCat(what, ": ", stream.status().message()));
+    return stream;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("this worker holds no dataset with SHA-256 ", sha256, " (it was started without it in --data)"));
 }
 
 }  // namespace slimfit::worker

@@ -51,10 +51,18 @@ class LocalDatasets {
   const std::vector<v1::LocalDataset>& announcements() const { return announcements_; }
   // The file a dataset was read from; empty when the worker holds no dataset of that name.
   std::string PathOf(absl::string_view name) const;
+  // The announcement of the dataset with this SHA-256; nullptr when the worker holds none.
+  const v1::LocalDataset* Find(absl::string_view sha256) const;
+
+  // The dataset with this SHA-256 read again and parsed: FAILED_PRECONDITION when the worker holds
+  // none, or when the file cannot be read or no longer has the announced digest (it changed since
+  // the worker started: restart the worker to announce the new contents).
+  absl::StatusOr<rpc::TokenStream> Read(absl::string_view sha256) const;
 
  private:
   std::vector<v1::LocalDataset> announcements_;
   std::vector<std::string> paths_;
+  rpc::DatasetFormat format_;
 };
 
 }  // namespace slimfit::worker

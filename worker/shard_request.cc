@@ -9,6 +9,7 @@
 #include "performer/trainer.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
+#include "base/sha256.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
 
@@ -20,6 +21,28 @@ absl::Status WithField(const absl::Status& status, absl::string_view field) {
   v1::ErrorDetail detail;
   detail.set_field(std::string(field));
   return rpc::AttachErrorDetail(absl::InvalidArgumentError(status.message()), detail);
+}
+
+// A shard of the worker's own dataset: the request carries its sequence indices, not its tokens.
+absl::Status ValidateLocalData(const v1::ComputeGradientRequest& request, int width) {
+  const v1::LocalDataShard& local = request.local_data();
+  if (!request.tokens().empty()) return InvalidField("tokens", "must be empty with local_data");
+  if (request.doc_starts_size() > 0) return InvalidField("doc_starts", "must be empty with local_data");
+  if (request.has_local_steps()) return InvalidField("local_data", "not with local_steps");
+  if (!base::IsSha256Hex(local.sha256())) {
+    return InvalidField("local_data.sha256", "must be 64 lowercase hexadecimal characters");
+  }
+  const int64_t most = v1::LIMIT_MAX_CHUNK_BYTES / (static_cast<int64_t>(width) * request.sequence_length());
+  if (local.sequences_size() < 1 || local.sequences_size() > std::max<int64_t>(1, most)) {
+    return InvalidField("local_data.sequences", absl::StrCat(local.sequences_size(), " sequences; must be 1 to ",
+                                                             std::max<int64_t>(1, most)));
+  }
+  for (int i = 0; i < local.sequences_size(); ++i) {
+    if (local.sequences(i) < 0) {
+      return InvalidField("local_data.sequences", absl::StrCat("entry ", i, " = ", local.sequences(i), " is negative"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -67,6 +90,10 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
   const int width = rpc::TokenWidth(request.token_encoding());
   if (width == 0) {
     return InvalidField("token_encoding", absl::StrCat("unknown or unspecified encoding ", request.token_encoding()));
+  }
+  if (request.has_local_data()) {
+    if (absl::Status local = ValidateLocalData(request, width); !local.ok()) return local;
+    return plan;
   }
   const int64_t bytes = static_cast<int64_t>(request.tokens().size());
   if (bytes == 0) return InvalidField("tokens", "empty");
@@ -132,18 +159,35 @@ absl::StatusOr<Shard> CutShard(const v1::ComputeGradientRequest& request, int64_
   absl::StatusOr<std::vector<int64_t>> tokens =
       rpc::DecodeTokens(request.tokens(), request.token_encoding(), vocab, "tokens");
   if (!tokens.ok()) return WithField(tokens.status(), "tokens");
-  const int64_t length = request.sequence_length();
-  const int64_t count = static_cast<int64_t>(tokens->size());
+  return CutSequences(*tokens, std::vector<int64_t>(request.doc_starts().begin(), request.doc_starts().end()),
+                      request.sequence_length());
+}
+
+absl::StatusOr<Shard> CutLocalShard(const std::vector<int64_t>& tokens, const std::vector<int64_t>& doc_starts,
+                                    int64_t sequence_length, int64_t vocab) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab) {
+      return absl::FailedPreconditionError(absl::StrCat("local_data: token ", i, " of the shard = ", tokens[i],
+                                                        " is outside the model's vocabulary of ", vocab));
+    }
+  }
+  return CutSequences(tokens, doc_starts, sequence_length);
+}
+
+Shard CutSequences(const std::vector<int64_t>& tokens, const std::vector<int64_t>& doc_starts,
+                   int64_t sequence_length) {
+  const int64_t length = sequence_length;
+  const int64_t count = static_cast<int64_t>(tokens.size());
   Shard shard;
   shard.tokens = count;
-  int doc = 0;
+  size_t doc = 0;
   for (int64_t begin = 0; begin < count; begin += length) {
     const int64_t end = std::min(count, begin + length);
     performer::PackedBatch batch;
-    batch.tokens.assign(tokens->begin() + begin, tokens->begin() + end);
+    batch.tokens.assign(tokens.begin() + begin, tokens.begin() + end);
     batch.doc_starts.push_back(0);  // a sequence start is a document start
-    while (doc < request.doc_starts_size() && request.doc_starts(doc) < end) {
-      const int64_t offset = request.doc_starts(doc) - begin;
+    while (doc < doc_starts.size() && doc_starts[doc] < end) {
+      const int64_t offset = doc_starts[doc] - begin;
       if (offset > 0) batch.doc_starts.push_back(offset);
       ++doc;
     }

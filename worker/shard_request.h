@@ -59,9 +59,21 @@ struct Shard {
   int64_t max_documents = 1;
 };
 
-// REQUIRES: ValidateShardRequest(request) succeeded. INVALID_ARGUMENT ("tokens: ...") for a
-// token id ≥ vocab.
+// REQUIRES: ValidateShardRequest(request) succeeded, without local_data. INVALID_ARGUMENT
+// ("tokens: ...") for a token id ≥ vocab.
 [[nodiscard]] absl::StatusOr<Shard> CutShard(const v1::ComputeGradientRequest& request, int64_t vocab);
+
+// A local_data shard's tokens and document starts as the worker read them (LocalDataReader::Read)
+// → sequences, as CutShard. FAILED_PRECONDITION ("local_data: ...") for a token id ≥ vocab: the
+// worker's own file does not fit the job's model.
+[[nodiscard]] absl::StatusOr<Shard> CutLocalShard(const std::vector<int64_t>& tokens,
+                                                  const std::vector<int64_t>& doc_starts, int64_t sequence_length,
+                                                  int64_t vocab);
+
+// Tokens (ids already checked) and document starts (offsets, increasing) cut into sequences of
+// `sequence_length` tokens, the last possibly shorter.
+Shard CutSequences(const std::vector<int64_t>& tokens, const std::vector<int64_t>& doc_starts,
+                   int64_t sequence_length);
 
 // `plan` for one sequence of `length` tokens: the slice clamped to the length (the proto's rule
 // for a last sequence shorter than C).

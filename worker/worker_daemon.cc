@@ -242,6 +242,8 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   service_options.threads = static_cast<int>(options.threads);
   service_options.cache = &cache;
   service_options.local_steps_dir = state->path() + "/local-steps";
+  LocalDataReader local_data(&*local_datasets);
+  if (!local_datasets->announcements().empty()) service_options.local_data = &local_data;
   WorkerService service(service_options);
 
   // Metrics: summaries of ComputeGradient as they are sent, and what the worker holds at each scrape.

@@ -117,6 +117,31 @@ bool WorkerService::WaitUntilIdle(absl::Duration timeout) {
 
 void WorkerService::CancelCurrentShard() { abandon_.store(true); }
 
+absl::StatusOr<Shard> WorkerService::CutRequestShard(const v1::ComputeGradientRequest& request, int64_t vocab) {
+  if (!request.has_local_data()) return CutShard(request, vocab);
+  if (options_.local_data == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", WorkerName(), " holds no datasets of its own (started without --data)"));
+  }
+  absl::StatusOr<LocalDataReader::Sequences> read = options_.local_data->Read(request.local_data(),
+                                                                             request.sequence_length());
+  if (!read.ok()) return read.status();
+  return CutLocalShard(read->tokens, read->doc_starts, request.sequence_length(), vocab);
+}
+
+grpc::Status WorkerService::DescribeLocalData(grpc::ServerContext* context, const v1::DescribeLocalDataRequest* request,
+                                              v1::LocalDataLayout* response) {
+  if (grpc::Status s = Authenticate(*context, /*coordinator_only=*/true); !s.ok()) return s;
+  if (options_.local_data == nullptr) {
+    return rpc::ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "worker ", WorkerName(), " holds no datasets of its own (started without --data)")));
+  }
+  absl::StatusOr<v1::LocalDataLayout> layout = options_.local_data->Describe(*request);
+  if (!layout.ok()) return rpc::ToGrpcStatus(layout.status(), context);
+  *response = *std::move(layout);
+  return grpc::Status::OK;
+}
+
 grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const v1::ComputeGradientRequest* request,
                                             grpc::ServerWriter<v1::ComputeGradientResponse>* writer) {
   const absl::Time started = absl::Now();
@@ -144,7 +169,9 @@ grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const 
     work.set_shard_id(request->shard_id());
     work.set_attempt(request->attempt());
     work.set_parameter_version(request->parameter_version());
-    work.set_tokens(static_cast<int64_t>(request->tokens().size()) / rpc::TokenWidth(request->token_encoding()));
+    work.set_tokens(request->has_local_data()
+                        ? request->local_data().sequences_size() * request->sequence_length()
+                        : static_cast<int64_t>(request->tokens().size()) / rpc::TokenWidth(request->token_encoding()));
     *work.mutable_started_at() = ToTimestamp(started);
     current_ = std::move(work);
     abandon_.store(false);
@@ -192,7 +219,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   if (auto s = stopped()) return *s;
   const performer::PerformerModel& parameters = **model;
 
-  absl::StatusOr<Shard> shard = CutShard(request, parameters.config().vocab);
+  absl::StatusOr<Shard> shard = CutRequestShard(request, parameters.config().vocab);
   if (!shard.ok()) return shard.status();
   const bool want_gradient = !request.evaluate_only();
   const int64_t extra_bytes =

@@ -46,8 +46,10 @@
 #include "performer/plan.h"
 #include "planner/device_profile.h"
 #include "proto/slimfit.grpc.pb.h"
+#include "worker/local_data_reader.h"
 #include "worker/local_steps.h"
 #include "worker/parameter_cache.h"
+#include "worker/shard_request.h"
 #include "worker/worker_identity.h"
 
 namespace slimfit::worker {
@@ -73,6 +75,9 @@ class WorkerService final : public v1::Worker::Service {
     // Where local-steps jobs keep their inner optimizer state (LocalStepsTrainer); empty: memory
     // only (lost on restart).
     std::string local_steps_dir;
+    // The datasets the worker holds (--data), for DescribeLocalData and local_data shards; null:
+    // none. Not owned; must outlive the service.
+    LocalDataReader* local_data = nullptr;
   };
 
   // What a heartbeat reports.
@@ -92,6 +97,8 @@ class WorkerService final : public v1::Worker::Service {
                           v1::GetProfileResponse* response) override;
   grpc::Status Plan(grpc::ServerContext* context, const v1::PlanRequest* request,
                     v1::MemoryPlan* response) override;
+  grpc::Status DescribeLocalData(grpc::ServerContext* context, const v1::DescribeLocalDataRequest* request,
+                                 v1::LocalDataLayout* response) override;
 
   // The id the coordinator gave this worker (set after each registration); "" before.
   void SetWorkerId(const std::string& worker_id);
@@ -118,6 +125,8 @@ class WorkerService final : public v1::Worker::Service {
   absl::Status RunShard(grpc::ServerContext* context, const v1::ComputeGradientRequest& request,
                         const performer::Plan& plan, absl::Time started,
                         grpc::ServerWriter<v1::ComputeGradientResponse>* writer);
+  // The request's sequences: its tokens, or those of a dataset the worker holds (local_data).
+  absl::StatusOr<Shard> CutRequestShard(const v1::ComputeGradientRequest& request, int64_t vocab);
   // `coordinator_only`: ComputeGradient; otherwise the join token is accepted too.
   grpc::Status Authenticate(const grpc::ServerContext& context, bool coordinator_only) const;
   // "w-3f2a", or "(unregistered)" before the first registration.
