@@ -171,12 +171,6 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
         !outer.ok()) {
       return WithFieldDetail(outer);
     }
-    if (spec.local_datasets_size() > 0) {
-      return rpc::InvalidFieldError(
-          "spec.local_datasets",
-          "not with local_steps: a local-steps round sends each worker one request over its share of every "
-          "batch, which cannot yet mix data the worker holds with data it does not");
-    }
   } else if (spec.has_outer_optimizer()) {
     return rpc::InvalidFieldError("spec.outer_optimizer", "only with local_steps");
   }

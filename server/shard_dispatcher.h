@@ -140,7 +140,7 @@ class ShardDispatcher {
     size_t worker = 0;  // index into the wave's plans
     std::string last_error;
     std::vector<int64_t> sequences_per_step;  // a local-steps shard: its sequences per inner step
-    int source = 0;  // JobData source of all its sequences (≥ 1: a worker-local dataset)
+    int source = 0;  // JobData source of its sequences (≥ 1: a worker-local dataset); a local-steps shard may mix
   };
   struct CallOutcome {
     absl::Status status;
@@ -164,9 +164,15 @@ class ShardDispatcher {
   // spot check (none when no other worker holds it: the shard counts unverified).
   void AddSpotChecks(int64_t round, const std::vector<WorkerPlan>& plans, RoundCollector* collector,
                      std::vector<Task>* tasks) const;
-  // Whether the worker may compute the task: it holds the task's local dataset (any worker for
-  // uploaded data).
-  bool Holds(const WorkerPlan& plan, const Task& task) const;
+  // Whether the worker may compute sequences of `source`: it holds that local dataset (any worker
+  // for uploaded data, source 0).
+  bool Holds(const WorkerPlan& plan, int source) const;
+  // Whether the worker holds every local dataset the task reads.
+  bool CanRun(const WorkerPlan& plan, const Task& task) const;
+  // `sequences` shared out over the workers (index as `plans`): each worker's share grouped by
+  // source, in proportion to speed, worker-local data only to its holders.
+  std::vector<std::vector<SequenceRef>> ShareOut(const std::vector<SequenceRef>& sequences,
+                                                 const std::vector<WorkerPlan>& plans) const;
   // The local datasets (JobData sources ≥ 1) among `sequences`.
   static std::set<int> LocalSourcesOf(const std::vector<SequenceRef>& sequences);
   // Runs `tasks` on their workers, one thread per worker; the outcome of each.

@@ -1,5 +1,8 @@
 // ShardDispatcher: one ComputeGradient call and the cancellation of calls in flight.
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -27,16 +30,33 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   *request.mutable_plan() = planner::PlanToProto(plan.candidate.plan);
   request.set_sequence_length(deps_.data->sequence_length());
   request.set_token_encoding(deps_.encoding);
-  if (const LocalSource* local = task.sequences.empty() ? nullptr : deps_.data->LocalSourceOf(task.sequences[0])) {
-    // The worker holds these tokens; only their place in its dataset travels.
-    v1::LocalDataShard* shard = request.mutable_local_data();
-    shard->set_sha256(local->sha256);
-    for (const SequenceRef& sequence : task.sequences) {
-      shard->add_sequences(sequence.begin / deps_.data->sequence_length());
+  // Sequences of worker-local datasets travel as their place in the worker's dataset; the others as
+  // tokens. A shard of one local dataset is that dataset's entry alone; a mixed one (a local-steps
+  // share) says where each local sequence goes.
+  std::map<int, v1::LocalDataShard*> entries;
+  std::vector<SequenceRef> uploaded;
+  const std::set<int> sources = LocalSourcesOf(task.sequences);
+  const bool any_uploaded = std::any_of(task.sequences.begin(), task.sequences.end(),
+                                       [](const SequenceRef& sequence) { return sequence.source == 0; });
+  const bool positioned = sources.size() > 1 || (!sources.empty() && any_uploaded);
+  for (size_t position = 0; position < task.sequences.size(); ++position) {
+    const SequenceRef& sequence = task.sequences[position];
+    const LocalSource* local = deps_.data->LocalSourceOf(sequence);
+    if (local == nullptr) {
+      uploaded.push_back(sequence);
+      continue;
     }
-  } else {
+    v1::LocalDataShard*& entry = entries[sequence.source];
+    if (entry == nullptr) {
+      entry = request.add_local_data();
+      entry->set_sha256(local->sha256);
+    }
+    entry->add_sequences(sequence.begin / deps_.data->sequence_length());
+    if (positioned) entry->add_positions(static_cast<int64_t>(position));
+  }
+  if (!uploaded.empty()) {
     std::vector<int64_t> tokens, doc_starts;
-    deps_.data->Gather(task.sequences, &tokens, &doc_starts);
+    deps_.data->Gather(uploaded, &tokens, &doc_starts);
     absl::StatusOr<std::string> encoded = rpc::EncodeTokens(tokens, deps_.encoding);
     if (!encoded.ok()) {
       outcome.status = encoded.status();

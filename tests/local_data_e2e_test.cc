@@ -95,7 +95,7 @@ TEST(LocalDataE2E, JobsOverWorkerLocalDataTrainExactlyOnTheHoldersAndTheTextStay
   WorkerOptions holds_notes, holds_letters;
   holds_notes.extra_flags = {absl::StrCat("--data=notes=", notes), "--data_separator=\\n\\n"};
   holds_letters.extra_flags = {absl::StrCat("--data=letters=", letters), "--data_separator=\\n\\n"};
-  ASSERT_TRUE(cluster.StartWorker("4MiB", holds_notes).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("8MiB", holds_notes).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.StartWorker("4MiB", holds_letters).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
@@ -137,6 +137,42 @@ TEST(LocalDataE2E, JobsOverWorkerLocalDataTrainExactlyOnTheHoldersAndTheTextStay
     if (event.has_round_completed()) most_workers = std::max(most_workers, event.round_completed().workers());
   }
   EXPECT_EQ(most_workers, 2);
+
+  // Local steps over a worker's own data: one inner step of plain SGD applied as it is, is the
+  // synchronous step over the same batch.
+  v1::JobSpec sgd = spec;
+  sgd.set_rounds(3);
+  sgd.set_verify_fraction(0);
+  sgd.mutable_optimizer()->Clear();
+  sgd.mutable_optimizer()->mutable_sgd()->set_momentum(0);
+  sgd.mutable_optimizer()->set_learning_rate(0.1);
+  sgd.mutable_optimizer()->set_warmup_steps(0);
+  v1::JobSpec local_steps = sgd;
+  local_steps.set_local_steps(1);
+  *local_steps.mutable_outer_optimizer() = sgd.optimizer();
+  local_steps.mutable_outer_optimizer()->set_learning_rate(1.0);
+  job = cluster.Submit(local_steps);
+  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_LE(DistanceFromSingleProcess(cluster, job->job_id(), sgd, notes_text, std::string("\n\n")), 1e-5);
+
+  // Two inner steps over uploads and a worker's own data together, on the holder alone (the only
+  // worker with 8 MiB): its requests mix both (ComputeGradientRequest.local_data positions).
+  absl::StatusOr<std::string> upload = cluster.UploadText(Corpus(12000), std::string("\n\n"));
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  v1::JobSpec mixed = local_steps;
+  mixed.add_dataset_ids(*upload);
+  mixed.set_local_steps(2);
+  mixed.set_rounds(2);
+  mixed.mutable_constraints()->set_min_memory_bytes(8 << 20);
+  job = cluster.Submit(mixed);
+  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_EQ(CountReassigned(cluster, job->job_id()), 0) << cluster.Logs();
 
   // What no worker holds is refused at submission, naming the entry.
   v1::JobSpec unknown = spec;

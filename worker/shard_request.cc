@@ -23,26 +23,55 @@ absl::Status WithField(const absl::Status& status, absl::string_view field) {
   return rpc::AttachErrorDetail(absl::InvalidArgumentError(status.message()), detail);
 }
 
-// A shard of the worker's own dataset: the request carries its sequence indices, not its tokens.
-absl::Status ValidateLocalData(const v1::ComputeGradientRequest& request, int width) {
-  const v1::LocalDataShard& local = request.local_data();
-  if (!request.tokens().empty()) return InvalidField("tokens", "must be empty with local_data");
-  if (request.doc_starts_size() > 0) return InvalidField("doc_starts", "must be empty with local_data");
-  if (request.has_local_steps()) return InvalidField("local_data", "not with local_steps");
-  if (!base::IsSha256Hex(local.sha256())) {
-    return InvalidField("local_data.sha256", "must be 64 lowercase hexadecimal characters");
+// The request's local_data entries: digests, indices and positions. `token_sequences`: the
+// sequences `tokens` carries. The shard's sequence count, or INVALID_ARGUMENT naming the field.
+absl::StatusOr<int64_t> ValidateLocalData(const v1::ComputeGradientRequest& request, int64_t token_sequences,
+                                          int width) {
+  const int64_t most = std::max<int64_t>(1, v1::LIMIT_MAX_CHUNK_BYTES / (static_cast<int64_t>(width) *
+                                                                        request.sequence_length()));
+  const bool whole_shard = request.local_data_size() == 1 && token_sequences == 0;
+  int64_t total = token_sequences;
+  for (int e = 0; e < request.local_data_size(); ++e) {
+    const v1::LocalDataShard& local = request.local_data(e);
+    const std::string field = absl::StrCat("local_data[", e, "]");
+    if (!base::IsSha256Hex(local.sha256())) {
+      return InvalidField(field + ".sha256", "must be 64 lowercase hexadecimal characters");
+    }
+    for (int f = 0; f < e; ++f) {
+      if (request.local_data(f).sha256() == local.sha256()) {
+        return InvalidField(field + ".sha256", absl::StrCat("the same dataset as local_data[", f, "]"));
+      }
+    }
+    if (local.sequences_size() < 1) return InvalidField(field + ".sequences", "empty");
+    for (int i = 0; i < local.sequences_size(); ++i) {
+      if (local.sequences(i) < 0) {
+        return InvalidField(field + ".sequences", absl::StrCat("entry ", i, " = ", local.sequences(i), " is negative"));
+      }
+    }
+    if (local.positions_size() != local.sequences_size() && !(whole_shard && local.positions_size() == 0)) {
+      return InvalidField(field + ".positions",
+                          absl::StrCat(local.positions_size(), " entries for ", local.sequences_size(),
+                                       " sequences; positions are required unless one entry is the whole shard"));
+    }
+    total += local.sequences_size();
   }
-  const int64_t most = v1::LIMIT_MAX_CHUNK_BYTES / (static_cast<int64_t>(width) * request.sequence_length());
-  if (local.sequences_size() < 1 || local.sequences_size() > std::max<int64_t>(1, most)) {
-    return InvalidField("local_data.sequences", absl::StrCat(local.sequences_size(), " sequences; must be 1 to ",
-                                                             std::max<int64_t>(1, most)));
+  if (total > most) {
+    return InvalidField("local_data", absl::StrCat("the shard holds ", total, " sequences; at most ", most,
+                                                   " of ", request.sequence_length(), " tokens"));
   }
-  for (int i = 0; i < local.sequences_size(); ++i) {
-    if (local.sequences(i) < 0) {
-      return InvalidField("local_data.sequences", absl::StrCat("entry ", i, " = ", local.sequences(i), " is negative"));
+  std::vector<bool> taken(static_cast<size_t>(total), false);
+  for (int e = 0; e < request.local_data_size(); ++e) {
+    for (int i = 0; i < request.local_data(e).positions_size(); ++i) {
+      const int64_t position = request.local_data(e).positions(i);
+      if (position < 0 || position >= total || taken[static_cast<size_t>(position)]) {
+        return InvalidField(absl::StrCat("local_data[", e, "].positions"),
+                            absl::StrCat("entry ", i, " = ", position, " is outside [0, ", total,
+                                         ") or taken by another sequence"));
+      }
+      taken[static_cast<size_t>(position)] = true;
     }
   }
-  return absl::OkStatus();
+  return total;
 }
 
 }  // namespace
@@ -91,12 +120,8 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
   if (width == 0) {
     return InvalidField("token_encoding", absl::StrCat("unknown or unspecified encoding ", request.token_encoding()));
   }
-  if (request.has_local_data()) {
-    if (absl::Status local = ValidateLocalData(request, width); !local.ok()) return local;
-    return plan;
-  }
   const int64_t bytes = static_cast<int64_t>(request.tokens().size());
-  if (bytes == 0) return InvalidField("tokens", "empty");
+  if (bytes == 0 && request.local_data_size() == 0) return InvalidField("tokens", "empty");
   if (bytes > v1::LIMIT_MAX_CHUNK_BYTES) {
     return InvalidField("tokens", absl::StrCat(bytes, " bytes; at most ", v1::LIMIT_MAX_CHUNK_BYTES));
   }
@@ -121,6 +146,13 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
     }
   }
 
+  int64_t sequences = (count + length - 1) / length;
+  if (request.local_data_size() > 0) {
+    absl::StatusOr<int64_t> total = ValidateLocalData(request, sequences, width);
+    if (!total.ok()) return total.status();
+    sequences = *total;
+  }
+
   if (request.has_local_steps()) {
     const v1::LocalSteps& local = request.local_steps();
     if (request.evaluate_only()) return InvalidField("local_steps", "not with evaluate_only");
@@ -129,7 +161,6 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
       return InvalidField("local_steps.sequences_per_step",
                           absl::StrCat(steps, " inner steps; must be 1 to ", v1::LIMIT_MAX_LOCAL_STEPS));
     }
-    const int64_t sequences = (count + length - 1) / length;
     int64_t total = 0;
     for (int i = 0; i < steps; ++i) {
       const int64_t n = local.sequences_per_step(i);
@@ -172,6 +203,39 @@ absl::StatusOr<Shard> CutLocalShard(const std::vector<int64_t>& tokens, const st
     }
   }
   return CutSequences(tokens, doc_starts, sequence_length);
+}
+
+absl::StatusOr<Shard> AssembleShard(const v1::ComputeGradientRequest& request, int64_t vocab,
+                                    std::vector<Shard> local) {
+  if (request.local_data_size() == 0) return CutShard(request, vocab);
+  Shard from_tokens;
+  if (!request.tokens().empty()) {
+    absl::StatusOr<Shard> cut = CutShard(request, vocab);
+    if (!cut.ok()) return cut.status();
+    from_tokens = *std::move(cut);
+  }
+  if (local.size() == 1 && request.local_data(0).positions_size() == 0) return std::move(local[0]);
+  size_t total = from_tokens.sequences.size();
+  for (const Shard& entry : local) total += entry.sequences.size();
+  Shard shard;
+  shard.sequences.resize(total);
+  std::vector<bool> filled(total, false);
+  for (size_t e = 0; e < local.size(); ++e) {
+    for (size_t i = 0; i < local[e].sequences.size(); ++i) {
+      const size_t position = static_cast<size_t>(request.local_data(static_cast<int>(e)).positions(static_cast<int>(i)));
+      shard.sequences[position] = std::move(local[e].sequences[i]);
+      filled[position] = true;
+    }
+  }
+  size_t next = 0;
+  for (size_t position = 0; position < total; ++position) {
+    if (!filled[position]) shard.sequences[position] = std::move(from_tokens.sequences[next++]);
+  }
+  for (const performer::PackedBatch& sequence : shard.sequences) {
+    shard.tokens += static_cast<int64_t>(sequence.tokens.size());
+    shard.max_documents = std::max<int64_t>(shard.max_documents, static_cast<int64_t>(sequence.doc_starts.size()));
+  }
+  return shard;
 }
 
 Shard CutSequences(const std::vector<int64_t>& tokens, const std::vector<int64_t>& doc_starts,

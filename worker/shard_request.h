@@ -70,6 +70,13 @@ struct Shard {
                                                   const std::vector<int64_t>& doc_starts, int64_t sequence_length,
                                                   int64_t vocab);
 
+// The request's sequences in shard order: `local[e]` holds the sequences of local_data[e] as the
+// worker read and cut them (CutLocalShard), placed at that entry's positions, and `tokens` (CutShard)
+// fills the other places in order. Without local_data, CutShard. REQUIRES: ValidateShardRequest
+// succeeded and local has one shard per local_data entry, each with that entry's sequence count.
+[[nodiscard]] absl::StatusOr<Shard> AssembleShard(const v1::ComputeGradientRequest& request, int64_t vocab,
+                                                  std::vector<Shard> local);
+
 // Tokens (ids already checked) and document starts (offsets, increasing) cut into sequences of
 // `sequence_length` tokens, the last possibly shorter.
 Shard CutSequences(const std::vector<int64_t>& tokens, const std::vector<int64_t>& doc_starts,

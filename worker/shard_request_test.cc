@@ -296,5 +296,112 @@ TEST(ShardRequestTest, BudgetCheckAddsTheLocalStepsBytes) {
   EXPECT_EQ(detail->budget_bytes(), budget);
 }
 
+// A request whose 19 tokens (3 sequences) share the shard with two of the worker's own datasets.
+v1::ComputeGradientRequest MixedRequest() {
+  v1::ComputeGradientRequest request = GoodRequest();
+  v1::LocalDataShard* notes = request.add_local_data();
+  notes->set_sha256(std::string(64, 'a'));
+  notes->add_sequences(7);
+  notes->add_sequences(2);
+  notes->add_positions(4);
+  notes->add_positions(0);
+  v1::LocalDataShard* mail = request.add_local_data();
+  mail->set_sha256(std::string(64, 'b'));
+  mail->add_sequences(0);
+  mail->add_positions(2);
+  return request;
+}
+
+// A shard of `n` local sequences of 8 tokens, every token = `token`, one document each.
+Shard LocalSequences(int n, int64_t token) {
+  Shard shard;
+  for (int i = 0; i < n; ++i) {
+    performer::PackedBatch batch;
+    batch.tokens.assign(8, token + i);
+    batch.doc_starts = {0};
+    shard.sequences.push_back(batch);
+  }
+  shard.tokens = 8 * n;
+  return shard;
+}
+
+TEST(ShardRequestTest, LocalSequencesTakeTheirPositionsAndTokensFillTheRest) {
+  const v1::ComputeGradientRequest request = MixedRequest();
+  ASSERT_TRUE(ValidateShardRequest(request).ok()) << ValidateShardRequest(request).status();
+  std::vector<Shard> local;
+  local.push_back(LocalSequences(2, 200));  // notes: positions 4, 0
+  local.push_back(LocalSequences(1, 100));  // mail: position 2
+  absl::StatusOr<Shard> shard = AssembleShard(request, 256, std::move(local));
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  ASSERT_EQ(shard->sequences.size(), 6u);
+  EXPECT_EQ(shard->sequences[0].tokens[0], 201);  // notes' second sequence
+  EXPECT_EQ(shard->sequences[1].tokens[0], 'a');  // the tokens' first sequence
+  EXPECT_EQ(shard->sequences[2].tokens[0], 100);  // mail
+  EXPECT_EQ(shard->sequences[3].tokens[0], 'i');  // the tokens' second sequence
+  EXPECT_EQ(shard->sequences[4].tokens[0], 200);  // notes' first sequence
+  EXPECT_EQ(shard->sequences[5].tokens[0], 'q');  // the tokens' last (3 tokens)
+  EXPECT_EQ(shard->tokens, 19 + 3 * 8);
+  EXPECT_EQ(shard->max_documents, 3);  // "ijklmnop" holds starts 8, 10, 12
+
+  // One dataset's entry alone is the whole shard, without positions.
+  v1::ComputeGradientRequest whole = GoodRequest();
+  whole.clear_tokens();
+  whole.clear_doc_starts();
+  *whole.add_local_data() = MixedRequest().local_data(0);
+  whole.mutable_local_data(0)->clear_positions();
+  ASSERT_TRUE(ValidateShardRequest(whole).ok()) << ValidateShardRequest(whole).status();
+  std::vector<Shard> only;
+  only.push_back(LocalSequences(2, 50));
+  shard = AssembleShard(whole, 256, std::move(only));
+  ASSERT_TRUE(shard.ok());
+  ASSERT_EQ(shard->sequences.size(), 2u);
+  EXPECT_EQ(shard->sequences[1].tokens[0], 51);
+}
+
+TEST(ShardRequestTest, LocalDataEntriesAreCheckedFieldByField) {
+  struct Case {
+    std::string field;
+    std::string message;
+    std::function<void(v1::ComputeGradientRequest*)> corrupt;
+  };
+  const std::vector<Case> cases = {
+      {"local_data[0].sha256", "64 lowercase", [](auto* r) { r->mutable_local_data(0)->set_sha256("ab"); }},
+      {"local_data[1].sha256", "the same dataset as local_data[0]",
+       [](auto* r) { r->mutable_local_data(1)->set_sha256(std::string(64, 'a')); }},
+      {"local_data[1].sequences", "empty", [](auto* r) { r->mutable_local_data(1)->clear_sequences(); }},
+      {"local_data[0].sequences", "entry 1 = -1 is negative", [](auto* r) { r->mutable_local_data(0)->set_sequences(1, -1); }},
+      {"local_data[0].positions", "positions are required",
+       [](auto* r) { r->mutable_local_data(0)->clear_positions(); }},
+      {"local_data[1].positions", "entry 0 = 4 is outside [0, 6) or taken",
+       [](auto* r) { r->mutable_local_data(1)->set_positions(0, 4); }},
+      {"local_data[1].positions", "entry 0 = 6 is outside [0, 6)",
+       [](auto* r) { r->mutable_local_data(1)->set_positions(0, 6); }},
+      {"local_data", "the shard holds 131079 sequences; at most 131072",
+       [](auto* r) {
+         for (int i = 0; i < 131073; ++i) {
+           r->mutable_local_data(1)->add_sequences(i);
+           r->mutable_local_data(1)->add_positions(6 + i);
+         }
+       }},
+  };
+  for (const Case& c : cases) {
+    v1::ComputeGradientRequest request = MixedRequest();
+    c.corrupt(&request);
+    absl::StatusOr<performer::Plan> plan = ValidateShardRequest(request);
+    ASSERT_FALSE(plan.ok()) << c.field;
+    EXPECT_EQ(FieldOf(plan.status()), c.field) << plan.status();
+    EXPECT_THAT(plan.status().message(), HasSubstr(c.message)) << c.field;
+  }
+  // A local-steps request counts local sequences in its per-step sums.
+  v1::ComputeGradientRequest stepped = MixedRequest();
+  stepped.mutable_local_steps()->add_sequences_per_step(3);
+  stepped.mutable_local_steps()->add_sequences_per_step(3);
+  stepped.mutable_local_steps()->mutable_inner_optimizer()->mutable_sgd();
+  stepped.mutable_local_steps()->mutable_inner_optimizer()->set_learning_rate(0.1);
+  EXPECT_TRUE(ValidateShardRequest(stepped).ok()) << ValidateShardRequest(stepped).status();
+  stepped.mutable_local_steps()->set_sequences_per_step(1, 2);
+  EXPECT_THAT(ValidateShardRequest(stepped).status().message(), HasSubstr("sum to 5 sequences; the shard holds 6"));
+}
+
 }  // namespace
 }  // namespace slimfit::worker

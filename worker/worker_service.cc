@@ -118,15 +118,19 @@ bool WorkerService::WaitUntilIdle(absl::Duration timeout) {
 void WorkerService::CancelCurrentShard() { abandon_.store(true); }
 
 absl::StatusOr<Shard> WorkerService::CutRequestShard(const v1::ComputeGradientRequest& request, int64_t vocab) {
-  if (!request.has_local_data()) return CutShard(request, vocab);
-  if (options_.local_data == nullptr) {
+  if (request.local_data_size() > 0 && options_.local_data == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", WorkerName(), " holds no datasets of its own (started without --data)"));
   }
-  absl::StatusOr<LocalDataReader::Sequences> read = options_.local_data->Read(request.local_data(),
-                                                                             request.sequence_length());
-  if (!read.ok()) return read.status();
-  return CutLocalShard(read->tokens, read->doc_starts, request.sequence_length(), vocab);
+  std::vector<Shard> local;
+  for (const v1::LocalDataShard& entry : request.local_data()) {
+    absl::StatusOr<LocalDataReader::Sequences> read = options_.local_data->Read(entry, request.sequence_length());
+    if (!read.ok()) return read.status();
+    absl::StatusOr<Shard> cut = CutLocalShard(read->tokens, read->doc_starts, request.sequence_length(), vocab);
+    if (!cut.ok()) return cut.status();
+    local.push_back(*std::move(cut));
+  }
+  return AssembleShard(request, vocab, std::move(local));
 }
 
 grpc::Status WorkerService::DescribeLocalData(grpc::ServerContext* context, const v1::DescribeLocalDataRequest* request,
@@ -169,9 +173,11 @@ grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const 
     work.set_shard_id(request->shard_id());
     work.set_attempt(request->attempt());
     work.set_parameter_version(request->parameter_version());
-    work.set_tokens(request->has_local_data()
-                        ? request->local_data().sequences_size() * request->sequence_length()
-                        : static_cast<int64_t>(request->tokens().size()) / rpc::TokenWidth(request->token_encoding()));
+    int64_t tokens = static_cast<int64_t>(request->tokens().size()) / rpc::TokenWidth(request->token_encoding());
+    for (const v1::LocalDataShard& local : request->local_data()) {
+      tokens += local.sequences_size() * request->sequence_length();
+    }
+    work.set_tokens(tokens);
     *work.mutable_started_at() = ToTimestamp(started);
     current_ = std::move(work);
     abandon_.store(false);
