@@ -47,6 +47,7 @@ struct SubmitOptions {
   std::string spec_path;
   std::vector<std::string> data;
   std::vector<std::string> local_data;
+  std::string trainable;
   std::string data_type = "text";
   std::string separator;
   std::string init;
@@ -286,6 +287,11 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
                    "datasets that stay on the workers holding them (slimfit-worker --data), by the name they "
                    "announced or their SHA-256 ('slimfit workers' lists them); appended to the spec's "
                    "local_datasets (repeatable)");
+  flags.String("trainable", &options.trainable,
+               "train only these parameters (comma-separated name patterns, '*' any run), e.g. "
+               "'layers.1.*,output_logit_map.*'; the rest stay as the model starts, and workers send and fetch "
+               "only these (default: all)",
+               base::FlagSet::kOptionalNoDefault);
   flags.String("data_type", &options.data_type,
                "text (every byte a token), or uint8, uint16, uint32 (pre-tokenised little-endian ids)");
   flags.String("separator", &options.separator,
@@ -370,6 +376,7 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   }
   if (absl::Status s = ApplyFlags(flags, options, model, spec); !s.ok()) return s;
   for (const std::string& local : options.local_data) spec.add_local_datasets(local);
+  if (flags.IsSet("trainable")) spec.set_trainable(options.trainable);
   if (spec.dataset_ids_size() == 0 && options.data.empty() && spec.local_datasets_size() == 0) {
     return absl::InvalidArgumentError(
         "no training data: give --data=FILE or --local_data=NAME (or dataset_ids or local_datasets in the job "

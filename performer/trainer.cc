@@ -87,7 +87,8 @@ Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelConfig& config,
                                                          performer::DType dtype, std::vector<at::Tensor> parameters,
-                                                         const v1::Optimizer& optimizer) {
+                                                         const v1::Optimizer& optimizer,
+                                                         const std::vector<int>& trainable) {
   if (absl::Status valid = ValidateOptimizer(optimizer); !valid.ok()) return valid;
   std::unique_ptr<Trainer> trainer(new Trainer());
   trainer->config_ = config;
@@ -104,6 +105,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelC
       p.set_requires_grad(true);
     }
     trainer->parameters_ = std::move(parameters);
+    trainer->trainable_.assign(trainer->parameters_.size(), trainable.empty());
+    for (const int index : trainable) {
+      if (index < 0 || static_cast<size_t>(index) >= trainer->parameters_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("trainer: trainable parameter index ", index, " of a model of ",
+                                                       trainer->parameters_.size()));
+      }
+      trainer->trainable_[static_cast<size_t>(index)] = true;
+    }
+    std::vector<at::Tensor> stepped;
+    for (size_t i = 0; i < trainer->parameters_.size(); ++i) {
+      if (trainer->trainable_[i]) {
+        stepped.push_back(trainer->parameters_[i]);
+      } else {
+        trainer->parameters_[i].set_requires_grad(false);
+      }
+    }
     const double lr = optimizer.learning_rate();
     if (optimizer.has_adamw()) {
       const v1::AdamW& a = optimizer.adamw();
@@ -111,13 +128,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelC
       options.betas(std::make_tuple(a.has_beta1() ? a.beta1() : 0.9, a.has_beta2() ? a.beta2() : 0.999));
       options.eps(a.has_epsilon() ? a.epsilon() : 1e-8);
       options.weight_decay(optimizer.weight_decay());
-      trainer->optimizer_ = std::make_unique<torch::optim::AdamW>(trainer->parameters_, options);
+      trainer->optimizer_ = std::make_unique<torch::optim::AdamW>(stepped, options);
     } else {
       torch::optim::SGDOptions options(lr);
       options.momentum(optimizer.sgd().momentum());
       options.nesterov(optimizer.sgd().nesterov());
       options.weight_decay(optimizer.weight_decay());
-      trainer->optimizer_ = std::make_unique<torch::optim::SGD>(trainer->parameters_, options);
+      trainer->optimizer_ = std::make_unique<torch::optim::SGD>(stepped, options);
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("creating the optimizer: ", e.what_without_backtrace()));
@@ -146,7 +163,7 @@ absl::StatusOr<StepResult> Trainer::Step(const std::vector<at::Tensor>& gradient
                                                        c10::str(gradient[i].sizes()), "; the parameter ",
                                                        c10::str(parameters_[i].sizes())));
       }
-      squares += gradient[i].to(at::kDouble).pow(2).sum().item<double>();
+      if (trainable_[i]) squares += gradient[i].to(at::kDouble).pow(2).sum().item<double>();
     }
     result.gradient_norm = std::sqrt(squares);
     if (!std::isfinite(result.gradient_norm)) {
@@ -158,6 +175,7 @@ absl::StatusOr<StepResult> Trainer::Step(const std::vector<at::Tensor>& gradient
       if (coefficient < 1.0) scale = coefficient;
     }
     for (size_t i = 0; i < gradient.size(); ++i) {
+      if (!trainable_[i]) continue;
       at::Tensor g = gradient[i].detach().to(parameters_[i].options().requires_grad(false)).clone();
       if (scale != 1.0) g.mul_(scale);
       parameters_[i].mutable_grad() = g;

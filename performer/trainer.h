@@ -54,17 +54,21 @@ struct StepResult {
 class Trainer {
  public:
   // Takes ownership of `parameters` (checkpoint layout, in performer::ParameterNames(config)
-  // order, CPU). REQUIRES: ValidateOptimizer(optimizer).ok().
+  // order, CPU). `trainable`: indices (increasing) of the parameters the optimizer steps, the others
+  // frozen (no update, no weight decay, no state); empty: all. REQUIRES:
+  // ValidateOptimizer(optimizer).ok().
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const performer::ModelConfig& config,
                                                          performer::DType dtype,
                                                          std::vector<at::Tensor> parameters,
-                                                         const v1::Optimizer& optimizer);
+                                                         const v1::Optimizer& optimizer,
+                                                         const std::vector<int>& trainable = {});
 
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // One optimizer step with `gradient` (same names/shapes/order as the parameters).
+  // One optimizer step with `gradient` (same names/shapes/order as the parameters; frozen
+  // parameters' entries are ignored, and the norm and clipping cover the trainable ones).
   // INVALID_ARGUMENT for a shape mismatch or a non-finite gradient (nothing is changed then).
   absl::StatusOr<StepResult> Step(const std::vector<at::Tensor>& gradient);
 
@@ -99,6 +103,7 @@ class Trainer {
   performer::DType dtype_ = performer::DType::kFloat32;
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_;
+  std::vector<bool> trainable_;  // per parameter
   v1::Optimizer spec_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int64_t steps_ = 0;

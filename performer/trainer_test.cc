@@ -68,6 +68,40 @@ TEST(TrainerTest, AdamWFirstStepMatchesTheFormula) {
   }
 }
 
+TEST(TrainerTest, FrozenParametersStayBitForBitAndTheNormCoversTheTrainableOnes) {
+  v1::Optimizer spec;
+  spec.mutable_adamw();
+  spec.set_learning_rate(0.01);
+  spec.set_weight_decay(0.1);  // would move a frozen parameter if the optimizer held it
+  std::vector<at::Tensor> before = Parameters(3);
+  ASSERT_GE(before.size(), 3u);
+  const std::vector<int> trainable = {1, static_cast<int>(before.size()) - 1};
+  auto trainer = Trainer::Create(Tiny(), performer::DType::kFloat64, before, spec, trainable);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  std::vector<at::Tensor> g = Gradient(before, 0.3);
+  absl::StatusOr<StepResult> step = (*trainer)->Step(g);
+  ASSERT_TRUE(step.ok()) << step.status();
+  double squares = 0;
+  for (int i : trainable) squares += g[static_cast<size_t>(i)].pow(2).sum().item<double>();
+  EXPECT_NEAR(step->gradient_norm, std::sqrt(squares), 1e-9);
+  for (size_t i = 0; i < before.size(); ++i) {
+    const bool trained = i == 1 || i == before.size() - 1;
+    if (trained) {
+      at::Tensor want = before[i] * (1 - 0.01 * 0.1) - 0.01 * g[i] / (g[i].abs() + 1e-8);
+      EXPECT_TRUE(at::allclose((*trainer)->parameters()[i], want, 1e-9, 1e-12)) << i;
+    } else {
+      EXPECT_TRUE(at::equal((*trainer)->parameters()[i], before[i])) << i;
+    }
+  }
+  // The optimizer state holds the trainable parameters only, and resumes them.
+  const std::string path = testing_util::TempPath("frozen.optimizer.safetensors");
+  ASSERT_TRUE((*trainer)->SaveOptimizerState(path).ok());
+  auto resumed = Trainer::Create(Tiny(), performer::DType::kFloat64, (*trainer)->parameters(), spec, trainable);
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_TRUE((*resumed)->LoadOptimizerState(path).ok());
+  EXPECT_FALSE(Trainer::Create(Tiny(), performer::DType::kFloat64, before, spec, {99}).ok());
+}
+
 TEST(TrainerTest, WarmupAndClipping) {
   v1::Optimizer spec;
   spec.mutable_sgd();

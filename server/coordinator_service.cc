@@ -255,12 +255,19 @@ grpc::Status CoordinatorService::FetchParameters(grpc::ServerContext* context,
   }
   manifest->set_total_bytes(total);
   manifest->set_feature_seed(parameters.feature_seed);
-  // A worker holding the version this one was rebuilt from gets the encoded difference.
+  // A worker holding the version this one was rebuilt from gets the encoded difference; one holding
+  // any earlier version of a job that trains a subset, only the tensors that change.
   const bool difference = parameters.base_version != 0 && request->base_version() == parameters.base_version;
+  const bool partial = !parameters.sent_tensors.empty() && request->base_version() != 0 &&
+                       request->base_version() < parameters.version;
   manifest->set_compression(difference ? parameters.compression : v1::COMPRESSION_NONE);
   if (difference) {
     manifest->set_base_version(parameters.base_version);
     manifest->set_sha256(parameters.sha256);
+  } else if (partial) {
+    manifest->set_base_version(request->base_version());
+    manifest->set_sha256(parameters.sha256);
+    for (const int index : parameters.sent_tensors) manifest->add_sent_tensors(index);
   }
   if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "worker went away");
   int64_t sent = 0;
@@ -270,9 +277,20 @@ grpc::Status CoordinatorService::FetchParameters(grpc::ServerContext* context,
     sent += performer::ChunkWireBytes(chunk);
     return writer->Write(piece);
   };
-  absl::Status streamed =
-      difference ? performer::ChunkEncoded(parameters.names, parameters.difference, parameters.dtype, emit)
-                 : performer::ChunkTensors(parameters.names, parameters.tensors, parameters.dtype, emit);
+  absl::Status streamed;
+  if (difference) {
+    streamed = performer::ChunkEncoded(parameters.names, parameters.difference, parameters.dtype, emit);
+  } else if (partial) {
+    std::vector<std::string> names;
+    std::vector<at::Tensor> tensors;
+    for (const int index : parameters.sent_tensors) {
+      names.push_back(parameters.names[static_cast<size_t>(index)]);
+      tensors.push_back(parameters.tensors[static_cast<size_t>(index)]);
+    }
+    streamed = performer::ChunkTensors(names, tensors, parameters.dtype, emit);
+  } else {
+    streamed = performer::ChunkTensors(parameters.names, parameters.tensors, parameters.dtype, emit);
+  }
   parameters.bytes_served.fetch_add(sent);
   return rpc::ToGrpcStatus(streamed, context);
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "performer/model_checkpoint.h"
+#include "performer/parameter_selection.h"
 #include "performer/performer_model.h"
 #include "performer/tensor_codec.h"
 #include "planner/plan_proto.h"
@@ -217,6 +218,20 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
     }
     if (!(scale > 0 && scale <= 10)) {
       return rpc::InvalidFieldError("spec.model.init_readout_scale", absl::StrCat("must be in (0, 10], got ", scale));
+    }
+  }
+  if (!spec.trainable().empty()) {
+    absl::StatusOr<std::vector<int>> trainable =
+        performer::SelectParameters(performer::ParameterNames(prepared.config), spec.trainable());
+    if (!trainable.ok()) return WithFieldDetail(trainable.status());
+    if (spec.has_local_steps()) {
+      return rpc::InvalidFieldError("spec.trainable",
+                                    "not with local_steps: inner optimizers train every parameter");
+    }
+    if (performer::IsCompressed(spec.compression().parameters())) {
+      return rpc::InvalidFieldError("spec.trainable",
+                                    "not with compression.parameters: a job that trains a subset sends workers only "
+                                    "that subset's new values, exactly");
     }
   }
   absl::StatusOr<JobData> data = LoadData(spec, prepared.config);

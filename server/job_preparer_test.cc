@@ -167,6 +167,31 @@ TEST_F(JobPreparerTest, RefusesUnknownCompressionNamingTheField) {
   }
 }
 
+TEST_F(JobPreparerTest, ValidatesTheTrainableSubset) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  v1::JobSpec spec = Spec(256, 16);
+  spec.set_trainable("layers.7.*");
+  ExpectInvalidField(preparer.Prepare(spec, /*load_initial=*/false), "spec.trainable",
+                     "'layers.7.*' matches no parameter; the model's are ");
+  spec.set_trainable("layers.0.*,output_logit_map.*");
+  // Valid: the next check (the unknown dataset) answers.
+  EXPECT_EQ(preparer.Prepare(spec, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound);
+  v1::JobSpec compressed = spec;
+  compressed.mutable_compression()->set_parameters(v1::COMPRESSION_INT8);
+  ExpectInvalidField(preparer.Prepare(compressed, /*load_initial=*/false), "spec.trainable",
+                     "not with compression.parameters");
+  ExpectInvalidField(preparer.Prepare(LocalStepsSpec(spec), /*load_initial=*/false), "spec.trainable",
+                     "not with local_steps");
+}
+
+TEST_F(JobPreparerTest, NeedsSomeDataUploadedOrOnWorkers) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  v1::JobSpec spec = Spec(256, 16);
+  spec.clear_dataset_ids();
+  ExpectInvalidField(preparer.Prepare(spec, /*load_initial=*/false), "spec.dataset_ids",
+                     "at least one dataset is required (dataset_ids, or local_datasets on workers)");
+}
+
 TEST_F(JobPreparerTest, CompressedPseudoGradientsNeedLocalSteps) {
   JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
   for (const v1::Compression compression : {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {

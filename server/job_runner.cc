@@ -14,8 +14,10 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "performer/model_checkpoint.h"
+#include "performer/parameter_selection.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
+#include "performer/tensor_codec.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
 #include "server/job_defaults.h"
@@ -43,6 +45,12 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   const v1::JobSpec spec = runner->record_.Snapshot().spec();
   runner->dtype_ =
       spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+  if (!spec.trainable().empty()) {
+    absl::StatusOr<std::vector<int>> trainable =
+        performer::SelectParameters(performer::ParameterNames(config), spec.trainable());
+    if (!trainable.ok()) return trainable.status();
+    runner->trainable_ = *std::move(trainable);
+  }
 
   absl::StatusOr<std::vector<v1::JobEvent>> events = runner->deps_.store->Events(runner->record_.job_id(), 0);
   if (!events.ok()) return events.status();
@@ -52,7 +60,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   if (!checkpoints.ok()) return checkpoints.status();
   if (checkpoints->empty()) {
     absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
-        performer::Trainer::Create(config, runner->dtype_, std::move(initial), StepOptimizer(spec));
+        performer::Trainer::Create(config, runner->dtype_, std::move(initial), StepOptimizer(spec),
+                                   runner->trainable_);
     if (!trainer.ok()) return trainer.status();
     runner->trainer_ = *std::move(trainer);
     runner->record_.Update([&](v1::Job* job) {
@@ -93,6 +102,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   dispatcher_deps.options = r.deps_.options;
   dispatcher_deps.names = r.trainer_->names();
   dispatcher_deps.shapes = performer::ParameterShapes(config);
+  dispatcher_deps.gradient_tensors = r.trainable_;
   dispatcher_deps.dtype = r.dtype_;
   dispatcher_deps.encoding = rpc::NarrowestTokenEncoding(config.vocab);
   dispatcher_deps.feature_seed = spec.seed();
@@ -167,7 +177,7 @@ absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
   }
   const v1::JobSpec spec = record_.Snapshot().spec();
   absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
-      performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec));
+      performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec), trainable_);
   if (!trainer.ok()) return trainer.status();
   trainer_ = *std::move(trainer);
   if (absl::Status loaded = trainer_->LoadOptimizerState(latest.optimizer_path); !loaded.ok()) return loaded;
@@ -221,6 +231,16 @@ void JobRunner::Publish(bool as_difference) {
     snapshot->base_version = 0;
     snapshot->sha256.clear();
     for (const at::Tensor& p : trainer_->parameters()) snapshot->tensors.push_back(p.detach().clone());
+    if (!trainable_.empty()) {
+      // Workers holding an earlier version fetch only the trainable tensors, and check the whole.
+      absl::StatusOr<std::string> digest = performer::TensorsSha256(snapshot->tensors);
+      if (digest.ok()) {
+        snapshot->sent_tensors = trainable_;
+        snapshot->sha256 = *std::move(digest);
+      } else {
+        base::LogWarning(record_.job_id(), ": version ", snapshot->version, " goes out whole: ", digest.status().message());
+      }
+    }
   }
   absl::MutexLock lock(&mutex_);
   published_ = std::move(snapshot);

@@ -70,7 +70,10 @@ struct ParameterSnapshot {
   uint64_t base_version = 0;
   v1::Compression compression = v1::COMPRESSION_NONE;
   std::vector<performer::EncodedTensor> difference;
-  std::string sha256;  // of `tensors`, with a difference (ParameterManifest.sha256)
+  std::string sha256;  // of `tensors`, with a difference or sent_tensors (ParameterManifest.sha256)
+  // A job that trains a subset (JobSpec.trainable): the tensors that change from version to
+  // version; a worker holding any earlier version of the job fetches only these. Empty: all.
+  std::vector<int> sent_tensors;
   // Bytes of this version served to workers so far (FetchParameters adds what it sent): the
   // round that trains on this version reports them as RoundTiming.bytes_to_workers.
   mutable std::atomic<int64_t> bytes_served{0};
@@ -143,6 +146,7 @@ class JobRunner {
 
   mutable absl::Mutex mutex_;
   std::string cancel_reason_ ABSL_GUARDED_BY(mutex_);
+  std::vector<int> trainable_;  // JobSpec.trainable as parameter indices; empty: all
   std::shared_ptr<const ParameterSnapshot> published_ ABSL_GUARDED_BY(mutex_);
 };
 

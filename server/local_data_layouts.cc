@@ -22,6 +22,7 @@ absl::StatusOr<std::vector<std::string>> LocalDataLayouts::Resolve(
     return rpc::InvalidFieldError("spec.local_datasets", absl::StrCat(entries.size(), " datasets; at most ",
                                                                        v1::LIMIT_MAX_LOCAL_DATASETS));
   }
+  if (entries.empty()) return std::vector<std::string>{};
   // Every registered worker's announcements, gone ones too: a job may name data whose holders are
   // restarting.
   std::map<std::string, std::set<std::string>> digests_of_name;

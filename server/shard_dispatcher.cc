@@ -251,8 +251,10 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   }
   std::vector<int64_t> expected;
   for (const Task& shard : shards) expected.push_back(shard.expected_tokens);
+  std::vector<std::vector<int64_t>> sent_shapes;
+  for (const size_t index : SentTensors()) sent_shapes.push_back(deps_.shapes[index]);
   RoundCollector collector(
-      round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : deps_.shapes,
+      round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : sent_shapes,
       evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype));
   RoundOutput output;
   output.shards = static_cast<int>(shards.size());
@@ -329,7 +331,17 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   if (!collector.complete()) return absl::InternalError(absl::StrCat(what, ": aggregation incomplete"));
   output.loss_sum = collector.loss_sum();
   output.tokens = collector.token_count();
-  if (!evaluate_only) output.gradient = collector.gradient();
+  if (!evaluate_only) {
+    std::vector<at::Tensor> sent = collector.gradient();
+    if (deps_.gradient_tensors.empty()) {
+      output.gradient = std::move(sent);
+    } else {
+      // Frozen parameters' gradients are zero; only the trainable ones travelled.
+      for (const std::vector<int64_t>& shape : deps_.shapes) output.gradient.push_back(at::zeros(shape, at::kDouble));
+      const std::vector<size_t> indices = SentTensors();
+      for (size_t i = 0; i < indices.size(); ++i) output.gradient[indices[i]] = std::move(sent[i]);
+    }
+  }
   const std::map<std::string, std::set<int64_t>> contributions = collector.contributions();
   output.workers = static_cast<int>(contributions.size());
   for (const auto& [worker, counted] : contributions) {
@@ -539,6 +551,16 @@ absl::StatusOr<std::vector<WorkerPlan>> ShardDispatcher::Reassign(
   }
   *failed = std::move(assigned);
   return replanned;
+}
+
+std::vector<size_t> ShardDispatcher::SentTensors() const {
+  std::vector<size_t> indices;
+  if (deps_.gradient_tensors.empty()) {
+    for (size_t i = 0; i < deps_.shapes.size(); ++i) indices.push_back(i);
+  } else {
+    for (const int index : deps_.gradient_tensors) indices.push_back(static_cast<size_t>(index));
+  }
+  return indices;
 }
 
 void ShardDispatcher::Strike(const std::string& worker_id, int64_t round, const std::string& why) {

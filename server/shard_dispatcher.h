@@ -87,6 +87,9 @@ class ShardDispatcher {
     // the wire, the token encoding and the FAVOR+ seed.
     std::vector<std::string> names;
     std::vector<std::vector<int64_t>> shapes;
+    // JobSpec.trainable: the parameters whose gradients workers send (indices, increasing); the
+    // round's gradient is zero for the others. Empty: all.
+    std::vector<int> gradient_tensors;
     performer::DType dtype = performer::DType::kFloat32;
     v1::TokenEncoding encoding = v1::TOKEN_ENCODING_UINT8;
     uint64_t feature_seed = 0;                    // also draws the spot-checked shards
@@ -212,6 +215,8 @@ class ShardDispatcher {
   // re-registered as a new incarnation); DRAINING workers may finish theirs.
   void CancelCallsToGoneWorkers();
   bool stopping() const { return deps_.stopping->load(); }
+  // The parameters whose gradients travel (deps.gradient_tensors, or all), as indices.
+  std::vector<size_t> SentTensors() const;
 
   const Deps deps_;
   NormScreen screen_;                   // the job's recent per-token gradient norms

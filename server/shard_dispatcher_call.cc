@@ -65,6 +65,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     request.set_tokens(*std::move(encoded));
     for (int64_t start : doc_starts) request.add_doc_starts(start);
   }
+  for (const int index : deps_.gradient_tensors) request.add_gradient_tensors(index);
   request.set_loss_normalizer(normalizer);
   request.set_feature_seed(deps_.feature_seed);
   request.set_evaluate_only(evaluate_only);
@@ -97,7 +98,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   } untrack{this, context.get()};
 
   std::vector<performer::TensorSpec> specs;
-  for (size_t i = 0; i < deps_.shapes.size(); ++i) specs.push_back({deps_.names[i], deps_.shapes[i]});
+  for (const size_t i : SentTensors()) specs.push_back({deps_.names[i], deps_.shapes[i]});
   performer::TensorAssembler assembler(std::move(specs), deps_.dtype,
                                        absl::StrCat("gradient of round ", round, " shard ", task.id, " from ",
                                                     plan.worker.worker_id),

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "performer/gradient_engine.h"
 #include "performer/packed_batch.h"
+#include "performer/parameter_selection.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
 #include "planner/plan_proto.h"
@@ -37,7 +38,12 @@ std::vector<at::Tensor> TrainLocally(const v1::JobSpec& submitted, const std::st
   absl::StatusOr<performer::PerformerModel> initial =
       performer::PerformerModel::Create(*config, performer::DType::kFloat32, at::kCPU, spec.seed(),
                                         performer::InitOptions{spec.model().init_readout_scale()});
-  auto trainer = performer::Trainer::Create(*config, performer::DType::kFloat32, initial->parameters(), spec.optimizer());
+  absl::StatusOr<std::vector<int>> trainable =
+      spec.trainable().empty() ? std::vector<int>{}
+                               : performer::SelectParameters(performer::ParameterNames(*config), spec.trainable());
+  EXPECT_TRUE(trainable.ok()) << trainable.status();
+  auto trainer =
+      performer::Trainer::Create(*config, performer::DType::kFloat32, initial->parameters(), spec.optimizer(), *trainable);
   EXPECT_TRUE(trainer.ok());
   for (int64_t round = 1; round <= spec.rounds(); ++round) {
     std::vector<server::SequenceRef> sequences = data->RoundSequences(round);
@@ -80,15 +86,21 @@ std::vector<v1::JobEvent> AllEvents(Cluster& cluster, const std::string& job_id)
   return events;
 }
 
-double DistanceFromSingleProcess(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec,
-                                 const std::string& text, const std::optional<std::string>& separator) {
+std::vector<at::Tensor> ExportedParameters(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec) {
   absl::StatusOr<performer::TensorFile> exported = cluster.Export(job_id);
   EXPECT_TRUE(exported.ok()) << exported.status();
   absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
   EXPECT_TRUE(config.ok()) << config.status();
-  if (!exported.ok() || !config.ok()) return 1.0;
   std::vector<at::Tensor> got;
+  if (!exported.ok() || !config.ok()) return got;
   for (const std::string& name : performer::ParameterNames(*config)) got.push_back(exported->tensors.at(name));
+  return got;
+}
+
+double DistanceFromSingleProcess(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec,
+                                 const std::string& text, const std::optional<std::string>& separator) {
+  const std::vector<at::Tensor> got = ExportedParameters(cluster, job_id, spec);
+  if (got.empty()) return 1.0;
   return performer::RelativeDiscrepancy(got, TrainLocally(spec, text, separator));
 }
 

@@ -29,6 +29,10 @@ std::vector<at::Tensor> TrainLocally(const v1::JobSpec& spec, const std::string&
 // Every event of a job (the job must be terminal: the stream then ends).
 std::vector<v1::JobEvent> AllEvents(Cluster& cluster, const std::string& job_id);
 
+// A finished job's exported parameters in model order (empty, with a test failure, when the export
+// fails).
+std::vector<at::Tensor> ExportedParameters(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec);
+
 // ‖exported − TrainLocally‖ / ‖TrainLocally‖ over every parameter of a finished job.
 double DistanceFromSingleProcess(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec,
                                  const std::string& text, const std::optional<std::string>& separator);

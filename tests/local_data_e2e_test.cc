@@ -3,6 +3,7 @@
 // such datasets (JobSpec.local_datasets) trains exactly what the same text uploaded would, its
 // shards and evaluations run only on the holders, and nothing the coordinator stores, logs or is
 // told holds the data itself.
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -11,6 +12,10 @@
 #include "base/files.h"
 #include "base/sha256.h"
 #include "base/test_util.h"
+#include "performer/gradient_engine.h"
+#include "performer/parameter_selection.h"
+#include "performer/performer_model.h"
+#include "planner/plan_proto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/rpc_util.h"
@@ -119,6 +124,34 @@ TEST(LocalDataE2E, JobsOverWorkerLocalDataTrainExactlyOnTheHoldersAndTheTextStay
     if (event.has_round_completed()) EXPECT_EQ(event.round_completed().workers(), 1);  // the one holder
   }
   EXPECT_GE(evaluations, 2);  // before the first round and after the last, on the holder
+
+  // Personalisation: the same job training only the second layer and the output map. Exactly the
+  // single process's result with the same subset; the other parameters bit for bit as they started;
+  // only the trainable half of the model travels back, and after the first fetch, out.
+  v1::JobSpec personal = spec;
+  personal.set_trainable("layers.1.*,output_logit_map.*");
+  absl::StatusOr<v1::Job> personal_job = cluster.Submit(personal);
+  ASSERT_TRUE(personal_job.ok()) << personal_job.status() << cluster.Logs();
+  absl::StatusOr<v1::Job> personal_done = cluster.WaitForJob(personal_job->job_id(), absl::Seconds(180));
+  ASSERT_TRUE(personal_done.ok()) << personal_done.status() << cluster.Logs();
+  ASSERT_EQ(personal_done->state(), v1::JOB_STATE_SUCCEEDED) << personal_done->state_reason() << cluster.Logs();
+  const std::vector<at::Tensor> local = TrainLocally(personal, notes_text, std::string("\n\n"));
+  const std::vector<at::Tensor> exported = ExportedParameters(cluster, personal_job->job_id(), personal);
+  ASSERT_EQ(exported.size(), local.size());
+  EXPECT_LE(performer::RelativeDiscrepancy(exported, local), 1e-5);
+  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(personal.model().config(), "model");
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::vector<int>> trainable =
+      performer::SelectParameters(performer::ParameterNames(*config), personal.trainable());
+  ASSERT_TRUE(trainable.ok()) << trainable.status();
+  const std::vector<at::Tensor> full_run = ExportedParameters(cluster, job->job_id(), spec);
+  for (size_t i = 0; i < exported.size(); ++i) {
+    if (std::count(trainable->begin(), trainable->end(), static_cast<int>(i)) > 0) continue;
+    EXPECT_TRUE(at::equal(exported[i], local[i])) << i;       // the initial values, bit for bit
+    EXPECT_FALSE(at::equal(exported[i], full_run[i])) << i;  // which a full job does train
+  }
+  EXPECT_LT(personal_done->progress().bytes_from_workers(), 0.6 * done->progress().bytes_from_workers());
+  EXPECT_LT(personal_done->progress().bytes_to_workers(), 0.8 * done->progress().bytes_to_workers());
 
   // Both workers' datasets (one by digest) beside each other: each shard on its holder.
   v1::JobSpec both = spec;

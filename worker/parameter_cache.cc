@@ -145,14 +145,28 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(
     return abandon(absl::InternalError(absl::StrCat("the manifest is relative to version ", manifest.base_version(),
                                                     ", which this worker did not offer")));
   }
-  if (delta != performer::IsCompressed(manifest.compression()) || !v1::Compression_IsValid(manifest.compression())) {
+  // Or, for a job that trains a subset of the parameters, only those tensors' new values.
+  const bool partial = manifest.sent_tensors_size() > 0;
+  if (partial && !delta) return abandon(absl::InternalError("the manifest sends some tensors but names no base"));
+  if ((delta && !partial) != performer::IsCompressed(manifest.compression()) ||
+      !v1::Compression_IsValid(manifest.compression())) {
     return abandon(absl::InternalError(absl::StrCat("the manifest's compression ",
                                                     v1::Compression_Name(manifest.compression()), " does not go with ",
-                                                    delta ? "a difference" : "whole parameters")));
+                                                    partial ? "tensors sent whole" : delta ? "a difference" : "whole parameters")));
   }
   const std::vector<performer::TensorSpec> expected = *specs;
-  performer::TensorAssembler assembler(*std::move(specs), dtype, absl::StrCat("parameters of job ", job_id),
-                                       manifest.compression());
+  std::vector<performer::TensorSpec> sent;
+  for (int i = 0; i < manifest.sent_tensors_size(); ++i) {
+    const int index = manifest.sent_tensors(i);
+    if (index < 0 || static_cast<size_t>(index) >= expected.size() || (i > 0 && index <= manifest.sent_tensors(i - 1))) {
+      return abandon(absl::InternalError(absl::StrCat("sent_tensors entry ", i, " = ", index,
+                                                      " is out of order or outside the manifest's ", expected.size(),
+                                                      " tensors")));
+    }
+    sent.push_back(expected[static_cast<size_t>(index)]);
+  }
+  performer::TensorAssembler assembler(partial ? sent : *std::move(specs), dtype,
+                                       absl::StrCat("parameters of job ", job_id), manifest.compression());
   while (reader->Read(&message)) {
     if (!message.has_chunk()) return abandon(absl::InternalError("a message after the manifest is not a chunk"));
     if (absl::Status s = assembler.Add(message.chunk()); !s.ok()) return abandon(s);
@@ -163,7 +177,11 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(
   absl::StatusOr<std::vector<at::Tensor>> tensors = assembler.Finish();
   if (!tensors.ok()) return absl::InternalError(absl::StrCat(what, ": ", tensors.status().message()));
   std::map<std::string, at::Tensor> named;
-  if (delta) {
+  if (partial) {
+    // The base's tensors, with the sent ones replaced (frozen tensors never change in a job).
+    named = base->StateDict();
+    for (size_t i = 0; i < sent.size(); ++i) named[sent[i].name] = (*tensors)[i];
+  } else if (delta) {
     const std::map<std::string, at::Tensor> held = base->StateDict();
     for (size_t i = 0; i < expected.size(); ++i) {
       auto it = held.find(expected[i].name);

@@ -146,6 +146,17 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
     }
   }
 
+  for (int i = 0; i < request.gradient_tensors_size(); ++i) {
+    const int index = request.gradient_tensors(i);
+    if (index < 0 || (i > 0 && index <= request.gradient_tensors(i - 1))) {
+      return InvalidField("gradient_tensors", absl::StrCat("entry ", i, " = ", index,
+                                                           " is negative or does not increase"));
+    }
+  }
+  if (request.gradient_tensors_size() > 0 && request.has_local_steps()) {
+    return InvalidField("gradient_tensors", "not with local_steps");
+  }
+
   int64_t sequences = (count + length - 1) / length;
   if (request.local_data_size() > 0) {
     absl::StatusOr<int64_t> total = ValidateLocalData(request, sequences, width);

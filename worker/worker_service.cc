@@ -348,8 +348,24 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
       *response.mutable_chunk() = chunk;
       return writer->Write(response);
     };
-    absl::Status streamed = encoded.empty() ? performer::ChunkTensors(parameters.names(), sum, plan.dtype, emit)
-                                            : performer::ChunkEncoded(parameters.names(), encoded, plan.dtype, emit);
+    // Only the trainable parameters' gradients, when the job trains a subset.
+    std::vector<std::string> names = parameters.names();
+    if (request.gradient_tensors_size() > 0) {
+      std::vector<std::string> sent_names;
+      std::vector<at::Tensor> sent;
+      for (const int index : request.gradient_tensors()) {
+        if (static_cast<size_t>(index) >= names.size()) {
+          return InvalidField("gradient_tensors", absl::StrCat(index, " is not below the model's ", names.size(),
+                                                               " parameters"));
+        }
+        sent_names.push_back(names[static_cast<size_t>(index)]);
+        sent.push_back(std::move(sum[static_cast<size_t>(index)]));
+      }
+      names = std::move(sent_names);
+      sum = std::move(sent);
+    }
+    absl::Status streamed = encoded.empty() ? performer::ChunkTensors(names, sum, plan.dtype, emit)
+                                            : performer::ChunkEncoded(names, encoded, plan.dtype, emit);
     if (absl::IsCancelled(streamed)) {
       return absl::CancelledError(absl::StrCat(ShardName(request), ": the caller went away while the gradient streamed"));
     }
