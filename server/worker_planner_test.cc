@@ -109,6 +109,48 @@ TEST_F(WorkerPlannerTest, ARunningJobWaitsWhileOnlyWorkersThatCannotRunItAreLive
   EXPECT_EQ(record_->Snapshot().state(), v1::JOB_STATE_RUNNING);
 }
 
+TEST_F(WorkerPlannerTest, ARoundOverWorkerLocalDataWaitsForALiveHolder) {
+  // The job's data: the uploaded stream and one worker-local dataset, "notes".
+  LocalSource notes;
+  notes.sha256 = std::string(64, 'e');
+  notes.name = "notes";
+  notes.documents = {1, 2, 1, 1};
+  rpc::TokenStream stream;
+  for (int i = 0; i < 4096; ++i) stream.tokens.push_back(i % 251);
+  stream.doc_starts = {0};
+  *data_ = *JobData::Create(std::move(stream), {notes}, 256, 256, 512, 0, 1);
+  ASSERT_TRUE(registry_->Register(Worker(int64_t{256} << 20), std::nullopt).ok());
+
+  absl::StatusOr<std::vector<WorkerPlan>> plans;
+  std::thread runner([&] { plans = planner_->PlanWorkers(3, {1}); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (record_->Snapshot().state_reason().find("holding local dataset") == std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(record_->Snapshot().state_reason(),
+              HasSubstr("waiting for a live eligible worker holding local dataset notes (SHA-256 eeeeeeeeeeee…)"));
+
+  // A holder registers: the round goes on with both workers.
+  v1::RegisterWorkerRequest holder = Worker(int64_t{256} << 20);
+  v1::LocalDataset* announced = holder.add_local_datasets();
+  announced->set_name("notes");
+  announced->set_sha256(notes.sha256);
+  announced->set_tokens(1024);
+  announced->set_documents(5);
+  announced->set_content_type("text/plain");
+  announced->set_max_token(200);
+  absl::StatusOr<v1::RegisterWorkerResponse> registered = registry_->Register(holder, std::nullopt);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  signal_.Notify();
+  runner.join();
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  ASSERT_EQ(plans->size(), 2u);
+  int holders = 0;
+  for (const WorkerPlan& plan : *plans) holders += plan.worker.local_datasets.count(notes.sha256) > 0 ? 1 : 0;
+  EXPECT_EQ(holders, 1);
+}
+
 TEST_F(WorkerPlannerTest, IdenticalDevicesShareASearchAndEveryBudgetGetsItsOwn) {
   std::vector<std::string> ids;
   for (int64_t budget : {int64_t{64} << 20, int64_t{64} << 20, int64_t{3} << 20}) {

@@ -121,7 +121,9 @@ TEST(LocalDataE2E, JobsOverWorkerLocalDataTrainExactlyOnTheHoldersAndTheTextStay
   int evaluations = 0;
   for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
     if (event.has_evaluation() && event.evaluation().tokens() > 0) ++evaluations;
-    if (event.has_round_completed()) EXPECT_EQ(event.round_completed().workers(), 1);  // the one holder
+    if (event.has_round_completed()) {
+      EXPECT_EQ(event.round_completed().workers(), 1);  // the one holder
+    }
   }
   EXPECT_GE(evaluations, 2);  // before the first round and after the last, on the holder
 

@@ -128,7 +128,9 @@ TEST(VerificationEndToEndTest, RejectedResultsGetTheirWorkerQuarantinedAndChange
       EXPECT_THAT(event.worker_quarantined().reason(), HasSubstr("2 results rejected"));
     }
     // A quarantined worker's results never counted, so nothing had to be computed again.
-    if (event.has_worker_quarantined()) EXPECT_EQ(event.worker_quarantined().recomputed_shards(), 0);
+    if (event.has_worker_quarantined()) {
+      EXPECT_EQ(event.worker_quarantined().recomputed_shards(), 0);
+    }
   }
   ASSERT_EQ(quarantined.size(), liars.size()) << cluster.Logs();
   for (const auto& [worker_id, why] : liars) {
@@ -178,8 +180,9 @@ TEST(VerificationEndToEndTest, ASubtleLieIsOutvotedBySpotChecksAndChangesNothing
       EXPECT_EQ(event.worker_quarantined().worker_id(), liar_id);
       EXPECT_THAT(event.worker_quarantined().reason(), HasSubstr("outvoted"));
     }
-    if (event.has_round_completed())
+    if (event.has_round_completed()) {
       EXPECT_EQ(event.round_completed().verified_shards(), event.round_completed().shards());
+    }
   }
   EXPECT_GE(outvoted, 1);  // every shard it had a hand in before the quarantine
   EXPECT_EQ(quarantines, 1);
