@@ -48,6 +48,7 @@ struct SubmitOptions {
   std::vector<std::string> data;
   std::vector<std::string> local_data;
   std::string trainable;
+  double round_time_budget = 0;
   std::string data_type = "text";
   std::string separator;
   std::string init;
@@ -336,6 +337,10 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
             "share of as many batches, and the coordinator averages what they moved with an outer optimizer "
             "(default: synchronous rounds, one exact gradient each)",
             base::FlagSet::kOptionalNoDefault);
+  flags.Double("round_time_budget", &options.round_time_budget,
+               "with --local_steps: seconds per round; each worker takes the inner steps that fit (at least one), "
+               "and one that has not answered by 1.5x this + 5 s is not waited for (default: every step, wait for all)",
+               base::FlagSet::kOptionalNoDefault);
   flags.Double("outer_learning_rate", &options.outer_learning_rate,
                "with --local_steps: the outer SGD's learning rate (default 0.7; 1 with --outer_momentum=0 "
                "applies the workers' average as it is)",
@@ -377,6 +382,7 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   if (absl::Status s = ApplyFlags(flags, options, model, spec); !s.ok()) return s;
   for (const std::string& local : options.local_data) spec.add_local_datasets(local);
   if (flags.IsSet("trainable")) spec.set_trainable(options.trainable);
+  if (flags.IsSet("round_time_budget")) spec.set_round_time_budget_seconds(options.round_time_budget);
   if (spec.dataset_ids_size() == 0 && options.data.empty() && spec.local_datasets_size() == 0) {
     return absl::InvalidArgumentError(
         "no training data: give --data=FILE or --local_data=NAME (or dataset_ids or local_datasets in the job "

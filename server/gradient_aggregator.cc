@@ -1,5 +1,7 @@
 #include "server/gradient_aggregator.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <utility>
 
@@ -41,6 +43,7 @@ GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version
       shapes_(std::move(shapes)),
       evaluate_only_(evaluate_only) {
   counted_.assign(expected_tokens_.size(), false);
+  dropped_.assign(expected_tokens_.size(), false);
   if (!evaluate_only_) {
     for (const auto& shape : shapes_) sum_.push_back(at::zeros(shape, at::kDouble));
   }
@@ -58,8 +61,14 @@ absl::Status GradientAggregator::Validate(const ShardResult& result) const {
     return absl::InvalidArgumentError(absl::StrCat(what, "no such shard (", expected_tokens_.size(), " in the round)"));
   }
   if (s.token_count() != expected_tokens_[s.shard_id()]) {
-    return absl::InvalidArgumentError(absl::StrCat(what, s.token_count(), " predicted tokens, expected ",
-                                                   expected_tokens_[s.shard_id()]));
+    absl::MutexLock lock(&mutex_);
+    auto allowed = allowed_tokens_.find(s.shard_id());
+    if (allowed == allowed_tokens_.end() ||
+        std::find(allowed->second.begin(), allowed->second.end(), s.token_count()) == allowed->second.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, s.token_count(), " predicted tokens, expected ",
+                                                     expected_tokens_[s.shard_id()],
+                                                     allowed == allowed_tokens_.end() ? "" : " or a step boundary's"));
+    }
   }
   if (!std::isfinite(s.loss_sum())) return absl::InvalidArgumentError(absl::StrCat(what, "loss is not finite"));
   if (!evaluate_only_) {
@@ -85,6 +94,9 @@ absl::Status GradientAggregator::Add(ShardResult result) {
   const std::string what = absl::StrCat("round ", round_, " shard ", s.shard_id(), ": ");
   absl::MutexLock lock(&mutex_);
   if (counted_[s.shard_id()]) return absl::AlreadyExistsError(absl::StrCat(what, "already counted"));
+  if (dropped_[s.shard_id()]) {
+    return absl::DeadlineExceededError(absl::StrCat(what, "dropped: the round went on without it"));
+  }
   counted_[s.shard_id()] = true;
   ++shards_counted_;
   loss_sum_ += s.loss_sum();
@@ -93,9 +105,29 @@ absl::Status GradientAggregator::Add(ShardResult result) {
   return absl::OkStatus();
 }
 
+void GradientAggregator::AllowTokenCounts(int64_t shard_id, std::vector<int64_t> counts) {
+  absl::MutexLock lock(&mutex_);
+  allowed_tokens_[shard_id] = std::move(counts);
+}
+
+absl::Status GradientAggregator::Drop(int64_t shard_id) {
+  absl::MutexLock lock(&mutex_);
+  if (shard_id < 0 || shard_id >= static_cast<int64_t>(dropped_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("round ", round_, ": no shard ", shard_id, " to drop"));
+  }
+  if (counted_[shard_id]) {
+    return absl::FailedPreconditionError(absl::StrCat("round ", round_, " shard ", shard_id, ": counted already"));
+  }
+  if (!dropped_[shard_id]) {
+    dropped_[shard_id] = true;
+    ++shards_dropped_;
+  }
+  return absl::OkStatus();
+}
+
 bool GradientAggregator::complete() const {
   absl::MutexLock lock(&mutex_);
-  return shards_counted_ == static_cast<int64_t>(expected_tokens_.size());
+  return shards_counted_ + shards_dropped_ == static_cast<int64_t>(expected_tokens_.size());
 }
 
 int64_t GradientAggregator::shards_counted() const {

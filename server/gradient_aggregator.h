@@ -43,6 +43,14 @@ class GradientAggregator {
   // harmless); the errors of Validate.
   absl::Status Add(ShardResult result);
 
+  // The shard may return any of these token counts instead of its expected one (a local-steps
+  // shard under a time budget: the counts at its steps' boundaries). REQUIRES: before any result.
+  void AllowTokenCounts(int64_t shard_id, std::vector<int64_t> counts);
+  // The shard is dropped: the round completes without it and a result that arrives later is
+  // refused. FAILED_PRECONDITION when it counted already.
+  absl::Status Drop(int64_t shard_id);
+
+  // Every shard counted or dropped.
   bool complete() const;
   int64_t shards_counted() const;
   // REQUIRES: complete(). The summed gradient (float64), the loss sum and predicted tokens.
@@ -58,6 +66,9 @@ class GradientAggregator {
   const bool evaluate_only_;
   mutable absl::Mutex mutex_;
   std::vector<bool> counted_ ABSL_GUARDED_BY(mutex_);
+  std::vector<bool> dropped_ ABSL_GUARDED_BY(mutex_);
+  int64_t shards_dropped_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::map<int64_t, std::vector<int64_t>> allowed_tokens_ ABSL_GUARDED_BY(mutex_);
   int64_t shards_counted_ ABSL_GUARDED_BY(mutex_) = 0;
   std::vector<at::Tensor> sum_ ABSL_GUARDED_BY(mutex_);
   double loss_sum_ ABSL_GUARDED_BY(mutex_) = 0;

@@ -37,6 +37,22 @@ TEST(GradientAggregatorTest, SumsEveryShardOnce) {
   EXPECT_DOUBLE_EQ(sum[1][2].item<double>(), 1.75);
 }
 
+TEST(GradientAggregatorTest, AStepBoundarysCountAndADroppedShardComplete) {
+  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false);
+  aggregator.AllowTokenCounts(1, {6, 13, 20});  // shard 1's three inner steps
+  EXPECT_EQ(aggregator.Add(Result(0, 6, 5.0, 1.0f)).code(), absl::StatusCode::kInvalidArgument);  // not shard 0's
+  absl::Status odd = aggregator.Add(Result(1, 7, 5.0, 1.0f));
+  EXPECT_EQ(odd.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(odd.message(), HasSubstr("7 predicted tokens, expected 20 or a step boundary's"));
+  ASSERT_TRUE(aggregator.Add(Result(1, 13, 5.0, 1.0f)).ok());  // two of its three steps
+  EXPECT_FALSE(aggregator.complete());
+  ASSERT_TRUE(aggregator.Drop(0).ok());
+  EXPECT_TRUE(aggregator.complete());
+  EXPECT_EQ(aggregator.token_count(), 13);
+  EXPECT_EQ(aggregator.Add(Result(0, 10, 5.0, 1.0f)).code(), absl::StatusCode::kDeadlineExceeded);  // too late
+  EXPECT_EQ(aggregator.Drop(1).code(), absl::StatusCode::kFailedPrecondition);  // it counted
+}
+
 TEST(GradientAggregatorTest, RejectsResultsThatDoNotBelong) {
   GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false);
   ShardResult stale = Result(0, 10, 1, 1);

@@ -1,6 +1,7 @@
 #include "server/job_preparer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -168,10 +169,18 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
           "must be 0 with local_steps: spot checks compare two workers' results of one shard, and local steps "
           "depend on each worker's own inner optimizer");
     }
+    if (spec.has_round_time_budget_seconds() &&
+        !(spec.round_time_budget_seconds() > 0 && std::isfinite(spec.round_time_budget_seconds()))) {
+      return rpc::InvalidFieldError("spec.round_time_budget_seconds",
+                                    absl::StrCat("must be a positive number of seconds, got ",
+                                                 spec.round_time_budget_seconds()));
+    }
     if (absl::Status outer = performer::ValidateOptimizer(spec.outer_optimizer(), "spec.outer_optimizer");
         !outer.ok()) {
       return WithFieldDetail(outer);
     }
+  } else if (spec.has_round_time_budget_seconds()) {
+    return rpc::InvalidFieldError("spec.round_time_budget_seconds", "only with local_steps");
   } else if (spec.has_outer_optimizer()) {
     return rpc::InvalidFieldError("spec.outer_optimizer", "only with local_steps");
   }

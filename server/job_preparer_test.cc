@@ -184,6 +184,20 @@ TEST_F(JobPreparerTest, ValidatesTheTrainableSubset) {
                      "not with local_steps");
 }
 
+TEST_F(JobPreparerTest, ATimeBudgetNeedsLocalStepsAndAPositiveValue) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  v1::JobSpec synchronous = Spec(256, 16);
+  synchronous.set_round_time_budget_seconds(30);
+  ExpectInvalidField(preparer.Prepare(synchronous, /*load_initial=*/false), "spec.round_time_budget_seconds",
+                     "only with local_steps");
+  v1::JobSpec local = LocalStepsSpec(Spec(256, 16));
+  local.set_round_time_budget_seconds(-1);
+  ExpectInvalidField(preparer.Prepare(local, /*load_initial=*/false), "spec.round_time_budget_seconds",
+                     "must be a positive number of seconds, got -1");
+  local.set_round_time_budget_seconds(30);
+  EXPECT_EQ(preparer.Prepare(local, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(JobPreparerTest, NeedsSomeDataUploadedOrOnWorkers) {
   JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
   v1::JobSpec spec = Spec(256, 16);

@@ -108,6 +108,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   dispatcher_deps.feature_seed = spec.seed();
   dispatcher_deps.verify_fraction = spec.verify_fraction();
   dispatcher_deps.local_steps = spec.has_local_steps() ? spec.local_steps() : 0;
+  dispatcher_deps.round_time_budget_seconds = spec.round_time_budget_seconds();
   dispatcher_deps.inner_optimizer = spec.optimizer();
   dispatcher_deps.pseudo_gradient_compression = spec.compression().pseudo_gradients();
   dispatcher_deps.quarantine_after =
@@ -461,6 +462,8 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     done->set_reassigned_shards(output->reassigned);
     done->set_verified_shards(output->verified);
     for (const std::string& worker : output->unverified_workers) done->add_unverified_workers(worker);
+    done->set_inner_steps(output->inner_steps);
+    for (const std::string& worker : output->late_workers) done->add_late_workers(worker);
     *done->mutable_timing() = output->timing;
     done->mutable_timing()->set_bytes_to_workers(bytes_to_workers);
     job->set_state_reason(absl::StrFormat("round %d/%d done", round, rounds));

@@ -55,6 +55,14 @@ class RoundCollector {
   // being accepted meanwhile (the dispatcher calls it between waves).
   absl::Status AbandonCheck(int64_t shard_id);
 
+  // As GradientAggregator's: other token counts a shard may return; a shard the round goes on
+  // without.
+  void AllowTokenCounts(int64_t shard_id, std::vector<int64_t> counts) {
+    aggregator_.AllowTokenCounts(shard_id, std::move(counts));
+  }
+  absl::Status Drop(int64_t shard_id) { return aggregator_.Drop(shard_id); }
+  int64_t shards_counted() const { return aggregator_.shards_counted(); }
+
   bool complete() const { return aggregator_.complete(); }
   double loss_sum() const { return aggregator_.loss_sum(); }
   int64_t token_count() const { return aggregator_.token_count(); }

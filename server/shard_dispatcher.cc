@@ -176,6 +176,17 @@ absl::StatusOr<std::vector<ShardDispatcher::Task>> ShardDispatcher::CutLocalRoun
     task.worker = w;
     task.fresh = false;
     task.sequences_per_step = std::move(per_step[w]);
+    if (deps_.round_time_budget_seconds > 0) {
+      size_t begin = 0;
+      int64_t tokens = 0;
+      for (const int64_t count : task.sequences_per_step) {
+        tokens += data.PredictedTokens(std::vector<SequenceRef>(
+            task.sequences.begin() + static_cast<std::ptrdiff_t>(begin),
+            task.sequences.begin() + static_cast<std::ptrdiff_t>(begin + static_cast<size_t>(count))));
+        begin += static_cast<size_t>(count);
+        task.step_token_counts.push_back(tokens);
+      }
+    }
     tasks.push_back(std::move(task));
   }
   return tasks;
@@ -256,6 +267,10 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   RoundCollector collector(
       round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : sent_shapes,
       evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype));
+  for (const Task& shard : shards) {
+    if (!shard.step_token_counts.empty()) collector.AllowTokenCounts(shard.id, shard.step_token_counts);
+  }
+  const bool drops_late = !local_steps.empty() && deps_.round_time_budget_seconds > 0;
   RoundOutput output;
   output.shards = static_cast<int>(shards.size());
   std::vector<Task> pending = shards;
@@ -276,6 +291,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       timing.set_worker_compute_seconds(timing.worker_compute_seconds() + outcome.compute_seconds);
       timing.set_worker_stream_seconds(timing.worker_stream_seconds() + outcome.stream_seconds);
       timing.set_bytes_from_workers(timing.bytes_from_workers() + outcome.bytes_received);
+      if (outcome.status.ok()) output.inner_steps += outcome.inner_steps;
     }
 
     std::vector<Task> failed;
@@ -316,6 +332,17 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       return settled;
     }
     if (*redo || output.rolled_back_to.has_value()) return output;
+    if (drops_late && !failed.empty() && collector.shards_counted() > 0) {
+      // Under a time budget the round goes on with what arrived: a late worker's shard is dropped,
+      // never applied later (it would be computed from a version the job has left).
+      for (const Task& task : failed) {
+        if (absl::Status dropped = collector.Drop(task.id); !dropped.ok()) return dropped;
+        output.late_workers.insert(wave_plans[task.worker].worker.worker_id);
+        base::LogWarning(deps_.record->job_id(), ": ", what, ": dropped the shard of ",
+                         wave_plans[task.worker].worker.worker_id, " (", task.last_error, ")");
+      }
+      failed.clear();
+    }
     if (failed.empty()) break;
     for (const Task& task : failed) {
       if (!task.fresh) reassigned_shards.insert(task.id);
@@ -333,6 +360,12 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   output.tokens = collector.token_count();
   if (!evaluate_only) {
     std::vector<at::Tensor> sent = collector.gradient();
+    // Under a time budget the results cover fewer tokens than the normaliser: divide by what
+    // arrived, so the step is the token-weighted mean of the pseudo-gradients that came.
+    if (drops_late && collector.token_count() > 0 && collector.token_count() < normalizer) {
+      const double scale = static_cast<double>(normalizer) / static_cast<double>(collector.token_count());
+      for (at::Tensor& tensor : sent) tensor.mul_(scale);
+    }
     if (deps_.gradient_tensors.empty()) {
       output.gradient = std::move(sent);
     } else {

@@ -67,6 +67,10 @@ struct RoundOutput {
   // Where the round's time went (the dispatcher's parts and the workers' sums) and the bytes that
   // came back; the job runner adds the optimizer step and the parameter bytes served.
   v1::RoundTiming timing;
+  // A local-steps round: inner steps the workers took, and the workers whose shards were dropped
+  // for missing the round's deadline.
+  int64_t inner_steps = 0;
+  std::set<std::string> late_workers;
   // Set when the round did not complete: a worker was outvoted whose unverified results went into
   // earlier rounds; the job must restore its checkpoint of this round and go on from there.
   std::optional<int64_t> rolled_back_to;
@@ -95,6 +99,8 @@ class ShardDispatcher {
     uint64_t feature_seed = 0;                    // also draws the spot-checked shards
     double verify_fraction = 0;                   // JobSpec.verify_fraction
     int local_steps = 0;                          // JobSpec.local_steps; 0: synchronous rounds
+    // JobSpec.round_time_budget_seconds of a local-steps job; 0: none (every step, wait for all).
+    double round_time_budget_seconds = 0;
     v1::Optimizer inner_optimizer;                // JobSpec.optimizer, sent with local steps
     // UpdateCompression.pseudo_gradients: how local-steps results travel (NONE: exact).
     v1::Compression pseudo_gradient_compression = v1::COMPRESSION_NONE;
@@ -143,6 +149,9 @@ class ShardDispatcher {
     size_t worker = 0;  // index into the wave's plans
     std::string last_error;
     std::vector<int64_t> sequences_per_step;  // a local-steps shard: its sequences per inner step
+    // A local-steps shard under a time budget: the token counts at its steps' boundaries (what the
+    // worker may return, having taken fewer steps).
+    std::vector<int64_t> step_token_counts;
     int source = 0;  // JobData source of its sequences (≥ 1: a worker-local dataset); a local-steps shard may mix
   };
   struct CallOutcome {
@@ -151,6 +160,7 @@ class ShardDispatcher {
     int64_t peak = 0;         // measured peak bytes the worker reported
     int64_t bytes_received = 0;  // the serialized messages the worker sent back
     double fetch_seconds = 0, compute_seconds = 0, stream_seconds = 0;  // its summary's, when it sent one
+    int inner_steps = 0;  // its summary's local_steps
   };
 
   // One try at a round; *redo when a spot check outvoted a worker (quarantined now) whose other

@@ -76,12 +76,18 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     if (performer::IsCompressed(deps_.pseudo_gradient_compression)) {
       local->set_compression(deps_.pseudo_gradient_compression);
     }
+    if (deps_.round_time_budget_seconds > 0) local->set_time_budget_seconds(deps_.round_time_budget_seconds);
   }
 
   const double predicted = plan.candidate.prediction.seconds * static_cast<double>(task.sequences.size());
-  auto context = rpc::MakeClientContext(
-      plan.worker.call_token,
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(deps_.options.shard_timeout + absl::Seconds(10 * predicted))));
+  // Under a round's time budget a worker is not waited for past 1.5 × the budget + 5 s (the
+  // fetch and the stream on top of the steps it has time for).
+  const absl::Duration deadline =
+      !task.sequences_per_step.empty() && deps_.round_time_budget_seconds > 0
+          ? absl::Seconds(1.5 * deps_.round_time_budget_seconds + 5)
+          : deps_.options.shard_timeout + absl::Seconds(10 * predicted);
+  auto context = rpc::MakeClientContext(plan.worker.call_token,
+                                        std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline)));
   {
     absl::MutexLock lock(&mutex_);
     in_flight_[context.get()] = {plan.worker.worker_id, plan.worker.incarnation};
@@ -138,6 +144,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   outcome.fetch_seconds = summary->fetch_seconds();
   outcome.compute_seconds = summary->compute_seconds();
   outcome.stream_seconds = summary->stream_seconds();
+  outcome.inner_steps = summary->local_steps();
   ShardResult result;
   result.summary = *summary;
   if (!evaluate_only) {

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,7 @@ namespace {
 using testing_util::AllEvents;
 using testing_util::Cluster;
 using testing_util::Corpus;
+using testing_util::CountReassigned;
 using testing_util::Spec;
 
 const char kSeparator[] = "\n\n";
@@ -289,6 +291,68 @@ TEST(LocalStepsEndToEndTest, WorkersJoinAndLeaveARunningJob) {
   }
   EXPECT_GT(with_two, 0);
   EXPECT_GT(with_one_after_leaving, 0);
+}
+
+// Under a round's time budget (JobSpec.round_time_budget_seconds) a worker takes the inner steps
+// that fit and the round does not wait for one that stops answering: its shard is dropped and the
+// job goes on.
+TEST(LocalStepsEndToEndTest, UnderATimeBudgetWorkersTakeTheStepsThatFitAndALateOneIsDropped) {
+  Cluster cluster("local-budget");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string text = Corpus(24000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string(kSeparator));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+
+  // A budget no step fits in: every worker takes its first step only.
+  v1::JobSpec spec = Spec(*dataset, 32, 64, 128, 12, 3);
+  *spec.mutable_optimizer() = PlainSgd(0.1);
+  spec.set_local_steps(4);
+  *spec.mutable_outer_optimizer() = PlainSgd(1.0);
+  spec.set_round_time_budget_seconds(0.001);
+  const std::string hurried = RunToSuccess(cluster, spec);
+  ASSERT_FALSE(hurried.empty());
+  for (const v1::JobEvent& event : AllEvents(cluster, hurried)) {
+    if (!event.has_round_completed()) continue;
+    const v1::RoundCompleted& done = event.round_completed();
+    EXPECT_EQ(done.inner_steps(), done.workers()) << done.DebugString();  // one step each
+    EXPECT_LT(done.tokens(), 4 * 12 * 127 / 2) << done.DebugString();    // about a quarter was trained
+    EXPECT_THAT(done.late_workers(), ::testing::IsEmpty());
+  }
+
+  // A worker that stops answering mid-job (SIGSTOP) is not waited for past the round's deadline.
+  // The worker is stopped right after a round while still counted live (its heartbeats are missed
+  // for a while first), so a later round sends it a shard that never comes back; no evaluation runs
+  // meanwhile (evaluations wait for all their shards, reassigning as synchronous rounds do).
+  spec.set_round_time_budget_seconds(1.0);
+  spec.set_rounds(8);
+  spec.set_eval_interval_rounds(0);
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto wait_for_round = [&](int64_t round) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(90);
+    while (absl::Now() < deadline) {
+      absl::StatusOr<v1::Job> now = cluster.GetJob(job->job_id());
+      if (now.ok() && now->progress().rounds_completed() >= round) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for_round(2)) << cluster.Logs();
+  cluster.worker(0).Signal(SIGSTOP);
+  const bool went_on = wait_for_round(5);
+  cluster.worker(0).Signal(SIGCONT);
+  ASSERT_TRUE(went_on) << cluster.Logs();
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  int late = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+    if (event.has_round_completed()) late += event.round_completed().late_workers_size();
+  }
+  EXPECT_GE(late, 1) << cluster.Logs();
+  EXPECT_EQ(CountReassigned(cluster, job->job_id()), 0) << cluster.Logs();  // dropped, not reassigned
 }
 
 }  // namespace

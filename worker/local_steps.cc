@@ -1,11 +1,14 @@
 #include "worker/local_steps.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/log.h"
 #include "performer/safetensors.h"
 
@@ -107,7 +110,8 @@ absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_i
                                                          const performer::PerformerModel& start,
                                                          const v1::LocalSteps& local,
                                                          const std::vector<int64_t>& predicted_tokens,
-                                                         int64_t loss_normalizer, const SumGradients& sum_gradients) {
+                                                         int64_t loss_normalizer, const SumGradients& sum_gradients,
+                                                         absl::Time deadline) {
   if (!dir_.empty() && !IsSafeFileName(job_id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("job_id: \"", job_id, "\" cannot name a local-steps state file (letters, digits, '-', '_', '.')"));
@@ -134,10 +138,14 @@ absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_i
   LocalStepsResult result;
   int64_t shard_tokens = 0;
   size_t begin = 0;
+  absl::Duration longest = absl::ZeroDuration();  // of the steps taken so far
   for (int step = 0; step < local.sequences_per_step_size(); ++step) {
     const size_t end = begin + static_cast<size_t>(local.sequences_per_step(step));
     int64_t tokens = 0;
     for (size_t i = begin; i < end; ++i) tokens += predicted_tokens[i];
+    // The round's time budget: another step only while the longest so far still fits.
+    if (tokens > 0 && result.steps > 0 && absl::Now() + longest > deadline) break;
+    const absl::Time step_started = absl::Now();
     if (tokens > 0) {
       // The model the inner step differentiates: the trainer's current values on the round's
       // device and dtype.
@@ -164,6 +172,7 @@ absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_i
       result.sum.peak_bytes = std::max(result.sum.peak_bytes, sum->peak_bytes);
       shard_tokens += tokens;
       ++result.steps;
+      longest = std::max(longest, absl::Now() - step_started);
     }
     begin = end;
   }

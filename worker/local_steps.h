@@ -83,11 +83,15 @@ class LocalStepsTrainer {
   // Runs the inner steps of one shard. `start`: the round's parameters; `predicted_tokens[i]`: the
   // predicted tokens of sequence i (size = the shard's sequence count); `loss_normalizer`: the
   // request's (the round's predicted tokens, > 0). REQUIRES: `local` validated against the shard
-  // (ValidateShardRequest). INVALID_ARGUMENT for a job id that is not a safe file name when state
-  // is kept on disk; INTERNAL for an optimizer or file error; the gradient function's errors.
+  // (ValidateShardRequest). `deadline` (LocalSteps.time_budget_seconds from the shard's start): a
+  // step after the first begins only if the longest step so far still fits before it; the
+  // pseudo-gradient is weighted by the predicted tokens of the steps taken. INVALID_ARGUMENT for a
+  // job id that is not a safe file name when state is kept on disk; INTERNAL for an optimizer or
+  // file error; the gradient function's errors.
   absl::StatusOr<LocalStepsResult> Run(const std::string& job_id, const performer::PerformerModel& start,
                                        const v1::LocalSteps& local, const std::vector<int64_t>& predicted_tokens,
-                                       int64_t loss_normalizer, const SumGradients& sum_gradients);
+                                       int64_t loss_normalizer, const SumGradients& sum_gradients,
+                                       absl::Time deadline = absl::InfiniteFuture());
 
   // Drops the job's inner optimizer, in memory and on disk. Idempotent.
   void Forget(const std::string& job_id);

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "base/test_util.h"
@@ -95,6 +96,33 @@ TEST(LocalStepsTest, TwoSgdStepsGiveTheWeightedPseudoGradient) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->steps, 2);
   EXPECT_EQ(again->inner_steps_total, 4);
+}
+
+TEST(LocalStepsTest, AnExpiredTimeBudgetStopsAfterTheFirstStepAndWeightsByItsTokens) {
+  const std::vector<performer::PackedBatch> sequences = Shard();
+  const std::vector<int64_t> predicted = PredictedTokens(sequences);
+  const performer::PerformerModel start = Model(7);
+  constexpr double kRate = 0.5;
+  LocalStepsTrainer trainer("");
+  // The deadline is already past: the first step runs, the second does not.
+  absl::StatusOr<LocalStepsResult> result = trainer.Run(kJob, start, Steps({2, 2}, Sgd(kRate)), predicted, kNormalizer,
+                                                        Engine(&sequences), absl::Now() - absl::Seconds(1));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->steps, 1);
+  EXPECT_EQ(result->sum.token_count, 9);
+  const std::vector<at::Tensor> theta0 = Clone(start.parameters());
+  const performer::GradientResult first = MeanLossGradient(theta0, {sequences[0], sequences[1]});
+  std::vector<at::Tensor> want;
+  for (size_t i = 0; i < theta0.size(); ++i) want.push_back((9.0 / kNormalizer) * kRate * first.gradients[i]);
+  EXPECT_LT(MaxAbsDifference(result->sum.gradient, want), 1e-10);
+  EXPECT_GT(MaxAbs(want), 1e-6);
+
+  // With time to spare, every step runs.
+  absl::StatusOr<LocalStepsResult> all = trainer.Run(kJob, start, Steps({2, 2}, Sgd(kRate)), predicted, kNormalizer,
+                                                     Engine(&sequences), absl::Now() + absl::Hours(1));
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->steps, 2);
+  EXPECT_EQ(all->sum.token_count, 17);
 }
 
 // Round 1 by one trainer, round 2 by a new one on the same directory (a restarted worker): the same

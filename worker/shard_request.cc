@@ -189,6 +189,11 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
         !optimizer.ok()) {
       return WithField(optimizer, "local_steps.inner_optimizer");
     }
+    if (local.has_time_budget_seconds() &&
+        !(local.time_budget_seconds() > 0 && std::isfinite(local.time_budget_seconds()))) {
+      return InvalidField("local_steps.time_budget_seconds",
+                          absl::StrCat("must be a positive number of seconds, got ", local.time_budget_seconds()));
+    }
     if (!v1::Compression_IsValid(local.compression())) {
       return InvalidField("local_steps.compression",
                           absl::StrCat("unknown encoding ", static_cast<int>(local.compression())));

@@ -310,8 +310,12 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   if (request.has_local_steps()) {
     std::vector<int64_t> predicted;
     for (const performer::PackedBatch& batch : shard->sequences) predicted.push_back(performer::PredictedTokenCount(batch));
+    const absl::Time deadline = request.local_steps().has_time_budget_seconds()
+                                    ? started + absl::Seconds(request.local_steps().time_budget_seconds())
+                                    : absl::InfiniteFuture();
     absl::StatusOr<LocalStepsResult> local = local_steps_.Run(request.job_id(), parameters, request.local_steps(),
-                                                              predicted, request.loss_normalizer(), sum_sequences);
+                                                              predicted, request.loss_normalizer(), sum_sequences,
+                                                              deadline);
     if (!local.ok()) return local.status();
     total = std::move(local->sum);
     encoded = std::move(local->encoded);
