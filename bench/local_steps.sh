@@ -40,22 +40,9 @@ for mode in $modes; do
   job="$(mode_submit "$mode" "$rounds" 0 "$data" "${local_flags[@]}")"
   "$slimfit" watch "$job" --from_start --json > "$work/$mode.events" || { echo "job $job ($mode) failed" >&2; exit 1; }
   wall="$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
-  python3 - "$work/$mode.events" "$mode" "$rounds" "$inner" "$wall" <<'PY'
-import json, sys
-path, mode, rounds, inner, wall = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-evaluations, wire, tokens = [], 0, 0
-for line in open(path):
-    event = json.loads(line)
-    if "evaluation" in event:
-        evaluations.append(float(event["evaluation"].get("bits_per_byte", 0)))
-    done = event.get("round_completed")
-    if done:
-        timing = done.get("timing", {})
-        wire += int(timing.get("bytes_to_workers", 0)) + int(timing.get("bytes_from_workers", 0))
-        tokens += int(done.get("tokens", 0))
-if len(evaluations) < 2 or tokens == 0:
-    sys.exit("local_steps.sh: no evaluations or rounds in " + path)
-print("%-9s %6d %12d | %9.3f %9.3f | %12.1f %10.1f | %7.1fs" % (
-    mode, rounds, rounds * inner, evaluations[0], evaluations[-1], wire / 1e6, wire / tokens, wall))
-PY
+  read -r before after to_workers from_workers tokens < <(python3 bench/job_events.py "$work/$mode.events" local_steps.sh)
+  awk -v mode="$mode" -v rounds="$rounds" -v inner="$inner" -v before="$before" -v after="$after" \
+    -v wire="$((to_workers + from_workers))" -v tokens="$tokens" -v wall="$wall" \
+    'BEGIN { printf "%-9s %6d %12d | %9.3f %9.3f | %12.1f %10.1f | %7.1fs\n", mode, rounds, rounds * inner,
+             before, after, wire / 1e6, wire / tokens, wall }'
 done

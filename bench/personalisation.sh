@@ -47,23 +47,9 @@ for trainable in "" "${patterns[@]}"; do
     --warmup_steps=5 --gradient_clip_norm=1 --held_out_fraction=0.05 --eval_interval=0 --seed=3 "${flags[@]}")"
   "$slimfit" watch "$job" --from_start --json > "$work/$job.events" || { echo "job $job failed" >&2; exit 1; }
   wall="$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
-  python3 - "$work/$job.events" "${trainable:-(all)}" "$wall" <<'PY'
-import json, sys
-path, label, wall = sys.argv[1], sys.argv[2], float(sys.argv[3])
-evaluations, out, back, tokens = [], 0, 0, 0
-for line in open(path):
-    event = json.loads(line)
-    if "evaluation" in event:
-        evaluations.append(float(event["evaluation"].get("bits_per_byte", 0)))
-    done = event.get("round_completed")
-    if done:
-        timing = done.get("timing", {})
-        out += int(timing.get("bytes_to_workers", 0))
-        back += int(timing.get("bytes_from_workers", 0))
-        tokens += int(done.get("tokens", 0))
-if len(evaluations) < 2 or tokens == 0:
-    sys.exit("personalisation.sh: no evaluations or rounds in " + path)
-print("%-32s | %9.3f %9.3f | %10.2f %10.2f %9.1f | %7.1fs" % (
-    label, evaluations[0], evaluations[-1], out / 1e6, back / 1e6, (out + back) / tokens, wall))
-PY
+  read -r before after to_workers from_workers tokens < <(python3 bench/job_events.py "$work/$job.events" personalisation.sh)
+  awk -v label="${trainable:-(all)}" -v before="$before" -v after="$after" -v out="$to_workers" \
+    -v back="$from_workers" -v tokens="$tokens" -v wall="$wall" \
+    'BEGIN { printf "%-32s | %9.3f %9.3f | %10.2f %10.2f %9.1f | %7.1fs\n", label, before, after, out / 1e6,
+             back / 1e6, (out + back) / tokens, wall }'
 done
