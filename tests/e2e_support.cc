@@ -86,6 +86,18 @@ std::vector<v1::JobEvent> AllEvents(Cluster& cluster, const std::string& job_id)
   return events;
 }
 
+v1::Job RunToSuccess(Cluster& cluster, const v1::JobSpec& spec) {
+  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
+  EXPECT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  if (!job.ok()) return v1::Job();
+  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
+  EXPECT_TRUE(done.ok()) << done.status() << cluster.Logs();
+  if (!done.ok()) return v1::Job();
+  EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
+  EXPECT_EQ(done->progress().rounds_completed(), spec.rounds());
+  return *std::move(done);
+}
+
 std::vector<at::Tensor> ExportedParameters(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec) {
   absl::StatusOr<performer::TensorFile> exported = cluster.Export(job_id);
   EXPECT_TRUE(exported.ok()) << exported.status();

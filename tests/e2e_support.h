@@ -26,6 +26,11 @@ std::string Corpus(size_t bytes);
 std::vector<at::Tensor> TrainLocally(const v1::JobSpec& spec, const std::string& text,
                                      const std::optional<std::string>& separator);
 
+// Submits `spec` on `cluster` (coordinator and workers started) and waits up to 3 minutes for the
+// job to end: the finished job, or one with an empty id (and a test failure) when it cannot be
+// submitted or does not end; a job that ends other than SUCCEEDED after all rounds fails the test.
+v1::Job RunToSuccess(Cluster& cluster, const v1::JobSpec& spec);
+
 // Every event of a job (the job must be terminal: the stream then ends).
 std::vector<v1::JobEvent> AllEvents(Cluster& cluster, const std::string& job_id);
 

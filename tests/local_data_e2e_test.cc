@@ -5,6 +5,7 @@
 // told holds the data itself.
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -89,56 +90,89 @@ TEST(LocalDataE2E, AnUnreadableDatasetStopsTheWorkerWithOneLine) {
   EXPECT_THAT(cluster.Logs(), HasSubstr("local dataset gone (/nonexistent/slimfit/notes.txt)"));
 }
 
-TEST(LocalDataE2E, JobsOverWorkerLocalDataTrainExactlyOnTheHoldersAndTheTextStaysThere) {
-  Cluster cluster("local_data_job");
-  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  // Two holders of different texts, and a worker that holds nothing: no local shard may reach it.
-  const std::string notes_text = absl::StrCat(Corpus(16000), "\n\n", kPrivate, "\n\n", Corpus(2000));
-  const std::string letters_text = Corpus(30000).substr(16000);
-  const std::string notes = WriteTempFile("local_job_notes.txt", notes_text);
-  const std::string letters = WriteTempFile("local_job_letters.txt", letters_text);
-  WorkerOptions holds_notes, holds_letters;
-  holds_notes.extra_flags = {absl::StrCat("--data=notes=", notes), "--data_separator=\\n\\n"};
-  holds_letters.extra_flags = {absl::StrCat("--data=letters=", letters), "--data_separator=\\n\\n"};
-  ASSERT_TRUE(cluster.StartWorker("8MiB", holds_notes).ok()) << cluster.Logs();
-  ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
-  ASSERT_TRUE(cluster.StartWorker("4MiB", holds_letters).ok()) << cluster.Logs();
-  ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
+// A coordinator and three workers: one holding "notes" (8 MiB, the only worker that large), one
+// holding nothing (no local shard may reach it), one holding "letters".
+class LocalDataJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = std::make_unique<Cluster>(
+        absl::StrCat("local_data_", ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    ASSERT_TRUE(cluster_->StartCoordinator().ok()) << cluster_->Logs();
+    notes_text_ = absl::StrCat(Corpus(16000), "\n\n", kPrivate, "\n\n", Corpus(2000));
+    letters_text_ = Corpus(30000).substr(16000);
+    WorkerOptions holds_notes, holds_letters;
+    holds_notes.extra_flags = {absl::StrCat("--data=notes=", WriteTempFile("local_job_notes.txt", notes_text_)),
+                               "--data_separator=\\n\\n"};
+    holds_letters.extra_flags = {
+        absl::StrCat("--data=letters=", WriteTempFile("local_job_letters.txt", letters_text_)),
+        "--data_separator=\\n\\n"};
+    ASSERT_TRUE(cluster_->StartWorker("8MiB", holds_notes).ok()) << cluster_->Logs();
+    ASSERT_TRUE(cluster_->StartWorker("4MiB").ok()) << cluster_->Logs();
+    ASSERT_TRUE(cluster_->StartWorker("4MiB", holds_letters).ok()) << cluster_->Logs();
+    ASSERT_TRUE(cluster_->WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster_->Logs();
+  }
 
-  // One worker's dataset, by name: the same batches, the same steps as the text uploaded.
-  v1::JobSpec spec = Spec("unused", 32, 64, 128, 6, 4);
-  spec.clear_dataset_ids();
-  spec.add_local_datasets("notes");
-  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
-  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
-  EXPECT_EQ(job->spec().local_datasets(0), base::Sha256Hex(notes_text));  // stored by digest
-  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
-  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
-  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
-  EXPECT_GT(done->held_out_tokens(), 0);
-  EXPECT_LE(DistanceFromSingleProcess(cluster, job->job_id(), spec, notes_text, std::string("\n\n")), 1e-5);
-  EXPECT_EQ(CountReassigned(cluster, job->job_id()), 0) << cluster.Logs();  // never sent to a non-holder
+  void TearDown() override {
+    // The coordinator kept layouts, checkpoints and events: never the text.
+    EXPECT_THAT(FilesHolding(cluster_->coordinator_state_dir(), kPrivate), ::testing::IsEmpty());
+    EXPECT_EQ(cluster_->Logs().find(kPrivate), std::string::npos);
+  }
+
+  // A job over "notes" alone, by name.
+  static v1::JobSpec NotesSpec() {
+    v1::JobSpec spec = Spec("unused", 32, 64, 128, 6, 4);
+    spec.clear_dataset_ids();
+    spec.add_local_datasets("notes");
+    return spec;
+  }
+
+  // Plain SGD, as local steps at H = 1 must reproduce it.
+  static v1::JobSpec SgdSpec() {
+    v1::JobSpec sgd = NotesSpec();
+    sgd.set_rounds(3);
+    sgd.set_verify_fraction(0);
+    sgd.mutable_optimizer()->Clear();
+    sgd.mutable_optimizer()->mutable_sgd()->set_momentum(0);
+    sgd.mutable_optimizer()->set_learning_rate(0.1);
+    sgd.mutable_optimizer()->set_warmup_steps(0);
+    return sgd;
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::string notes_text_;
+  std::string letters_text_;
+};
+
+TEST_F(LocalDataJobTest, AJobOverOneWorkersDataTrainsWhatTheTextUploadedWouldOnItsHolder) {
+  const v1::JobSpec spec = NotesSpec();
+  const v1::Job done = RunToSuccess(*cluster_, spec);
+  ASSERT_FALSE(done.job_id().empty());
+  EXPECT_EQ(done.spec().local_datasets(0), base::Sha256Hex(notes_text_));  // stored by digest
+  EXPECT_GT(done.held_out_tokens(), 0);
+  EXPECT_LE(DistanceFromSingleProcess(*cluster_, done.job_id(), spec, notes_text_, std::string("\n\n")), 1e-5);
+  EXPECT_EQ(CountReassigned(*cluster_, done.job_id()), 0) << cluster_->Logs();  // never sent to a non-holder
   int evaluations = 0;
-  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+  for (const v1::JobEvent& event : AllEvents(*cluster_, done.job_id())) {
     if (event.has_evaluation() && event.evaluation().tokens() > 0) ++evaluations;
     if (event.has_round_completed()) {
       EXPECT_EQ(event.round_completed().workers(), 1);  // the one holder
     }
   }
   EXPECT_GE(evaluations, 2);  // before the first round and after the last, on the holder
+}
 
-  // Personalisation: the same job training only the second layer and the output map. Exactly the
-  // single process's result with the same subset; the other parameters bit for bit as they started;
-  // only the trainable half of the model travels back, and after the first fetch, out.
+TEST_F(LocalDataJobTest, PersonalisationTrainsTheSubsetExactlyAndSendsOnlyIt) {
+  // The same job training only the second layer and the output map: exactly the single process's
+  // result with the same subset; the other parameters bit for bit as they started; only the
+  // trainable half of the model travels back, and after the first fetch, out.
+  const v1::JobSpec spec = NotesSpec();
+  const v1::Job full = RunToSuccess(*cluster_, spec);
   v1::JobSpec personal = spec;
   personal.set_trainable("layers.1.*,output_logit_map.*");
-  absl::StatusOr<v1::Job> personal_job = cluster.Submit(personal);
-  ASSERT_TRUE(personal_job.ok()) << personal_job.status() << cluster.Logs();
-  absl::StatusOr<v1::Job> personal_done = cluster.WaitForJob(personal_job->job_id(), absl::Seconds(180));
-  ASSERT_TRUE(personal_done.ok()) << personal_done.status() << cluster.Logs();
-  ASSERT_EQ(personal_done->state(), v1::JOB_STATE_SUCCEEDED) << personal_done->state_reason() << cluster.Logs();
-  const std::vector<at::Tensor> local = TrainLocally(personal, notes_text, std::string("\n\n"));
-  const std::vector<at::Tensor> exported = ExportedParameters(cluster, personal_job->job_id(), personal);
+  const v1::Job done = RunToSuccess(*cluster_, personal);
+  ASSERT_FALSE(full.job_id().empty() || done.job_id().empty());
+  const std::vector<at::Tensor> local = TrainLocally(personal, notes_text_, std::string("\n\n"));
+  const std::vector<at::Tensor> exported = ExportedParameters(*cluster_, done.job_id(), personal);
   ASSERT_EQ(exported.size(), local.size());
   EXPECT_LE(performer::RelativeDiscrepancy(exported, local), 1e-5);
   absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(personal.model().config(), "model");
@@ -146,81 +180,63 @@ TEST(LocalDataE2E, JobsOverWorkerLocalDataTrainExactlyOnTheHoldersAndTheTextStay
   absl::StatusOr<std::vector<int>> trainable =
       performer::SelectParameters(performer::ParameterNames(*config), personal.trainable());
   ASSERT_TRUE(trainable.ok()) << trainable.status();
-  const std::vector<at::Tensor> full_run = ExportedParameters(cluster, job->job_id(), spec);
+  const std::vector<at::Tensor> full_run = ExportedParameters(*cluster_, full.job_id(), spec);
   for (size_t i = 0; i < exported.size(); ++i) {
     if (std::count(trainable->begin(), trainable->end(), static_cast<int>(i)) > 0) continue;
     EXPECT_TRUE(at::equal(exported[i], local[i])) << i;       // the initial values, bit for bit
     EXPECT_FALSE(at::equal(exported[i], full_run[i])) << i;  // which a full job does train
   }
-  EXPECT_LT(personal_done->progress().bytes_from_workers(), 0.6 * done->progress().bytes_from_workers());
-  EXPECT_LT(personal_done->progress().bytes_to_workers(), 0.8 * done->progress().bytes_to_workers());
+  EXPECT_LT(done.progress().bytes_from_workers(), 0.6 * full.progress().bytes_from_workers());
+  EXPECT_LT(done.progress().bytes_to_workers(), 0.8 * full.progress().bytes_to_workers());
+}
 
-  // Both workers' datasets (one by digest) beside each other: each shard on its holder.
-  v1::JobSpec both = spec;
-  both.clear_local_datasets();
-  both.add_local_datasets("notes");
-  both.add_local_datasets(base::Sha256Hex(letters_text));
+TEST_F(LocalDataJobTest, TwoWorkersDatasetsTrainTogetherEachOnItsHolder) {
+  v1::JobSpec both = NotesSpec();
+  both.add_local_datasets(base::Sha256Hex(letters_text_));  // one by name, one by digest
   both.set_rounds(3);
-  job = cluster.Submit(both);
-  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
-  done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
-  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
-  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
-  EXPECT_EQ(CountReassigned(cluster, job->job_id()), 0) << cluster.Logs();
+  const v1::Job done = RunToSuccess(*cluster_, both);
+  ASSERT_FALSE(done.job_id().empty());
+  EXPECT_EQ(CountReassigned(*cluster_, done.job_id()), 0) << cluster_->Logs();
   int most_workers = 0;
-  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+  for (const v1::JobEvent& event : AllEvents(*cluster_, done.job_id())) {
     if (event.has_round_completed()) most_workers = std::max(most_workers, event.round_completed().workers());
   }
   EXPECT_EQ(most_workers, 2);
+}
 
-  // Local steps over a worker's own data: one inner step of plain SGD applied as it is, is the
-  // synchronous step over the same batch.
-  v1::JobSpec sgd = spec;
-  sgd.set_rounds(3);
-  sgd.set_verify_fraction(0);
-  sgd.mutable_optimizer()->Clear();
-  sgd.mutable_optimizer()->mutable_sgd()->set_momentum(0);
-  sgd.mutable_optimizer()->set_learning_rate(0.1);
-  sgd.mutable_optimizer()->set_warmup_steps(0);
+TEST_F(LocalDataJobTest, LocalStepsRunOverWorkersOwnDataAloneAndMixedWithUploads) {
+  // One inner step of plain SGD applied as it is, is the synchronous step over the same batch.
+  const v1::JobSpec sgd = SgdSpec();
   v1::JobSpec local_steps = sgd;
   local_steps.set_local_steps(1);
   *local_steps.mutable_outer_optimizer() = sgd.optimizer();
   local_steps.mutable_outer_optimizer()->set_learning_rate(1.0);
-  job = cluster.Submit(local_steps);
-  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
-  done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
-  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
-  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
-  EXPECT_LE(DistanceFromSingleProcess(cluster, job->job_id(), sgd, notes_text, std::string("\n\n")), 1e-5);
+  const v1::Job alone = RunToSuccess(*cluster_, local_steps);
+  ASSERT_FALSE(alone.job_id().empty());
+  EXPECT_LE(DistanceFromSingleProcess(*cluster_, alone.job_id(), sgd, notes_text_, std::string("\n\n")), 1e-5);
 
-  // Two inner steps over uploads and a worker's own data together, on the holder alone (the only
+  // Two inner steps over uploads and the worker's own data together, on the holder alone (the only
   // worker with 8 MiB): its requests mix both (ComputeGradientRequest.local_data positions).
-  absl::StatusOr<std::string> upload = cluster.UploadText(Corpus(12000), std::string("\n\n"));
+  absl::StatusOr<std::string> upload = cluster_->UploadText(Corpus(12000), std::string("\n\n"));
   ASSERT_TRUE(upload.ok()) << upload.status();
   v1::JobSpec mixed = local_steps;
   mixed.add_dataset_ids(*upload);
   mixed.set_local_steps(2);
   mixed.set_rounds(2);
   mixed.mutable_constraints()->set_min_memory_bytes(8 << 20);
-  job = cluster.Submit(mixed);
-  ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
-  done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
-  ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
-  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
-  EXPECT_EQ(CountReassigned(cluster, job->job_id()), 0) << cluster.Logs();
+  const v1::Job done = RunToSuccess(*cluster_, mixed);
+  ASSERT_FALSE(done.job_id().empty());
+  EXPECT_EQ(CountReassigned(*cluster_, done.job_id()), 0) << cluster_->Logs();
+}
 
-  // What no worker holds is refused at submission, naming the entry.
-  v1::JobSpec unknown = spec;
+TEST_F(LocalDataJobTest, WhatNoWorkerHoldsIsRefusedAtSubmissionNamingTheEntry) {
+  v1::JobSpec unknown = NotesSpec();
   unknown.set_local_datasets(0, "nope");
-  absl::StatusOr<v1::Job> refused = cluster.Submit(unknown);
+  absl::StatusOr<v1::Job> refused = cluster_->Submit(unknown);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(),
               HasSubstr("spec.local_datasets[0]: no registered worker holds a dataset named 'nope'"));
-
-  // The coordinator kept layouts, checkpoints and events: never the text.
-  EXPECT_THAT(FilesHolding(cluster.coordinator_state_dir(), kPrivate), ::testing::IsEmpty());
-  EXPECT_EQ(cluster.Logs().find(kPrivate), std::string::npos);
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ using testing_util::AllEvents;
 using testing_util::Cluster;
 using testing_util::Corpus;
 using testing_util::CountReassigned;
+using testing_util::RunToSuccess;
 using testing_util::Spec;
 
 const char kSeparator[] = "\n\n";
@@ -42,19 +43,6 @@ v1::Optimizer PlainSgd(double learning_rate) {
   sgd.set_learning_rate(learning_rate);
   sgd.set_warmup_steps(0);
   return sgd;
-}
-
-// Runs `spec` to the end on `cluster` (coordinator and workers started): the job id.
-std::string RunToSuccess(Cluster& cluster, const v1::JobSpec& spec) {
-  absl::StatusOr<v1::Job> job = cluster.Submit(spec);
-  EXPECT_TRUE(job.ok()) << job.status() << cluster.Logs();
-  if (!job.ok()) return "";
-  absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(180));
-  EXPECT_TRUE(done.ok()) << done.status() << cluster.Logs();
-  if (!done.ok()) return "";
-  EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
-  EXPECT_EQ(done->progress().rounds_completed(), spec.rounds());
-  return job->job_id();
 }
 
 TEST(LocalStepsEndToEndTest, OneInnerStepOfPlainSgdIsSynchronousSgd) {
@@ -72,7 +60,7 @@ TEST(LocalStepsEndToEndTest, OneInnerStepOfPlainSgdIsSynchronousSgd) {
   v1::JobSpec local = synchronous;
   local.set_local_steps(1);
   *local.mutable_outer_optimizer() = PlainSgd(1.0);
-  const std::string job_id = RunToSuccess(cluster, local);
+  const std::string job_id = RunToSuccess(cluster, local).job_id();
   ASSERT_FALSE(job_id.empty());
 
   // Each worker's weighted pseudo-gradient is its share of the round's mean-loss gradient times the
@@ -109,7 +97,7 @@ TEST(LocalStepsEndToEndTest, OneWorkersInnerStepsAreSynchronousStepsOverTheSameB
   v1::JobSpec local = Spec(*dataset, 32, 64, 128, 4, 2);
   local.set_local_steps(kInner);
   *local.mutable_outer_optimizer() = PlainSgd(1.0);
-  const std::string job_id = RunToSuccess(cluster, local);
+  const std::string job_id = RunToSuccess(cluster, local).job_id();
   ASSERT_FALSE(job_id.empty());
 
   v1::JobSpec synchronous = Spec(*dataset, 32, 64, 128, 4, 2 * kInner);
@@ -203,8 +191,8 @@ TEST(LocalStepsEndToEndTest, Int8UpdatesTrainLikeExactOnesForAQuarterOfTheBytes)
   v1::JobSpec int8 = exact;
   int8.mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_INT8);
   int8.mutable_compression()->set_parameters(v1::COMPRESSION_INT8);
-  const std::string exact_id = RunToSuccess(cluster, exact);
-  const std::string int8_id = RunToSuccess(cluster, int8);
+  const std::string exact_id = RunToSuccess(cluster, exact).job_id();
+  const std::string int8_id = RunToSuccess(cluster, int8).job_id();
   ASSERT_FALSE(exact_id.empty());
   ASSERT_FALSE(int8_id.empty());
   absl::StatusOr<v1::Job> exact_job = cluster.GetJob(exact_id);
@@ -311,7 +299,7 @@ TEST(LocalStepsEndToEndTest, UnderATimeBudgetWorkersTakeTheStepsThatFitAndALateO
   spec.set_local_steps(4);
   *spec.mutable_outer_optimizer() = PlainSgd(1.0);
   spec.set_round_time_budget_seconds(0.001);
-  const std::string hurried = RunToSuccess(cluster, spec);
+  const std::string hurried = RunToSuccess(cluster, spec).job_id();
   ASSERT_FALSE(hurried.empty());
   for (const v1::JobEvent& event : AllEvents(cluster, hurried)) {
     if (!event.has_round_completed()) continue;
