@@ -203,6 +203,9 @@ absl::Status TensorAssembler::AddCompressed(const v1::TensorChunk& chunk, int64_
 }
 
 absl::StatusOr<std::vector<at::Tensor>> TensorAssembler::Finish() {
+  if (tensors_.size() != specs_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(what_, ": the tensors were taken already"));
+  }
   const int64_t element = DTypeBytes(dtype_);
   for (size_t i = 0; i < specs_.size(); ++i) {
     const int64_t total = Elements(specs_[i].shape) * element;
@@ -212,7 +215,7 @@ absl::StatusOr<std::vector<at::Tensor>> TensorAssembler::Finish() {
                                                      specs_.size(), ") is incomplete"));
     }
   }
-  return tensors_;
+  return std::move(tensors_);
 }
 
 }  // namespace slimfit::performer

@@ -73,7 +73,8 @@ class TensorAssembler {
   absl::Status Add(const v1::TensorChunk& chunk);
 
   // The tensors, once every byte of every tensor has arrived (INVALID_ARGUMENT naming the first
-  // incomplete tensor otherwise). CPU tensors of the expected dtype.
+  // incomplete tensor otherwise). CPU tensors of the expected dtype. The assembler gives them up:
+  // call it once.
   absl::StatusOr<std::vector<at::Tensor>> Finish();
 
   // Bytes of accepted chunks' data, and of their scales (4 each).

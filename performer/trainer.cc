@@ -149,7 +149,7 @@ double Trainer::LearningRate(int64_t step) const {
   return lr * std::min(1.0, static_cast<double>(step) / static_cast<double>(warmup));
 }
 
-absl::StatusOr<StepResult> Trainer::Step(const std::vector<at::Tensor>& gradient) {
+absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
   if (gradient.size() != parameters_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient has ", gradient.size(), " tensors; the model has ", parameters_.size()));
@@ -175,8 +175,14 @@ absl::StatusOr<StepResult> Trainer::Step(const std::vector<at::Tensor>& gradient
       if (coefficient < 1.0) scale = coefficient;
     }
     for (size_t i = 0; i < gradient.size(); ++i) {
-      if (!trainable_[i]) continue;
-      at::Tensor g = gradient[i].detach().to(parameters_[i].options().requires_grad(false)).clone();
+      if (!trainable_[i]) {
+        gradient[i] = at::Tensor();
+        continue;
+      }
+      // One copy in the parameter's dtype; the caller's tensor goes as soon as it is converted.
+      at::Tensor g = gradient[i].detach().to(parameters_[i].options().requires_grad(false), /*non_blocking=*/false,
+                                             /*copy=*/true);
+      gradient[i] = at::Tensor();
       if (scale != 1.0) g.mul_(scale);
       parameters_[i].mutable_grad() = g;
     }

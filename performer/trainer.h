@@ -70,7 +70,10 @@ class Trainer {
   // One optimizer step with `gradient` (same names/shapes/order as the parameters; frozen
   // parameters' entries are ignored, and the norm and clipping cover the trainable ones).
   // INVALID_ARGUMENT for a shape mismatch or a non-finite gradient (nothing is changed then).
-  absl::StatusOr<StepResult> Step(const std::vector<at::Tensor>& gradient);
+  // The gradient may be of any floating dtype (the coordinator passes its float64 sum); each tensor
+  // is converted into the parameter's dtype once, and released as it is (pass it by std::move to
+  // let its memory go during the step).
+  absl::StatusOr<StepResult> Step(std::vector<at::Tensor> gradient);
 
   // Overwrites the parameters' values in place with `values` (same names/shapes/order), keeping
   // the optimizer's state and step count: a worker starting a round's local steps from the new

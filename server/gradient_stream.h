@@ -13,6 +13,7 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -28,9 +29,12 @@ struct GradientStream {
 };
 
 // Reads `reader` to its end (the caller then calls Finish). REQUIRES: `context` is the call's.
+// `before_first_chunk` (may be empty) runs once, when the first gradient chunk has arrived and
+// before it is assembled: the shard dispatcher waits there for its turn to hold an assembled
+// gradient (the worker's further writes wait in gRPC's flow control meanwhile).
 GradientStream ReadGradientStream(grpc::ClientReaderInterface<v1::ComputeGradientResponse>* reader,
                                   grpc::ClientContext* context, performer::TensorAssembler* assembler,
-                                  bool evaluate_only);
+                                  bool evaluate_only, const std::function<void()>& before_first_chunk = {});
 
 }  // namespace slimfit::server
 

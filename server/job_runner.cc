@@ -211,14 +211,23 @@ void JobRunner::Publish(bool as_difference) {
   const v1::Job job = record_.Snapshot();
   snapshot->feature_seed = job.spec().seed();
   snapshot->version = job.progress().parameter_version();
+  const v1::Compression compression = job.spec().compression().parameters();
+  const bool difference_wanted = as_difference && performer::IsCompressed(compression);
   std::shared_ptr<const ParameterSnapshot> previous;
   {
     absl::MutexLock lock(&mutex_);
-    previous = published_;
+    if (difference_wanted) {
+      previous = published_;
+    } else {
+      // The previous version is obsolete once the optimizer stepped (no shard of it is running):
+      // let it go before copying the new one, so the coordinator never holds both. A fetch in this
+      // moment is told to retry (Parameters).
+      published_.reset();
+      publishing_ = true;
+    }
   }
-  const v1::Compression compression = job.spec().compression().parameters();
   bool published_difference = false;
-  if (as_difference && performer::IsCompressed(compression) && previous != nullptr) {
+  if (difference_wanted && previous != nullptr) {
     absl::Status encoded = PublishDifference(*previous, compression, snapshot.get());
     published_difference = encoded.ok();
     if (!encoded.ok()) {
@@ -245,6 +254,7 @@ void JobRunner::Publish(bool as_difference) {
   }
   absl::MutexLock lock(&mutex_);
   published_ = std::move(snapshot);
+  publishing_ = false;
 }
 
 absl::Status JobRunner::PublishDifference(const ParameterSnapshot& previous, v1::Compression compression,
@@ -270,6 +280,10 @@ absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> JobRunner::Parameters(u
         absl::StrCat("job ", record_.job_id(), " is ", v1::JobState_Name(state)));
   }
   absl::MutexLock lock(&mutex_);
+  if (published_ == nullptr && publishing_) {
+    return absl::UnavailableError(
+        absl::StrCat("job ", record_.job_id(), " is publishing its next parameter version; retry"));
+  }
   if (published_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("job ", record_.job_id(), " has finished"));
   }
@@ -414,9 +428,10 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     return *output->rolled_back_to + 1;
   }
   const absl::Time step_started = absl::Now();
-  std::vector<at::Tensor> gradient;
-  for (const at::Tensor& g : output->gradient) gradient.push_back(g.to(performer::ToScalarType(dtype_)));
-  absl::StatusOr<performer::StepResult> step = trainer_->Step(gradient);
+  // The float64 sum goes into the step as it is: converted once into each parameter's gradient and
+  // released tensor by tensor (the coordinator holds no float32 copy of the whole gradient).
+  absl::StatusOr<performer::StepResult> step = trainer_->Step(std::move(output->gradient));
+  output->gradient.clear();
   if (!step.ok()) return absl::InternalError(absl::StrCat("round ", round, ": ", step.status().message()));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   recent_round_seconds_.push_back(seconds);

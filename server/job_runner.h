@@ -148,6 +148,7 @@ class JobRunner {
   std::string cancel_reason_ ABSL_GUARDED_BY(mutex_);
   std::vector<int> trainable_;  // JobSpec.trainable as parameter indices; empty: all
   std::shared_ptr<const ParameterSnapshot> published_ ABSL_GUARDED_BY(mutex_);
+  bool publishing_ ABSL_GUARDED_BY(mutex_) = false;  // between dropping a version and publishing the next
 };
 
 }  // namespace slimfit::server

@@ -233,6 +233,9 @@ class ShardDispatcher {
   std::map<std::string, int> strikes_;  // rejected results per worker; runner thread only
   VerificationLedger ledger_;           // runner thread only
 
+  // Held from a shard's first gradient chunk until its result is counted or refused (CallShard).
+  absl::Mutex assembly_turn_;
+
   absl::Mutex mutex_;
   // Calls in flight and the worker each goes to (id, incarnation).
   std::map<grpc::ClientContext*, std::pair<std::string, uint64_t>> in_flight_ ABSL_GUARDED_BY(mutex_);

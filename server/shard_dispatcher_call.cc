@@ -103,6 +103,11 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     }
   } untrack{this, context.get()};
 
+  // One assembled gradient at a time per job: a shard's tensors are allocated when its first chunk
+  // arrives and freed once counted, so the coordinator holds one shard's gradient beside the sum
+  // rather than one per worker (workers that finish meanwhile wait in gRPC's flow control).
+  // Declared before the assembler, so that it is released after the assembler's tensors are freed.
+  std::optional<absl::MutexLock> turn;
   std::vector<performer::TensorSpec> specs;
   for (const size_t i : SentTensors()) specs.push_back({deps_.names[i], deps_.shapes[i]});
   performer::TensorAssembler assembler(std::move(specs), deps_.dtype,
@@ -111,7 +116,8 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
                                        request.local_steps().compression());
   std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
       plan.worker.stub->ComputeGradient(context.get(), request);
-  GradientStream stream = ReadGradientStream(reader.get(), context.get(), &assembler, evaluate_only);
+  GradientStream stream = ReadGradientStream(reader.get(), context.get(), &assembler, evaluate_only,
+                                             [&] { turn.emplace(&assembly_turn_); });
   outcome.bytes_received += stream.bytes;
   const absl::Status& stream_error = stream.error;
   const std::optional<v1::GradientSummary>& summary = stream.summary;

@@ -160,7 +160,7 @@ absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_i
         return fail(absl::InternalError(
             absl::StrCat("inner step ", step + 1, ": no gradient over ", tokens, " predicted tokens")));
       }
-      absl::StatusOr<performer::StepResult> stepped = trainer.Step(sum->gradient);
+      absl::StatusOr<performer::StepResult> stepped = trainer.Step(std::move(sum->gradient));
       if (!stepped.ok()) {
         return fail(absl::InternalError(absl::StrCat("inner step ", step + 1, " of ", local.sequences_per_step_size(),
                                                      ": ", stepped.status().message())));
