@@ -136,7 +136,9 @@ TEST(TrainerTest, SavedOptimizerStateResumesExactly) {
     auto first = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
     for (int s = 1; s <= 3; ++s) {
       ASSERT_TRUE((*straight)->Step(Gradient(start, 0.1 * s)).ok());
-      if (s <= 2) ASSERT_TRUE((*first)->Step(Gradient(start, 0.1 * s)).ok());
+      if (s <= 2) {
+        ASSERT_TRUE((*first)->Step(Gradient(start, 0.1 * s)).ok());
+      }
     }
     const std::string model = testing_util::TempPath("model.safetensors");
     const std::string optimizer = testing_util::TempPath("optimizer.safetensors");

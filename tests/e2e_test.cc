@@ -107,7 +107,9 @@ TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
       EXPECT_GE(timing.bytes_to_workers(), parameter_bytes) << round.ShortDebugString();
       EXPECT_GE(timing.bytes_from_workers(), round.shards() * parameter_bytes) << round.ShortDebugString();
     }
-    if (event.has_checkpoint_written()) EXPECT_GT(event.checkpoint_written().seconds(), 0);
+    if (event.has_checkpoint_written()) {
+      EXPECT_GT(event.checkpoint_written().seconds(), 0);
+    }
   }
   EXPECT_GE(slices.size(), 2u) << cluster.Logs();
   // The coordinator's plans and the workers' own budget checks agree: no shard was refused.

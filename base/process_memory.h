@@ -1,0 +1,26 @@
+// How a daemon's large allocations go back to the system. glibc's malloc serves blocks above a
+// threshold with their own mappings, returned to the system when freed, but raises that threshold
+// to the size of each such block freed (up to 32 MiB): after a few rounds, tensors of tens of MiB
+// come from the heap and a freed one stays in the process, so the coordinator's resident memory
+// grew to ~12× its model's parameter bytes where its tensors needed ~7× (BENCHMARKS.md, "The data
+// path of a round"). Fixing the threshold keeps every large block a mapping of its own.
+//
+// Thread safety: call once, at start-up, before other threads allocate.
+#ifndef SLIMFIT_BASE_PROCESS_MEMORY_H_
+#define SLIMFIT_BASE_PROCESS_MEMORY_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace slimfit::base {
+
+// Blocks of at least `threshold_bytes` get mappings of their own, unmapped when freed. True when
+// the C library took the setting (glibc); false elsewhere (nothing changes).
+bool ReturnLargeBlocksToTheSystem(size_t threshold_bytes = size_t{1} << 20);
+
+// The process's resident memory in bytes (/proc/self/statm); 0 when it cannot be read.
+int64_t ResidentBytes();
+
+}  // namespace slimfit::base
+
+#endif  // SLIMFIT_BASE_PROCESS_MEMORY_H_
