@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -80,11 +81,7 @@ absl::StatusOr<LocalSource> LocalDataLayouts::Source(const std::string& sha256, 
       }
     }
   }
-  if (!announced.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Field(index), ": no registered worker holds a dataset with SHA-256 ", sha256));
-  }
-  if (announced->max_token() >= vocab) {
+  if (announced.has_value() && announced->max_token() >= vocab) {
     return rpc::InvalidFieldError(Field(index), absl::StrCat("local dataset ", announced->name(), " holds token id ",
                                                              announced->max_token(),
                                                              ", outside the model's vocabulary of ", vocab));
@@ -93,7 +90,12 @@ absl::StatusOr<LocalSource> LocalDataLayouts::Source(const std::string& sha256, 
   if (!stored.ok()) return stored.status();
   v1::LocalDataLayout layout;
   if (stored->has_value()) {
+    // Stored when the job was submitted: a restarted coordinator resumes without any holder (their
+    // announcements come back as they register again).
     layout = **stored;
+  } else if (!announced.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Field(index), ": no registered worker holds a dataset with SHA-256 ", sha256));
   } else {
     absl::Status last = absl::FailedPreconditionError(
         absl::StrCat(Field(index), ": no worker holding local dataset ", announced->name(), " (SHA-256 ",
@@ -116,7 +118,7 @@ absl::StatusOr<LocalSource> LocalDataLayouts::Source(const std::string& sha256, 
   }
   LocalSource source;
   source.sha256 = sha256;
-  source.name = announced->name();
+  source.name = announced.has_value() ? announced->name() : absl::StrCat("sha256:", sha256.substr(0, 12));
   source.documents.assign(layout.documents().begin(), layout.documents().end());
   return source;
 }

@@ -40,9 +40,11 @@ class LocalDataLayouts {
       const google::protobuf::RepeatedPtrField<std::string>& entries) const;
 
   // The dataset `sha256` (entry `index` of the spec) at L = sequence_length: its layout from the
-  // store, or from a live holder (then stored). INVALID_ARGUMENT naming the entry when its largest
-  // token id is not below `vocab`; FAILED_PRECONDITION when no registered worker announced it, or no
-  // holder is live and the layout is not stored yet; a holder's error (with its id) otherwise.
+  // store (no holder needed: a restarted coordinator resumes its jobs before workers return), or
+  // from a live holder (then stored). INVALID_ARGUMENT naming the entry when its announced largest
+  // token id is not below `vocab`; FAILED_PRECONDITION when the layout is not stored and no
+  // registered worker announced the dataset, or none of its holders is live; a holder's error (with
+  // its id) otherwise.
   absl::StatusOr<LocalSource> Source(const std::string& sha256, int64_t sequence_length, int64_t vocab,
                                      int index) const;
 
