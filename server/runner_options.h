@@ -17,6 +17,10 @@ struct RunnerOptions {
   // The most sequences in one shard; 0: as many as fit one request. Smaller shards balance load and
   // lose less to a failed worker, at the cost of more calls.
   int64_t max_sequences_per_shard = 0;
+  // Bytes of workers' gradients a job assembles at once: a shard waits for room (its worker's further
+  // writes wait in gRPC's flow control) unless nothing else is being assembled. Small models
+  // assemble every shard at once; at 100M parameters (371 MB a shard) one at a time.
+  int64_t max_assembly_bytes = int64_t{512} << 20;
   double safety_margin = 0.10;  // plans keep predicted peaks under (1 − margin) · budget
   // Replan a worker when its measured peak exceeds the prediction by this factor.
   double replan_ratio = 1.25;

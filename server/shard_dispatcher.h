@@ -233,8 +233,11 @@ class ShardDispatcher {
   std::map<std::string, int> strikes_;  // rejected results per worker; runner thread only
   VerificationLedger ledger_;           // runner thread only
 
-  // Held from a shard's first gradient chunk until its result is counted or refused (CallShard).
-  absl::Mutex assembly_turn_;
+  // Bytes of gradients being assembled (CallShard: from a shard's first chunk until its result is
+  // counted or refused), at most options.max_assembly_bytes unless a single shard is larger.
+  class AssemblyRoom;
+  absl::Mutex assembly_mutex_;
+  int64_t assembly_bytes_ ABSL_GUARDED_BY(assembly_mutex_) = 0;
 
   absl::Mutex mutex_;
   // Calls in flight and the worker each goes to (id, incarnation).

@@ -17,6 +17,31 @@
 
 namespace slimfit::server {
 
+// Room for one shard's gradient among those a job assembles at once (options.max_assembly_bytes):
+// waits for it on construction, gives it back on destruction.
+class ShardDispatcher::AssemblyRoom {
+ public:
+  AssemblyRoom(ShardDispatcher* dispatcher, int64_t bytes) : dispatcher_(dispatcher), bytes_(bytes) {
+    const int64_t limit = dispatcher_->deps_.options.max_assembly_bytes;
+    absl::MutexLock lock(&dispatcher_->assembly_mutex_);
+    auto fits = [this, limit]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(dispatcher_->assembly_mutex_) {
+      return dispatcher_->assembly_bytes_ == 0 || dispatcher_->assembly_bytes_ + bytes_ <= limit;
+    };
+    dispatcher_->assembly_mutex_.Await(absl::Condition(&fits));
+    dispatcher_->assembly_bytes_ += bytes_;
+  }
+  ~AssemblyRoom() {
+    absl::MutexLock lock(&dispatcher_->assembly_mutex_);
+    dispatcher_->assembly_bytes_ -= bytes_;
+  }
+  AssemblyRoom(const AssemblyRoom&) = delete;
+  AssemblyRoom& operator=(const AssemblyRoom&) = delete;
+
+ private:
+  ShardDispatcher* const dispatcher_;
+  const int64_t bytes_;
+};
+
 ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, const Task& task, int64_t round,
                                                         uint64_t version, int64_t normalizer, bool evaluate_only,
                                                         RoundCollector* collector) {
@@ -103,11 +128,17 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     }
   } untrack{this, context.get()};
 
-  // One assembled gradient at a time per job: a shard's tensors are allocated when its first chunk
-  // arrives and freed once counted, so the coordinator holds one shard's gradient beside the sum
-  // rather than one per worker (workers that finish meanwhile wait in gRPC's flow control).
-  // Declared before the assembler, so that it is released after the assembler's tensors are freed.
-  std::optional<absl::MutexLock> turn;
+  // A shard's tensors are allocated when its first chunk arrives and freed once counted; the job
+  // assembles at most options.max_assembly_bytes of them at once (workers that finish meanwhile
+  // wait in gRPC's flow control), so a large model's shards do not each hold a copy of the model.
+  // Declared before the assembler, so that the room is given back after its tensors are freed.
+  int64_t shard_bytes = 0;
+  for (const size_t i : SentTensors()) {
+    int64_t elements = 1;
+    for (const int64_t extent : deps_.shapes[i]) elements *= extent;
+    shard_bytes += elements * performer::DTypeBytes(deps_.dtype);
+  }
+  std::optional<AssemblyRoom> room;
   std::vector<performer::TensorSpec> specs;
   for (const size_t i : SentTensors()) specs.push_back({deps_.names[i], deps_.shapes[i]});
   performer::TensorAssembler assembler(std::move(specs), deps_.dtype,
@@ -117,7 +148,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
       plan.worker.stub->ComputeGradient(context.get(), request);
   GradientStream stream = ReadGradientStream(reader.get(), context.get(), &assembler, evaluate_only,
-                                             [&] { turn.emplace(&assembly_turn_); });
+                                             [&] { room.emplace(this, shard_bytes); });
   outcome.bytes_received += stream.bytes;
   const absl::Status& stream_error = stream.error;
   const std::optional<v1::GradientSummary>& summary = stream.summary;
