@@ -16,7 +16,7 @@ namespace slimfit::base {
 
 // Blocks of at least `threshold_bytes` get mappings of their own, unmapped when freed. True when
 // the C library took the setting (glibc); false elsewhere (nothing changes).
-bool ReturnLargeBlocksToTheSystem(size_t threshold_bytes = size_t{1} << 20);
+bool ReturnLargeBlocksToTheSystem(size_t threshold_bytes = size_t{2} << 20);
 
 // The process's resident memory in bytes (/proc/self/statm); 0 when it cannot be read.
 int64_t ResidentBytes();

@@ -9,6 +9,7 @@
 # coordinator's peak resident memory (BENCHMARKS.md, "The data path of a round").
 #
 # Usage: bench/round_data_path.sh [ROUNDS] [SIZES]   (defaults 4 and "10M 40M 100M")
+#   COORDINATOR_FLAGS="--max_assembly_bytes=4GiB"   extra slimfit-coordinator flags
 set -euo pipefail
 rounds="${1:-4}"
 sizes="${2:-10M 40M 100M}"
@@ -22,7 +23,8 @@ cluster_init "$(mktemp -d /tmp/slimfit-datapath.XXXXXX)" datapath
 data="$work/headers.txt"
 cluster_write_headers "$data"
 cluster_calibrate >/dev/null
-cluster_start_coordinator
+# shellcheck disable=SC2086  # word splitting of the extra flags is wanted
+cluster_start_coordinator ${COORDINATOR_FLAGS:-}
 coordinator_pid="${cluster_pids[-1]}"
 for i in 0 1 2; do cluster_start_worker 3GiB; done
 cluster_wait_workers 3

@@ -85,6 +85,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   if (mutual_tls) options.registry.worker_channel_credentials = rpc::ChannelCredentials(*tls);
   options.runner.shard_timeout = absl::Seconds(flags.shard_timeout_seconds);
   options.runner.max_attempts = static_cast<int>(flags.max_attempts);
+  options.runner.max_assembly_bytes = flags.max_assembly_bytes;
   options.runner.max_sequences_per_shard = flags.max_sequences_per_shard;
   options.upload_limit_bytes = flags.upload_limit_bytes;
   options.max_model_bytes = flags.max_model_bytes;
@@ -199,10 +200,14 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   flags.Int("max_attempts", &o.max_attempts, "attempts per shard before the job fails");
   flags.Int("max_sequences_per_shard", &o.max_sequences_per_shard,
             "most sequences in one shard (0: as many as fit one request)");
+  flags.ByteSize("max_assembly_bytes", &o.max_assembly_bytes,
+                 "shard gradients a job holds while they stream in (a shard waits for room unless it is "
+                 "alone): less memory for large models, at the cost of receiving their shards in turn");
   flags.ByteSize("upload_limit", &o.upload_limit_bytes, "largest accepted upload");
   flags.ByteSize("max_model_bytes", &o.max_model_bytes,
                  "largest model a job may train: its parameters' bytes in the job's dtype (the coordinator "
-                 "holds about 5x this)");
+                 "holds about 6x this, plus the gradients being received: up to --max_assembly_bytes or one "
+                 "shard's, whichever is more)");
   flags.String("port_file", &o.port_file, "write the bound host:port here once serving");
   rpc::AddMetricsFlags(flags, "Prometheus metrics (/metrics) and the status page (/)", &o.metrics_listen,
                        &o.metrics_port_file);
@@ -240,6 +245,7 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   }
   if (o.shard_timeout_seconds < 1) return absl::InvalidArgumentError("--shard_timeout_seconds must be ≥ 1");
   if (o.max_attempts < 1) return absl::InvalidArgumentError("--max_attempts must be ≥ 1");
+  if (o.max_assembly_bytes < 1) return absl::InvalidArgumentError("--max_assembly_bytes must be ≥ 1");
   if (o.max_sequences_per_shard < 0) return absl::InvalidArgumentError("--max_sequences_per_shard must be ≥ 0");
   if (o.max_model_bytes < 1) return absl::InvalidArgumentError("--max_model_bytes must be ≥ 1 byte");
   if (o.threads < 1 || o.threads > 4096) {

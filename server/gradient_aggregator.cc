@@ -36,7 +36,8 @@ void AddInto(at::Tensor& sum, const at::Tensor& g) {
 }  // namespace
 
 GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
-                                       std::vector<std::vector<int64_t>> shapes, bool evaluate_only)
+                                       std::vector<std::vector<int64_t>> shapes, bool evaluate_only,
+                                       std::vector<at::Tensor> reuse)
     : round_(round),
       parameter_version_(parameter_version),
       expected_tokens_(std::move(expected_tokens)),
@@ -44,7 +45,16 @@ GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version
       evaluate_only_(evaluate_only) {
   counted_.assign(expected_tokens_.size(), false);
   dropped_.assign(expected_tokens_.size(), false);
-  if (!evaluate_only_) {
+  if (evaluate_only_) return;
+  bool reusable = reuse.size() == shapes_.size();
+  for (size_t i = 0; reusable && i < shapes_.size(); ++i) {
+    reusable = reuse[i].defined() && reuse[i].scalar_type() == at::kDouble && reuse[i].is_contiguous() &&
+               reuse[i].sizes().equals(shapes_[i]);
+  }
+  if (reusable) {
+    // Memory the process already has: zeroing it costs no page faults.
+    for (at::Tensor& tensor : reuse) sum_.push_back(tensor.zero_());
+  } else {
     for (const auto& shape : shapes_) sum_.push_back(at::zeros(shape, at::kDouble));
   }
 }

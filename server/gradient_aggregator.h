@@ -33,8 +33,11 @@ class GradientAggregator {
  public:
   // `expected_tokens[shard_id]` is the predicted-token count of each shard of the round;
   // `shapes` the parameters' shapes in model order (empty for an evaluation).
+  // `reuse`: float64 tensors of a previous round's sum to zero and sum into instead of allocating
+  // (used when they match `shapes`, ignored otherwise).
   GradientAggregator(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
-                     std::vector<std::vector<int64_t>> shapes, bool evaluate_only);
+                     std::vector<std::vector<int64_t>> shapes, bool evaluate_only,
+                     std::vector<at::Tensor> reuse = {});
 
   // INVALID_ARGUMENT (naming the problem) when the result does not belong to this round (round,
   // version, shard id, token count) or is malformed or not finite; OK otherwise. Add checks it too.

@@ -53,6 +53,20 @@ TEST(GradientAggregatorTest, AStepBoundarysCountAndADroppedShardComplete) {
   EXPECT_EQ(aggregator.Drop(1).code(), absl::StatusCode::kFailedPrecondition);  // it counted
 }
 
+TEST(GradientAggregatorTest, ALastRoundsSumIsZeroedAndReusedWhenItMatches) {
+  std::vector<at::Tensor> last = {at::full({2, 2}, 7.0, at::kDouble), at::full({3}, -3.0, at::kDouble)};
+  const void* storage = last[0].data_ptr();
+  GradientAggregator aggregator(3, 9, {10}, {{2, 2}, {3}}, false, last);
+  ASSERT_TRUE(aggregator.Add(Result(0, 10, 5.0, 1.5f)).ok());
+  std::vector<at::Tensor> sum = aggregator.gradient();
+  EXPECT_EQ(sum[0].data_ptr(), storage);  // the same memory
+  EXPECT_DOUBLE_EQ(sum[0][1][1].item<double>(), 1.5);  // zeroed first
+  EXPECT_DOUBLE_EQ(sum[1][0].item<double>(), 1.5);
+  // Shapes that do not match are not reused.
+  GradientAggregator other(3, 9, {10}, {{2, 2}, {4}}, false, {at::zeros({2, 2}, at::kDouble), at::zeros({3}, at::kDouble)});
+  EXPECT_EQ(other.Add(Result(0, 10, 5.0, 1.5f)).code(), absl::StatusCode::kInvalidArgument);  // a {3} gradient
+}
+
 TEST(GradientAggregatorTest, RejectsResultsThatDoNotBelong) {
   GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false);
   ShardResult stale = Result(0, 10, 1, 1);

@@ -26,8 +26,9 @@
 namespace slimfit::server {
 
 // The largest model (parameter bytes in the job's dtype) a coordinator trains unless told otherwise
-// (--max_model_bytes). It keeps the parameters, AdamW's two moments and a float64 gradient sum:
-// about 5× this in float32.
+// (--max_model_bytes). It keeps the parameters, AdamW's two moments, a float64 gradient sum and the
+// published version — about 6× this in float32 — plus the shard gradients being received
+// (RunnerOptions::max_assembly_bytes, or one shard's when that is more).
 inline constexpr int64_t kDefaultMaxModelBytes = int64_t{2} << 30;
 
 struct PreparedJob {

@@ -214,16 +214,20 @@ void JobRunner::Publish(bool as_difference) {
   const v1::Compression compression = job.spec().compression().parameters();
   const bool difference_wanted = as_difference && performer::IsCompressed(compression);
   std::shared_ptr<const ParameterSnapshot> previous;
+  std::vector<at::Tensor> reusable;
   {
     absl::MutexLock lock(&mutex_);
     if (difference_wanted) {
       previous = published_;
     } else {
       // The previous version is obsolete once the optimizer stepped (no shard of it is running):
-      // let it go before copying the new one, so the coordinator never holds both. A fetch in this
-      // moment is told to retry (Parameters).
-      published_.reset();
+      // the new one is copied into its memory when no fetch still reads it, and in any case the
+      // coordinator never holds both. A fetch in this moment is told to retry (Parameters).
+      std::shared_ptr<const ParameterSnapshot> obsolete = std::move(published_);
       publishing_ = true;
+      if (obsolete != nullptr && obsolete.use_count() == 1 && obsolete->difference.empty()) {
+        reusable = obsolete->tensors;
+      }
     }
   }
   bool published_difference = false;
@@ -240,7 +244,16 @@ void JobRunner::Publish(bool as_difference) {
     snapshot->difference.clear();
     snapshot->base_version = 0;
     snapshot->sha256.clear();
-    for (const at::Tensor& p : trainer_->parameters()) snapshot->tensors.push_back(p.detach().clone());
+    const std::vector<at::Tensor>& parameters = trainer_->parameters();
+    bool reuse = reusable.size() == parameters.size();
+    for (size_t i = 0; reuse && i < parameters.size(); ++i) {
+      reuse = reusable[i].sizes().equals(parameters[i].sizes()) &&
+              reusable[i].scalar_type() == parameters[i].scalar_type() && reusable[i].is_contiguous();
+    }
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      snapshot->tensors.push_back(reuse ? reusable[i].copy_(parameters[i].detach()) : parameters[i].detach().clone());
+    }
+    reusable.clear();
     if (!trainable_.empty()) {
       // Workers holding an earlier version fetch only the trainable tensors, and check the whole.
       absl::StatusOr<std::string> digest = performer::TensorsSha256(snapshot->tensors);
@@ -428,10 +441,10 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     return *output->rolled_back_to + 1;
   }
   const absl::Time step_started = absl::Now();
-  // The float64 sum goes into the step as it is: converted once into each parameter's gradient and
-  // released tensor by tensor (the coordinator holds no float32 copy of the whole gradient).
-  absl::StatusOr<performer::StepResult> step = trainer_->Step(std::move(output->gradient));
-  output->gradient.clear();
+  // The float64 sum goes into the step as it is (converted once into each parameter's gradient: no
+  // float32 copy of the whole gradient), then back to the dispatcher to sum the next round.
+  absl::StatusOr<performer::StepResult> step = trainer_->Step(output->gradient);
+  dispatcher_->Recycle(std::move(output->gradient));
   if (!step.ok()) return absl::InternalError(absl::StrCat("round ", round, ": ", step.status().message()));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   recent_round_seconds_.push_back(seconds);

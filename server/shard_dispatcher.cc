@@ -266,7 +266,9 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   for (const size_t index : SentTensors()) sent_shapes.push_back(deps_.shapes[index]);
   RoundCollector collector(
       round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : sent_shapes,
-      evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype));
+      evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype),
+      evaluate_only ? std::vector<at::Tensor>{} : std::move(spare_sum_));
+  spare_sum_.clear();
   for (const Task& shard : shards) {
     if (!shard.step_token_counts.empty()) collector.AllowTokenCounts(shard.id, shard.step_token_counts);
   }
@@ -584,6 +586,12 @@ absl::StatusOr<std::vector<WorkerPlan>> ShardDispatcher::Reassign(
   }
   *failed = std::move(assigned);
   return replanned;
+}
+
+void ShardDispatcher::Recycle(std::vector<at::Tensor> gradient) {
+  spare_sum_.clear();
+  if (gradient.size() != deps_.shapes.size()) return;
+  for (const size_t index : SentTensors()) spare_sum_.push_back(std::move(gradient[index]));
 }
 
 std::vector<size_t> ShardDispatcher::SentTensors() const {

@@ -125,6 +125,10 @@ class ShardDispatcher {
   absl::StatusOr<RoundOutput> Run(int64_t round, uint64_t version, const std::vector<SequenceRef>& sequences,
                                   bool evaluate_only, const std::vector<int64_t>& local_steps = {});
 
+  // A round's gradient (RoundOutput::gradient) the runner is done with: its memory sums the next
+  // round (no fresh allocation, no page faults for the largest buffer of a round).
+  void Recycle(std::vector<at::Tensor> gradient);
+
   // The job went back to its checkpoint of `round` (after Run returned rolled_back_to).
   void RolledBack(int64_t round) { ledger_.RolledBack(round); }
   // After a coordinator restart: the quarantines and the verification ledger from the job's
@@ -230,6 +234,7 @@ class ShardDispatcher {
 
   const Deps deps_;
   NormScreen screen_;                   // the job's recent per-token gradient norms
+  std::vector<at::Tensor> spare_sum_;   // the last round's sum, to reuse (Recycle); runner thread only
   std::map<std::string, int> strikes_;  // rejected results per worker; runner thread only
   VerificationLedger ledger_;           // runner thread only
 

@@ -4,12 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "base/process_memory.h"
 #include "worker/worker_daemon.h"
 
 int main(int argc, char** argv) {
-  // Tensors of tens of MiB come and go every round: freed ones must leave the process.
-  slimfit::base::ReturnLargeBlocksToTheSystem();
   const std::vector<std::string> args(argv + 1, argv + argc);
   return slimfit::worker::WorkerMain(args, std::getenv("SLIMFIT_WORKER_TOKEN"), std::cout, std::cerr);
 }
