@@ -163,6 +163,9 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   if (request.request_id().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) {
     return rpc::InvalidFieldError("request_id", "longer than 256 bytes");
   }
+  // Worker-local datasets' layouts are asked of their holders before the lock (a slow holder must
+  // not hold up other submissions); Prepare then reads them from the store.
+  if (absl::Status fetched = preparer_->FetchLayouts(request.spec()); !fetched.ok()) return fetched;
   // One submission at a time: a request id is looked up and recorded atomically.
   absl::MutexLock submit_lock(&submit_mutex_);
   if (!request.request_id().empty()) {

@@ -70,7 +70,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : sent_shapes,
       evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype),
       evaluate_only ? std::vector<at::Tensor>{} : std::move(spare_sum_));
-  spare_sum_.clear();
+  if (!evaluate_only) spare_sum_.clear();
   for (const Task& shard : shards) {
     if (!shard.step_token_counts.empty()) collector.AllowTokenCounts(shard.id, shard.step_token_counts);
   }
@@ -112,6 +112,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       }
       Task task = pending[i];
       task.last_error = std::string(outcome.status.message());
+      task.late = outcome.status.code() == absl::StatusCode::kDeadlineExceeded || outcome.gone;
       failed_workers.insert(plan.worker.worker_id);
       if (outcome.misbehaved) {
         // The worker's fault, not the shard's: it does not count against max_attempts (quarantine
@@ -137,15 +138,21 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
     }
     if (*redo || output.rolled_back_to.has_value()) return output;
     if (drops_late && !failed.empty() && collector.shards_counted() > 0) {
-      // Under a time budget the round goes on with what arrived: a late worker's shard is dropped,
-      // never applied later (it would be computed from a version the job has left).
-      for (const Task& task : failed) {
+      // Under a time budget the round goes on with what arrived: the shard of a worker that missed
+      // the deadline (or stopped heartbeating) is dropped, never applied later (it would be computed
+      // from a version the job has left). Other failures are retried as without a budget.
+      std::vector<Task> retried;
+      for (Task& task : failed) {
+        if (!task.late) {
+          retried.push_back(std::move(task));
+          continue;
+        }
         if (absl::Status dropped = collector.Drop(task.id); !dropped.ok()) return dropped;
         output.late_workers.insert(wave_plans[task.worker].worker.worker_id);
         base::LogWarning(deps_.record->job_id(), ": ", what, ": dropped the shard of ",
                          wave_plans[task.worker].worker.worker_id, " (", task.last_error, ")");
       }
-      failed.clear();
+      failed = std::move(retried);
     }
     if (failed.empty()) break;
     for (const Task& task : failed) {
@@ -347,7 +354,8 @@ absl::StatusOr<std::vector<WorkerPlan>> ShardDispatcher::Reassign(
     for (size_t w = 0; eligible.empty() && w < plans.size(); ++w) {
       if (allowed(w)) eligible.push_back(w);
     }
-    if (eligible.empty() && task.opinion == 1) {
+    if (eligible.empty() && std::none_of(plans.begin(), plans.end(),
+                                         [&](const WorkerPlan& plan) { return CanRun(plan, task); })) {
       return absl::UnavailableError(absl::StrCat(what, ": shard ", task.id, " (last error: ", task.last_error,
                                                  "): no live worker holds all the local datasets it reads"));
     }

@@ -156,6 +156,7 @@ class ShardDispatcher {
     // A local-steps shard under a time budget: the token counts at its steps' boundaries (what the
     // worker may return, having taken fewer steps).
     std::vector<int64_t> step_token_counts;
+    bool late = false;  // the last attempt missed its deadline or its worker stopped heartbeating
     int source = 0;  // JobData source of its sequences (≥ 1: a worker-local dataset); a local-steps shard may mix
   };
   struct CallOutcome {
@@ -165,6 +166,7 @@ class ShardDispatcher {
     int64_t bytes_received = 0;  // the serialized messages the worker sent back
     double fetch_seconds = 0, compute_seconds = 0, stream_seconds = 0;  // its summary's, when it sent one
     int inner_steps = 0;  // its summary's local_steps
+    bool gone = false;    // cancelled because the worker stopped heartbeating (or left)
   };
 
   // One try at a round; *redo when a spot check outvoted a worker (quarantined now) whose other

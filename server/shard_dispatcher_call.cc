@@ -107,8 +107,9 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   const double predicted = plan.candidate.prediction.seconds * static_cast<double>(task.sequences.size());
   // Under a round's time budget a worker is not waited for past 1.5 × the budget + 5 s (the
   // fetch and the stream on top of the steps it has time for).
+  // A shard tried again (nothing of the round had arrived when it failed) gets the ordinary deadline.
   const absl::Duration deadline =
-      !task.sequences_per_step.empty() && deps_.round_time_budget_seconds > 0
+      !task.sequences_per_step.empty() && deps_.round_time_budget_seconds > 0 && task.attempt == 1
           ? absl::Seconds(1.5 * deps_.round_time_budget_seconds + 5)
           : deps_.options.shard_timeout + absl::Seconds(10 * predicted);
   auto context = rpc::MakeClientContext(plan.worker.call_token,
@@ -148,7 +149,14 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
       plan.worker.stub->ComputeGradient(context.get(), request);
   GradientStream stream = ReadGradientStream(reader.get(), context.get(), &assembler, evaluate_only,
-                                             [&] { room.emplace(this, shard_bytes); });
+                                             [&] {
+                                               // A round under a time budget does not queue its
+                                               // results: waiting would count against its deadline.
+                                               if (task.sequences_per_step.empty() ||
+                                                   deps_.round_time_budget_seconds <= 0) {
+                                                 room.emplace(this, shard_bytes);
+                                               }
+                                             });
   outcome.bytes_received += stream.bytes;
   const absl::Status& stream_error = stream.error;
   const std::optional<v1::GradientSummary>& summary = stream.summary;
@@ -158,6 +166,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     if (cancelled_gone_.count(context.get()) > 0) {
       outcome.status = absl::UnavailableError(
           absl::StrCat("worker ", plan.worker.worker_id, " stopped heartbeating; its call was cancelled"));
+      outcome.gone = true;
       return outcome;
     }
   }

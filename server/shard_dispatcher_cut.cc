@@ -199,9 +199,10 @@ void ShardDispatcher::AddSpotChecks(int64_t round, const std::vector<WorkerPlan>
     Task check = (*tasks)[i];
     check.opinion = 2;
     // Another worker (one that holds the shard's data), spread over all of them.
-    std::vector<size_t> others;
-    for (size_t w = 0; w < workers; ++w) {
-      if (w != check.worker && CanRun(plans[w], check)) others.push_back(w);
+    std::vector<size_t> others;  // from the next worker on, wrapping around
+    for (size_t k = 1; k < workers; ++k) {
+      const size_t w = (check.worker + k) % workers;
+      if (CanRun(plans[w], check)) others.push_back(w);
     }
     if (others.empty()) continue;  // a local dataset with one holder: the shard counts unverified
     collector->ExpectCheck(check.id);

@@ -301,13 +301,33 @@ TEST(LocalStepsEndToEndTest, UnderATimeBudgetWorkersTakeTheStepsThatFitAndALateO
   spec.set_round_time_budget_seconds(0.001);
   const std::string hurried = RunToSuccess(cluster, spec).job_id();
   ASSERT_FALSE(hurried.empty());
+  std::optional<v1::RoundCompleted> hurried_first;
   for (const v1::JobEvent& event : AllEvents(cluster, hurried)) {
     if (!event.has_round_completed()) continue;
     const v1::RoundCompleted& done = event.round_completed();
+    if (done.round() == 1) hurried_first = done;
     EXPECT_EQ(done.inner_steps(), done.workers()) << done.DebugString();  // one step each
     EXPECT_LT(done.tokens(), 4 * 12 * 127 / 2) << done.DebugString();    // about a quarter was trained
     EXPECT_THAT(done.late_workers(), ::testing::IsEmpty());
   }
+  // The first steps of round 1 are every worker's share of batch 1: divided by the tokens that
+  // arrived, the outer step is the synchronous SGD step over batch 1, as one inner step without a
+  // budget gives (undivided, it would be about a quarter of it).
+  v1::JobSpec one_step = spec;
+  one_step.set_local_steps(1);
+  one_step.clear_round_time_budget_seconds();
+  one_step.set_rounds(1);
+  const std::string reference = RunToSuccess(cluster, one_step).job_id();
+  ASSERT_FALSE(reference.empty());
+  std::optional<v1::RoundCompleted> reference_first;
+  for (const v1::JobEvent& event : AllEvents(cluster, reference)) {
+    if (event.has_round_completed()) reference_first = event.round_completed();
+  }
+  ASSERT_TRUE(hurried_first.has_value() && reference_first.has_value());
+  EXPECT_EQ(hurried_first->tokens(), reference_first->tokens());
+  EXPECT_NEAR(hurried_first->gradient_norm(), reference_first->gradient_norm(),
+              1e-5 * reference_first->gradient_norm());
+  EXPECT_NEAR(hurried_first->loss(), reference_first->loss(), 1e-6);
 
   // A worker that stops answering mid-job (SIGSTOP) is not waited for past the round's deadline.
   // The worker is stopped right after a round while still counted live (its heartbeats are missed

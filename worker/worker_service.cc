@@ -225,6 +225,12 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   if (auto s = stopped()) return *s;
   const performer::PerformerModel& parameters = **model;
 
+  for (const int index : request.gradient_tensors()) {
+    if (static_cast<size_t>(index) >= parameters.names().size()) {
+      return InvalidField("gradient_tensors", absl::StrCat(index, " is not below the model's ",
+                                                           parameters.names().size(), " parameters"));
+    }
+  }
   absl::StatusOr<Shard> shard = CutRequestShard(request, parameters.config().vocab);
   if (!shard.ok()) return shard.status();
   const bool want_gradient = !request.evaluate_only();
@@ -357,11 +363,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
     if (request.gradient_tensors_size() > 0) {
       std::vector<std::string> sent_names;
       std::vector<at::Tensor> sent;
-      for (const int index : request.gradient_tensors()) {
-        if (static_cast<size_t>(index) >= names.size()) {
-          return InvalidField("gradient_tensors", absl::StrCat(index, " is not below the model's ", names.size(),
-                                                               " parameters"));
-        }
+      for (const int index : request.gradient_tensors()) {  // checked against the model above
         sent_names.push_back(names[static_cast<size_t>(index)]);
         sent.push_back(std::move(sum[static_cast<size_t>(index)]));
       }
