@@ -7,6 +7,7 @@
 #include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/test_worker_request.h"
 
 namespace slimfit::server {
 namespace {
@@ -15,18 +16,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 v1::RegisterWorkerRequest Holder(const std::string& name, char digit) {
-  v1::RegisterWorkerRequest request;
-  request.mutable_profile()->set_device("cpu");
-  request.mutable_profile()->set_threads(1);
-  request.mutable_profile()->set_total_memory_bytes(int64_t{1} << 30);
-  request.mutable_profile()->set_activation_scale(1);
-  request.mutable_profile()->set_flops_per_second(1e10);
-  request.mutable_profile()->set_half_rate_rows(16);
-  request.mutable_profile()->set_backward_factor(2);
-  request.set_memory_budget_bytes(int64_t{64} << 20);
-  request.set_device("cpu");
-  request.set_advertise_address("127.0.0.1:5000");
-  request.set_threads(1);
+  v1::RegisterWorkerRequest request = TestWorkerRequest();
   v1::LocalDataset* dataset = request.add_local_datasets();
   dataset->set_name(name);
   dataset->set_sha256(std::string(64, digit));

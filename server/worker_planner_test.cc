@@ -13,27 +13,14 @@
 #include "absl/time/clock.h"
 #include "base/test_util.h"
 #include "proto/dataset_format.h"
+#include "server/test_worker_request.h"
 
 namespace slimfit::server {
 namespace {
 
 using ::testing::HasSubstr;
 
-v1::RegisterWorkerRequest Worker(int64_t budget_bytes) {
-  v1::RegisterWorkerRequest request;
-  request.mutable_profile()->set_device("cpu");
-  request.mutable_profile()->set_threads(1);
-  request.mutable_profile()->set_total_memory_bytes(int64_t{1} << 30);
-  request.mutable_profile()->set_activation_scale(1);
-  request.mutable_profile()->set_flops_per_second(1e10);
-  request.mutable_profile()->set_half_rate_rows(16);
-  request.mutable_profile()->set_backward_factor(2);
-  request.set_memory_budget_bytes(budget_bytes);
-  request.set_device("cpu");
-  request.set_advertise_address("127.0.0.1:5000");
-  request.set_threads(1);
-  return request;
-}
+v1::RegisterWorkerRequest Worker(int64_t budget_bytes) { return TestWorkerRequest(budget_bytes); }
 
 // A RUNNING job of a 2-layer d_model 64 model (float32) whose parameters and gradients alone need
 // more than a 1 MiB worker has, on a registry with real workers.

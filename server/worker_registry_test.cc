@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/test_util.h"
+#include "server/test_worker_request.h"
 
 namespace slimfit::server {
 namespace {
@@ -16,19 +17,8 @@ namespace {
 using ::testing::HasSubstr;
 
 v1::RegisterWorkerRequest Request(const std::string& id = "") {
-  v1::RegisterWorkerRequest request;
+  v1::RegisterWorkerRequest request = TestWorkerRequest();
   request.set_worker_id(id);
-  request.mutable_profile()->set_device("cpu");
-  request.mutable_profile()->set_threads(1);
-  request.mutable_profile()->set_total_memory_bytes(1 << 30);
-  request.mutable_profile()->set_activation_scale(1);
-  request.mutable_profile()->set_flops_per_second(1e10);
-  request.mutable_profile()->set_half_rate_rows(16);
-  request.mutable_profile()->set_backward_factor(2);
-  request.set_memory_budget_bytes(64 << 20);
-  request.set_device("cpu");
-  request.set_advertise_address("127.0.0.1:5000");
-  request.set_threads(1);
   return request;
 }
 
