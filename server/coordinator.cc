@@ -163,19 +163,25 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   if (request.request_id().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) {
     return rpc::InvalidFieldError("request_id", "longer than 256 bytes");
   }
-  // Worker-local datasets' layouts are asked of their holders before the lock (a slow holder must
-  // not hold up other submissions); Prepare then reads them from the store.
-  if (absl::Status fetched = preparer_->FetchLayouts(request.spec()); !fetched.ok()) return fetched;
-  // One submission at a time: a request id is looked up and recorded atomically.
-  absl::MutexLock submit_lock(&submit_mutex_);
-  if (!request.request_id().empty()) {
-    absl::StatusOr<std::optional<v1::Job>> existing = store_->FindJobByRequestId(request.request_id());
-    if (!existing.ok()) return existing.status();
-    if (existing->has_value()) return **existing;
-  }
+  // A retried submission gets its job, whatever has changed since (checked again under the lock).
+  auto existing_job = [&]() -> absl::StatusOr<std::optional<v1::Job>> {
+    if (request.request_id().empty()) return std::optional<v1::Job>();
+    return store_->FindJobByRequestId(request.request_id());
+  };
+  absl::StatusOr<std::optional<v1::Job>> existing = existing_job();
+  if (!existing.ok()) return existing.status();
+  if (existing->has_value()) return **existing;
+  // Worker-local datasets named by digest, and their layouts asked of their holders before the lock
+  // (a slow holder must not hold up other submissions); Prepare then reads them from the store.
   absl::StatusOr<v1::JobSpec> resolved = preparer_->ResolveLocalDatasets(WithJobDefaults(request.spec()));
   if (!resolved.ok()) return resolved.status();
+  if (absl::Status fetched = preparer_->FetchLayouts(*resolved); !fetched.ok()) return fetched;
   const v1::JobSpec& spec = *resolved;
+  // One submission at a time: a request id is looked up and recorded atomically.
+  absl::MutexLock submit_lock(&submit_mutex_);
+  existing = existing_job();
+  if (!existing.ok()) return existing.status();
+  if (existing->has_value()) return **existing;
   absl::StatusOr<PreparedJob> prepared = preparer_->Prepare(spec, /*load_initial=*/true);
   if (!prepared.ok()) return prepared.status();
   if (absl::Status fits = preparer_->CheckSomeWorkerFits(spec, prepared->config, prepared->data->max_documents_per_sequence());

@@ -98,16 +98,13 @@ absl::StatusOr<v1::JobSpec> JobPreparer::ResolveLocalDatasets(const v1::JobSpec&
   return resolved;
 }
 
-absl::Status JobPreparer::FetchLayouts(const v1::JobSpec& spec) const {
-  if (spec.local_datasets_size() == 0 || spec.sequence_length() < 2) return absl::OkStatus();
-  absl::StatusOr<std::vector<std::string>> digests = layouts_.Resolve(spec.local_datasets());
-  if (!digests.ok()) return absl::OkStatus();  // Prepare reports it, naming the field
-  absl::StatusOr<performer::ModelConfig> config = ResolveModel(spec.model(), nullptr);
-  if (!config.ok()) return absl::OkStatus();
-  for (size_t i = 0; i < digests->size(); ++i) {
-    absl::StatusOr<LocalSource> source =
-        layouts_.Source((*digests)[i], spec.sequence_length(), config->vocab, static_cast<int>(i));
-    if (!source.ok()) return source.status();
+absl::Status JobPreparer::FetchLayouts(const v1::JobSpec& resolved) const {
+  if (resolved.sequence_length() < 2) return absl::OkStatus();  // Prepare reports it, naming the field
+  for (int i = 0; i < resolved.local_datasets_size(); ++i) {
+    if (absl::Status fetched = layouts_.Fetch(resolved.local_datasets(i), resolved.sequence_length(), i);
+        !fetched.ok()) {
+      return fetched;
+    }
   }
   return absl::OkStatus();
 }

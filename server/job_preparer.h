@@ -54,11 +54,10 @@ class JobPreparer {
   // stores. INVALID_ARGUMENT naming the entry.
   absl::StatusOr<v1::JobSpec> ResolveLocalDatasets(const v1::JobSpec& spec) const;
 
-  // Asks live holders for the layouts `spec` (as submitted) needs at its sequence length and stores
-  // them, so that Prepare finds them in the store; only specs whose local datasets resolve and whose
-  // model resolves get this far (other errors are left to Prepare). The errors of
-  // LocalDataLayouts::Source.
-  absl::Status FetchLayouts(const v1::JobSpec& spec) const;
+  // Asks live holders for the layouts a spec needs at its sequence length and stores them, so that
+  // Prepare finds them in the store. REQUIRES: `resolved` came from ResolveLocalDatasets. The errors
+  // of LocalDataLayouts::Fetch.
+  absl::Status FetchLayouts(const v1::JobSpec& resolved) const;
 
   // Validates `spec`, resolves the model (its parameters too when `load_initial`) and loads the
   // data. INVALID_ARGUMENT naming the field; NOT_FOUND for an unknown dataset or checkpoint

@@ -15,6 +15,7 @@
 #define SLIMFIT_SERVER_LOCAL_DATA_LAYOUTS_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,11 @@ class LocalDataLayouts {
   // its id) otherwise.
   absl::StatusOr<LocalSource> Source(const std::string& sha256, int64_t sequence_length, int64_t vocab,
                                      int index) const;
+
+  // Source without the vocabulary check: the layout stored, asked of a live holder when it is not.
+  absl::Status Fetch(const std::string& sha256, int64_t sequence_length, int index) const {
+    return Source(sha256, sequence_length, std::numeric_limits<int64_t>::max(), index).status();
+  }
 
  private:
   // A live holder's answer, all pages, checked (sequences = floor(tokens / L), documents ≥ 1 and
