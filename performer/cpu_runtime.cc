@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include "absl/strings/str_cat.h"
+#include "performer/matrix_products.h"
 
 namespace slimfit::performer {
 namespace {
@@ -23,16 +24,16 @@ GetThreadsFn OpenBlasGetThreads() {
 
 }  // namespace
 
-absl::Status ConfigureCpuThreads(int threads) {
+absl::Status ConfigureCpuThreads(int threads, at::ScalarType products) {
   if (threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads must be at least 1, got ", threads));
-  if (SetThreadsFn set = OpenBlasSetThreads(); set != nullptr) {
-    set(threads);
-    at::set_num_threads(1);
-  } else {
-    at::set_num_threads(threads);
-  }
+  SetThreadsFn set_blas = OpenBlasSetThreads();
+  const bool openmp_products = set_blas == nullptr || (products == at::kFloat && OneDnnProducts());
+  if (set_blas != nullptr) set_blas(openmp_products ? 1 : threads);
+  at::set_num_threads(openmp_products ? threads : 1);
   return absl::OkStatus();
 }
+
+int OpenMpThreads() { return at::get_num_threads(); }
 
 void RetainFreedHeapMemory() {
   constexpr int kLargest = 1 << 30;  // glibc clamps the mmap threshold to its own maximum

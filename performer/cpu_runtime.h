@@ -3,8 +3,13 @@
 // Debian's LibTorch hands matrix products to OpenBLAS, which keeps its own thread pool next to
 // LibTorch's OpenMP intra-op pool. With both pools at N threads on N cores they spin against each
 // other: on the 2-core reference machine a C = 16 gradient took 6.6 s instead of 1.2 s (see
-// BENCHMARKS.md). ConfigureCpuThreads gives the N threads to OpenBLAS, where the FLOPs are, and
-// runs LibTorch's element-wise kernels on the calling thread.
+// BENCHMARKS.md). So ConfigureCpuThreads gives the N threads to the one pool that runs the matrix
+// products and leaves the other at one thread:
+//  - float32 in a build with oneDNN (matrix_products.h): the OpenMP pool, which oneDNN's sgemm and
+//    LibTorch's element-wise kernels share; OpenBLAS (LibTorch's batched products) runs on the
+//    calling thread;
+//  - otherwise: OpenBLAS, where the FLOPs are; LibTorch's element-wise kernels run on the calling
+//    thread.
 //
 // Thread safety: call from main() before work starts; the settings are process-wide.
 #ifndef SLIMFIT_PERFORMER_CPU_RUNTIME_H_
@@ -12,18 +17,24 @@
 
 #include <string>
 
+#include <c10/core/ScalarType.h>
+
 #include "absl/status/status.h"
 
 namespace slimfit::performer {
 
+// `products` is the dtype of the matrix products that will run (kFloat or kDouble).
 // REQUIRES: threads >= 1. INVALID_ARGUMENT otherwise. Idempotent.
-absl::Status ConfigureCpuThreads(int threads);
+absl::Status ConfigureCpuThreads(int threads, at::ScalarType products = at::kFloat);
 
 // Keeps freed tensor memory in the heap instead of returning every large block to the kernel
 // (glibc would otherwise mmap and fault in fresh pages for each activation: a 25% slower full
 // gradient here). Resident memory then stays at its high-water mark, which a worker with a
 // budget holds anyway. Idempotent.
 void RetainFreedHeapMemory();
+
+// Threads of LibTorch's OpenMP pool (oneDNN's and the element-wise kernels'); for reports.
+int OpenMpThreads();
 
 // Threads the BLAS library is using, or -1 when it cannot be queried; for reports.
 int BlasThreads();

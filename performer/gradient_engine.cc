@@ -123,7 +123,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
   result.normalizer = normalizer;
   try {
     if (plan.threads > 0 && device.is_cpu()) {
-      if (absl::Status s = ConfigureCpuThreads(plan.threads); !s.ok()) return s;
+      if (absl::Status s = ConfigureCpuThreads(plan.threads, ToScalarType(plan.dtype)); !s.ok()) return s;
     }
     at::AutoGradMode enable_grad(true);
     const at::TensorOptions tensor_options = model.parameters().front().options();
@@ -136,7 +136,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     }
     // The linear maps and the embedding add their gradients straight into these buffers (see
     // LayerWeights::gradient_sink): no temporary weight gradient per slice, no extra pass to add it.
-    // q, k and v run as one matrix product per layer (FuseAttentionProjections); their gradient
+    // q, k and v run as one matrix product per layer (PrepareForwardLayouts); their gradient
     // buffers are views of one fused buffer per layer, so no per-parameter copy is needed.
     std::vector<at::Tensor> sink_tensors(leaves.size());
     std::vector<at::Tensor> fused_weight_sinks, fused_bias_sinks;
@@ -163,7 +163,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
                     : options.favor_projections,
                 plan.prefix_mode, plan.block};
     for (at::Tensor& projection : ctx.projections) projection = projection.to(tensor_options);
-    FuseAttentionProjections(&ctx.weights);
+    PrepareForwardLayouts(&ctx.weights, CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights);
     ctx.weights.gradient_sink = &sink;
     for (size_t r = 0; r < ctx.weights.layers.size(); ++r) ctx.weights.layers[r].gradient_sink = &sink.layers[r];
 

@@ -93,6 +93,28 @@ TEST_P(SlicedEqualsFullTest, EveryCGivesTheFullGradientAndLoss) {
 
 INSTANTIATE_TEST_SUITE_P(AllConfigurations, SlicedEqualsFullTest, EveryEngineCase(), EngineCaseName);
 
+// The contiguous forward copies of the FFN and output weights (Plan::copy_forward_weights) change
+// the speed and the memory, never the result beyond float32 rounding; the memory they add is
+// exactly those weights' bytes.
+TEST(GradientEngineTest, ForwardWeightCopiesChangeMemoryNotTheGradient) {
+  if (!CopiesForwardLayouts(at::kCPU, DType::kFloat32)) GTEST_SKIP() << "no oneDNN: one weight layout only";
+  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, /*seed=*/7);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const PackedBatch batch = PackedStream(config.vocab);
+  for (int64_t slice : {int64_t{0}, int64_t{7}}) {
+    Plan with = SlicedPlan(slice);
+    Plan without = with;
+    without.copy_forward_weights = false;
+    const GradientResult a = MustCompute(*model, batch, with, {});
+    const GradientResult b = MustCompute(*model, batch, without, {});
+    EXPECT_LE(RelativeDiscrepancy(a.gradients, b.gradients), 1e-6) << "C=" << slice;
+    EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-6 * std::abs(b.loss_sum));
+    const int64_t copies = (config.forward_layout_values(true) - config.forward_layout_values(false)) * 4;
+    EXPECT_EQ((a.peak_bytes - a.start_bytes) - (b.peak_bytes - b.start_bytes), copies) << "C=" << slice;
+  }
+}
+
 TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {
   const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);

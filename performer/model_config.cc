@@ -43,6 +43,11 @@ int64_t ModelConfig::parameter_count() const {
   return vocab * (d_model / 2) + layers * per_layer + d_model * vocab + vocab;
 }
 
+int64_t ModelConfig::forward_layout_values(bool copy_all) const {
+  const int64_t fused = layers * 3 * d_model * (d_model + 1);
+  return copy_all ? fused + layers * 2 * d_model * d_ff + d_model * vocab : fused;
+}
+
 absl::Status ModelConfig::Validate() const {
   auto positive = [](absl::string_view field, int64_t value) -> absl::Status {
     if (value > 0) return absl::OkStatus();

@@ -57,6 +57,10 @@ struct ModelConfig {
     return heads * features_per_head() * (head_dim() + 1);
   }
   int64_t parameter_count() const;
+  // Values of the copies the gradient engine makes of the weights for its forward products
+  // (PrepareForwardLayouts, performer_model.h): q | k | v fused per layer, and with `copy_all` a
+  // contiguous copy of the FFN and output weights.
+  int64_t forward_layout_values(bool copy_all) const;
 
   // INVALID_ARGUMENT naming the offending field when the shape is impossible.
   absl::Status Validate() const;

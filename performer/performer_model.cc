@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "performer/matrix_products.h"
 
 namespace slimfit::performer {
 namespace {
@@ -21,26 +22,49 @@ constexpr double kDenominatorEps = 1e-16;  // as the reference: num / (den + 1e-
 // y = x · W + b whose backward adds xᵀ·g and Σg into the sink tensors in place and returns no
 // gradient for W and b (their .grad stays untouched). W and b still enter as inputs so the node
 // is part of the graph whenever they require grad.
+// The input gradient of a linear map whose weight, in compute layout [in, out], is split along its
+// output columns into `pieces` (one piece, or q | k | v): dx = Σ g[:, piece's columns]·pieceᵀ.
+// Each pieceᵀ is then the parameter's own [out, in] storage, the layout the product wants.
+at::Tensor InputGradient(const at::Tensor& g, const std::vector<at::Tensor>& pieces) {
+  at::Tensor grad_x;
+  int64_t column = 0;
+  for (const at::Tensor& piece : pieces) {
+    const at::Tensor part = g.narrow(1, column, piece.size(1));
+    if (grad_x.defined()) {
+      AccumulateProduct(grad_x, part, piece.t());
+    } else {
+      grad_x = Product(part, piece.t());
+    }
+    column += piece.size(1);
+  }
+  return grad_x;
+}
+
+// A linear map whose backward adds the weight and bias gradients into the sink tensors in place
+// (LayerWeights::gradient_sink) and returns only the input's gradient.
 class LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& weight_t, const at::Tensor& bias,
-                            const at::Tensor& sink_weight_t, const at::Tensor& sink_bias) {
-    ctx->save_for_backward({x, weight_t});
+                            const at::Tensor& forward_t, const at::Tensor& bias,
+                            const at::Tensor& sink_weight_t, const at::Tensor& sink_bias,
+                            const std::vector<at::Tensor>& pieces) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["pieces"] = pieces;
     ctx->saved_data["sink_weight_t"] = sink_weight_t;
     ctx->saved_data["sink_bias"] = sink_bias;
-    return at::addmm(bias, x, weight_t);
+    return AddBiasProduct(bias, x, forward_t);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
+    const at::Tensor x = ctx->get_saved_variables()[0];
     const at::Tensor& g = grads[0];
     at::Tensor sink_weight_t = ctx->saved_data["sink_weight_t"].toTensor();
     at::Tensor sink_bias = ctx->saved_data["sink_bias"].toTensor();
-    sink_weight_t.addmm_(saved[0].t(), g);
+    AccumulateProduct(sink_weight_t, x.t(), g);
     sink_bias.add_(g.sum(0));
-    const at::Tensor grad_x = saved[0].requires_grad() ? at::mm(g, saved[1].t()) : at::Tensor();
-    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const at::Tensor grad_x =
+        x.requires_grad() ? InputGradient(g, ctx->saved_data["pieces"].toTensorVector()) : at::Tensor();
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -61,10 +85,19 @@ class EmbeddingIntoSink : public torch::autograd::Function<EmbeddingIntoSink> {
   }
 };
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight_t, const at::Tensor& bias,
-                  const at::Tensor* sink_weight_t, const at::Tensor* sink_bias) {
-  if (sink_weight_t == nullptr) return at::addmm(bias, x, weight_t);
-  return LinearIntoSink::apply(x, weight_t, bias, *sink_weight_t, *sink_bias);
+// x·w + b. `forward_t` is the weight for the product (a contiguous copy, or `pieces[0]` itself);
+// `pieces` the weight in compute layout split along its output columns, for the input gradient.
+// Without a sink, LibTorch's autograd (when recording) sees an ordinary product.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& forward_t, const at::Tensor& bias,
+                  const std::vector<at::Tensor>& pieces, const at::Tensor* sink_weight_t,
+                  const at::Tensor* sink_bias) {
+  if (sink_weight_t == nullptr) return AddBiasProduct(bias, x, forward_t);
+  return LinearIntoSink::apply(x, forward_t, bias, *sink_weight_t, *sink_bias, pieces);
+}
+
+// The forward operand of a weight: its contiguous copy when one was made.
+const at::Tensor& ForwardOperand(const at::Tensor& copy, const at::Tensor& weight_t) {
+  return copy.defined() ? copy : weight_t;
 }
 
 std::string ShapeString(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
@@ -110,12 +143,21 @@ std::vector<std::vector<int64_t>> ParameterShapes(const ModelConfig& config) {
 
 size_t FirstAttentionParameter(int64_t layer) { return 1 + static_cast<size_t>(layer) * kLayerParameterCount; }
 
-void FuseAttentionProjections(ModelWeights* weights) {
+bool CopiesForwardLayouts(const at::Device& device, DType dtype) {
+  return device.is_cpu() && dtype == DType::kFloat32 && OneDnnProducts();
+}
+
+void PrepareForwardLayouts(ModelWeights* weights, bool copy_all) {
   at::NoGradGuard no_grad;
   for (LayerWeights& w : weights->layers) {
     w.qkv_weight_t = at::cat({w.q_weight_t, w.k_weight_t, w.v_weight_t}, 1);
     w.qkv_bias = at::cat({w.q_bias, w.k_bias, w.v_bias}, 0);
+    if (copy_all) {
+      w.ffn_in_forward_t = w.ffn_in_weight_t.contiguous();
+      w.ffn_out_forward_t = w.ffn_out_weight_t.contiguous();
+    }
   }
+  if (copy_all) weights->output_forward_t = weights->output_weight_t.contiguous();
 }
 
 bool IsLinearWeight(const std::string& name) {
@@ -316,22 +358,27 @@ AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& w, const a
                            : x;
   AttentionInputs inputs;
   const LayerWeights* sink = w.gradient_sink;
-  auto linear = [&](const at::Tensor& weight_t, const at::Tensor& bias, const at::Tensor LayerWeights::*sink_weight,
-                    const at::Tensor LayerWeights::*sink_bias) {
-    return sink == nullptr ? Linear(h, weight_t, bias, nullptr, nullptr)
-                           : Linear(h, weight_t, bias, &(sink->*sink_weight), &(sink->*sink_bias));
+  auto linear = [&](const at::Tensor& forward_t, const at::Tensor& bias, const std::vector<at::Tensor>& pieces,
+                    const at::Tensor LayerWeights::*sink_weight, const at::Tensor LayerWeights::*sink_bias) {
+    return sink == nullptr ? Linear(h, forward_t, bias, pieces, nullptr, nullptr)
+                           : Linear(h, forward_t, bias, pieces, &(sink->*sink_weight), &(sink->*sink_bias));
   };
   at::Tensor q, k, v;
   if (w.qkv_weight_t.defined()) {
-    const at::Tensor qkv = linear(w.qkv_weight_t, w.qkv_bias, &LayerWeights::qkv_weight_t, &LayerWeights::qkv_bias);
+    // With forward copies kept, the input gradient reads the q, k and v parameters themselves.
+    const std::vector<at::Tensor> pieces = w.ffn_in_forward_t.defined()
+                                               ? std::vector<at::Tensor>{w.q_weight_t, w.k_weight_t, w.v_weight_t}
+                                               : std::vector<at::Tensor>{w.qkv_weight_t};
+    const at::Tensor qkv =
+        linear(w.qkv_weight_t, w.qkv_bias, pieces, &LayerWeights::qkv_weight_t, &LayerWeights::qkv_bias);
     const int64_t d = config.d_model;
     q = qkv.narrow(1, 0, d);
     k = qkv.narrow(1, d, d);
     v = qkv.narrow(1, 2 * d, d);
   } else {
-    q = linear(w.q_weight_t, w.q_bias, &LayerWeights::q_weight_t, &LayerWeights::q_bias);
-    k = linear(w.k_weight_t, w.k_bias, &LayerWeights::k_weight_t, &LayerWeights::k_bias);
-    v = linear(w.v_weight_t, w.v_bias, &LayerWeights::v_weight_t, &LayerWeights::v_bias);
+    q = linear(w.q_weight_t, w.q_bias, {w.q_weight_t}, &LayerWeights::q_weight_t, &LayerWeights::q_bias);
+    k = linear(w.k_weight_t, w.k_bias, {w.k_weight_t}, &LayerWeights::k_weight_t, &LayerWeights::k_bias);
+    v = linear(w.v_weight_t, w.v_bias, {w.v_weight_t}, &LayerWeights::v_weight_t, &LayerWeights::v_bias);
   }
   inputs.phi_q = Features(config, SplitHeads(q, config.heads), favor_projection);
   inputs.phi_k = Features(config, SplitHeads(k, config.heads), favor_projection);
@@ -352,9 +399,11 @@ at::Tensor LayerG(const ModelConfig& config, const LayerWeights& w, const at::Te
   const at::Tensor ffn_input =
       post ? x : at::layer_norm(x, {config.d_model}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
   const LayerWeights* sink = w.gradient_sink;
-  const at::Tensor hidden = at::gelu(Linear(ffn_input, w.ffn_in_weight_t, w.ffn_in_bias,
-                                            sink ? &sink->ffn_in_weight_t : nullptr, sink ? &sink->ffn_in_bias : nullptr));
-  at::Tensor ffn = Linear(hidden, w.ffn_out_weight_t, w.ffn_out_bias, sink ? &sink->ffn_out_weight_t : nullptr,
+  const at::Tensor hidden =
+      at::gelu(Linear(ffn_input, ForwardOperand(w.ffn_in_forward_t, w.ffn_in_weight_t), w.ffn_in_bias,
+                      {w.ffn_in_weight_t}, sink ? &sink->ffn_in_weight_t : nullptr, sink ? &sink->ffn_in_bias : nullptr));
+  at::Tensor ffn = Linear(hidden, ForwardOperand(w.ffn_out_forward_t, w.ffn_out_weight_t), w.ffn_out_bias,
+                          {w.ffn_out_weight_t}, sink ? &sink->ffn_out_weight_t : nullptr,
                           sink ? &sink->ffn_out_bias : nullptr);
   if (post) ffn = at::layer_norm(ffn, {config.d_model}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
   return x + ffn;
@@ -364,8 +413,10 @@ at::Tensor CrossEntropySum(const ModelWeights& weights, const at::Tensor& x,
                            const at::Tensor& target_rows, const at::Tensor& targets) {
   if (target_rows.numel() == 0) return at::zeros({}, x.options());
   const ModelWeights* sink = weights.gradient_sink;
-  const at::Tensor logits = Linear(x.index_select(0, target_rows), weights.output_weight_t, weights.output_bias,
-                                   sink ? &sink->output_weight_t : nullptr, sink ? &sink->output_bias : nullptr);
+  const at::Tensor logits =
+      Linear(x.index_select(0, target_rows), ForwardOperand(weights.output_forward_t, weights.output_weight_t),
+             weights.output_bias, {weights.output_weight_t}, sink ? &sink->output_weight_t : nullptr,
+             sink ? &sink->output_bias : nullptr);
   return at::nll_loss(at::log_softmax(logits, 1), targets, {}, at::Reduction::Sum);
 }
 

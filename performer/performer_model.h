@@ -43,8 +43,12 @@ struct LayerWeights {
   at::Tensor ffn_out_weight_t, ffn_out_bias;                               // V_map: d_ff → d
   at::Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;           // layernorm1, layernorm2
   // Optional fused projections [d, 3d] and [3d] (q | k | v): when defined, F runs one matrix
-  // product instead of three (FuseAttentionProjections). The separate tensors are then unused.
+  // product instead of three (PrepareForwardLayouts). The separate tensors then serve only the
+  // input gradient, as the parameters' own [out, in] storage.
   at::Tensor qkv_weight_t, qkv_bias;
+  // Optional contiguous [in, out] copies of the FFN weights for the forward product
+  // (PrepareForwardLayouts); the *_weight_t views above then serve only the input gradient.
+  at::Tensor ffn_in_forward_t, ffn_out_forward_t;
   // When set, the gradients of the linear maps are added straight into these tensors (same
   // layout) during back-propagation, with one addmm_ and no temporary gradient per weight, instead
   // of flowing to the weights' .grad. The gradient engine uses this to accumulate over slices.
@@ -56,6 +60,7 @@ struct ModelWeights {
   at::Tensor embedding;  // input_map.weight [vocab, d/2]
   std::vector<LayerWeights> layers;
   at::Tensor output_weight_t, output_bias;  // output_logit_map
+  at::Tensor output_forward_t;              // optional contiguous [d, vocab] copy, as LayerWeights'
   // exp(−ln(10⁴)·2i/(d/2)) for the positional features; computed by BindWeights.
   at::Tensor position_frequencies;
   // As LayerWeights::gradient_sink, for the embedding and the output map.
@@ -76,9 +81,16 @@ std::vector<at::Tensor> ToComputeLayout(const std::vector<std::string>& names,
 // REQUIRES: `parameters` in compute layout, in the order of ParameterNames(config).
 ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor>& parameters);
 
+// Whether the engine keeps a contiguous [in, out] copy of every linear weight for the forward
+// products: where they run in oneDNN (float32 on the CPU, matrix_products.h), whose kernels take a
+// transposed weight at a third of the speed or less at the row counts of small slices, while the
+// parameters' own [out, in] storage is what the input gradient wants.
+bool CopiesForwardLayouts(const at::Device& device, DType dtype);
+
 // Sets every layer's qkv_weight_t / qkv_bias to the concatenation of its q, k and v projections
-// (a copy: 3·d·(d + 1) values per layer).
-void FuseAttentionProjections(ModelWeights* weights);
+// (a copy: 3·d·(d + 1) values per layer) and, with `copy_all`, the *_forward_t copies of the FFN
+// and output weights: ModelConfig::forward_layout_values in all.
+void PrepareForwardLayouts(ModelWeights* weights, bool copy_all);
 
 // Index of layer r's first attention parameter (q weight) in ParameterNames order; q bias, k
 // weight, k bias, v weight and v bias follow.

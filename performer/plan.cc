@@ -115,6 +115,7 @@ std::string Plan::DebugString() const {
   if (recompute != LayerRecompute::kNone) absl::StrAppend(&text, " recompute=", LayerRecomputeName(recompute));
   absl::StrAppend(&text, " dtype=", DTypeName(dtype));
   if (threads > 0) absl::StrAppend(&text, " threads=", threads);
+  if (!copy_forward_weights) absl::StrAppend(&text, " one_weight_layout");
   return text;
 }
 

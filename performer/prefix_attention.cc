@@ -5,6 +5,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "performer/prefix_attention_cpu.h"
+
 namespace slimfit::performer {
 namespace {
 
@@ -29,6 +31,10 @@ class ChunkedPrefixFunction : public torch::autograd::Function<ChunkedPrefixFunc
                                int64_t block) {
     ctx->save_for_backward({q, k, v, r0, z0});
     ctx->saved_data["block"] = block;
+    if (FusedPrefixApplies(q, k, v, r0, z0)) {
+      FusedPrefixForward out = FusedPrefixForwardCpu(q, k, v, r0, z0, block);
+      return {out.numerator, out.denominator, out.end_numerator, out.end_denominator};
+    }
     at::Tensor r = r0;
     at::Tensor z = z0;
     const int64_t rows = q.size(1);
@@ -62,6 +68,12 @@ class ChunkedPrefixFunction : public torch::autograd::Function<ChunkedPrefixFunc
     };
     const at::Tensor grad_num = defined_or_zeros(grads[0], v);
     const at::Tensor grad_den = defined_or_zeros(grads[1], q.select(2, 0));
+    if (FusedPrefixApplies(q, k, v, saved[3], saved[4])) {
+      FusedPrefixGradients g = FusedPrefixBackwardCpu(q, k, v, saved[3], saved[4], block, grad_num, grad_den,
+                                                      defined_or_zeros(grads[2], saved[3]),
+                                                      defined_or_zeros(grads[3], saved[4]));
+      return {g.q, g.k, g.v, g.r0, g.z0, at::Tensor()};
+    }
     at::Tensor dr = defined_or_zeros(grads[2], saved[3]).clone();
     at::Tensor dz = defined_or_zeros(grads[3], saved[4]).clone();
 

@@ -3,6 +3,9 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <gtest/gtest.h>
 
+#include "performer/matrix_products.h"
+#include "performer/prefix_attention_cpu.h"
+
 namespace slimfit::performer {
 namespace {
 
@@ -66,6 +69,71 @@ TEST(PrefixAttentionTest, SegmentsRestartFromZero) {
   EXPECT_TRUE(at::allclose(got.end.denominator, tail.end.denominator));
   const PrefixAttentionResult head = Naive(q.narrow(1, 0, 2), k.narrow(1, 0, 2), v.narrow(1, 0, 2), start);
   EXPECT_TRUE(at::allclose(got.denominator.narrow(1, 0, 2), head.denominator));
+}
+
+// The largest |got − want| over the largest |want|.
+double RelativeError(const at::Tensor& got, const at::Tensor& want) {
+  return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>() /
+         want.to(at::kDouble).abs().max().item<double>();
+}
+
+// The fused float32 kernels (prefix_attention_cpu.h) against the float64 definition, next to the
+// LibTorch form in float32: outputs and every input gradient, one or several segments (views with
+// a row stride), blocks that divide the rows and blocks that do not, a block larger than the rows.
+TEST(PrefixAttentionTest, FusedFloatKernelsMatchTheDefinitionAsCloselyAsTheLibTorchForm) {
+  if (!OneDnnProducts()) GTEST_SKIP() << "this build has no oneDNN: the fused kernels never run";
+  at::manual_seed(5);
+  const int64_t heads = 3, rows = 37, features = 8, dim = 5;
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor q64 = at::rand({heads, rows, features}, f64), k64 = at::rand({heads, rows, features}, f64);
+  const at::Tensor v64 = at::randn({heads, rows, dim}, f64);
+  const at::Tensor r64 = at::rand({heads, features, dim}, f64), z64 = at::rand({heads, features}, f64);
+  const at::Tensor wn = at::randn({heads, rows, dim}, f64), wd = at::randn({heads, rows}, f64);
+  const at::Tensor wr = at::randn({heads, features, dim}, f64), wz = at::randn({heads, features}, f64);
+  for (const auto& segments : {std::vector<Segment>{Segment{0, rows, true}},
+                               std::vector<Segment>{Segment{0, 9, true}, Segment{9, 30, false}, Segment{30, rows, false}}}) {
+    for (int64_t block : {1, 4, 16, 64}) {
+      SCOPED_TRACE(::testing::Message() << segments.size() << " segments, block " << block);
+      // Gradients of one weighted sum of all four outputs, for a dtype and a form.
+      auto run = [&](at::ScalarType dtype, bool fused) {
+        EnableFusedPrefixKernels(fused);
+        std::vector<at::Tensor> in;
+        for (const at::Tensor& t : {q64, k64, v64, r64, z64}) in.push_back(t.to(dtype).requires_grad_(true));
+        const PrefixAttentionResult out =
+            CausalPrefixAttention(in[0], in[1], in[2], Front{in[3], in[4]}, segments, PrefixMode::kChunked, block);
+        const at::Tensor objective = (out.numerator * wn.to(dtype)).sum() + (out.denominator * wd.to(dtype)).sum() +
+                                     (out.end.numerator * wr.to(dtype)).sum() +
+                                     (out.end.denominator * wz.to(dtype)).sum();
+        std::vector<at::Tensor> results = {out.numerator.detach(), out.denominator.detach(),
+                                           out.end.numerator.detach(), out.end.denominator.detach()};
+        for (const at::Tensor& g : torch::autograd::grad({objective}, in)) results.push_back(g);
+        EnableFusedPrefixKernels(true);
+        return results;
+      };
+      const std::vector<at::Tensor> want = run(at::kDouble, false);
+      const std::vector<at::Tensor> fused = run(at::kFloat, true);
+      const std::vector<at::Tensor> libtorch = run(at::kFloat, false);
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double libtorch_error = RelativeError(libtorch[i], want[i]);
+        EXPECT_LT(RelativeError(fused[i], want[i]), std::max(1e-6, 4 * libtorch_error))
+            << "result " << i << " (numerator, denominator, end front, then gradients of q, k, v, front)";
+      }
+    }
+  }
+}
+
+// With the fused kernels off, float32 goes through the LibTorch form: the switch the benchmark and
+// the test above compare with is real.
+TEST(PrefixAttentionTest, FusedKernelsApplyOnlyToFloatCpuTensorsWhileEnabled) {
+  const at::Tensor q = at::rand({1, 4, 2}), v = at::rand({1, 4, 3});
+  const at::Tensor r = at::zeros({1, 2, 3}), z = at::zeros({1, 2});
+  EXPECT_EQ(FusedPrefixApplies(q, q, v, r, z), OneDnnProducts());
+  EXPECT_FALSE(FusedPrefixApplies(q.to(at::kDouble), q.to(at::kDouble), v.to(at::kDouble), r.to(at::kDouble),
+                                  z.to(at::kDouble)));
+  EXPECT_FALSE(FusedPrefixApplies(q.transpose(1, 2).contiguous().transpose(1, 2), q, v, r, z));
+  EnableFusedPrefixKernels(false);
+  EXPECT_FALSE(FusedPrefixApplies(q, q, v, r, z));
+  EnableFusedPrefixKernels(true);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ at::Tensor LongTensor(const std::vector<int64_t>& values, const at::Device& devi
       .to(device, /*non_blocking=*/false, /*copy=*/true);
 }
 
-// The parameters bound for inference (no autograd, fused q|k|v) and the FAVOR+ projections.
+// The parameters bound for inference (no autograd, forward layouts) and the FAVOR+ projections.
 struct Inference {
   ModelWeights weights;
   std::vector<at::Tensor> projections;
@@ -46,7 +46,7 @@ struct Inference {
 Inference Bind(const PerformerModel& model, uint64_t feature_seed) {
   Inference bound;
   bound.weights = BindWeights(model.config(), ToComputeLayout(model.names(), model.parameters()));
-  FuseAttentionProjections(&bound.weights);
+  PrepareForwardLayouts(&bound.weights, CopiesForwardLayouts(model.device(), model.dtype()));
   const at::TensorOptions options = model.parameters().front().options();
   bound.projections = SampleFavorProjections(model.config(), feature_seed, options);
   return bound;

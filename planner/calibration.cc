@@ -188,9 +188,11 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       const int64_t tokens = slice == 0 ? options.seq_len : slice;
       const double elements =
           SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block) * tokens;
+      // ... and the engine's forward weight layouts (PrepareForwardLayouts), which the cost model
+      // adds on its own.
+      const bool copies = plan.copy_forward_weights && performer::CopiesForwardLayouts(*device, options.dtype);
       const double fronts = (slice == 0 ? 0 : 4.0 * FrontBytes(probe_model, options.dtype)) +
-                            static_cast<double>(probe_model.layers * 3 * probe_model.d_model *
-                                                (probe_model.d_model + 1) * DTypeBytes(options.dtype));
+                            static_cast<double>(probe_model.forward_layout_values(copies) * DTypeBytes(options.dtype));
       memory_x.push_back({elements * DTypeBytes(options.dtype), 1.0});
       memory_y.push_back(std::max(1.0, static_cast<double>(probe.working_bytes) - fronts));
 

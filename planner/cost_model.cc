@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "planner/bptt_schedule.h"
 
@@ -124,6 +125,11 @@ absl::StatusOr<Prediction> Predict(const Workload& w, const Plan& plan, const De
   return PredictWithForwards(w, plan, profile, dp_forwards);
 }
 
+namespace {
+// PredictWithForwards: the time of a plan without forward weight copies over the same plan with them.
+constexpr double kOneWeightLayoutSlowdown = 1.15;
+}  // namespace
+
 absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& plan, const DeviceProfile& profile,
                                                int64_t dp_forwards) {
   if (absl::Status s = w.model.Validate(); !s.ok()) return s;
@@ -141,10 +147,13 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   p.optimizer_bytes = c.parameter_count() * w.optimizer_bytes_per_parameter;
   const int64_t front = FrontBytes(c, plan.dtype);
 
-  // The engine runs q, k and v as one product per layer from a fused copy of their weights.
-  const int64_t fused_projections = c.layers * 3 * c.d_model * (c.d_model + 1) * dtype_bytes;
+  // The engine's copies of the weights for its forward products: q | k | v fused per layer and,
+  // on a CPU in float32, where the products run in oneDNN, every other linear weight
+  // (performer::CopiesForwardLayouts; a CUDA build of the worker keeps one layout on any device).
+  const bool copies_apply = plan.dtype == DType::kFloat32 && !absl::StartsWith(profile.device, "cuda");
+  const int64_t forward_layouts = c.forward_layout_values(copies_apply && plan.copy_forward_weights) * dtype_bytes;
   if (plan.slice == 0) {
-    p.working_bytes = SliceGraphBytes(c, w.seq_len, plan, profile) + fused_projections;
+    p.working_bytes = SliceGraphBytes(c, w.seq_len, plan, profile) + forward_layouts;
     p.seconds = SliceSeconds(c, w.seq_len, plan, /*with_output=*/true, profile) * (1.0 + profile.backward_factor);
     p.slice_forwards = 1;
   } else {
@@ -179,7 +188,7 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     // Measured here: a graph-free layer forward peaks at about 2·d_ff + 7·d_model values per token
     // (the FFN's hidden activation and its GELU, the fused q/k/v output, features, attention).
     const int64_t sweep = sweep_tokens * (2 * c.d_ff + 7 * c.d_model) * dtype_bytes;
-    p.working_bytes = std::max(graph, sweep) + 4 * front + fused_projections;
+    p.working_bytes = std::max(graph, sweep) + 4 * front + forward_layouts;
     p.slice_forwards = forwards;
 
     // Time: `slices` graph builds and backwards, the rest forwards without a graph.
@@ -199,6 +208,11 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
         1.0 + profile.backward_factor + (plan.recompute == performer::LayerRecompute::kLayers ? 1.0 : 0.0);
     p.seconds = build * build_passes + static_cast<double>(advances) * advance_one;
   }
+  // Without the forward copies, oneDNN takes the FFN and output weights transposed: measured on
+  // config A on the 2-core reference machine, 1.05× (full) to 1.2× (C = 16) the time with them
+  // (BENCHMARKS.md, "Matrix products at small row counts"); the slice-count dependence is within
+  // the model's own error, so one factor.
+  if (copies_apply && !plan.copy_forward_weights) p.seconds *= kOneWeightLayoutSlowdown;
   p.peak_bytes = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes + p.working_bytes;
   return p;
 }

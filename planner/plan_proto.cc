@@ -142,6 +142,7 @@ v1::Plan PlanToProto(const Plan& plan) {
   }
   proto.set_dtype(DTypeToProto(plan.dtype));
   proto.set_threads(plan.threads);
+  if (!plan.copy_forward_weights) proto.set_copy_forward_weights(false);
   proto.set_predicted_peak_bytes(plan.predicted_peak_bytes);
   proto.set_predicted_time_seconds(plan.predicted_time_s);
   proto.set_reason(plan.reason);
@@ -192,6 +193,7 @@ absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto, absl::string_view fiel
     return absl::InvalidArgumentError(absl::StrCat(field, ".threads: must be ≥ 0, got ", proto.threads()));
   }
   plan.threads = proto.threads();
+  plan.copy_forward_weights = !proto.has_copy_forward_weights() || proto.copy_forward_weights();
   plan.predicted_peak_bytes = proto.predicted_peak_bytes();
   plan.predicted_time_s = proto.predicted_time_seconds();
   plan.reason = proto.reason();

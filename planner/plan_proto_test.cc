@@ -79,6 +79,14 @@ TEST(PlanProtoTest, EveryPolicyRoundTrips) {
     EXPECT_EQ(back->predicted_peak_bytes, 12345);
     EXPECT_EQ(back->reason, "why");
   }
+  // copy_forward_weights: absent reads as true; false survives the trip.
+  performer::Plan one;
+  one.copy_forward_weights = false;
+  EXPECT_FALSE(PlanFromProto(PlanToProto(one), "plan")->copy_forward_weights);
+  v1::Plan absent;
+  absent.set_dtype(v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(PlanFromProto(absent, "plan")->copy_forward_weights);
+  EXPECT_FALSE(PlanToProto(performer::Plan()).has_copy_forward_weights());
 }
 
 TEST(PlanProtoTest, SlicedPlanNeedsItsEnums) {

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "planner/bptt_schedule.h"
@@ -101,11 +102,21 @@ std::vector<Plan> Candidates(const PlanSearchRequest& request, const DeviceProfi
       }
     }
   }
+  // Every plan but the dp programs (whose schedules are the search's costly part) once more with
+  // one weight layout, for budgets the forward copies do not fit.
+  if (request.dtype == performer::DType::kFloat32 && !absl::StartsWith(profile.device, "cuda")) {
+    const size_t with_copies = plans.size();
+    for (size_t i = 0; i < with_copies; ++i) {
+      if (plans[i].front_policy == FrontPolicy::kDp) continue;
+      plans.push_back(plans[i]);
+      plans.back().copy_forward_weights = false;
+    }
+  }
   return plans;
 }
 
 std::string Describe(const Plan& plan) {
-  if (plan.slice == 0) return "full back-propagation";
+  if (plan.slice == 0) return plan.copy_forward_weights ? "full back-propagation" : "full back-propagation, one weight layout";
   std::string text = absl::StrCat("C=", plan.slice, " ", performer::PrefixModeName(plan.prefix_mode));
   if (plan.prefix_mode == PrefixMode::kChunked) absl::StrAppend(&text, "/", plan.block);
   absl::StrAppend(&text, " ", performer::FrontPolicyName(plan.front_policy));
@@ -114,6 +125,7 @@ std::string Describe(const Plan& plan) {
     absl::StrAppend(&text, " ", ScheduleKindName(plan.schedule), " ", plan.slots, " slots");
   }
   if (plan.recompute == performer::LayerRecompute::kLayers) absl::StrAppend(&text, ", layers recomputed");
+  if (!plan.copy_forward_weights) absl::StrAppend(&text, ", one weight layout");
   return text;
 }
 

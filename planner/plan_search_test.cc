@@ -47,6 +47,17 @@ TEST(PlanSearchTest, ChosenPlanFitsTheBudgetAndIsTheFastestThatDoes) {
   EXPECT_EQ(SearchPlans(ConfigA(1024), Profile())->chosen.plan.slice, 0);
 }
 
+TEST(PlanSearchTest, KeepsOneWeightLayoutOnlyWhenTheForwardCopiesDoNotFit) {
+  // 16 MiB: parameters and gradients take 11.8; the 4.2 MiB of copies leave no room for a slice.
+  absl::StatusOr<PlanSearchResult> tight = SearchPlans(ConfigA(16), Profile());
+  ASSERT_TRUE(tight.ok()) << tight.status();
+  EXPECT_FALSE(tight->chosen.plan.copy_forward_weights);
+  EXPECT_THAT(tight->reason, HasSubstr("one weight layout"));
+  for (int64_t budget : {32, 64, 256}) {
+    EXPECT_TRUE(SearchPlans(ConfigA(budget), Profile())->chosen.plan.copy_forward_weights) << budget;
+  }
+}
+
 TEST(PlanSearchTest, FrontierIsParetoOptimal) {
   absl::StatusOr<PlanSearchResult> result = SearchPlans(ConfigA(64), Profile());
   ASSERT_TRUE(result.ok());

@@ -11,7 +11,7 @@ packages=(
   g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libabsl-dev
-  libtorch-dev libopenblas0-pthread
+  libtorch-dev libopenblas0-pthread libdnnl-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libsqlite3-dev libtomlplusplus-dev
   libcpp-httplib-dev libsystemd-dev

@@ -1,0 +1,59 @@
+// The chunked causal prefix sums (prefix_attention.h, PrefixMode::kChunked) as fused CPU kernels:
+// one pass per head over raw float32 buffers, the heads in parallel on LibTorch's OpenMP team, the
+// block products through oneDNN's sgemm on the calling thread (matrix_products.h), the masking,
+// row sums and rank-one terms as plain loops the compiler vectorises.
+//
+// The LibTorch form of the same arithmetic spends most of its time outside arithmetic: every block
+// is a dozen ATen calls, and each batched product is split by ATen into one call per head. At the
+// block and slice sizes the engine uses (64 rows, 4 heads of 64) that overhead is many times the
+// FLOPs (BENCHMARKS.md, "Fused prefix-sum kernels").
+//
+// Same equations, same block order as ChunkedPrefixFunction in prefix_attention.cc (whose comment
+// derives them); results equal it to float32 rounding.
+//
+// Shapes as in prefix_attention.h: φq, φk [k, S, M], v [k, S, d], front [k, M, d] and [k, M].
+// Inputs may be views whose rows are contiguous (last stride 1), e.g. segments narrowed out of a
+// stretch. Thread safety: pure functions of their tensors.
+#ifndef SLIMFIT_PERFORMER_PREFIX_ATTENTION_CPU_H_
+#define SLIMFIT_PERFORMER_PREFIX_ATTENTION_CPU_H_
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+namespace slimfit::performer {
+
+// True when the fused kernels can take these tensors: float32 on the CPU, innermost stride 1, in a
+// build with oneDNN, and the kernels are enabled.
+bool FusedPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
+                        const at::Tensor& z0);
+
+// Turns the fused kernels on (the default) or off process-wide, so that benchmarks and tests can
+// compare them with the LibTorch form. Thread safety: an atomic flag; do not flip it while a
+// prefix sum runs (its backward would take the other form — equal results, different speed).
+void EnableFusedPrefixKernels(bool enabled);
+
+struct FusedPrefixForward {
+  at::Tensor numerator, denominator;  // [k, S, d], [k, S]
+  at::Tensor end_numerator, end_denominator;  // the front after the last row
+};
+
+// REQUIRES: FusedPrefixApplies(q, k, v, r0, z0); block ≥ 1.
+FusedPrefixForward FusedPrefixForwardCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                         const at::Tensor& r0, const at::Tensor& z0, int64_t block);
+
+struct FusedPrefixGradients {
+  at::Tensor q, k, v, r0, z0;
+};
+
+// The gradients of every input given those of the four outputs (each defined, same shapes as the
+// forward's). REQUIRES: as FusedPrefixForwardCpu, and the gradients float32 on the CPU.
+FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const at::Tensor& r0, const at::Tensor& z0, int64_t block,
+                                            const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
+                                            const at::Tensor& grad_end_numerator,
+                                            const at::Tensor& grad_end_denominator);
+
+}  // namespace slimfit::performer
+
+#endif  // SLIMFIT_PERFORMER_PREFIX_ATTENTION_CPU_H_
