@@ -365,8 +365,12 @@ AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& w, const a
   };
   at::Tensor q, k, v;
   if (w.qkv_weight_t.defined()) {
-    // With forward copies kept, the input gradient reads the q, k and v parameters themselves.
-    const std::vector<at::Tensor> pieces = w.ffn_in_forward_t.defined()
+    // Where oneDNN runs the products, the input gradient reads the q, k and v parameters' own
+    // [out, in] storage (untransposed: three fast products) rather than the fused [in, 3·out] copy.
+    const bool own_storage = CopiesForwardLayouts(w.qkv_weight_t.device(), w.qkv_weight_t.scalar_type() == at::kFloat
+                                                                                ? DType::kFloat32
+                                                                                : DType::kFloat64);
+    const std::vector<at::Tensor> pieces = own_storage
                                                ? std::vector<at::Tensor>{w.q_weight_t, w.k_weight_t, w.v_weight_t}
                                                : std::vector<at::Tensor>{w.qkv_weight_t};
     const at::Tensor qkv =
