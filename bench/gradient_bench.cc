@@ -34,7 +34,9 @@
 #include "performer/cpu_runtime.h"
 #include "performer/gradient_engine.h"
 #include "performer/model_checkpoint.h"
+#include "performer/matrix_products.h"
 #include "performer/performer_model.h"
+#include "performer/prefix_attention_cpu.h"
 
 ABSL_FLAG(std::string, seq_len, "4096", "sequence lengths L, comma-separated");
 ABSL_FLAG(int64_t, d_model, 256, "model width");
@@ -69,6 +71,10 @@ ABSL_FLAG(std::string, init, "",
           "torch.save state dict (.pt, with the shape flags)");
 ABSL_FLAG(std::string, tokens, "", "file whose raw bytes are the token sequence");
 ABSL_FLAG(std::string, format, "json", "json (one object per configuration) or table (for people)");
+ABSL_FLAG(bool, forward_copies, true,
+          "keep contiguous forward copies of the FFN and output weights (Plan::copy_forward_weights)");
+ABSL_FLAG(bool, fused_prefix, true,
+          "run the chunked prefix sums in the fused CPU kernels (float32 on a CPU, builds with oneDNN)");
 ABSL_FLAG(std::string, dump_grad, "", "write the (last) gradient as safetensors under the parameter names");
 
 namespace slimfit::performer {
@@ -171,8 +177,10 @@ absl::Status Run() {
   if (!dtype.ok()) return dtype.status();
   base.dtype = *dtype;
   base.threads = absl::GetFlag(FLAGS_threads);
+  base.copy_forward_weights = absl::GetFlag(FLAGS_forward_copies);
+  performer::EnableFusedPrefixKernels(absl::GetFlag(FLAGS_fused_prefix));
   RetainFreedHeapMemory();
-  if (absl::Status s = ConfigureCpuThreads(base.threads); !s.ok()) return s;
+  if (absl::Status s = ConfigureCpuThreads(base.threads, performer::ToScalarType(base.dtype)); !s.ok()) return s;
   if (absl::GetFlag(FLAGS_torch_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_torch_threads));
   base.threads = 0;  // configured here once; the engine leaves the process setting alone
 
@@ -246,7 +254,8 @@ absl::Status Run() {
           R"("dtype": "%s", "threads": %d, "blas_threads": %d, "d_model": %d, "layers": %d, "heads": %d, "d_ff": %d, )"
           R"("features": "%s", "ln": "%s", "time_s": %.6f, "time_min_s": %.6f, "peak_bytes": %d, )"
           R"("start_bytes": %d, "param_bytes": %d, "grad_bytes": %d, "working_bytes": %d, "loss": %.9g, "tokens": %d, )"
-          R"("slice_forwards": %d, "stored_fronts": %d, "gflops": %.2f)",
+          R"("slice_forwards": %d, "stored_fronts": %d, "gflops": %.2f, "products": "%s", "forward_copies": %s, )"
+          R"("fused_prefix": %s)",
           length, slice, PrefixModeName(plan.prefix_mode), plan.block, FrontPolicyName(plan.front_policy),
           LayerRecomputeName(plan.recompute),
           DTypeName(plan.dtype), at::get_num_threads(), BlasThreads(), config.d_model, config.layers, config.heads, config.d_ff,
@@ -254,7 +263,10 @@ absl::Status Run() {
           last.peak_bytes, last.start_bytes, param_bytes, param_bytes,
           last.peak_bytes - last.start_bytes - param_bytes, last.loss(),
           last.token_count, last.slice_forwards, last.stored_fronts_peak,
-          GradientFlops(config, length, plan.block) / median / 1e9);
+          GradientFlops(config, length, plan.block) / median / 1e9,
+          device.is_cpu() && plan.dtype == DType::kFloat32 && performer::OneDnnProducts() ? "onednn" : "libtorch",
+          CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights ? "true" : "false",
+          absl::GetFlag(FLAGS_fused_prefix) && performer::OneDnnProducts() ? "true" : "false");
       const double discrepancy =
           full_gradient.empty() ? -1 : RelativeDiscrepancy(last.gradients, full_gradient);
       if (discrepancy >= 0) absl::StrAppendFormat(&json, R"(, "rel_discrepancy": %.3e)", discrepancy);

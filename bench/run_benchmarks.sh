@@ -11,6 +11,12 @@ bazel build //bench:all >/dev/null
 b=bazel-bin/bench
 
 $b/matmul_bench --threads=2 --sizes=512,1024,2048 > "$out/matmul.jsonl"
+$b/linear_products_bench --rows=16,64,256,4096 --in=256 --out=1024 --threads=2 > "$out/linear_products.jsonl"
+$b/prefix_kernel_bench --rows=16,64,256,4096 --threads=2 > "$out/prefix_kernels.jsonl"
+for flags in "" "--forward_copies=false" "--fused_prefix=false"; do
+  # shellcheck disable=SC2086
+  $b/gradient_bench --seq_len=4096 --slice=0,64,16 --threads=2 --repeats=5 $flags
+done > "$out/engine_kernels.jsonl"
 $b/gradient_bench --seq_len=4096 --slice=0,1024,256,64,16 --threads=2 --repeats=3 --check_full > "$out/config_a.jsonl"
 for c in 1024 256 64 16; do
   $b/gradient_bench --seq_len=$c --slice=0 --threads=2 --repeats=3

@@ -90,7 +90,7 @@ std::vector<std::string> Keys(const Json& json) {
 
 const std::vector<std::string> kPlanKeys = {
     "slice",     "prefix_mode",          "block",           "front_policy", "slots", "resync_every",
-    "recompute", "predicted_peak_bytes", "predicted_time_s"};
+    "recompute", "copy_forward_weights", "predicted_peak_bytes", "predicted_time_s"};
 
 TEST(PlanCommandTest, ChosenPlanIsTheSearchResult) {
   const int64_t budget = TightBudget();
