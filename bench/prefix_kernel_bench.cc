@@ -1,6 +1,7 @@
 // prefix_kernel_bench: the chunked causal prefix sums, forward and backward, in their fused CPU
 // kernels (prefix_attention_cpu.h) against the LibTorch form, at the shapes one layer of a slice
-// or of a full sequence hands them. Prints one JSON object per (rows, form).
+// or of a full sequence hands them, each form with the threads on the pool that runs its products.
+// Prints one JSON object per row count.
 //
 //   bazel-bin/bench/prefix_kernel_bench --rows=16,64,256,4096 --heads=4 --features=64 --dim=64 --block=64 --threads=2
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -36,8 +38,16 @@ using slimfit::performer::PrefixAttentionResult;
 using slimfit::performer::PrefixMode;
 using slimfit::performer::Segment;
 
-double MedianSeconds(int64_t rows, bool fused) {
+absl::StatusOr<double> MedianSeconds(int64_t rows, bool fused) {
   slimfit::performer::EnableFusedPrefixKernels(fused);
+  // Each form with the threads where its products run: the fused kernels on the OpenMP team, the
+  // LibTorch form's batched products in OpenBLAS (the engine's float64 split, and the float32 one
+  // before oneDNN).
+  if (absl::Status s = slimfit::performer::ConfigureCpuThreads(absl::GetFlag(FLAGS_threads),
+                                                                fused ? at::kFloat : at::kDouble);
+      !s.ok()) {
+    return s;
+  }
   const int64_t k = absl::GetFlag(FLAGS_heads), m = absl::GetFlag(FLAGS_features), d = absl::GetFlag(FLAGS_dim);
   const at::Tensor q = at::rand({k, rows, m}).requires_grad_(true);
   const at::Tensor key = at::rand({k, rows, m}).requires_grad_(true);
@@ -63,21 +73,22 @@ double MedianSeconds(int64_t rows, bool fused) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::Status s = slimfit::performer::ConfigureCpuThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) {
-    std::fprintf(stderr, "prefix_kernel_bench: %s\n", s.ToString().c_str());
-    return 1;
-  }
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_rows), ',', absl::SkipEmpty())) {
     int64_t rows = 0;
     if (!absl::SimpleAtoi(part, &rows) || rows <= 0) {
       std::fprintf(stderr, "prefix_kernel_bench: --rows: '%s' is not a positive integer\n", std::string(part).c_str());
       return 1;
     }
-    const double libtorch = MedianSeconds(rows, false);
-    const double fused = MedianSeconds(rows, true);
+    const absl::StatusOr<double> libtorch = MedianSeconds(rows, false);
+    const absl::StatusOr<double> fused = MedianSeconds(rows, true);
+    if (!libtorch.ok() || !fused.ok()) {
+      std::fprintf(stderr, "prefix_kernel_bench: %s\n",
+                   (libtorch.ok() ? fused.status() : libtorch.status()).ToString().c_str());
+      return 1;
+    }
     std::printf("{\"rows\": %lld, \"block\": %lld, \"libtorch_us\": %.1f, \"fused_us\": %.1f, \"speedup\": %.2f}\n",
-                static_cast<long long>(rows), static_cast<long long>(absl::GetFlag(FLAGS_block)), libtorch * 1e6,
-                fused * 1e6, libtorch / fused);
+                static_cast<long long>(rows), static_cast<long long>(absl::GetFlag(FLAGS_block)), *libtorch * 1e6,
+                *fused * 1e6, *libtorch / *fused);
   }
   return 0;
 }

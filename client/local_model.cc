@@ -51,7 +51,10 @@ absl::StatusOr<LocalModel> LocalModelFlags::Load() const {
     expected = *config;
   }
   if (device->is_cpu()) {
-    if (absl::Status s = performer::ConfigureCpuThreads(static_cast<int>(threads_)); !s.ok()) return s;
+    if (absl::Status s = performer::ConfigureCpuThreads(static_cast<int>(threads_), performer::ToScalarType(*dtype));
+        !s.ok()) {
+      return s;
+    }
   }
   std::map<std::string, std::string> metadata;
   absl::StatusOr<performer::PerformerModel> model = performer::LoadModel(path_, *dtype, *device, expected, &metadata);

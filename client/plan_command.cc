@@ -225,10 +225,12 @@ std::string FormatText(const PerformerPlanOptions& options, const performer::Mod
                          ? "layers (only each layer's input is kept; the layer is "
                            "recomputed during its backward)"
                          : "none (every activation of the slice graph is kept)");
-  field("weights", chosen.copy_forward_weights
-                       ? "copies (on a CPU in float32, the FFN and output weights also kept contiguous "
-                         "for the forward products)"
-                       : "one layout (no forward copies: less memory, about 1.15x the time on a CPU)");
+  const bool copies_apply =
+      chosen.dtype == performer::DType::kFloat32 && !absl::StartsWith(source.profile.device, "cuda");
+  field("weights", !copies_apply ? "one layout (forward copies are made only on a CPU in float32)"
+                   : chosen.copy_forward_weights
+                       ? "copies (the FFN and output weights also kept contiguous for the forward products)"
+                       : "one layout (no forward copies: less memory, about 1.15x the time)");
   field("predicted peak", FormatBytes(static_cast<double>(chosen.predicted_peak_bytes)));
   field("predicted time", Seconds(chosen.predicted_time_s));
   field("reason", result.reason);

@@ -33,7 +33,6 @@ absl::Status ConfigureCpuThreads(int threads, at::ScalarType products) {
   return absl::OkStatus();
 }
 
-int OpenMpThreads() { return at::get_num_threads(); }
 
 void RetainFreedHeapMemory() {
   constexpr int kLargest = 1 << 30;  // glibc clamps the mmap threshold to its own maximum

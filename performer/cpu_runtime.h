@@ -33,9 +33,6 @@ absl::Status ConfigureCpuThreads(int threads, at::ScalarType products = at::kFlo
 // budget holds anyway. Idempotent.
 void RetainFreedHeapMemory();
 
-// Threads of LibTorch's OpenMP pool (oneDNN's and the element-wise kernels'); for reports.
-int OpenMpThreads();
-
 // Threads the BLAS library is using, or -1 when it cannot be queried; for reports.
 int BlasThreads();
 

@@ -31,7 +31,8 @@ TEST_P(MatrixProductsTest, EqualsLibTorchForEveryOperandLayoutAndShape) {
   const at::ScalarType dtype = GetParam();
   const double tolerance = dtype == at::kFloat ? 1e-5 : 1e-12;
   for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {16, 256, 768}, {1, 7, 5}, {5, 1, 9}, {9, 4, 1}, {1, 1, 1}, {33, 65, 17}}) {
+           {16, 256, 768}, {1, 7, 5}, {5, 1, 9}, {9, 4, 1}, {1, 1, 1}, {33, 65, 17}, {127, 9, 13},
+           {130, 17, 9}}) {  // either side of the few-rows path for transposed right operands
     SCOPED_TRACE(::testing::Message() << "m " << m << " k " << k << " n " << n);
     const at::Tensor bias = at::randn({n}, dtype);
     for (const at::Tensor& a : Layouts(m, k, dtype)) {

@@ -29,6 +29,19 @@ std::atomic<bool> fused_enabled{true};
 
 bool CpuFloat(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
 
+// The shapes the kernels index by: a violation is a c10::Error, never an out-of-bounds access.
+void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
+                 const at::Tensor& z0, int64_t block) {
+  TORCH_CHECK(block >= 1, "fused prefix sums: block must be at least 1, got ", block);
+  TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 && v.size(0) == q.size(0) &&
+                  v.size(1) == q.size(1) && v.size(2) >= 1 && q.size(2) >= 1,
+              "fused prefix sums: φq ", q.sizes(), ", φk ", k.sizes(), " and v ", v.sizes(), " do not match");
+  TORCH_CHECK(r0.sizes() == at::IntArrayRef({q.size(0), q.size(2), v.size(2)}) &&
+                  z0.sizes() == at::IntArrayRef({q.size(0), q.size(2)}),
+              "fused prefix sums: front ", r0.sizes(), " / ", z0.sizes(), " does not match φq ", q.sizes(),
+              " and v ", v.sizes());
+}
+
 // Zeroes the entries above the diagonal of an n × n row-major block.
 void ZeroAboveDiagonal(float* a, int64_t n) {
   for (int64_t i = 0; i + 1 < n; ++i) std::fill(a + i * n + i + 1, a + (i + 1) * n, 0.0f);
@@ -46,6 +59,7 @@ void EnableFusedPrefixKernels(bool enabled) { fused_enabled.store(enabled, std::
 
 FusedPrefixForward FusedPrefixForwardCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                          const at::Tensor& r0, const at::Tensor& z0, int64_t block) {
+  CheckShapes(q, k, v, r0, z0, block);
   const int64_t heads = q.size(0), rows = q.size(1), features = q.size(2), dim = v.size(2);
   const int64_t b = std::min(block, rows);
   FusedPrefixForward out;
@@ -93,6 +107,10 @@ FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tenso
                                             const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
                                             const at::Tensor& grad_end_numerator,
                                             const at::Tensor& grad_end_denominator) {
+  CheckShapes(q, k, v, r0, z0, block);
+  TORCH_CHECK(grad_numerator.sizes() == v.sizes() && grad_denominator.sizes() == q.sizes().slice(0, 2) &&
+                  grad_end_numerator.sizes() == r0.sizes() && grad_end_denominator.sizes() == z0.sizes(),
+              "fused prefix sums: output gradients do not match the outputs' shapes");
   const int64_t heads = q.size(0), rows = q.size(1), features = q.size(2), dim = v.size(2);
   const int64_t b = std::min(block, rows);
   const int64_t blocks = (rows + b - 1) / b;

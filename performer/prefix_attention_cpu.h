@@ -11,9 +11,13 @@
 // Same equations, same block order as ChunkedPrefixFunction in prefix_attention.cc (whose comment
 // derives them); results equal it to float32 rounding.
 //
-// Shapes as in prefix_attention.h: φq, φk [k, S, M], v [k, S, d], front [k, M, d] and [k, M].
-// Inputs may be views whose rows are contiguous (last stride 1), e.g. segments narrowed out of a
-// stretch. Thread safety: pure functions of their tensors.
+// Shapes as in prefix_attention.h: φq, φk [k, S, M], v [k, S, d], front [k, M, d] and [k, M];
+// other shapes, or block < 1, are a c10::Error. Inputs may be views whose rows are contiguous (last
+// stride 1), e.g. segments narrowed out of a stretch. Outputs are fresh tensors written through
+// raw pointers (their autograd version counters are not bumped: nothing else holds them yet).
+// Parallelism is over heads only: with more cores than heads the rest idle (2 cores and 4 heads
+// on the reference machine).
+// Thread safety: pure functions of their tensors.
 #ifndef SLIMFIT_PERFORMER_PREFIX_ATTENTION_CPU_H_
 #define SLIMFIT_PERFORMER_PREFIX_ATTENTION_CPU_H_
 

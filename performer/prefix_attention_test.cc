@@ -94,11 +94,17 @@ TEST(PrefixAttentionTest, FusedFloatKernelsMatchTheDefinitionAsCloselyAsTheLibTo
                                std::vector<Segment>{Segment{0, 9, true}, Segment{9, 30, false}, Segment{30, rows, false}}}) {
     for (int64_t block : {1, 4, 16, 64}) {
       SCOPED_TRACE(::testing::Message() << segments.size() << " segments, block " << block);
-      // Gradients of one weighted sum of all four outputs, for a dtype and a form.
-      auto run = [&](at::ScalarType dtype, bool fused) {
+      // Gradients of one weighted sum of all four outputs, for a dtype and a form; `interleaved`
+      // stores φq, φk and v as [S, k, ·] permuted to [k, S, ·] (heads not S·M apart).
+      auto run = [&](at::ScalarType dtype, bool fused, bool interleaved = false) {
         EnableFusedPrefixKernels(fused);
         std::vector<at::Tensor> in;
         for (const at::Tensor& t : {q64, k64, v64, r64, z64}) in.push_back(t.to(dtype).requires_grad_(true));
+        if (interleaved) {
+          for (int i = 0; i < 3; ++i) {
+            in[i] = in[i].detach().permute({1, 0, 2}).contiguous().permute({1, 0, 2}).requires_grad_(true);
+          }
+        }
         const PrefixAttentionResult out =
             CausalPrefixAttention(in[0], in[1], in[2], Front{in[3], in[4]}, segments, PrefixMode::kChunked, block);
         const at::Tensor objective = (out.numerator * wn.to(dtype)).sum() + (out.denominator * wd.to(dtype)).sum() +
@@ -112,11 +118,14 @@ TEST(PrefixAttentionTest, FusedFloatKernelsMatchTheDefinitionAsCloselyAsTheLibTo
       };
       const std::vector<at::Tensor> want = run(at::kDouble, false);
       const std::vector<at::Tensor> fused = run(at::kFloat, true);
+      const std::vector<at::Tensor> interleaved = run(at::kFloat, true, true);
       const std::vector<at::Tensor> libtorch = run(at::kFloat, false);
       for (size_t i = 0; i < want.size(); ++i) {
         const double libtorch_error = RelativeError(libtorch[i], want[i]);
         EXPECT_LT(RelativeError(fused[i], want[i]), std::max(1e-6, 4 * libtorch_error))
             << "result " << i << " (numerator, denominator, end front, then gradients of q, k, v, front)";
+        EXPECT_LT(RelativeError(interleaved[i], want[i]), std::max(1e-6, 4 * libtorch_error))
+            << "interleaved heads, result " << i;
       }
     }
   }
@@ -131,6 +140,10 @@ TEST(PrefixAttentionTest, FusedKernelsApplyOnlyToFloatCpuTensorsWhileEnabled) {
   EXPECT_FALSE(FusedPrefixApplies(q.to(at::kDouble), q.to(at::kDouble), v.to(at::kDouble), r.to(at::kDouble),
                                   z.to(at::kDouble)));
   EXPECT_FALSE(FusedPrefixApplies(q.transpose(1, 2).contiguous().transpose(1, 2), q, v, r, z));
+  if (OneDnnProducts()) {  // a shape the contract does not allow is an error, not a stray access
+    EXPECT_THROW(FusedPrefixForwardCpu(q, q, v, at::zeros({1, 3, 3}), z, 4), c10::Error);
+    EXPECT_THROW(FusedPrefixForwardCpu(q, q, v, r, z, 0), c10::Error);
+  }
   EnableFusedPrefixKernels(false);
   EXPECT_FALSE(FusedPrefixApplies(q, q, v, r, z));
   EnableFusedPrefixKernels(true);

@@ -144,7 +144,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   }
   if (device->is_cpu()) {
     RetainFreedHeapMemory();
-    if (absl::Status s = ConfigureCpuThreads(options.threads); !s.ok()) return s;
+    if (absl::Status s = ConfigureCpuThreads(options.threads, performer::ToScalarType(options.dtype)); !s.ok()) {
+      return s;
+    }
   }
   CalibrationResult result;
   DeviceProfile& profile = result.profile;

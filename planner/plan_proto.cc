@@ -319,6 +319,7 @@ std::string PlanSummary(const Plan& plan) {
     absl::StrAppend(&summary, "/", ScheduleKindName(plan.schedule), "/", plan.slots);
   }
   if (plan.recompute == LayerRecompute::kLayers) absl::StrAppend(&summary, ", recompute layers");
+  if (!plan.copy_forward_weights) absl::StrAppend(&summary, ", one weight layout");
   return summary;
 }
 
