@@ -225,9 +225,7 @@ std::string FormatText(const PerformerPlanOptions& options, const performer::Mod
                          ? "layers (only each layer's input is kept; the layer is "
                            "recomputed during its backward)"
                          : "none (every activation of the slice graph is kept)");
-  const bool copies_apply =
-      chosen.dtype == performer::DType::kFloat32 && !absl::StartsWith(source.profile.device, "cuda");
-  field("weights", !copies_apply ? "one layout (forward copies are made only on a CPU in float32)"
+  field("weights", !planner::ForwardCopiesApply(source.profile, chosen.dtype) ? "one layout (forward copies are made only on a CPU in float32)"
                    : chosen.copy_forward_weights
                        ? "copies (the FFN and output weights also kept contiguous for the forward products)"
                        : "one layout (no forward copies: less memory, about 1.15x the time)");

@@ -152,6 +152,10 @@ void PrepareForwardLayouts(ModelWeights* weights, bool copy_all) {
   for (LayerWeights& w : weights->layers) {
     w.qkv_weight_t = at::cat({w.q_weight_t, w.k_weight_t, w.v_weight_t}, 1);
     w.qkv_bias = at::cat({w.q_bias, w.k_bias, w.v_bias}, 0);
+    const bool onednn = CopiesForwardLayouts(
+        w.qkv_weight_t.device(), w.qkv_weight_t.scalar_type() == at::kFloat ? DType::kFloat32 : DType::kFloat64);
+    w.qkv_gradient_pieces = onednn ? std::vector<at::Tensor>{w.q_weight_t, w.k_weight_t, w.v_weight_t}
+                                   : std::vector<at::Tensor>{w.qkv_weight_t};
     if (copy_all) {
       w.ffn_in_forward_t = w.ffn_in_weight_t.contiguous();
       w.ffn_out_forward_t = w.ffn_out_weight_t.contiguous();
@@ -365,16 +369,8 @@ AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& w, const a
   };
   at::Tensor q, k, v;
   if (w.qkv_weight_t.defined()) {
-    // Where oneDNN runs the products, the input gradient reads the q, k and v parameters' own
-    // [out, in] storage (untransposed: three fast products) rather than the fused [in, 3·out] copy.
-    const bool own_storage = CopiesForwardLayouts(w.qkv_weight_t.device(), w.qkv_weight_t.scalar_type() == at::kFloat
-                                                                                ? DType::kFloat32
-                                                                                : DType::kFloat64);
-    const std::vector<at::Tensor> pieces = own_storage
-                                               ? std::vector<at::Tensor>{w.q_weight_t, w.k_weight_t, w.v_weight_t}
-                                               : std::vector<at::Tensor>{w.qkv_weight_t};
-    const at::Tensor qkv =
-        linear(w.qkv_weight_t, w.qkv_bias, pieces, &LayerWeights::qkv_weight_t, &LayerWeights::qkv_bias);
+    const at::Tensor qkv = linear(w.qkv_weight_t, w.qkv_bias, w.qkv_gradient_pieces, &LayerWeights::qkv_weight_t,
+                                  &LayerWeights::qkv_bias);
     const int64_t d = config.d_model;
     q = qkv.narrow(1, 0, d);
     k = qkv.narrow(1, d, d);

@@ -43,9 +43,11 @@ struct LayerWeights {
   at::Tensor ffn_out_weight_t, ffn_out_bias;                               // V_map: d_ff → d
   at::Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;           // layernorm1, layernorm2
   // Optional fused projections [d, 3d] and [3d] (q | k | v): when defined, F runs one matrix
-  // product instead of three (PrepareForwardLayouts). The separate tensors then serve only the
-  // input gradient, as the parameters' own [out, in] storage.
+  // product instead of three (PrepareForwardLayouts), and its input gradient multiplies by
+  // `qkv_gradient_pieces`: q, k and v's own [out, in] storage where oneDNN runs the products
+  // (untransposed operands), the fused copy itself elsewhere.
   at::Tensor qkv_weight_t, qkv_bias;
+  std::vector<at::Tensor> qkv_gradient_pieces;
   // Optional contiguous [in, out] copies of the FFN weights for the forward product
   // (PrepareForwardLayouts); the *_weight_t views above then serve only the input gradient.
   at::Tensor ffn_in_forward_t, ffn_out_forward_t;

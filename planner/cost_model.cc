@@ -107,6 +107,10 @@ int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, 
          profile.activation_overhead_bytes;
 }
 
+bool ForwardCopiesApply(const DeviceProfile& profile, DType dtype) {
+  return dtype == DType::kFloat32 && !absl::StartsWith(profile.device, "cuda");
+}
+
 int64_t SweepSlicesPerStretch(const ModelConfig& c, const Plan& plan) {
   if (plan.front_policy == FrontPolicy::kStore || c.feature_map == FeatureMap::kRelu) return 1;
   if (plan.front_policy == FrontPolicy::kResync) return std::min<int64_t>(3, plan.resync_every);
@@ -150,7 +154,7 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   // The engine's copies of the weights for its forward products: q | k | v fused per layer and,
   // on a CPU in float32, where the products run in oneDNN, every other linear weight
   // (performer::CopiesForwardLayouts; a CUDA build of the worker keeps one layout on any device).
-  const bool copies_apply = plan.dtype == DType::kFloat32 && !absl::StartsWith(profile.device, "cuda");
+  const bool copies_apply = ForwardCopiesApply(profile, plan.dtype);
   const int64_t forward_layouts = c.forward_layout_values(copies_apply && plan.copy_forward_weights) * dtype_bytes;
   if (plan.slice == 0) {
     p.working_bytes = SliceGraphBytes(c, w.seq_len, plan, profile) + forward_layouts;

@@ -73,6 +73,12 @@ MatmulCost SliceMatmulCost(const performer::ModelConfig& model, int64_t tokens, 
 double SliceSeconds(const performer::ModelConfig& model, int64_t tokens, const performer::Plan& plan,
                     bool with_output, const DeviceProfile& profile);
 
+// Whether a worker with this profile makes the forward copies of the FFN and output weights when a
+// plan in `dtype` asks for them (Plan::copy_forward_weights): on a CPU in float32, where the
+// Bazel-built engine runs its products in oneDNN (performer::CopiesForwardLayouts). A CMake-built
+// CPU worker (no oneDNN) makes none; the planner does not know the worker's build.
+bool ForwardCopiesApply(const DeviceProfile& profile, performer::DType dtype);
+
 // Slices the engine's forward sweep runs per stretch under `plan` (gradient_engine.cc): 3 where no
 // front inside a stretch is needed, 1 for store and for relu's onset bookkeeping. Document starts
 // break stretches too; the model ignores that (a conservative choice for time).

@@ -6,7 +6,6 @@
 #include <tuple>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "planner/bptt_schedule.h"
@@ -104,7 +103,7 @@ std::vector<Plan> Candidates(const PlanSearchRequest& request, const DeviceProfi
   }
   // Every plan but the dp programs (whose schedules are the search's costly part) once more with
   // one weight layout, for budgets the forward copies do not fit.
-  if (request.dtype == performer::DType::kFloat32 && !absl::StartsWith(profile.device, "cuda")) {
+  if (ForwardCopiesApply(profile, request.dtype)) {
     const size_t with_copies = plans.size();
     for (size_t i = 0; i < with_copies; ++i) {
       if (plans[i].front_policy == FrontPolicy::kDp) continue;
