@@ -19,6 +19,14 @@ bool ReturnLargeBlocksToTheSystem(size_t threshold_bytes) {
 #endif
 }
 
+void RetainFreedHeapMemory() {
+#if defined(__GLIBC__)
+  constexpr int kLargest = 1 << 30;  // glibc clamps the mmap threshold to its own maximum
+  mallopt(M_MMAP_THRESHOLD, kLargest);
+  mallopt(M_TRIM_THRESHOLD, kLargest);
+#endif
+}
+
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");
   int64_t size = 0, resident = 0;

@@ -22,6 +22,12 @@ namespace slimfit::base {
 // the C library took the setting (glibc); false elsewhere (nothing changes).
 bool ReturnLargeBlocksToTheSystem(size_t threshold_bytes = size_t{2} << 20);
 
+// The engine's opposite trade (slimfit-worker, calibration, benchmarks): freed blocks of any size
+// stay in the heap instead of going back to the kernel — glibc would otherwise map and fault in
+// fresh pages for each slice's activations (a 25% slower full gradient here). Resident memory
+// then stays at its high-water mark, which a worker with a budget holds anyway. Idempotent.
+void RetainFreedHeapMemory();
+
 // The process's resident memory in bytes (/proc/self/statm); 0 when it cannot be read.
 int64_t ResidentBytes();
 

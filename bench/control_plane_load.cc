@@ -33,6 +33,7 @@
 #include "absl/time/clock.h"
 #include "base/exit_status.h"
 #include "base/flags.h"
+#include "base/process_memory.h"
 #include "bench/process_usage.h"
 #include "bench/rpc_latency.h"
 #include "bench/simulated_fleet.h"
@@ -253,7 +254,7 @@ int Run(const std::vector<std::string>& args) {
   if (absl::Status parsed = ParseOptions(args, &options, &help); !parsed.ok()) return Fail(parsed);
   if (help) return base::kExitOk;
   if (absl::Status threads = performer::ConfigureCpuThreads(1); !threads.ok()) return Fail(threads);
-  performer::RetainFreedHeapMemory();
+  base::RetainFreedHeapMemory();
   absl::StatusOr<planner::DeviceProfile> profile = planner::ReadDeviceProfile(options.profile_path);
   if (!profile.ok()) return Fail(profile.status());
   absl::StatusOr<ProcessUsage> coordinator_before =

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/process_memory.h"
 #include "planner/bptt_schedule.h"
 #include "performer/cpu_runtime.h"
 #include "performer/gradient_engine.h"
@@ -179,7 +180,7 @@ absl::Status Run() {
   base.threads = absl::GetFlag(FLAGS_threads);
   base.copy_forward_weights = absl::GetFlag(FLAGS_forward_copies);
   performer::EnableFusedPrefixKernels(absl::GetFlag(FLAGS_fused_prefix));
-  RetainFreedHeapMemory();
+  base::RetainFreedHeapMemory();
   if (absl::Status s = ConfigureCpuThreads(base.threads, performer::ToScalarType(base.dtype)); !s.ok()) return s;
   if (absl::GetFlag(FLAGS_torch_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_torch_threads));
   base.threads = 0;  // configured here once; the engine leaves the process setting alone

@@ -1,7 +1,6 @@
 #include "performer/cpu_runtime.h"
 
 #include <dlfcn.h>
-#include <malloc.h>
 
 #include <ATen/Parallel.h>
 
@@ -34,11 +33,6 @@ absl::Status ConfigureCpuThreads(int threads, at::ScalarType products) {
 }
 
 
-void RetainFreedHeapMemory() {
-  constexpr int kLargest = 1 << 30;  // glibc clamps the mmap threshold to its own maximum
-  mallopt(M_MMAP_THRESHOLD, kLargest);
-  mallopt(M_TRIM_THRESHOLD, kLargest);
-}
 
 int BlasThreads() {
   GetThreadsFn get = OpenBlasGetThreads();

@@ -27,11 +27,6 @@ namespace slimfit::performer {
 // REQUIRES: threads >= 1. INVALID_ARGUMENT otherwise. Idempotent.
 absl::Status ConfigureCpuThreads(int threads, at::ScalarType products = at::kFloat);
 
-// Keeps freed tensor memory in the heap instead of returning every large block to the kernel
-// (glibc would otherwise mmap and fault in fresh pages for each activation: a 25% slower full
-// gradient here). Resident memory then stays at its high-water mark, which a worker with a
-// budget holds anyway. Idempotent.
-void RetainFreedHeapMemory();
 
 // Threads the BLAS library is using, or -1 when it cannot be queried; for reports.
 int BlasThreads();

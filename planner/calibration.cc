@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/process_memory.h"
 #include "performer/cpu_runtime.h"
 #include "performer/gradient_engine.h"
 #include "performer/performer_model.h"
@@ -29,7 +30,7 @@ using performer::ModelConfig;
 using performer::PackedBatch;
 using performer::PerformerModel;
 using performer::Plan;
-using performer::RetainFreedHeapMemory;
+using base::RetainFreedHeapMemory;
 
 namespace {
 

@@ -28,6 +28,7 @@
 #include "base/http_server.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/process_memory.h"
 #include "base/service_notify.h"
 #include "base/signal_pipe.h"
 #include "performer/cpu_runtime.h"
@@ -191,7 +192,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   } stop_signal_thread{signals->get(), &signal_thread};
 
   base::SetLogComponent("worker");
-  performer::RetainFreedHeapMemory();
+  base::RetainFreedHeapMemory();
   absl::StatusOr<c10::Device> device = performer::ParseDevice(options.device);
   if (!device.ok()) return Fail(err, device.status());
   if (device->is_cpu()) {
