@@ -76,6 +76,9 @@ ABSL_FLAG(bool, forward_copies, true,
           "keep contiguous forward copies of the FFN and output weights (Plan::copy_forward_weights)");
 ABSL_FLAG(bool, fused_prefix, true,
           "run the chunked prefix sums in the fused CPU kernels (float32 on a CPU, builds with oneDNN)");
+ABSL_FLAG(std::string, slice_replay, "auto",
+          "auto (CUDA graphs for repeated slices on a GPU, in builds that have them), off, or rerun "
+          "(the replay path without capture)");
 ABSL_FLAG(std::string, dump_grad, "", "write the (last) gradient as safetensors under the parameter names");
 
 namespace slimfit::performer {
@@ -216,6 +219,16 @@ absl::Status Run() {
   GradientOptions options;
   options.feature_seed = seed;
   options.dp_schedule = planner::ScheduleForPlan;
+  const std::string replay = absl::GetFlag(FLAGS_slice_replay);
+  if (replay == "auto") {
+    options.slice_replay = SliceReplay::kAuto;
+  } else if (replay == "off") {
+    options.slice_replay = SliceReplay::kOff;
+  } else if (replay == "rerun") {
+    options.slice_replay = SliceReplay::kRerun;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--slice_replay must be auto, off or rerun, got '", replay, "'"));
+  }
 
   int configurations = 0;
   for (int64_t length : *lengths) {
@@ -256,7 +269,7 @@ absl::Status Run() {
           R"("features": "%s", "ln": "%s", "time_s": %.6f, "time_min_s": %.6f, "peak_bytes": %d, )"
           R"("start_bytes": %d, "param_bytes": %d, "grad_bytes": %d, "working_bytes": %d, "loss": %.9g, "tokens": %d, )"
           R"("slice_forwards": %d, "stored_fronts": %d, "gflops": %.2f, "products": "%s", "forward_copies": %s, )"
-          R"("fused_prefix": %s)",
+          R"("fused_prefix": %s, "slice_replay": "%s", "replayed_slices": %d, "graph_pool_bytes": %d)",
           length, slice, PrefixModeName(plan.prefix_mode), plan.block, FrontPolicyName(plan.front_policy),
           LayerRecomputeName(plan.recompute),
           DTypeName(plan.dtype), at::get_num_threads(), BlasThreads(), config.d_model, config.layers, config.heads, config.d_ff,
@@ -267,7 +280,15 @@ absl::Status Run() {
           GradientFlops(config, length, plan.block) / median / 1e9,
           device.is_cpu() && plan.dtype == DType::kFloat32 && performer::OneDnnProducts() ? "onednn" : "libtorch",
           CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights ? "true" : "false",
-          absl::GetFlag(FLAGS_fused_prefix) && performer::OneDnnProducts() ? "true" : "false");
+          absl::GetFlag(FLAGS_fused_prefix) && performer::OneDnnProducts() ? "true" : "false", replay,
+          last.replayed_slices, last.graph_pool_bytes);
+      if (!last.replay_fallback.empty()) {
+        std::string reason = last.replay_fallback;  // JSON-safe: no quotes, backslashes or controls
+        for (char& c : reason) {
+          if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = ' ';
+        }
+        absl::StrAppendFormat(&json, R"(, "replay_fallback": "%s")", reason);
+      }
       const double discrepancy =
           full_gradient.empty() ? -1 : RelativeDiscrepancy(last.gradients, full_gradient);
       if (discrepancy >= 0) absl::StrAppendFormat(&json, R"(, "rel_discrepancy": %.3e)", discrepancy);

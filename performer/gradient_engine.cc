@@ -18,6 +18,8 @@
 #include "performer/cpu_runtime.h"
 #include "performer/memory_tracker.h"
 #include "performer/prefix_attention.h"
+#include "performer/replayable_work.h"
+#include "performer/slice_graphs.h"
 #include "performer/slice_runner.h"
 #include "performer/sliced_gradient.h"
 
@@ -28,6 +30,22 @@ using internal::Context;
 using internal::ModelFront;
 using internal::SliceRunner;
 using internal::Stretch;
+
+// How a call of `slices` slices replays them (SliceReplay), or nothing for op by op.
+std::optional<ReplayableWork::Mode> ReplayModeFor(SliceReplay replay, const at::Device& device, int64_t slices) {
+  switch (replay) {
+    case SliceReplay::kOff:
+      return std::nullopt;
+    case SliceReplay::kRerun:
+      return ReplayableWork::Mode::kRerun;
+    case SliceReplay::kAuto:
+      break;
+  }
+  if (device.is_cuda() && ReplayableWork::CudaGraphsBuilt() && slices >= internal::SliceGraphs::kMinSlices) {
+    return ReplayableWork::Mode::kCudaGraph;
+  }
+  return std::nullopt;
+}
 
 absl::Status ValidateProjections(const ModelConfig& config, const std::vector<at::Tensor>& projections) {
   if (projections.empty()) return absl::OkStatus();
@@ -174,15 +192,26 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, &result.slice_forwards);
     } else {
       SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer);
+      std::optional<internal::SliceGraphs> graphs;
+      if (std::optional<ReplayableWork::Mode> mode = ReplayModeFor(options.slice_replay, device, runner.slices())) {
+        graphs.emplace(runner, *mode, device);
+      }
+      internal::SliceGraphs* replay = graphs ? &*graphs : nullptr;
       if (plan.front_policy == FrontPolicy::kDp) {
-        if (absl::Status s = internal::ScheduledGradient(runner, *schedule, &result.stored_fronts_peak); !s.ok()) {
+        if (absl::Status s = internal::ScheduledGradient(runner, replay, *schedule, &result.stored_fronts_peak);
+            !s.ok()) {
           return s;
         }
       } else {
-        internal::SweepGradient(runner, plan, config, &result.stored_fronts_peak);
+        internal::SweepGradient(runner, replay, plan, config, &result.stored_fronts_peak);
       }
       result.loss_sum = runner.loss_sum();
       result.slice_forwards = runner.forwards();
+      if (graphs) {
+        result.replayed_slices = graphs->replayed_slices();
+        result.graph_pool_bytes = graphs->pool_bytes();
+        result.replay_fallback = graphs->fallback_reason();
+      }
     }
     // Parameters without a sink (the LayerNorms) accumulated in .grad as usual.
     for (size_t i = 0; i < leaves.size(); ++i) {
@@ -203,7 +232,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
         absl::StrCat("gradient with plan {", plan.DebugString(), "} failed: ", what));
   }
   absl::StatusOr<int64_t> peak = memory.PeakBytes();
-  result.peak_bytes = peak.ok() ? *peak : -1;
+  result.peak_bytes = peak.ok() ? *peak + result.graph_pool_bytes : -1;
   result.start_bytes = start_memory.ok() ? start_memory->current_bytes : -1;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return result;

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -37,6 +38,16 @@
 #include "performer/plan.h"
 
 namespace slimfit::performer {
+
+// How the sliced algorithm launches slices that repeat a shape: a slice without a document start
+// inside does the same device work whatever its values, so on a GPU each shape can be captured once
+// as a CUDA graph and replayed (one launch instead of a few hundred LibTorch calls per slice).
+enum class SliceReplay {
+  kAuto,   // CUDA graphs on a CUDA device in builds that have them (scripts/cuda/), for calls of at
+           // least 8 slices (fewer do not repay the captures); op by op elsewhere
+  kOff,    // every slice op by op
+  kRerun,  // the replay path without capture, on any device (tests of its buffer handling)
+};
 
 struct GradientOptions {
   // The loss is loss_sum / loss_normalizer; 0 means the batch's own predicted-token count. A
@@ -53,6 +64,7 @@ struct GradientOptions {
   // planner does (planner::ScheduleForPlan). The engine checks what it is given (SimulateSchedule)
   // before running it.
   std::function<absl::StatusOr<Schedule>(const Plan& plan, int64_t slices)> dp_schedule;
+  SliceReplay slice_replay = SliceReplay::kAuto;
 };
 
 struct GradientResult {
@@ -60,11 +72,17 @@ struct GradientResult {
   double loss_sum = 0;                // Σ cross-entropy over predicted tokens
   int64_t token_count = 0;            // predicted tokens in the batch
   int64_t normalizer = 0;             // what loss_sum was divided by
-  int64_t peak_bytes = 0;             // tensor bytes at the call's high-water mark (parameters too)
+  // Tensor bytes at the call's high-water mark (parameters too). With replayed slices on CUDA, plus
+  // graph_pool_bytes: the allocator counts a graph's scratch only while capturing it, but holds it
+  // for the whole call (an upper bound, by at most what the capture had live at the peak).
+  int64_t peak_bytes = 0;
   int64_t start_bytes = 0;            // tensor bytes allocated when the call began (parameters, ...)
   double seconds = 0;                 // wall time of the call
   int64_t slice_forwards = 0;         // slice computations run (forward sweep + rebuilds)
   int64_t stored_fronts_peak = 0;     // most fronts held at once by the front policy
+  int64_t replayed_slices = 0;        // slice computations launched as a replay (SliceReplay)
+  int64_t graph_pool_bytes = 0;       // device memory the captured graphs held for their scratch
+  std::string replay_fallback;        // why replays stopped during the call (a capture failed), or empty
 
   double loss() const { return token_count == 0 ? 0.0 : loss_sum / static_cast<double>(normalizer); }
 };

@@ -15,6 +15,7 @@
 #include "performer/gradient_engine.h"
 #include "performer/gradient_engine_test_cases.h"
 #include "performer/memory_tracker.h"
+#include "performer/replayable_work.h"
 
 namespace slimfit::performer {
 namespace {
@@ -90,6 +91,11 @@ TEST_P(CudaEqualsCpuTest, FullAndEverySliceSizeGiveTheCpuGradient) {
     const GradientResult sliced = MustCompute(*cuda_model, batch, plan, options);
     EXPECT_LE(RelativeDiscrepancy(OnCpu(sliced.gradients), cpu.gradients), tolerance) << "C=" << slice;
     EXPECT_NEAR(sliced.loss_sum, cpu.loss_sum, tolerance * cpu.loss_sum) << "C=" << slice;
+    // Slices without a document start ran as CUDA graphs (the default on CUDA in this build).
+    if (ReplayableWork::CudaGraphsBuilt() && slice <= 24) {
+      EXPECT_GT(sliced.replayed_slices, 0) << "C=" << slice;
+      EXPECT_EQ(sliced.replay_fallback, "") << "C=" << slice;
+    }
   }
 }
 
@@ -113,6 +119,46 @@ TEST(CudaGradientTest, EveryFrontPolicyAndLayerRecomputationGivesTheCpuGradient)
       plan.recompute = recompute;
       const GradientResult sliced = MustCompute(*cuda_model, batch, plan);
       EXPECT_LE(RelativeDiscrepancy(OnCpu(sliced.gradients), cpu.gradients), 1e-5) << plan.DebugString();
+    }
+  }
+}
+
+// CUDA graphs against the same slices op by op on the device, for every front policy (dp too),
+// with and without layer recomputation, in documents and in one long one.
+TEST(CudaGradientTest, SlicesReplayedAsCudaGraphsGiveTheOpByOpGradient) {
+  SKIP_WITHOUT_CUDA();
+  if (!ReplayableWork::CudaGraphsBuilt()) GTEST_SKIP() << "this build has no CUDA graphs (SLIMFIT_CUDA_GRAPHS)";
+  const ModelConfig config = Config(FeatureMap::kElu1, LayerNormPlacement::kPre);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, kCuda, 4);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (bool documents : {true, false}) {
+    const PackedBatch batch = Stream(768, config.vocab, documents);
+    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync, FrontPolicy::kDp}) {
+      for (LayerRecompute recompute : {LayerRecompute::kNone, LayerRecompute::kLayers}) {
+        for (int64_t slice : {int64_t{8}, int64_t{48}}) {
+          Plan plan;
+          plan.slice = slice;
+          plan.front_policy = policy;
+          plan.resync_every = 3;
+          plan.recompute = recompute;
+          plan.schedule = ScheduleKind::kHsm;
+          plan.slots = (768 + slice - 1) / slice;
+          GradientOptions options;
+          options.dp_schedule = [](const Plan&, int64_t slices) { return KeepEveryFront(slices); };
+          options.slice_replay = SliceReplay::kOff;
+          const GradientResult direct = MustCompute(*model, batch, plan, options);
+          options.slice_replay = SliceReplay::kAuto;
+          const GradientResult replayed = MustCompute(*model, batch, plan, options);
+          const std::string what = absl::StrCat(plan.DebugString(), documents ? ", documents" : ", one document");
+          EXPECT_LE(RelativeDiscrepancy(replayed.gradients, direct.gradients), 1e-6) << what;
+          EXPECT_NEAR(replayed.loss_sum, direct.loss_sum, 1e-6 * direct.loss_sum) << what;
+          EXPECT_EQ(replayed.slice_forwards, direct.slice_forwards) << what;
+          // Documents start every 37 to 65 tokens: only the 8-token slices leave some without one.
+          if (!documents || slice == 8) EXPECT_GT(replayed.replayed_slices, 0) << what;
+          EXPECT_EQ(replayed.replay_fallback, "") << what;
+          EXPECT_GE(replayed.graph_pool_bytes, 0) << what;
+        }
+      }
     }
   }
 }

@@ -166,30 +166,6 @@ TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {
   }
 }
 
-// The schedule that keeps every front (HSM with T slots): forward keeping f_0..f_{T−1}, then for
-// each slice from the last, restore its front, rebuild and back-propagate it, free the front. 2T
-// slice forwards. Written out by hand here: the engine executes schedules, the planner's optimal
-// programs (planner/bptt_schedule.h, tested with the engine in //planner:dp_gradient_test) choose
-// them.
-Schedule KeepEveryFront(int64_t slices) {
-  using Type = ScheduleAction::Type;
-  Schedule schedule;
-  schedule.kind = ScheduleKind::kHsm;
-  schedule.steps = slices;
-  schedule.slots = slices;
-  schedule.forward_count = 2 * slices;
-  for (int32_t i = 0; i < slices; ++i) {
-    schedule.actions.push_back({Type::kKeepFront, i});
-    schedule.actions.push_back({Type::kForward, i});
-  }
-  for (int32_t i = static_cast<int32_t>(slices) - 1; i >= 0; --i) {
-    schedule.actions.push_back({Type::kRestore, i});
-    schedule.actions.push_back({Type::kForwardBackward, i});
-    schedule.actions.push_back({Type::kFreeFront, i});
-  }
-  return schedule;
-}
-
 TEST(GradientEngineTest, DpExecutesTheScheduleItIsGiven) {
   const ModelConfig config = SmallConfig(FeatureMap::kRelu, LayerNormPlacement::kPre);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);

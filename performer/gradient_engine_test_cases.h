@@ -1,7 +1,7 @@
 // What the engine's tests share: every model configuration an exactness test sweeps (feature map,
 // LayerNorm placement, prefix mode, dtype) with readable test names, and a ComputeGradient that
-// fails the test on an error. Used by gradient_engine_test (sliced = full on the CPU) and
-// gradient_engine_cuda_test (CUDA = CPU).
+// fails the test on an error, and a hand-written dp schedule. Used by gradient_engine_test (sliced =
+// full on the CPU), slice_replay_test (replayed = op by op) and gradient_engine_cuda_test (CUDA = CPU).
 #ifndef SLIMFIT_PERFORMER_GRADIENT_ENGINE_TEST_CASES_H_
 #define SLIMFIT_PERFORMER_GRADIENT_ENGINE_TEST_CASES_H_
 
@@ -43,6 +43,30 @@ inline GradientResult MustCompute(const PerformerModel& model, const PackedBatch
   absl::StatusOr<GradientResult> result = ComputeGradient(model, batch, plan, options);
   EXPECT_TRUE(result.ok()) << result.status();
   return result.ok() ? *std::move(result) : GradientResult{};
+}
+
+// The schedule that keeps every front (HSM with T slots): forward keeping f_0..f_{T−1}, then for
+// each slice from the last, restore its front, rebuild and back-propagate it, free the front. 2T
+// slice forwards. Written out by hand here: the engine executes schedules, the planner's optimal
+// programs (planner/bptt_schedule.h, tested with the engine in //planner:dp_gradient_test) choose
+// them.
+inline Schedule KeepEveryFront(int64_t slices) {
+  using Type = ScheduleAction::Type;
+  Schedule schedule;
+  schedule.kind = ScheduleKind::kHsm;
+  schedule.steps = slices;
+  schedule.slots = slices;
+  schedule.forward_count = 2 * slices;
+  for (int32_t i = 0; i < slices; ++i) {
+    schedule.actions.push_back({Type::kKeepFront, i});
+    schedule.actions.push_back({Type::kForward, i});
+  }
+  for (int32_t i = static_cast<int32_t>(slices) - 1; i >= 0; --i) {
+    schedule.actions.push_back({Type::kRestore, i});
+    schedule.actions.push_back({Type::kForwardBackward, i});
+    schedule.actions.push_back({Type::kFreeFront, i});
+  }
+  return schedule;
 }
 
 }  // namespace slimfit::performer

@@ -34,17 +34,21 @@ Stretch MakeStretch(const PackedBatch& batch, int64_t begin, int64_t end, const 
   host.insert(host.end(), s.layout.positions.begin(), s.layout.positions.end());
   host.insert(host.end(), s.layout.target_rows.begin(), s.layout.target_rows.end());
   host.insert(host.end(), s.layout.targets.begin(), s.layout.targets.end());
-  const at::Tensor all = LongTensor(host.data(), static_cast<int64_t>(host.size()), device);
-  s.tokens = all.narrow(0, 0, rows);
-  s.positions = all.narrow(0, rows, rows);
-  s.target_rows = all.narrow(0, 2 * rows, predicted);
-  s.targets = all.narrow(0, 2 * rows + predicted, predicted);
+  s.all = LongTensor(host.data(), static_cast<int64_t>(host.size()), device);
+  BindStretchViews(&s, rows, predicted);
   // Segments are relative to the stretch from here on.
   for (Segment& segment : s.layout.segments) {
     segment.begin -= begin;
     segment.end -= begin;
   }
   return s;
+}
+
+void BindStretchViews(Stretch* s, int64_t rows, int64_t predicted) {
+  s->tokens = s->all.narrow(0, 0, rows);
+  s->positions = s->all.narrow(0, rows, rows);
+  s->target_rows = s->all.narrow(0, 2 * rows, predicted);
+  s->targets = s->all.narrow(0, 2 * rows + predicted, predicted);
 }
 
 at::Tensor RunLayer(const Context& ctx, int64_t r, const Stretch& stretch, const at::Tensor& x,
@@ -71,6 +75,12 @@ at::Tensor RunStretch(const Context& ctx, const Stretch& stretch, const EntryFn&
   return x;
 }
 
+Front FrontBefore(const Front& after, const AttentionInputs& in) {
+  at::NoGradGuard no_grad;
+  const Front added = FrontContribution(in.phi_k.detach(), in.v.detach());
+  return Front{after.numerator - added.numerator, after.denominator - added.denominator};
+}
+
 SliceRunner::SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t slice, LayerRecompute recompute,
                          const std::vector<at::Tensor>& leaves, const at::Device& device,
                          const at::TensorOptions& options, int64_t normalizer)
@@ -81,7 +91,8 @@ SliceRunner::SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t s
       leaves_(leaves),
       device_(device),
       zero_(ZeroFront(ctx.config.heads, ctx.config.features_per_head(), ctx.config.head_dim(), options)),
-      loss_scale_(at::full({}, 1.0 / static_cast<double>(normalizer), options)) {}
+      loss_scale_(at::full({}, 1.0 / static_cast<double>(normalizer), options)),
+      loss_sum_(at::zeros({}, options.dtype(at::kDouble))) {}
 
 Stretch SliceRunner::StretchOfSlices(int64_t first, int64_t end) const {
   return MakeStretch(batch_, first * slice_, std::min(batch_.size(), end * slice_), device_);
@@ -230,11 +241,8 @@ ModelFront SliceRunner::BackpropagateRecomputed(Graph& graph, const ModelFront& 
   return entry_grad;
 }
 
-void SliceRunner::AddLoss(const at::Tensor& loss) {
-  const at::Tensor value = loss.detach().to(at::kDouble);
-  loss_sum_ = loss_sum_.defined() ? loss_sum_ + value : value;
-}
+void SliceRunner::AddLoss(const at::Tensor& loss) { loss_sum_.add_(loss.detach().to(at::kDouble)); }
 
-double SliceRunner::loss_sum() const { return loss_sum_.defined() ? loss_sum_.item<double>() : 0.0; }
+double SliceRunner::loss_sum() const { return loss_sum_.item<double>(); }
 
 }  // namespace slimfit::performer::internal

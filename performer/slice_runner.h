@@ -29,9 +29,14 @@ using ModelFront = std::vector<Front>;  // one per layer
 struct Stretch {
   StretchLayout layout;
   at::Tensor tokens, positions, target_rows, targets;
+  at::Tensor all;  // the one buffer the four above are views of: tokens | positions | target rows | targets
 };
 
 Stretch MakeStretch(const PackedBatch& batch, int64_t begin, int64_t end, const at::Device& device);
+
+// Points tokens, positions, target_rows and targets at their parts of s->all (rows, rows,
+// predicted, predicted values).
+void BindStretchViews(Stretch* s, int64_t rows, int64_t predicted);
 
 // What the engine needs for every stretch it runs.
 struct Context {
@@ -57,6 +62,11 @@ at::Tensor RunLayer(const Context& ctx, int64_t r, const Stretch& stretch, const
 // only fronts, so it skips the last G and the logits).
 at::Tensor RunStretch(const Context& ctx, const Stretch& stretch, const EntryFn& entry_for_layer, ModelFront* exit,
                       bool need_output);
+
+// U(n−1) = U(n) − Σ_{l in slice n} φk_l ⊗ v_l (Likhosherstov et al., eq. 9): the front entering a
+// stretch without document starts, from the front `after` it and the stretch's own F outputs.
+// Records no autograd graph.
+Front FrontBefore(const Front& after, const AttentionInputs& in);
 
 class SliceRunner {
  public:
@@ -93,6 +103,9 @@ class SliceRunner {
   // document starts inside it).
   bool Reversible(int64_t n) const;
   int64_t forwards() const { return forwards_; }
+  // For replayed slices (slice_graphs.h): host code, and with it Build's and Advance's count, runs
+  // only when a slice is captured.
+  void set_forwards(int64_t forwards) { forwards_ = forwards; }
   // Σ of the back-propagated slices' loss sums, in float64 (one read from the device, at the end).
   double loss_sum() const;
 
@@ -110,7 +123,8 @@ class SliceRunner {
  private:
   Graph BuildRecomputed(int64_t n, const Stretch& stretch, const EntryFn& entry_for_layer);
   ModelFront BackpropagateRecomputed(Graph& graph, const ModelFront& exit_grad);
-  // Adds a slice's loss on the device: reading it per slice (.item()) would stall a GPU's queue.
+  // Adds a slice's loss on the device, in place (a replayed slice adds into the same tensor):
+  // reading it per slice (.item()) would stall a GPU's queue.
   void AddLoss(const at::Tensor& loss);
 
   const Context& ctx_;
@@ -122,7 +136,7 @@ class SliceRunner {
   const Front zero_;
   const at::Tensor loss_scale_;
   int64_t forwards_ = 0;
-  at::Tensor loss_sum_;  // float64 scalar on the device; undefined until the first slice
+  at::Tensor loss_sum_;  // float64 scalar on the device
 };
 
 }  // namespace slimfit::performer::internal

@@ -13,7 +13,8 @@
 
 namespace slimfit::performer::internal {
 
-void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, int64_t* stored_fronts_peak) {
+void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, const ModelConfig& c,
+                   int64_t* stored_fronts_peak) {
   const int64_t slices = runner.slices();
   // Features are non-negative, so a denominator component that is exactly zero stays zero until
   // some token of the document switches it on; relu features do this all the time. Subtraction
@@ -56,7 +57,8 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
       while (end < slices - 1 && end - n < kSweepSlices && !keep(end)) ++end;
     }
     const Stretch stretch = runner.StretchOfSlices(n, end);
-    front = runner.Advance(stretch, front, end - n);
+    front = graphs != nullptr && graphs->Replayable(stretch) ? graphs->Advance(stretch, front, end - n)
+                                                             : runner.Advance(stretch, front, end - n);
     if (track_onset) {
       at::NoGradGuard no_grad;
       for (int64_t r = 0; r < c.layers; ++r) {
@@ -75,24 +77,34 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
   for (int64_t n = slices - 1; n >= 0; --n) {
     const Stretch stretch = runner.StretchOf(n);
     auto kept_it = kept.find(n);
-    SliceRunner::Graph graph = runner.Build(n, stretch, [&](int64_t r, const AttentionInputs& in) -> Front {
-      if (n == 0) return runner.zero();
-      if (kept_it != kept.end()) return kept_it->second.fronts[r];
-      if (n + 1 == slices) return front[r];
-      // U(n−1) = U(n) − Σ_{l in slice n} φk_l ⊗ v_l (Likhosherstov et al., eq. 9), with the components that
-      // switched on in slice n or later restored to exact zeros.
-      at::NoGradGuard no_grad;
-      const Front added = FrontContribution(in.phi_k.detach(), in.v.detach());
-      Front value{front[r].numerator - added.numerator, front[r].denominator - added.denominator};
-      if (track_onset) {
-        const at::Tensor off = onset[r] >= n;
-        value.numerator.masked_fill_(off.unsqueeze(2), 0);
-        value.denominator.masked_fill_(off, 0);
-      }
-      return value;
-    });
-    front = graph.entry;  // U(n) is no longer needed: release it before back-propagating
-    exit_grad = runner.Backpropagate(graph, exit_grad);
+    // A replayed step: a slice that continues its front, whose G(n) is known, and whose entry is
+    // kept or recovered by plain subtraction (relu's onset zeros are restored directly).
+    const bool subtract = kept_it == kept.end();
+    if (graphs != nullptr && n > 0 && !exit_grad.empty() && graphs->Replayable(stretch) &&
+        !(subtract && track_onset)) {
+      SliceGraphs::StepResult step =
+          graphs->Step(n, stretch, subtract ? front : kept_it->second.fronts, subtract, exit_grad);
+      front = std::move(step.entry);
+      exit_grad = std::move(step.entry_grad);
+    } else {
+      SliceRunner::Graph graph = runner.Build(n, stretch, [&](int64_t r, const AttentionInputs& in) -> Front {
+        if (n == 0) return runner.zero();
+        if (kept_it != kept.end()) return kept_it->second.fronts[r];
+        if (n + 1 == slices) return front[r];
+        // U(n−1) by subtraction, with the components that switched on in slice n or later restored
+        // to exact zeros.
+        Front value = FrontBefore(front[r], in);
+        if (track_onset) {
+          at::NoGradGuard no_grad;
+          const at::Tensor off = onset[r] >= n;
+          value.numerator.masked_fill_(off.unsqueeze(2), 0);
+          value.denominator.masked_fill_(off, 0);
+        }
+        return value;
+      });
+      front = graph.entry;  // U(n) is no longer needed: release it before back-propagating
+      exit_grad = runner.Backpropagate(graph, exit_grad);
+    }
     if (kept_it != kept.end()) {
       onset = std::move(kept_it->second.onset);
       kept.erase(kept_it);
@@ -100,7 +112,8 @@ void SweepGradient(SliceRunner& runner, const Plan& plan, const ModelConfig& c, 
   }
 }
 
-absl::Status ScheduledGradient(SliceRunner& runner, const Schedule& schedule, int64_t* stored_fronts_peak) {
+absl::Status ScheduledGradient(SliceRunner& runner, SliceGraphs* graphs, const Schedule& schedule,
+                               int64_t* stored_fronts_peak) {
   std::optional<ModelFront> cursor = runner.ZeroModelFront();
   int64_t cursor_position = 0;
   std::map<int64_t, ModelFront> kept_fronts;
@@ -121,15 +134,26 @@ absl::Status ScheduledGradient(SliceRunner& runner, const Schedule& schedule, in
     switch (action.type) {
       case Type::kForward:
         if (!cursor || cursor_position != i) return broken(action, "the cursor is not at the slice's front");
-        cursor = runner.Advance(runner.StretchOf(i), *cursor);
+        if (const Stretch stretch = runner.StretchOf(i); graphs != nullptr && graphs->Replayable(stretch)) {
+          cursor = graphs->Advance(stretch, *cursor, 1);
+        } else {
+          cursor = runner.Advance(stretch, *cursor);
+        }
         cursor_position = i + 1;
         break;
       case Type::kForwardKeepGraph:
       case Type::kForwardBackward: {
         if (!cursor || cursor_position != i) return broken(action, "the cursor is not at the slice's front");
         const ModelFront entry = *cursor;
+        const Stretch stretch = runner.StretchOf(i);
+        if (action.type == Type::kForwardBackward && graphs != nullptr && i > 0 && !exit_grad.empty() &&
+            graphs->Replayable(stretch)) {
+          cursor.reset();
+          exit_grad = graphs->Step(i, stretch, entry, /*subtract=*/false, exit_grad).entry_grad;
+          break;
+        }
         SliceRunner::Graph graph =
-            runner.Build(i, runner.StretchOf(i), [&](int64_t r, const AttentionInputs&) { return entry[r]; });
+            runner.Build(i, stretch, [&](int64_t r, const AttentionInputs&) { return entry[r]; });
         if (action.type == Type::kForwardBackward) {
           cursor.reset();
           exit_grad = runner.Backpropagate(graph, exit_grad);

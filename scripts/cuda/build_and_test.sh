@@ -7,11 +7,13 @@
 #
 # Usage (from the repository root): scripts/cuda/build_and_test.sh OUT [STEPS]
 #   OUT    folder for the logs: env.log build.log tests.log bench_config_a.jsonl bench_long_l.jsonl
-#          bench_large.jsonl
+#          bench_large.jsonl (build_without_graphs.log when the build with CUDA graphs failed)
 #   STEPS  comma-separated, any of build,test,bench,service (default: build,test,bench); service
 #          (with fetch_deps.sh --service) also builds the worker, the coordinator and the CLI and
 #          runs scripts/cuda/service_job.sh on this machine's GPU (service.log, service_work.tar.gz)
-#   TESTS  (environment) a glob of test names to run (default: every *_test built)
+#   TARGETS (environment) ninja targets the build step builds (default: all)
+#   TESTS  (environment) a glob of test names to run (default: every *_test built); TESTS_APPEND=1
+#          appends to tests.log instead of starting it afresh
 # Environment: SLIMFIT_DEPS (default .cuda_deps/root), BUILD_DIR (default /tmp/slimfit-cuda-build),
 #   PYTHON (default python3), DEVICE (default cuda:0).
 # Exit status: non-zero when the build or a test failed; the benchmarks still run where they built.
@@ -58,22 +60,34 @@ if [[ ",$steps," == *",build,"* ]]; then
   fi
   service=OFF
   [ -f "$deps/../gen/proto/slimfit.pb.cc" ] && service=ON
-  {
+  # $1: ON or OFF for the CUDA graphs and the direct CUDA runtime calls.
+  configure_and_build() {
     cmake -S scripts/cuda -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DSLIMFIT_TORCH_ROOT="$torch_root" -DSLIMFIT_CXX11_ABI="$abi" \
       -DSLIMFIT_CUDA_INCLUDE="$cuda_include" -DSLIMFIT_DEPS="$deps" -DSLIMFIT_CXX_STANDARD="$std" \
-      -DSLIMFIT_SERVICE="$service" &&
+      -DSLIMFIT_SERVICE="$service" -DSLIMFIT_CUDA_GRAPHS="$1" -DSLIMFIT_LINK_CUDART="$1" &&
       if [[ ",$steps," == *",service,"* ]]; then
         ninja -C "$build" -k 0 all service_slimfit_worker service_slimfit_coordinator service_slimfit
       else
-        ninja -C "$build" -k 0
+        ninja -C "$build" -k 0 ${TARGETS:-}
       fi
-  } > "$out/build.log" 2>&1 || { status=1; echo "build: FAILED (see build.log)"; }
+  }
+  if ! configure_and_build ON > "$out/build.log" 2>&1; then
+    status=1
+    echo "build: FAILED (see build.log)"
+    grep -m 20 -E "error|undefined reference" "$out/build.log"
+    if [ ! -x "$build/gradient_bench" ]; then
+      # The engine itself did not build: keep the rest measurable without CUDA graphs (every slice
+      # op by op) and without direct CUDA runtime calls.
+      echo "building without CUDA graphs (build_without_graphs.log)"
+      configure_and_build OFF > "$out/build_without_graphs.log" 2>&1 || echo "build: FAILED without CUDA graphs too"
+    fi
+  fi
   tail -5 "$out/build.log"
 fi
 
 if [[ ",$steps," == *",test,"* ]]; then
-  : > "$out/tests.log"
+  [ -n "${TESTS_APPEND:-}" ] || : > "$out/tests.log"
   for test in "$build"/${TESTS:-*_test}; do
     [ -x "$test" ] || continue
     name="$(basename "$test")"
@@ -89,15 +103,20 @@ fi
 
 if [[ ",$steps," == *",bench,"* ]] && [ -x "$build/gradient_bench" ]; then
   bench="$build/gradient_bench --device=$device --threads=4"
-  # Config A of BENCHMARKS.md: L 4096, d_model 256, 2 layers, 4 heads, d_ff 1024.
-  $bench --seq_len=4096 --slice=0,1024,512,256,128,64,32,16 --check_full --repeats=5 \
-    > "$out/bench_config_a.jsonl" 2>&1 || status=1
+  # Config A of BENCHMARKS.md: L 4096, d_model 256, 2 layers, 4 heads, d_ff 1024; slices replayed as
+  # CUDA graphs (the default), then op by op, in one file ("slice_replay" tells them apart).
+  for replay in auto off; do
+    $bench --seq_len=4096 --slice=0,1024,512,256,128,64,32,16 --check_full --repeats=5 \
+      --slice_replay=$replay >> "$out/bench_config_a.jsonl" 2>&1 || status=1
+  done
   # Long sequences: the sliced peak stays flat in L, full back-propagation's grows.
   $bench --seq_len=4096,16384,65536 --slice=0,1024,256 --repeats=2 \
     > "$out/bench_long_l.jsonl" 2>&1 || status=1
   # A model the size a GPU is for: d_model 1024, 4 layers, 8 heads, d_ff 4096, L 16384.
   $bench --seq_len=16384 --d_model=1024 --layers=4 --heads=8 --d_ff=4096 \
     --slice=0,4096,1024,256,64 --check_full --repeats=3 > "$out/bench_large.jsonl" 2>&1 || status=1
+  $bench --seq_len=16384 --d_model=1024 --layers=4 --heads=8 --d_ff=4096 \
+    --slice=1024,256,64 --repeats=3 --slice_replay=off >> "$out/bench_large.jsonl" 2>&1 || status=1
   echo "bench: $(cat "$out"/bench_*.jsonl | wc -l) lines"
 fi
 if [[ ",$steps," == *",service,"* ]]; then

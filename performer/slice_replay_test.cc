@@ -1,0 +1,144 @@
+// Replayed slices (GradientOptions::slice_replay) give the op-by-op gradient. On the CPU the replay
+// path runs without capture (SliceReplay::kRerun): the same static buffers refilled before every
+// slice, the same bodies, the same bookkeeping — so a stale buffer, a front or gradient taken from
+// the wrong slice, or a count a replay skips shows here as a different gradient. The capture itself
+// is checked on a GPU: replayable_work_test and gradient_engine_cuda_test (CUDA graphs = CPU).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "performer/gradient_engine.h"
+#include "performer/gradient_engine_test_cases.h"
+
+namespace slimfit::performer {
+namespace {
+
+ModelConfig Config(FeatureMap map) {
+  ModelConfig config;
+  config.vocab = 41;
+  config.d_model = 16;
+  config.layers = 2;
+  config.heads = 2;
+  config.d_ff = 24;
+  config.feature_map = map;
+  config.feature_multiplier = map == FeatureMap::kFavor ? 2 : 1;
+  return config;
+}
+
+// 120 tokens in five documents (one of a single token): long runs of slices without a document
+// start, which replay, and slices with one, which run op by op.
+PackedBatch Stream(int64_t vocab) {
+  PackedBatch batch;
+  for (int64_t i = 0; i < 120; ++i) batch.tokens.push_back((i * 11 + 5 * (i / 7)) % vocab);
+  batch.doc_starts = {0, 45, 46, 70, 101};
+  return batch;
+}
+
+GradientOptions Replay(SliceReplay replay) {
+  GradientOptions options;
+  options.feature_seed = 4;
+  options.slice_replay = replay;
+  return options;
+}
+
+void ExpectSameResult(const GradientResult& replayed, const GradientResult& direct, const std::string& what) {
+  EXPECT_LE(RelativeDiscrepancy(replayed.gradients, direct.gradients), 1e-12) << what;
+  EXPECT_NEAR(replayed.loss_sum, direct.loss_sum, 1e-12 * direct.loss_sum) << what;
+  EXPECT_EQ(replayed.slice_forwards, direct.slice_forwards) << what;
+  EXPECT_GT(replayed.replayed_slices, 0) << what;
+  EXPECT_EQ(direct.replayed_slices, 0) << what;
+  EXPECT_EQ(replayed.replay_fallback, "") << what;
+  EXPECT_EQ(replayed.graph_pool_bytes, 0) << what << ": no capture, no pool";
+}
+
+TEST(SliceReplayTest, EveryPolicyAndRecomputationGivesTheOpByOpGradient) {
+  for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kSqr, FeatureMap::kFavor}) {
+    const ModelConfig config = Config(map);
+    absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 6);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const PackedBatch batch = Stream(config.vocab);
+    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync}) {
+      for (LayerRecompute recompute : {LayerRecompute::kNone, LayerRecompute::kLayers}) {
+        for (int64_t slice : {1, 4, 7}) {
+          Plan plan;
+          plan.dtype = DType::kFloat64;
+          plan.slice = slice;
+          plan.front_policy = policy;
+          plan.resync_every = 3;
+          plan.recompute = recompute;
+          const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString());
+          const GradientResult direct = MustCompute(*model, batch, plan, Replay(SliceReplay::kOff));
+          const GradientResult replayed = MustCompute(*model, batch, plan, Replay(SliceReplay::kRerun));
+          ExpectSameResult(replayed, direct, what);
+        }
+      }
+    }
+  }
+}
+
+TEST(SliceReplayTest, DpSchedulesReplayTheirForwardsAndSteps) {
+  const ModelConfig config = Config(FeatureMap::kElu1);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 8);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const PackedBatch batch = Stream(config.vocab);
+  Plan plan;
+  plan.dtype = DType::kFloat64;
+  plan.slice = 6;
+  plan.front_policy = FrontPolicy::kDp;
+  plan.schedule = ScheduleKind::kHsm;
+  plan.slots = 20;
+  GradientOptions direct_options = Replay(SliceReplay::kOff);
+  GradientOptions replay_options = Replay(SliceReplay::kRerun);
+  direct_options.dp_schedule = replay_options.dp_schedule = [](const Plan&, int64_t slices) {
+    return KeepEveryFront(slices);
+  };
+  const GradientResult direct = MustCompute(*model, batch, plan, direct_options);
+  const GradientResult replayed = MustCompute(*model, batch, plan, replay_options);
+  ExpectSameResult(replayed, direct, plan.DebugString());
+  Plan full_plan;
+  full_plan.dtype = DType::kFloat64;
+  const GradientResult full = MustCompute(*model, batch, full_plan);
+  EXPECT_LE(RelativeDiscrepancy(replayed.gradients, full.gradients), 1e-10);
+}
+
+TEST(SliceReplayTest, Float32ReplaysGiveTheOpByOpGradient) {
+  const ModelConfig config = Config(FeatureMap::kSqr);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 2);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Plan plan;
+  plan.slice = 8;
+  const PackedBatch batch = Stream(config.vocab);
+  const GradientResult direct = MustCompute(*model, batch, plan, Replay(SliceReplay::kOff));
+  const GradientResult replayed = MustCompute(*model, batch, plan, Replay(SliceReplay::kRerun));
+  EXPECT_LE(RelativeDiscrepancy(replayed.gradients, direct.gradients), 1e-6);
+  EXPECT_GT(replayed.replayed_slices, 0);
+}
+
+// What is replayed: every slice but the last and those with a document start (the backward step),
+// and the forward sweep's stretches that continue their front; kAuto on the CPU replays nothing.
+TEST(SliceReplayTest, ReplaysExactlyTheSlicesWithoutDocumentStarts) {
+  const ModelConfig config = Config(FeatureMap::kSqr);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  PackedBatch batch;
+  for (int64_t i = 0; i < 64; ++i) batch.tokens.push_back(i % config.vocab);
+  batch.doc_starts = {0};  // one document: 8 slices of 8
+  Plan plan;
+  plan.dtype = DType::kFloat64;
+  plan.slice = 8;
+  plan.front_policy = FrontPolicy::kStore;  // the forward sweep runs slice by slice
+  const GradientResult replayed = MustCompute(*model, batch, plan, Replay(SliceReplay::kRerun));
+  // Forward sweep: slices 0..6 (slice 0 starts the document: direct; 1..6 advance, the first of
+  // them a warm-up). Backward: slices 7 (no G(n) yet) and 0 direct; 6..1 step, the first a warm-up.
+  EXPECT_EQ(replayed.slice_forwards, 7 + 8);
+  EXPECT_EQ(replayed.replayed_slices, (6 - 1) + (6 - 1));
+  const GradientResult automatic = MustCompute(*model, batch, plan, Replay(SliceReplay::kAuto));
+  EXPECT_EQ(automatic.replayed_slices, 0);
+  EXPECT_LE(RelativeDiscrepancy(replayed.gradients, automatic.gradients), 1e-12);
+}
+
+}  // namespace
+}  // namespace slimfit::performer
