@@ -1,8 +1,11 @@
 #include "performer/memory_tracker.h"
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <new>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include <c10/core/Allocator.h>
@@ -10,6 +13,10 @@
 #include <torch/version.h>
 #ifdef SLIMFIT_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#endif
+#if defined(SLIMFIT_WITH_CUDA) && defined(SLIMFIT_WITH_CUDART)
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 
 // LibTorch 2.3 made Allocator::allocate non-const and added a pure virtual copy_data; Debian's
@@ -127,6 +134,36 @@ absl::StatusOr<MemoryStats> GetMemoryStats(const c10::Device& device) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("no memory accounting for device ", device.str()));
+}
+
+absl::StatusOr<int64_t> DeviceMemoryBytes(const c10::Device& device) {
+  if (device.is_cpu()) {
+    std::ifstream in("/proc/meminfo");
+    std::string key, unit;
+    int64_t value = 0;
+    while (in >> key >> value >> unit) {
+      if (key == "MemTotal:") return value * 1024;
+    }
+    return absl::InternalError("/proc/meminfo has no MemTotal line: the machine's memory is unknown");
+  }
+  if (device.is_cuda()) {
+#if defined(SLIMFIT_WITH_CUDA) && defined(SLIMFIT_WITH_CUDART)
+    const c10::cuda::CUDAGuard guard(device.has_index() ? device.index() : 0);
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    if (const cudaError_t error = cudaMemGetInfo(&free_bytes, &total_bytes); error != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it, so LibTorch's next check does not report it
+      return absl::InternalError(
+          absl::StrCat("cudaMemGetInfo on ", device.str(), " failed: ", cudaGetErrorString(error)));
+    }
+    return static_cast<int64_t>(total_bytes);
+#elif defined(SLIMFIT_WITH_CUDA)
+    return absl::UnimplementedError(
+        "this binary was built without the CUDA runtime linked (SLIMFIT_WITH_CUDART): the card's memory is "
+        "unknown");
+#endif
+  }
+  return GetMemoryStats(device).status();
 }
 
 absl::Status ResetPeakMemory(const c10::Device& device) {

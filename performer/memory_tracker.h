@@ -37,6 +37,11 @@ bool CpuTrackingActive();
 // INVALID_ARGUMENT for other device types.
 absl::StatusOr<MemoryStats> GetMemoryStats(const c10::Device& device);
 
+// The device's memory: physical memory for the CPU (/proc/meminfo), the card's memory for CUDA
+// (builds with SLIMFIT_WITH_CUDA and the CUDA runtime linked, SLIMFIT_WITH_CUDART; UNIMPLEMENTED in
+// other CUDA builds). Same errors as GetMemoryStats otherwise; INTERNAL when the system does not say.
+absl::StatusOr<int64_t> DeviceMemoryBytes(const c10::Device& device);
+
 // Sets the device's peak to its current usage. Same errors as GetMemoryStats.
 absl::Status ResetPeakMemory(const c10::Device& device);
 

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "absl/status/status.h"
+
 namespace slimfit::performer {
 namespace {
 
@@ -40,6 +42,20 @@ TEST(MemoryTrackerTest, ConcurrentAllocationsBalance) {
 
 TEST(MemoryTrackerTest, UnsupportedDevicesAreErrors) {
   EXPECT_FALSE(GetMemoryStats(at::Device(at::kMeta)).ok());
+  EXPECT_FALSE(DeviceMemoryBytes(at::Device(at::kMeta)).ok());
+}
+
+TEST(MemoryTrackerTest, DeviceMemoryIsThePhysicalMemoryOrTheCards) {
+  absl::StatusOr<int64_t> cpu = DeviceMemoryBytes(at::kCPU);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_GT(*cpu, int64_t{256} << 20);
+  // Larger than anything this process holds.
+  EXPECT_GT(*cpu, GetMemoryStats(at::kCPU)->current_bytes);
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the card's memory is not checked";
+  absl::StatusOr<int64_t> card = DeviceMemoryBytes(at::Device(at::kCUDA, 0));
+  if (absl::IsUnimplemented(card.status())) GTEST_SKIP() << card.status();  // a build without the CUDA runtime
+  ASSERT_TRUE(card.ok()) << card.status();
+  EXPECT_GT(*card, int64_t{1} << 30);
 }
 
 }  // namespace

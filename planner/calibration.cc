@@ -17,6 +17,7 @@
 #include "base/process_memory.h"
 #include "performer/cpu_runtime.h"
 #include "performer/gradient_engine.h"
+#include "performer/memory_tracker.h"
 #include "performer/performer_model.h"
 #include "planner/cost_model.h"
 
@@ -24,6 +25,7 @@ namespace slimfit::planner {
 
 using performer::ComputeGradient;
 using performer::ConfigureCpuThreads;
+using performer::DeviceMemoryBytes;
 using performer::DTypeBytes;
 using performer::GradientResult;
 using performer::ModelConfig;
@@ -44,16 +46,6 @@ std::string CpuName() {
     }
   }
   return "unknown CPU";
-}
-
-int64_t PhysicalMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t value = 0;
-  while (in >> key >> value >> unit) {
-    if (key == "MemTotal:") return value * 1024;
-  }
-  return 0;
 }
 
 // Least squares for y ≈ X·w with w ≥ 0 over small dense problems: solves the normal equations on
@@ -154,7 +146,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   profile.device = options.device;
   profile.device_name = device->is_cpu() ? CpuName() : options.device;
   profile.threads = options.threads;
-  profile.total_memory_bytes = device->is_cpu() ? PhysicalMemoryBytes() : 0;
+  // The device's memory, recorded for operators (budgets are given to workers, not taken from it).
+  absl::StatusOr<int64_t> device_memory = DeviceMemoryBytes(*device);
+  profile.total_memory_bytes = device_memory.ok() ? *device_memory : 0;
 
   std::vector<std::array<double, 2>> memory_x;
   std::vector<double> memory_y;
