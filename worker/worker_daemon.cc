@@ -241,6 +241,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   service_options.memory_budget_bytes = options.memory_budget_bytes;
   service_options.device = options.device;
   service_options.threads = static_cast<int>(options.threads);
+  service_options.cuda_graphs = options.cuda_graphs;
   service_options.cache = &cache;
   service_options.local_steps_dir = state->path() + "/local-steps";
   LocalDataReader local_data(&*local_datasets);
@@ -427,6 +428,9 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
                  "most tensor bytes one gradient call may use, e.g. 512MiB (plans keep a 10% margin)",
                  base::FlagSet::kRequired);
   flags.Int("threads", &o.threads, "compute threads");
+  flags.Bool("cuda_graphs", &o.cuda_graphs,
+             "on a GPU, run slices that repeat a shape as replayed CUDA graphs (false: op by op; "
+             "graphs keep about one slice's scratch memory more)");
   flags.String("state_dir", &o.state_dir, "directory for the worker id and the calibrated profile (created)",
                base::FlagSet::kRequired);
   flags.String("token", &o.token,

@@ -65,6 +65,7 @@ struct WorkerDaemonOptions {
   std::string device = "cpu";          // --device=cpu|cuda:N
   int64_t memory_budget_bytes = 0;     // --memory_budget, required, > 0
   int64_t threads = 1;                 // --threads, 1..4096
+  bool cuda_graphs = true;             // --cuda_graphs (WorkerService::Options::cuda_graphs)
   std::string state_dir;               // --state_dir, required
   std::string token;                   // --token (join token), else $SLIMFIT_WORKER_TOKEN; needed
                                        // until the state directory holds a credential

@@ -29,6 +29,7 @@ TEST(ParseWorkerFlagsTest, DefaultsAndTokenFromTheEnvironment) {
   EXPECT_EQ(o.device, "cpu");
   EXPECT_EQ(o.memory_budget_bytes, 64 << 20);
   EXPECT_EQ(o.threads, 1);
+  EXPECT_TRUE(o.cuda_graphs);
   EXPECT_EQ(o.state_dir, "/tmp/w");
   EXPECT_EQ(o.token, "env-secret");
   EXPECT_EQ(o.profile, "");
@@ -39,7 +40,7 @@ TEST(ParseWorkerFlagsTest, EveryFlag) {
   std::vector<std::string> args = Required();
   for (const char* flag : {"--listen=0.0.0.0:7100", "--advertise=node7:7100", "--device=cuda:1", "--threads=4",
                            "--token=flag-secret", "--profile=p.textproto", "--port_file=/tmp/port",
-                           "--tls_cert=w.pem", "--tls_key=w.key", "--tls_ca=ca.pem"}) {
+                           "--tls_cert=w.pem", "--tls_key=w.key", "--tls_ca=ca.pem", "--cuda_graphs=false"}) {
     args.push_back(flag);
   }
   absl::StatusOr<ParsedFlags> parsed = ParseWorkerFlags(args, "env-secret");
@@ -49,6 +50,7 @@ TEST(ParseWorkerFlagsTest, EveryFlag) {
   EXPECT_EQ(o.advertise, "node7:7100");
   EXPECT_EQ(o.device, "cuda:1");
   EXPECT_EQ(o.threads, 4);
+  EXPECT_FALSE(o.cuda_graphs);
   EXPECT_EQ(o.token, "flag-secret");  // the flag wins over the environment
   EXPECT_EQ(o.profile, "p.textproto");
   EXPECT_EQ(o.port_file, "/tmp/port");

@@ -252,6 +252,7 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   performer::GradientOptions gradient_options;
   gradient_options.feature_seed = request.feature_seed();
   gradient_options.dp_schedule = planner::ScheduleForPlan;
+  gradient_options.slice_replay = options_.cuda_graphs ? performer::SliceReplay::kAuto : performer::SliceReplay::kOff;
   const size_t count = shard->sequences.size();
   // The engine over sequences [begin, end) at `model`, gradients summed in place.
   const SumGradients sum_sequences = [&](const performer::PerformerModel& model, size_t begin, size_t end,

@@ -70,6 +70,9 @@ class WorkerService final : public v1::Worker::Service {
     int64_t memory_budget_bytes = 0;
     std::string device = "cpu";  // --device, as registered
     int threads = 1;             // --threads
+    // --cuda_graphs: on a GPU, slices that repeat a shape run as replayed CUDA graphs
+    // (performer::SliceReplay::kAuto); false runs every slice op by op.
+    bool cuda_graphs = true;
     // Where parameters come from. Not owned; must outlive the service. Required.
     ParameterCache* cache = nullptr;
     // Where local-steps jobs keep their inner optimizer state (LocalStepsTrainer); empty: memory
