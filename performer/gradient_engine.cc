@@ -31,8 +31,10 @@ using internal::ModelFront;
 using internal::SliceRunner;
 using internal::Stretch;
 
-// How a call of `slices` slices replays them (SliceReplay), or nothing for op by op.
-std::optional<ReplayableWork::Mode> ReplayModeFor(SliceReplay replay, const at::Device& device, int64_t slices) {
+// How a call of `slices` slices replays them (SliceReplay), or nothing for op by op; `*why_not`
+// says why CUDA graphs that kAuto would use are off for the process.
+std::optional<ReplayableWork::Mode> ReplayModeFor(SliceReplay replay, const at::Device& device, int64_t slices,
+                                                  std::string* why_not) {
   switch (replay) {
     case SliceReplay::kOff:
       return std::nullopt;
@@ -41,10 +43,14 @@ std::optional<ReplayableWork::Mode> ReplayModeFor(SliceReplay replay, const at::
     case SliceReplay::kAuto:
       break;
   }
-  if (device.is_cuda() && ReplayableWork::CudaGraphsBuilt() && slices >= internal::SliceGraphs::kMinSlices) {
-    return ReplayableWork::Mode::kCudaGraph;
+  if (!device.is_cuda() || !ReplayableWork::CudaGraphsBuilt() || slices < internal::SliceGraphs::kMinSlices) {
+    return std::nullopt;
   }
-  return std::nullopt;
+  if (std::optional<std::string> disabled = internal::SliceGraphs::CapturesDisabledBecause()) {
+    *why_not = absl::StrCat("CUDA graphs are off in this process since a capture failed: ", *disabled);
+    return std::nullopt;
+  }
+  return ReplayableWork::Mode::kCudaGraph;
 }
 
 absl::Status ValidateProjections(const ModelConfig& config, const std::vector<at::Tensor>& projections) {
@@ -193,7 +199,8 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     } else {
       SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer);
       std::optional<internal::SliceGraphs> graphs;
-      if (std::optional<ReplayableWork::Mode> mode = ReplayModeFor(options.slice_replay, device, runner.slices())) {
+      if (std::optional<ReplayableWork::Mode> mode =
+              ReplayModeFor(options.slice_replay, device, runner.slices(), &result.replay_fallback)) {
         graphs.emplace(runner, *mode, device);
       }
       internal::SliceGraphs* replay = graphs ? &*graphs : nullptr;

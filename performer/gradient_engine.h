@@ -82,7 +82,9 @@ struct GradientResult {
   int64_t stored_fronts_peak = 0;     // most fronts held at once by the front policy
   int64_t replayed_slices = 0;        // slice computations launched as a replay (SliceReplay)
   int64_t graph_pool_bytes = 0;       // device memory the captured graphs held for their scratch
-  std::string replay_fallback;        // why replays stopped during the call (a capture failed), or empty
+  // Why replays stopped during the call (a capture failed: then CUDA graphs stay off for the
+  // process, and later calls say so here), or empty.
+  std::string replay_fallback;
 
   double loss() const { return token_count == 0 ? 0.0 : loss_sum / static_cast<double>(normalizer); }
 };

@@ -50,13 +50,24 @@ struct ReplayableWork::CudaGraphState {
     c10::Event before(c10::DeviceType::CUDA);
     before.record(caller);
     before.block(side);
-    {
-      const c10::cuda::CUDAStreamGuard stream_guard(side);
-      work();
-    }
-    c10::Event after(c10::DeviceType::CUDA);
-    after.record(side);
-    after.block(caller);
+    // The caller's stream waits for the side stream also when `work` throws (out of memory halfway
+    // through a warm-up, say): the caller frees what it gave `work` on its own stream, which must
+    // not happen while side-stream kernels still read it.
+    struct JoinCaller {
+      ~JoinCaller() {
+        try {
+          c10::Event after(c10::DeviceType::CUDA);
+          after.record(side);
+          after.block(caller);
+        } catch (...) {
+          // Nothing better to do in a destructor; the device error resurfaces at the next call.
+        }
+      }
+      const c10::cuda::CUDAStream& side;
+      const c10::cuda::CUDAStream& caller;
+    } join{side, caller};
+    const c10::cuda::CUDAStreamGuard stream_guard(side);
+    work();
   }
 
   const c10::DeviceIndex index;

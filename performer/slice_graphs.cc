@@ -1,6 +1,7 @@
 #include "performer/slice_graphs.h"
 
 #include <exception>
+#include <mutex>
 #include <utility>
 
 #include <c10/util/Exception.h>
@@ -37,7 +38,22 @@ Stretch StaticStretchLike(const Stretch& like) {
   return s;
 }
 
+std::mutex& DisabledMutex() {
+  static std::mutex* mutex = new std::mutex();
+  return *mutex;
+}
+
+std::optional<std::string>& DisabledBecause() {  // guarded by DisabledMutex()
+  static std::optional<std::string>* reason = new std::optional<std::string>();
+  return *reason;
+}
+
 }  // namespace
+
+std::optional<std::string> SliceGraphs::CapturesDisabledBecause() {
+  const std::lock_guard<std::mutex> lock(DisabledMutex());
+  return DisabledBecause();
+}
 
 struct SliceGraphs::Shape {
   Stretch stretch;           // static: `all` refilled before each run; the layout is the shape's
@@ -107,6 +123,10 @@ void SliceGraphs::Run(Shape& shape, int64_t slices_covered) {
     const auto* error = dynamic_cast<const c10::Error*>(&e);
     fallback_reason_ = error != nullptr ? error->what_without_backtrace() : e.what();
     on_ = false;
+    if (mode_ == ReplayableWork::Mode::kCudaGraph) {
+      const std::lock_guard<std::mutex> lock(DisabledMutex());
+      if (!DisabledBecause().has_value()) DisabledBecause() = fallback_reason_;
+    }
     shape.body();
     runner_.set_forwards(forwards + slices_covered);
     return;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -34,12 +35,18 @@ class SliceGraphs {
   // Stretches of more rows are run directly: they are not launch-bound, and a captured graph
   // keeps its scratch memory for the whole call.
   static constexpr int64_t kMaxRows = 3072;
-  // Shapes captured per call at most (a full slice, a shorter last one, sweep stretches, …).
-  static constexpr int kMaxShapes = 6;
+  // Shapes captured per call at most: backward steps (entry given or subtracted, a full slice or
+  // one that ends the last document) and the forward sweep's stretches of one to three slices.
+  static constexpr int kMaxShapes = 8;
   // Calls of fewer slices run op by op: a shape is replayed from its third occurrence on, and the
   // capture costs about one direct run, so a few slices do not repay it (on an H100, C = 1024 at
   // L = 4096 — 4 slices — took 0.114 s with graphs against 0.089 s without; 8 slices of 512 gained).
   static constexpr int64_t kMinSlices = 8;
+
+  // Why CUDA graph captures are off for the rest of this process, if they are: after a capture
+  // fails, LibTorch's caching allocator may be left routing into the failed capture's pool (PyTorch
+  // 2.x ends that routing only after a successful end of capture), so no further capture is tried.
+  static std::optional<std::string> CapturesDisabledBecause();
 
   SliceGraphs(SliceRunner& runner, ReplayableWork::Mode mode, const at::Device& device);
   ~SliceGraphs();
@@ -67,7 +74,8 @@ class SliceGraphs {
   int64_t replayed_slices() const { return replayed_slices_; }
   // Device memory the captured graphs keep for their scratch (ReplayableWork::pool_bytes, summed).
   int64_t pool_bytes() const;
-  // Why replays were turned off during this call (a capture failed); empty when they were not.
+  // Why replays were turned off during this call (a capture failed; then for the process, too);
+  // empty when they were not.
   const std::string& fallback_reason() const { return fallback_reason_; }
 
  private:

@@ -1,8 +1,11 @@
 // Replayed slices (GradientOptions::slice_replay) give the op-by-op gradient. On the CPU the replay
 // path runs without capture (SliceReplay::kRerun): the same static buffers refilled before every
-// slice, the same bodies, the same bookkeeping — so a stale buffer, a front or gradient taken from
-// the wrong slice, or a count a replay skips shows here as a different gradient. The capture itself
-// is checked on a GPU: replayable_work_test and gradient_engine_cuda_test (CUDA graphs = CPU).
+// slice, the same bodies, the same bookkeeping — so a stale buffer, or a front or gradient taken
+// from the wrong slice, shows here as a different gradient. What only a
+// capture can get wrong — a host value baked in at capture, a result written out of place, host
+// code a replay skips — does not show here (kRerun runs the host code every time): that is checked
+// on a GPU, by replayable_work_test and gradient_engine_cuda_test (CUDA graphs = CPU = op by op),
+// which skip in CI.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -171,7 +171,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       GradientResult last;
       for (int run = 0; run <= options.repeats; ++run) {
         last = GradientResult();
-        absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, batch, plan, {});
+        performer::GradientOptions gradient_options;
+        gradient_options.slice_replay = options.slice_replay;
+        absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, batch, plan, gradient_options);
         if (!gradient.ok()) return gradient.status();
         if (run > 0) seconds.push_back(gradient->seconds);
         last = *std::move(gradient);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "performer/gradient_engine.h"
 #include "performer/model_config.h"
 #include "performer/plan.h"
 #include "planner/device_profile.h"
@@ -43,6 +44,9 @@ struct CalibrationOptions {
   int64_t seq_len = 1024;
   std::vector<int64_t> slices = {16, 64, 256, 0};  // 0: full back-propagation
   int repeats = 2;                                       // timed runs per probe (median)
+  // As the worker will run slices (performer::GradientOptions::slice_replay): on a GPU, CUDA graphs
+  // change both the per-slice time and the memory the probes measure.
+  performer::SliceReplay slice_replay = performer::SliceReplay::kAuto;
   uint64_t seed = 1;
 };
 

@@ -119,7 +119,7 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
     base::LogInfo("using the device profile ", options.profile, " (no calibration)");
     return LoadedProfile{*std::move(profile), ModificationTime(options.profile)};
   }
-  const ProfileKey key{options.device, static_cast<int>(options.threads), kProfileDType};
+  const ProfileKey key{options.device, static_cast<int>(options.threads), kProfileDType, options.cuda_graphs};
   absl::StatusOr<std::optional<CachedProfile>> cached = state.LoadProfile(key);
   if (!cached.ok()) {
     base::LogWarning("ignoring the cached profile: ", cached.status().message());
@@ -133,6 +133,7 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
   calibration.device = options.device;
   calibration.threads = static_cast<int>(options.threads);
   calibration.dtype = kProfileDType;
+  calibration.slice_replay = options.cuda_graphs ? performer::SliceReplay::kAuto : performer::SliceReplay::kOff;
   const absl::Time start = absl::Now();
   absl::StatusOr<planner::CalibrationResult> result = planner::Calibrate(calibration);
   if (!result.ok()) {

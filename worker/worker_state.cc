@@ -63,7 +63,8 @@ absl::Status ValidateWorkerId(absl::string_view id, absl::string_view where) {
 
 
 std::string ProfileKey::ToString() const {
-  return absl::StrCat("device=", device, " threads=", threads, " dtype=", performer::DTypeName(dtype));
+  return absl::StrCat("device=", device, " threads=", threads, " dtype=", performer::DTypeName(dtype),
+                      cuda_graphs ? "" : " cuda_graphs=false");
 }
 
 absl::StatusOr<StateDir> StateDir::Open(const std::string& path) {

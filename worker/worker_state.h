@@ -43,11 +43,14 @@ struct ProfileKey {
   std::string device;  // "cpu", "cuda:0"
   int threads = 1;
   performer::DType dtype = performer::DType::kFloat32;
+  bool cuda_graphs = true;  // --cuda_graphs: calibration measures slices as the worker runs them
 
-  // "device=cpu threads=2 dtype=float32": how the key is written in the cache file.
+  // "device=cpu threads=2 dtype=float32", plus " cuda_graphs=false" when off (so keys of caches
+  // written before the field existed still match): how the key is written in the cache file.
   std::string ToString() const;
   bool operator==(const ProfileKey& other) const {
-    return device == other.device && threads == other.threads && dtype == other.dtype;
+    return device == other.device && threads == other.threads && dtype == other.dtype &&
+           cuda_graphs == other.cuda_graphs;
   }
 };
 

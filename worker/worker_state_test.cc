@@ -98,10 +98,13 @@ TEST(StateDirTest, ProfileIsCachedPerKey) {
   EXPECT_EQ((*cached)->calibrated_at, when);
   EXPECT_EQ(planner::DeviceProfileToText((*cached)->profile), planner::DeviceProfileToText(profile));
 
-  // Another thread count or dtype: not reused.
+  // The key as caches written before --cuda_graphs existed spell it.
+  EXPECT_EQ(key.ToString(), "device=cpu threads=2 dtype=float32");
+  // Another thread count, dtype, device or slice replay: not reused.
   for (const ProfileKey& other : {ProfileKey{"cpu", 1, performer::DType::kFloat32},
                                   ProfileKey{"cpu", 2, performer::DType::kFloat64},
-                                  ProfileKey{"cuda:0", 2, performer::DType::kFloat32}}) {
+                                  ProfileKey{"cuda:0", 2, performer::DType::kFloat32},
+                                  ProfileKey{"cpu", 2, performer::DType::kFloat32, /*cuda_graphs=*/false}}) {
     absl::StatusOr<std::optional<CachedProfile>> miss = state->LoadProfile(other);
     ASSERT_TRUE(miss.ok()) << miss.status();
     EXPECT_FALSE(miss->has_value()) << other.ToString();

@@ -105,6 +105,7 @@ if [[ ",$steps," == *",bench,"* ]] && [ -x "$build/gradient_bench" ]; then
   bench="$build/gradient_bench --device=$device --threads=4"
   # Config A of BENCHMARKS.md: L 4096, d_model 256, 2 layers, 4 heads, d_ff 1024; slices replayed as
   # CUDA graphs (the default), then op by op, in one file ("slice_replay" tells them apart).
+  : > "$out/bench_config_a.jsonl"
   for replay in auto off; do
     $bench --seq_len=4096 --slice=0,1024,512,256,128,64,32,16 --check_full --repeats=5 \
       --slice_replay=$replay >> "$out/bench_config_a.jsonl" 2>&1 || status=1
