@@ -31,10 +31,10 @@ using internal::ModelFront;
 using internal::SliceRunner;
 using internal::Stretch;
 
-// How a call of `slices` slices replays them (SliceReplay), or nothing for op by op; `*why_not`
-// says why CUDA graphs that kAuto would use are off for the process.
+// How a call of `slices` slices of C tokens replays them (SliceReplay), or nothing for op by op;
+// `*why_not` says why CUDA graphs that kAuto would use are off for the process.
 std::optional<ReplayableWork::Mode> ReplayModeFor(SliceReplay replay, const at::Device& device, int64_t slices,
-                                                  std::string* why_not) {
+                                                  int64_t slice, std::string* why_not) {
   switch (replay) {
     case SliceReplay::kOff:
       return std::nullopt;
@@ -43,7 +43,8 @@ std::optional<ReplayableWork::Mode> ReplayModeFor(SliceReplay replay, const at::
     case SliceReplay::kAuto:
       break;
   }
-  if (!device.is_cuda() || !ReplayableWork::CudaGraphsBuilt() || slices < internal::SliceGraphs::kMinSlices) {
+  if (!device.is_cuda() || !ReplayableWork::CudaGraphsBuilt() || slices < internal::SliceGraphs::kMinSlices ||
+      slice > internal::SliceGraphs::kMaxSlice) {
     return std::nullopt;
   }
   if (std::optional<std::string> disabled = internal::SliceGraphs::CapturesDisabledBecause()) {
@@ -200,7 +201,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer);
       std::optional<internal::SliceGraphs> graphs;
       if (std::optional<ReplayableWork::Mode> mode =
-              ReplayModeFor(options.slice_replay, device, runner.slices(), &result.replay_fallback)) {
+              ReplayModeFor(options.slice_replay, device, runner.slices(), plan.slice, &result.replay_fallback)) {
         graphs.emplace(runner, *mode, device);
       }
       internal::SliceGraphs* replay = graphs ? &*graphs : nullptr;

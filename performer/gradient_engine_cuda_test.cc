@@ -191,6 +191,23 @@ TEST(CudaGradientTest, StepsAndAdvancesBothReplay) {
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, direct.gradients), 1e-12);
 }
 
+// kAuto leaves calls of few slices, and of slices over 256 tokens, op by op.
+TEST(CudaGradientTest, FewOrLargeSlicesRunOpByOp) {
+  SKIP_WITHOUT_CUDA();
+  const ModelConfig config = Config(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, kCuda, 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const PackedBatch batch = Stream(4096, config.vocab, /*documents=*/false);
+  for (int64_t slice : {int64_t{512}, int64_t{1024}}) {  // 8 and 4 slices of more than 256 tokens
+    Plan plan;
+    plan.slice = slice;
+    EXPECT_EQ(MustCompute(*model, batch, plan).replayed_slices, 0) << "C=" << slice;
+  }
+  Plan few;
+  few.slice = 16;  // 4 slices
+  EXPECT_EQ(MustCompute(*model, Stream(64, config.vocab, /*documents=*/false), few).replayed_slices, 0);
+}
+
 TEST(CudaGradientTest, MemoryStatisticsCountTheDevicesAllocations) {
   SKIP_WITHOUT_CUDA();
   absl::StatusOr<MemoryStats> before = GetMemoryStats(kCuda);

@@ -32,9 +32,15 @@ namespace slimfit::performer::internal {
 
 class SliceGraphs {
  public:
-  // Stretches of more rows are run directly: they are not launch-bound, and a captured graph
-  // keeps its scratch memory for the whole call.
-  static constexpr int64_t kMaxRows = 3072;
+  // Calls with larger slices run op by op (kAuto). The graphs' pool keeps about one slice's
+  // scratch for the whole call, beside the scratch of the slices that still run directly (the
+  // last, those with a document start), so a call's peak grows by about one slice's working memory
+  // — which the planner's cost model does not have as a term. Up to C = 256 that is a few tens of
+  // MiB at most and the gain is 2–8× (H100, BENCHMARKS.md); at C = 1024 on a d_model 1024 model the
+  // gain was 1.37× for 632 MiB.
+  static constexpr int64_t kMaxSlice = 256;
+  // The longest stretch replayed: the forward sweep's three slices of kMaxSlice.
+  static constexpr int64_t kMaxRows = 3 * kMaxSlice;
   // Shapes captured per call at most: backward steps (entry given or subtracted, a full slice or
   // one that ends the last document) and the forward sweep's stretches of one to three slices.
   static constexpr int kMaxShapes = 8;
