@@ -45,6 +45,27 @@ inline GradientResult MustCompute(const PerformerModel& model, const PackedBatch
   return result.ok() ? *std::move(result) : GradientResult{};
 }
 
+// The replay-count case of slice_replay_test and gradient_engine_cuda_test: one document of 64
+// tokens in 8 slices of 8, float64, the store policy (so the forward sweep runs slice by slice).
+// Replayed: the advances of slices 1..6 and the steps of slices 6..1, each shape's first run a
+// warm-up — (6 − 1) + (6 − 1); slice forwards 7 + 8.
+struct ReplayCountCase {
+  PackedBatch batch;
+  Plan plan;
+  static constexpr int64_t kReplayed = (6 - 1) + (6 - 1);
+  static constexpr int64_t kSliceForwards = 7 + 8;
+};
+
+inline ReplayCountCase MakeReplayCountCase(int64_t vocab) {
+  ReplayCountCase c;
+  for (int64_t i = 0; i < 64; ++i) c.batch.tokens.push_back(i % vocab);
+  c.batch.doc_starts = {0};
+  c.plan.dtype = DType::kFloat64;
+  c.plan.slice = 8;
+  c.plan.front_policy = FrontPolicy::kStore;
+  return c;
+}
+
 // The schedule that keeps every front (HSM with T slots): forward keeping f_0..f_{T−1}, then for
 // each slice from the last, restore its front, rebuild and back-propagate it, free the front. 2T
 // slice forwards. Written out by hand here: the engine executes schedules, the planner's optimal

@@ -126,19 +126,13 @@ TEST(SliceReplayTest, ReplaysExactlyTheSlicesWithoutDocumentStarts) {
   const ModelConfig config = Config(FeatureMap::kSqr);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 1);
   ASSERT_TRUE(model.ok()) << model.status();
-  PackedBatch batch;
-  for (int64_t i = 0; i < 64; ++i) batch.tokens.push_back(i % config.vocab);
-  batch.doc_starts = {0};  // one document: 8 slices of 8
-  Plan plan;
-  plan.dtype = DType::kFloat64;
-  plan.slice = 8;
-  plan.front_policy = FrontPolicy::kStore;  // the forward sweep runs slice by slice
-  const GradientResult replayed = MustCompute(*model, batch, plan, Replay(SliceReplay::kRerun));
+  const ReplayCountCase c = MakeReplayCountCase(config.vocab);
+  const GradientResult replayed = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kRerun));
   // Forward sweep: slices 0..6 (slice 0 starts the document: direct; 1..6 advance, the first of
   // them a warm-up). Backward: slices 7 (no G(n) yet) and 0 direct; 6..1 step, the first a warm-up.
-  EXPECT_EQ(replayed.slice_forwards, 7 + 8);
-  EXPECT_EQ(replayed.replayed_slices, (6 - 1) + (6 - 1));
-  const GradientResult automatic = MustCompute(*model, batch, plan, Replay(SliceReplay::kAuto));
+  EXPECT_EQ(replayed.slice_forwards, ReplayCountCase::kSliceForwards);
+  EXPECT_EQ(replayed.replayed_slices, ReplayCountCase::kReplayed);
+  const GradientResult automatic = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kAuto));
   EXPECT_EQ(automatic.replayed_slices, 0);
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, automatic.gradients), 1e-12);
 }
