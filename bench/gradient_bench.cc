@@ -20,6 +20,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -283,11 +284,7 @@ absl::Status Run() {
           absl::GetFlag(FLAGS_fused_prefix) && performer::OneDnnProducts() ? "true" : "false", replay,
           last.replayed_slices, last.graph_pool_bytes);
       if (!last.replay_fallback.empty()) {
-        std::string reason = last.replay_fallback;  // JSON-safe: no quotes, backslashes or controls
-        for (char& c : reason) {
-          if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = ' ';
-        }
-        absl::StrAppendFormat(&json, R"(, "replay_fallback": "%s")", reason);
+        absl::StrAppend(&json, R"(, "replay_fallback": )", nlohmann::json(last.replay_fallback).dump());
       }
       const double discrepancy =
           full_gradient.empty() ? -1 : RelativeDiscrepancy(last.gradients, full_gradient);

@@ -225,10 +225,13 @@ std::string FormatText(const PerformerPlanOptions& options, const performer::Mod
                          ? "layers (only each layer's input is kept; the layer is "
                            "recomputed during its backward)"
                          : "none (every activation of the slice graph is kept)");
-  field("weights", !planner::ForwardCopiesApply(source.profile, chosen.dtype) ? "one layout (forward copies are made only on a CPU in float32)"
-                   : chosen.copy_forward_weights
-                       ? "copies (the FFN and output weights also kept contiguous for the forward products)"
-                       : "one layout (no forward copies: less memory, about 1.15x the time)");
+  const char* weights = "one layout (forward copies are made only on a CPU in float32)";
+  if (planner::ForwardCopiesApply(source.profile, chosen.dtype)) {
+    weights = chosen.copy_forward_weights
+                  ? "copies (the FFN and output weights also kept contiguous for the forward products)"
+                  : "one layout (no forward copies: less memory, about 1.15x the time)";
+  }
+  field("weights", weights);
   field("predicted peak", FormatBytes(static_cast<double>(chosen.predicted_peak_bytes)));
   field("predicted time", Seconds(chosen.predicted_time_s));
   field("reason", result.reason);

@@ -32,8 +32,6 @@ absl::Status ConfigureCpuThreads(int threads, at::ScalarType products) {
   return absl::OkStatus();
 }
 
-
-
 int BlasThreads() {
   GetThreadsFn get = OpenBlasGetThreads();
   return get == nullptr ? -1 : get();

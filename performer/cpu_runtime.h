@@ -27,7 +27,6 @@ namespace slimfit::performer {
 // REQUIRES: threads >= 1. INVALID_ARGUMENT otherwise. Idempotent.
 absl::Status ConfigureCpuThreads(int threads, at::ScalarType products = at::kFloat);
 
-
 // Threads the BLAS library is using, or -1 when it cannot be queried; for reports.
 int BlasThreads();
 

@@ -18,7 +18,6 @@
 #include "performer/cpu_runtime.h"
 #include "performer/memory_tracker.h"
 #include "performer/prefix_attention.h"
-#include "performer/replayable_work.h"
 #include "performer/slice_graphs.h"
 #include "performer/slice_runner.h"
 #include "performer/sliced_gradient.h"
@@ -30,29 +29,6 @@ using internal::Context;
 using internal::ModelFront;
 using internal::SliceRunner;
 using internal::Stretch;
-
-// How a call of `slices` slices of C tokens replays them (SliceReplay), or nothing for op by op;
-// `*why_not` says why CUDA graphs that kAuto would use are off for the process.
-std::optional<ReplayableWork::Mode> ReplayModeFor(SliceReplay replay, const at::Device& device, int64_t slices,
-                                                  int64_t slice, std::string* why_not) {
-  switch (replay) {
-    case SliceReplay::kOff:
-      return std::nullopt;
-    case SliceReplay::kRerun:
-      return ReplayableWork::Mode::kRerun;
-    case SliceReplay::kAuto:
-      break;
-  }
-  if (!device.is_cuda() || !ReplayableWork::CudaGraphsBuilt() || slices < internal::SliceGraphs::kMinSlices ||
-      slice > internal::SliceGraphs::kMaxSlice) {
-    return std::nullopt;
-  }
-  if (std::optional<std::string> disabled = internal::SliceGraphs::CapturesDisabledBecause()) {
-    *why_not = absl::StrCat("CUDA graphs are off in this process since a capture failed: ", *disabled);
-    return std::nullopt;
-  }
-  return ReplayableWork::Mode::kCudaGraph;
-}
 
 absl::Status ValidateProjections(const ModelConfig& config, const std::vector<at::Tensor>& projections) {
   if (projections.empty()) return absl::OkStatus();
@@ -200,8 +176,8 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     } else {
       SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer);
       std::optional<internal::SliceGraphs> graphs;
-      if (std::optional<ReplayableWork::Mode> mode =
-              ReplayModeFor(options.slice_replay, device, runner.slices(), plan.slice, &result.replay_fallback)) {
+      if (std::optional<ReplayableWork::Mode> mode = internal::SliceGraphs::ModeFor(
+              options.slice_replay, device, runner.slices(), plan.slice, &result.replay_fallback)) {
         graphs.emplace(runner, *mode, device);
       }
       internal::SliceGraphs* replay = graphs ? &*graphs : nullptr;

@@ -95,11 +95,6 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& forward_t, const at::Te
   return LinearIntoSink::apply(x, forward_t, bias, *sink_weight_t, *sink_bias, pieces);
 }
 
-// The forward operand of a weight: its contiguous copy when one was made.
-const at::Tensor& ForwardOperand(const at::Tensor& copy, const at::Tensor& weight_t) {
-  return copy.defined() ? copy : weight_t;
-}
-
 std::string ShapeString(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 }  // namespace
@@ -142,6 +137,10 @@ std::vector<std::vector<int64_t>> ParameterShapes(const ModelConfig& config) {
 }
 
 size_t FirstAttentionParameter(int64_t layer) { return 1 + static_cast<size_t>(layer) * kLayerParameterCount; }
+
+const at::Tensor& ForwardOperand(const at::Tensor& copy, const at::Tensor& weight_t) {
+  return copy.defined() ? copy : weight_t;
+}
 
 bool CopiesForwardLayouts(const at::Device& device, DType dtype) {
   return device.is_cpu() && dtype == DType::kFloat32 && OneDnnProducts();

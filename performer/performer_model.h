@@ -90,6 +90,10 @@ ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor
 // is what the input gradient wants.
 bool CopiesForwardLayouts(const at::Device& device, DType dtype);
 
+// The operand for a weight's forward product: its contiguous *_forward_t copy when one was made,
+// the compute-layout view `weight_t` otherwise.
+const at::Tensor& ForwardOperand(const at::Tensor& copy, const at::Tensor& weight_t);
+
 // Sets every layer's qkv_weight_t / qkv_bias to the concatenation of its q, k and v projections
 // (a copy: 3·d·(d + 1) values per layer) and, with `copy_all`, the *_forward_t copies of the FFN
 // and output weights: ModelConfig::forward_layout_values in all.

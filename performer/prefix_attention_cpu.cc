@@ -51,8 +51,9 @@ void ZeroAboveDiagonal(float* a, int64_t n) {
 
 bool FusedPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
                         const at::Tensor& z0) {
-  return fused_enabled.load(std::memory_order_relaxed) && OneDnnProducts() && CpuFloat(q) && CpuFloat(k) && CpuFloat(v) && CpuFloat(r0) && CpuFloat(z0) &&
-         RowsContiguous(q) && RowsContiguous(k) && RowsContiguous(v) && q.size(1) > 0;
+  return fused_enabled.load(std::memory_order_relaxed) && OneDnnProducts() && CpuFloat(q) && CpuFloat(k) &&
+         CpuFloat(v) && CpuFloat(r0) && CpuFloat(z0) && RowsContiguous(q) && RowsContiguous(k) &&
+         RowsContiguous(v) && q.size(1) > 0;
 }
 
 void EnableFusedPrefixKernels(bool enabled) { fused_enabled.store(enabled, std::memory_order_relaxed); }
@@ -65,8 +66,8 @@ FusedPrefixForward FusedPrefixForwardCpu(const at::Tensor& q, const at::Tensor& 
   FusedPrefixForward out;
   out.numerator = at::empty({heads, rows, dim}, v.options());
   out.denominator = at::empty({heads, rows}, v.options());
-  out.end_numerator = r0.contiguous().clone();  // R, updated block by block
-  out.end_denominator = z0.contiguous().clone();
+  out.end_numerator = r0.clone(at::MemoryFormat::Contiguous);  // R, updated block by block
+  out.end_denominator = z0.clone(at::MemoryFormat::Contiguous);
   const at::Tensor scores = at::empty({heads, b, b}, v.options());
   at::parallel_for(0, heads, 1, [&](int64_t first, int64_t last) {
     for (int64_t h = first; h < last; ++h) {
@@ -120,8 +121,8 @@ FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tenso
   g.q = at::empty({heads, rows, features}, q.options());
   g.k = at::empty({heads, rows, features}, q.options());
   g.v = at::empty({heads, rows, dim}, v.options());
-  g.r0 = grad_end_numerator.contiguous().clone();  // dR: the gradient of the front after the block
-  g.z0 = grad_end_denominator.contiguous().clone();
+  g.r0 = grad_end_numerator.clone(at::MemoryFormat::Contiguous);  // dR: the front-after-the-block's gradient
+  g.z0 = grad_end_denominator.clone(at::MemoryFormat::Contiguous);
   // The block-start fronts, rebuilt forwards from the saved start front (exact, no subtraction).
   const at::Tensor starts_r = at::empty({heads, blocks, features, dim}, v.options());
   const at::Tensor starts_z = at::empty({heads, blocks, features}, v.options());

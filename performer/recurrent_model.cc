@@ -11,8 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "performer/matrix_products.h"
 #include "absl/time/time.h"
+#include "performer/matrix_products.h"
 #include "performer/plan.h"
 
 namespace slimfit::performer {
@@ -178,9 +178,8 @@ absl::StatusOr<at::Tensor> RecurrentModel::Feed(absl::Span<const int64_t> tokens
       last = x.narrow(0, rows - 1, 1);
       position += rows;
     }
-    const at::Tensor logits =
-        AddBiasProduct(weights_.output_bias, last,
-                       weights_.output_forward_t.defined() ? weights_.output_forward_t : weights_.output_weight_t);
+    const at::Tensor logits = AddBiasProduct(weights_.output_bias, last,
+                                             ForwardOperand(weights_.output_forward_t, weights_.output_weight_t));
     at::Tensor log_probs = at::log_softmax(logits.to(at::kDouble), 1).squeeze(0).to(at::kCPU);
     fronts_ = std::move(fronts);
     position_ = position;

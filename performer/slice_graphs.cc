@@ -6,6 +6,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace slimfit::performer::internal {
 namespace {
 
@@ -49,6 +51,26 @@ std::optional<std::string>& DisabledBecause() {  // guarded by DisabledMutex()
 }
 
 }  // namespace
+
+std::optional<ReplayableWork::Mode> SliceGraphs::ModeFor(SliceReplay replay, const at::Device& device,
+                                                         int64_t slices, int64_t slice, std::string* why_not) {
+  switch (replay) {
+    case SliceReplay::kOff:
+      return std::nullopt;
+    case SliceReplay::kRerun:
+      return ReplayableWork::Mode::kRerun;
+    case SliceReplay::kAuto:
+      break;
+  }
+  if (!device.is_cuda() || !ReplayableWork::CudaGraphsBuilt() || slices < kMinSlices || slice > kMaxSlice) {
+    return std::nullopt;
+  }
+  if (std::optional<std::string> disabled = CapturesDisabledBecause()) {
+    *why_not = absl::StrCat("CUDA graphs are off in this process since a capture failed: ", *disabled);
+    return std::nullopt;
+  }
+  return ReplayableWork::Mode::kCudaGraph;
+}
 
 std::optional<std::string> SliceGraphs::CapturesDisabledBecause() {
   const std::lock_guard<std::mutex> lock(DisabledMutex());

@@ -25,6 +25,7 @@
 #include <string>
 #include <tuple>
 
+#include "performer/gradient_engine.h"
 #include "performer/replayable_work.h"
 #include "performer/slice_runner.h"
 
@@ -48,6 +49,12 @@ class SliceGraphs {
   // capture costs about one direct run, so a few slices do not repay it (on an H100, C = 1024 at
   // L = 4096 — 4 slices — took 0.114 s with graphs against 0.089 s without; 8 slices of 512 gained).
   static constexpr int64_t kMinSlices = 8;
+
+  // How a call of `slices` slices of `slice` tokens on `device` replays them under `replay`
+  // (GradientOptions::slice_replay), or nothing for op by op; `*why_not` says why CUDA graphs that
+  // kAuto would use are off for the process.
+  static std::optional<ReplayableWork::Mode> ModeFor(SliceReplay replay, const at::Device& device, int64_t slices,
+                                                     int64_t slice, std::string* why_not);
 
   // Why CUDA graph captures are off for the rest of this process, if they are: after a capture
   // fails, LibTorch's caching allocator may be left routing into the failed capture's pool (PyTorch

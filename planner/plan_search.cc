@@ -115,7 +115,9 @@ std::vector<Plan> Candidates(const PlanSearchRequest& request, const DeviceProfi
 }
 
 std::string Describe(const Plan& plan) {
-  if (plan.slice == 0) return plan.copy_forward_weights ? "full back-propagation" : "full back-propagation, one weight layout";
+  if (plan.slice == 0) {
+    return plan.copy_forward_weights ? "full back-propagation" : "full back-propagation, one weight layout";
+  }
   std::string text = absl::StrCat("C=", plan.slice, " ", performer::PrefixModeName(plan.prefix_mode));
   if (plan.prefix_mode == PrefixMode::kChunked) absl::StrAppend(&text, "/", plan.block);
   absl::StrAppend(&text, " ", performer::FrontPolicyName(plan.front_policy));
