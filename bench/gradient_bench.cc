@@ -80,6 +80,9 @@ ABSL_FLAG(bool, fused_prefix, true,
 ABSL_FLAG(std::string, slice_replay, "auto",
           "auto (CUDA graphs for repeated slices on a GPU, in builds that have them), off, or rerun "
           "(the replay path without capture)");
+ABSL_FLAG(bool, explicit_backprop, true,
+          "run slices' forward and backward by hand where the engine can (GradientOptions::explicit_backprop); "
+          "false: autograd. --check_full's reference is always autograd's full back-propagation");
 ABSL_FLAG(std::string, dump_grad, "", "write the (last) gradient as safetensors under the parameter names");
 
 namespace slimfit::performer {
@@ -220,6 +223,7 @@ absl::Status Run() {
   GradientOptions options;
   options.feature_seed = seed;
   options.dp_schedule = planner::ScheduleForPlan;
+  options.explicit_backprop = absl::GetFlag(FLAGS_explicit_backprop);
   const std::string replay = absl::GetFlag(FLAGS_slice_replay);
   if (replay == "auto") {
     options.slice_replay = SliceReplay::kAuto;
@@ -241,7 +245,9 @@ absl::Status Run() {
       Plan full = base;
       full.slice = 0;
       full.recompute = LayerRecompute::kNone;
-      absl::StatusOr<GradientResult> reference = ComputeGradient(*model, *batch, full, options);
+      GradientOptions autograd = options;
+      autograd.explicit_backprop = false;
+      absl::StatusOr<GradientResult> reference = ComputeGradient(*model, *batch, full, autograd);
       if (!reference.ok()) return reference.status();
       full_gradient = reference->gradients;
     }
@@ -270,7 +276,8 @@ absl::Status Run() {
           R"("features": "%s", "ln": "%s", "time_s": %.6f, "time_min_s": %.6f, "peak_bytes": %d, )"
           R"("start_bytes": %d, "param_bytes": %d, "grad_bytes": %d, "working_bytes": %d, "loss": %.9g, "tokens": %d, )"
           R"("slice_forwards": %d, "stored_fronts": %d, "gflops": %.2f, "products": "%s", "forward_copies": %s, )"
-          R"("fused_prefix": %s, "slice_replay": "%s", "replayed_slices": %d, "graph_pool_bytes": %d)",
+          R"("fused_prefix": %s, "slice_replay": "%s", "replayed_slices": %d, "graph_pool_bytes": %d, )"
+          R"("explicit_backprop": %s)",
           length, slice, PrefixModeName(plan.prefix_mode), plan.block, FrontPolicyName(plan.front_policy),
           LayerRecomputeName(plan.recompute),
           DTypeName(plan.dtype), at::get_num_threads(), BlasThreads(), config.d_model, config.layers, config.heads, config.d_ff,
@@ -282,7 +289,7 @@ absl::Status Run() {
           device.is_cpu() && plan.dtype == DType::kFloat32 && performer::OneDnnProducts() ? "onednn" : "libtorch",
           CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights ? "true" : "false",
           absl::GetFlag(FLAGS_fused_prefix) && performer::OneDnnProducts() ? "true" : "false", replay,
-          last.replayed_slices, last.graph_pool_bytes);
+          last.replayed_slices, last.graph_pool_bytes, last.explicit_backprop ? "true" : "false");
       if (!last.replay_fallback.empty()) {
         absl::StrAppend(&json, R"(, "replay_fallback": )", nlohmann::json(last.replay_fallback).dump());
       }

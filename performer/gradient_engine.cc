@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "performer/cpu_runtime.h"
+#include "performer/explicit_backprop.h"
 #include "performer/memory_tracker.h"
 #include "performer/prefix_attention.h"
 #include "performer/slice_graphs.h"
@@ -81,16 +82,24 @@ absl::StatusOr<Schedule> CheckedSchedule(const Plan& plan, int64_t length, const
 
 // Ordinary back-propagation over the whole stream: the reference gradient.
 double FullGradient(const Context& ctx, const PackedBatch& batch, const at::Device& device,
-                    const at::TensorOptions& options, int64_t normalizer, int64_t* slice_forwards) {
+                    const at::TensorOptions& options, int64_t normalizer, bool explicit_backprop,
+                    int64_t* slice_forwards) {
   const Stretch stretch = internal::MakeStretch(batch, 0, batch.size(), device);
   const ModelConfig& c = ctx.config;
   const Front zero = ZeroFront(c.heads, c.features_per_head(), c.head_dim(), options);
   ModelFront exit;
-  const at::Tensor x = internal::RunStretch(ctx, stretch, [&](int64_t, const AttentionInputs&) { return zero; },
-                                  &exit, /*need_output=*/true);
-  const at::Tensor loss = CrossEntropySum(ctx.weights, x, stretch.target_rows, stretch.targets);
-  torch::autograd::backward({loss}, {at::full({}, 1.0 / static_cast<double>(normalizer), options)});
+  const internal::EntryFn no_front = [&](int64_t, const AttentionInputs&) { return zero; };
+  const at::Tensor scale = at::full({}, 1.0 / static_cast<double>(normalizer), options);
   *slice_forwards = 1;
+  if (internal::ExplicitBackpropApplies(explicit_backprop, ctx, device, LayerRecompute::kNone)) {
+    internal::SliceTape tape;
+    const at::Tensor loss = internal::ExplicitForward(ctx, stretch, zero, no_front, &exit, &tape);
+    internal::ExplicitBackward(ctx, stretch, zero, tape, scale, /*exit_grad=*/{}, /*reads_entry=*/false);
+    return loss.item<double>();
+  }
+  const at::Tensor x = internal::RunStretch(ctx, stretch, no_front, &exit, /*need_output=*/true);
+  const at::Tensor loss = CrossEntropySum(ctx.weights, x, stretch.target_rows, stretch.targets);
+  torch::autograd::backward({loss}, {scale});
   return loss.item<double>();
 }
 
@@ -172,9 +181,13 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       // Nothing is predicted (every document is one token long): the loss and its gradient are 0.
       result.loss_sum = 0;
     } else if (plan.slice == 0) {
-      result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, &result.slice_forwards);
+      result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, options.explicit_backprop,
+                                     &result.slice_forwards);
+      result.explicit_backprop =
+          internal::ExplicitBackpropApplies(options.explicit_backprop, ctx, device, LayerRecompute::kNone);
     } else {
-      SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer);
+      SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer,
+                         options.explicit_backprop);
       std::optional<internal::SliceGraphs> graphs;
       if (std::optional<ReplayableWork::Mode> mode = internal::SliceGraphs::ModeFor(
               options.slice_replay, device, runner.slices(), plan.slice, &result.replay_fallback)) {
@@ -191,6 +204,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       }
       result.loss_sum = runner.loss_sum();
       result.slice_forwards = runner.forwards();
+      result.explicit_backprop = runner.explicit_backprop();
       if (graphs) {
         result.replayed_slices = graphs->replayed_slices();
         result.graph_pool_bytes = graphs->pool_bytes();

@@ -66,6 +66,11 @@ struct GradientOptions {
   // before running it.
   std::function<absl::StatusOr<Schedule>(const Plan& plan, int64_t slices)> dp_schedule;
   SliceReplay slice_replay = SliceReplay::kAuto;
+  // Where it applies (CPU, float32/float64, relu / elu+1 / sqr features, chunked prefix sums, no
+  // layer recomputation), run each slice's forward and backward as hand-written tensor operations
+  // instead of through autograd: the same gradient to rounding, with a fraction of the LibTorch
+  // calls per slice. false: autograd everywhere (for tests and benchmarks that compare the two).
+  bool explicit_backprop = true;
 };
 
 struct GradientResult {
@@ -86,6 +91,8 @@ struct GradientResult {
   // Why replays stopped during the call (a capture failed: then CUDA graphs stay off for the
   // process, and later calls say so here), or empty.
   std::string replay_fallback;
+  // Whether the call ran its slices by hand (GradientOptions::explicit_backprop, where it applies).
+  bool explicit_backprop = false;
 
   double loss() const { return token_count == 0 ? 0.0 : loss_sum / static_cast<double>(normalizer); }
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 
 #include <ATen/core/grad_mode.h>
@@ -73,6 +74,19 @@ bool Sgemm(const at::Tensor& a, const at::Tensor& b, float beta, float* c, int64
   return true;
 }
 
+// Every row of the fresh contiguous `out` [m, n] set to `bias` [n]: one copy per row (the expand and
+// copy_ of LibTorch cost more than the copying at the row counts of small slices).
+void BroadcastRows(const at::Tensor& bias, at::Tensor& out) {
+  if (!bias.is_contiguous()) {
+    out.copy_(bias.expand(out.sizes()));
+    return;
+  }
+  const float* row = bias.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const int64_t n = out.size(1);
+  for (int64_t r = 0; r < out.size(0); ++r) std::memcpy(o + r * n, row, sizeof(float) * n);
+}
+
 bool ShapesMultiply(const at::Tensor& a, const at::Tensor& b) {
   return a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && a.size(0) > 0 && b.size(1) > 0 &&
          a.size(1) > 0;
@@ -116,7 +130,7 @@ at::Tensor AddBiasProduct(const at::Tensor& bias, const at::Tensor& a, const at:
       }
     }
     at::Tensor out = at::empty({m, n}, a.options());
-    if (bias.defined()) out.copy_(bias.expand({a.size(0), b.size(1)}));
+    if (bias.defined()) BroadcastRows(bias, out);
     if (Sgemm(a, b, bias.defined() ? 1.0f : 0.0f, out.data_ptr<float>(), out.size(1), false)) return out;
   }
   return bias.defined() ? at::addmm(bias, a, b) : at::mm(a, b);

@@ -16,30 +16,10 @@ namespace slimfit::performer {
 namespace {
 
 constexpr int kLayerParameterCount = 14;
-constexpr double kLayerNormEps = 1e-5;
-constexpr double kDenominatorEps = 1e-16;  // as the reference: num / (den + 1e-16)
 
 // y = x · W + b whose backward adds xᵀ·g and Σg into the sink tensors in place and returns no
 // gradient for W and b (their .grad stays untouched). W and b still enter as inputs so the node
 // is part of the graph whenever they require grad.
-// The input gradient of a linear map whose weight, in compute layout [in, out], is split along its
-// output columns into `pieces` (one piece, or q | k | v): dx = Σ g[:, piece's columns]·pieceᵀ.
-// Each pieceᵀ is then the parameter's own [out, in] storage, the layout the product wants.
-at::Tensor InputGradient(const at::Tensor& g, const std::vector<at::Tensor>& pieces) {
-  at::Tensor grad_x;
-  int64_t column = 0;
-  for (const at::Tensor& piece : pieces) {
-    const at::Tensor part = g.narrow(1, column, piece.size(1));
-    if (grad_x.defined()) {
-      AccumulateProduct(grad_x, part, piece.t());
-    } else {
-      grad_x = Product(part, piece.t());
-    }
-    column += piece.size(1);
-  }
-  return grad_x;
-}
-
 // A linear map whose backward adds the weight and bias gradients into the sink tensors in place
 // (LayerWeights::gradient_sink) and returns only the input's gradient.
 class LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
@@ -63,7 +43,7 @@ class LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
     AccumulateProduct(sink_weight_t, x.t(), g);
     sink_bias.add_(g.sum(0));
     const at::Tensor grad_x =
-        x.requires_grad() ? InputGradient(g, ctx->saved_data["pieces"].toTensorVector()) : at::Tensor();
+        x.requires_grad() ? LinearInputGradient(g, ctx->saved_data["pieces"].toTensorVector()) : at::Tensor();
     return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -101,6 +81,21 @@ std::string ShapeString(at::IntArrayRef shape) { return absl::StrCat("[", absl::
 
 at::ScalarType ToScalarType(DType dtype) {
   return dtype == DType::kFloat32 ? at::kFloat : at::kDouble;
+}
+
+at::Tensor LinearInputGradient(const at::Tensor& g, const std::vector<at::Tensor>& pieces) {
+  at::Tensor grad_x;
+  int64_t column = 0;
+  for (const at::Tensor& piece : pieces) {
+    const at::Tensor part = g.narrow(1, column, piece.size(1));
+    if (grad_x.defined()) {
+      AccumulateProduct(grad_x, part, piece.t());
+    } else {
+      grad_x = Product(part, piece.t());
+    }
+    column += piece.size(1);
+  }
+  return grad_x;
 }
 
 std::vector<std::string> ParameterNames(const ModelConfig& config) {

@@ -165,6 +165,14 @@ std::vector<at::Tensor> SampleFavorProjections(const ModelConfig& config, uint64
 
 // ---- Row-wise pieces of the forward pass; each works on a stretch of S rows. ----
 
+inline constexpr double kLayerNormEps = 1e-5;
+inline constexpr double kDenominatorEps = 1e-16;  // as the reference: num / (den + 1e-16)
+
+// The input gradient of a linear map whose weight, in compute layout [in, out], is split along its
+// output columns into `pieces` (one piece, or q | k | v): dx = Σ g[:, piece's columns]·pieceᵀ.
+// Each pieceᵀ is then the parameter's own [out, in] storage, the layout the product wants.
+at::Tensor LinearInputGradient(const at::Tensor& g, const std::vector<at::Tensor>& pieces);
+
 // x0 for tokens [S] (int64) at document positions [S] (int64): [S, d_model].
 at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights,
                        const at::Tensor& tokens, const at::Tensor& positions);

@@ -16,14 +16,13 @@ using torch::autograd::variable_list;
 // Rows [begin, end) of a [k, S, ...] tensor.
 at::Tensor Rows(const at::Tensor& t, int64_t begin, int64_t end) { return t.narrow(1, begin, end - begin); }
 
-// Causal prefix attention for one document segment in blocks of `block` rows.
-//
 // Forward, for block j with rows Q, K, V and block-start front (R, Z):
 //   A = tril(Q Kᵀ);  num = Q R + A V;  den = Q Z + A·1;  R += Kᵀ V;  Z += Kᵀ·1.
 // Backward walks the blocks in reverse with dR, dZ the gradients of the front after block j:
 //   dA = tril(gN Vᵀ + gD·1ᵀ);  dQ = gN Rᵀ + gD Zᵀ + dA K;  dK = dAᵀ Q + V dRᵀ + 1·dZᵀ;
 //   dV = Aᵀ gN + K dR;  then dR += Qᵀ gN, dZ += Qᵀ gD (the gradient of the block-start front).
 // The block-start fronts are rebuilt forwards from the saved start front (exact, no subtraction).
+// ChunkedPrefixFunction wraps the two for autograd; it saves only φq, φk, v and the start front.
 class ChunkedPrefixFunction : public torch::autograd::Function<ChunkedPrefixFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
@@ -31,96 +30,20 @@ class ChunkedPrefixFunction : public torch::autograd::Function<ChunkedPrefixFunc
                                int64_t block) {
     ctx->save_for_backward({q, k, v, r0, z0});
     ctx->saved_data["block"] = block;
-    if (FusedPrefixApplies(q, k, v, r0, z0)) {
-      FusedPrefixForward out = FusedPrefixForwardCpu(q, k, v, r0, z0, block);
-      return {out.numerator, out.denominator, out.end_numerator, out.end_denominator};
-    }
-    at::Tensor r = r0;
-    at::Tensor z = z0;
-    const int64_t rows = q.size(1);
-    std::vector<at::Tensor> numerators;
-    std::vector<at::Tensor> denominators;
-    for (int64_t begin = 0; begin < rows; begin += block) {
-      const int64_t end = std::min(rows, begin + block);
-      const at::Tensor qb = Rows(q, begin, end);
-      const at::Tensor kb = Rows(k, begin, end);
-      const at::Tensor vb = Rows(v, begin, end);
-      const at::Tensor scores = at::bmm(qb, kb.transpose(1, 2)).tril_();
-      numerators.push_back(at::baddbmm(at::bmm(qb, r), scores, vb));
-      denominators.push_back(at::bmm(qb, z.unsqueeze(2)).squeeze(2) + scores.sum(2));
-      r = at::baddbmm(r, kb.transpose(1, 2), vb);
-      z = z + kb.sum(1);
-    }
-    if (numerators.size() == 1) return {numerators[0], denominators[0], r, z};  // no copy for one block
-    return {at::cat(numerators, 1), at::cat(denominators, 1), r, z};
+    PrefixAttentionResult out = ChunkedPrefixForward(q, k, v, Front{r0, z0}, block);
+    return {out.numerator, out.denominator, out.end.numerator, out.end.denominator};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& q = saved[0];
-    const at::Tensor& k = saved[1];
-    const at::Tensor& v = saved[2];
-    const int64_t block = ctx->saved_data["block"].toInt();
-    const int64_t rows = q.size(1);
-
     auto defined_or_zeros = [](const at::Tensor& g, const at::Tensor& like) {
       return g.defined() ? g : at::zeros_like(like);
     };
-    const at::Tensor grad_num = defined_or_zeros(grads[0], v);
-    const at::Tensor grad_den = defined_or_zeros(grads[1], q.select(2, 0));
-    if (FusedPrefixApplies(q, k, v, saved[3], saved[4])) {
-      FusedPrefixGradients g = FusedPrefixBackwardCpu(q, k, v, saved[3], saved[4], block, grad_num, grad_den,
-                                                      defined_or_zeros(grads[2], saved[3]),
-                                                      defined_or_zeros(grads[3], saved[4]));
-      return {g.q, g.k, g.v, g.r0, g.z0, at::Tensor()};
-    }
-    at::Tensor dr = defined_or_zeros(grads[2], saved[3]).clone();
-    at::Tensor dz = defined_or_zeros(grads[3], saved[4]).clone();
-
-    // Block-start fronts, rebuilt forwards.
-    std::vector<std::pair<at::Tensor, at::Tensor>> starts;
-    {
-      at::Tensor r = saved[3];
-      at::Tensor z = saved[4];
-      for (int64_t begin = 0; begin < rows; begin += block) {
-        const int64_t end = std::min(rows, begin + block);
-        starts.emplace_back(r, z);
-        const at::Tensor kb = Rows(k, begin, end);
-        r = at::baddbmm(r, kb.transpose(1, 2), Rows(v, begin, end));
-        z = z + kb.sum(1);
-      }
-    }
-
-    at::Tensor dq = at::empty_like(q);
-    at::Tensor dk = at::empty_like(k);
-    at::Tensor dv = at::empty_like(v);
-    for (int64_t j = static_cast<int64_t>(starts.size()) - 1; j >= 0; --j) {
-      const int64_t begin = j * block;
-      const int64_t end = std::min(rows, begin + block);
-      const at::Tensor qb = Rows(q, begin, end);
-      const at::Tensor kb = Rows(k, begin, end);
-      const at::Tensor vb = Rows(v, begin, end);
-      const at::Tensor gn = Rows(grad_num, begin, end);
-      const at::Tensor gd = Rows(grad_den, begin, end);
-      const auto& [r, z] = starts[j];
-
-      const at::Tensor scores = at::bmm(qb, kb.transpose(1, 2)).tril_();
-      const at::Tensor dscores = at::bmm(gn, vb.transpose(1, 2)).add_(gd.unsqueeze(2)).tril_();
-      // dQ = gN Rᵀ + gD Zᵀ + dA K
-      at::Tensor dqb = at::baddbmm(at::bmm(gn, r.transpose(1, 2)), dscores, kb);
-      dqb.add_(gd.unsqueeze(2) * z.unsqueeze(1));
-      // dK = dAᵀ Q + V dRᵀ + dZ
-      at::Tensor dkb = at::baddbmm(at::bmm(dscores.transpose(1, 2), qb), vb, dr.transpose(1, 2));
-      dkb.add_(dz.unsqueeze(1));
-      // dV = Aᵀ gN + K dR
-      const at::Tensor dvb = at::baddbmm(at::bmm(scores.transpose(1, 2), gn), kb, dr);
-      Rows(dq, begin, end).copy_(dqb);
-      Rows(dk, begin, end).copy_(dkb);
-      Rows(dv, begin, end).copy_(dvb);
-      dr.baddbmm_(qb.transpose(1, 2), gn);
-      dz.add_(at::bmm(qb.transpose(1, 2), gd.unsqueeze(2)).squeeze(2));
-    }
-    return {dq, dk, dv, dr, dz, at::Tensor()};
+    PrefixGradients g = ChunkedPrefixBackward(
+        saved[0], saved[1], saved[2], Front{saved[3], saved[4]}, ctx->saved_data["block"].toInt(),
+        defined_or_zeros(grads[0], saved[2]), defined_or_zeros(grads[1], saved[0].select(2, 0)),
+        Front{defined_or_zeros(grads[2], saved[3]), defined_or_zeros(grads[3], saved[4])});
+    return {g.phi_q, g.phi_k, g.v, g.start.numerator, g.start.denominator, at::Tensor()};
   }
 };
 
@@ -149,6 +72,92 @@ PrefixAttentionResult RunSegment(const at::Tensor& q, const at::Tensor& k, const
 
 }  // namespace
 
+PrefixAttentionResult ChunkedPrefixForward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                           const Front& start, int64_t block) {
+  const at::Tensor& r0 = start.numerator;
+  const at::Tensor& z0 = start.denominator;
+  if (FusedPrefixApplies(q, k, v, r0, z0)) {
+    FusedPrefixForward out = FusedPrefixForwardCpu(q, k, v, r0, z0, block);
+    return {out.numerator, out.denominator, Front{out.end_numerator, out.end_denominator}};
+  }
+  at::Tensor r = r0;
+  at::Tensor z = z0;
+  const int64_t rows = q.size(1);
+  std::vector<at::Tensor> numerators;
+  std::vector<at::Tensor> denominators;
+  for (int64_t begin = 0; begin < rows; begin += block) {
+    const int64_t end = std::min(rows, begin + block);
+    const at::Tensor qb = Rows(q, begin, end);
+    const at::Tensor kb = Rows(k, begin, end);
+    const at::Tensor vb = Rows(v, begin, end);
+    const at::Tensor scores = at::bmm(qb, kb.transpose(1, 2)).tril_();
+    numerators.push_back(at::baddbmm(at::bmm(qb, r), scores, vb));
+    denominators.push_back(at::bmm(qb, z.unsqueeze(2)).squeeze(2) + scores.sum(2));
+    r = at::baddbmm(r, kb.transpose(1, 2), vb);
+    z = z + kb.sum(1);
+  }
+  if (numerators.size() == 1) return {numerators[0], denominators[0], Front{r, z}};  // no copy for one block
+  return {at::cat(numerators, 1), at::cat(denominators, 1), Front{r, z}};
+}
+
+PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const Front& start, int64_t block, const at::Tensor& grad_num,
+                                      const at::Tensor& grad_den, const Front& grad_end) {
+  if (FusedPrefixApplies(q, k, v, start.numerator, start.denominator)) {
+    FusedPrefixGradients g = FusedPrefixBackwardCpu(q, k, v, start.numerator, start.denominator, block, grad_num,
+                                                    grad_den, grad_end.numerator, grad_end.denominator);
+    return {g.q, g.k, g.v, Front{g.r0, g.z0}};
+  }
+  const int64_t rows = q.size(1);
+  at::Tensor dr = grad_end.numerator.clone();
+  at::Tensor dz = grad_end.denominator.clone();
+
+  // Block-start fronts, rebuilt forwards.
+  std::vector<std::pair<at::Tensor, at::Tensor>> starts;
+  {
+    at::Tensor r = start.numerator;
+    at::Tensor z = start.denominator;
+    for (int64_t begin = 0; begin < rows; begin += block) {
+      const int64_t end = std::min(rows, begin + block);
+      starts.emplace_back(r, z);
+      const at::Tensor kb = Rows(k, begin, end);
+      r = at::baddbmm(r, kb.transpose(1, 2), Rows(v, begin, end));
+      z = z + kb.sum(1);
+    }
+  }
+
+  at::Tensor dq = at::empty_like(q);
+  at::Tensor dk = at::empty_like(k);
+  at::Tensor dv = at::empty_like(v);
+  for (int64_t j = static_cast<int64_t>(starts.size()) - 1; j >= 0; --j) {
+    const int64_t begin = j * block;
+    const int64_t end = std::min(rows, begin + block);
+    const at::Tensor qb = Rows(q, begin, end);
+    const at::Tensor kb = Rows(k, begin, end);
+    const at::Tensor vb = Rows(v, begin, end);
+    const at::Tensor gn = Rows(grad_num, begin, end);
+    const at::Tensor gd = Rows(grad_den, begin, end);
+    const auto& [r, z] = starts[j];
+
+    const at::Tensor scores = at::bmm(qb, kb.transpose(1, 2)).tril_();
+    const at::Tensor dscores = at::bmm(gn, vb.transpose(1, 2)).add_(gd.unsqueeze(2)).tril_();
+    // dQ = gN Rᵀ + gD Zᵀ + dA K
+    at::Tensor dqb = at::baddbmm(at::bmm(gn, r.transpose(1, 2)), dscores, kb);
+    dqb.add_(gd.unsqueeze(2) * z.unsqueeze(1));
+    // dK = dAᵀ Q + V dRᵀ + dZ
+    at::Tensor dkb = at::baddbmm(at::bmm(dscores.transpose(1, 2), qb), vb, dr.transpose(1, 2));
+    dkb.add_(dz.unsqueeze(1));
+    // dV = Aᵀ gN + K dR
+    const at::Tensor dvb = at::baddbmm(at::bmm(scores.transpose(1, 2), gn), kb, dr);
+    Rows(dq, begin, end).copy_(dqb);
+    Rows(dk, begin, end).copy_(dkb);
+    Rows(dv, begin, end).copy_(dvb);
+    dr.baddbmm_(qb.transpose(1, 2), gn);
+    dz.add_(at::bmm(qb.transpose(1, 2), gd.unsqueeze(2)).squeeze(2));
+  }
+  return {dq, dk, dv, Front{dr, dz}};
+}
+
 Front ZeroFront(int64_t heads, int64_t features, int64_t head_dim,
                 const at::TensorOptions& options) {
   return Front{at::zeros({heads, features, head_dim}, options), at::zeros({heads, features}, options)};
@@ -156,6 +165,15 @@ Front ZeroFront(int64_t heads, int64_t features, int64_t head_dim,
 
 Front FrontContribution(const at::Tensor& phi_k, const at::Tensor& v) {
   return Front{at::bmm(phi_k.transpose(1, 2), v), phi_k.sum(1)};
+}
+
+Front FrontWithout(const Front& after, const at::Tensor& phi_k, const at::Tensor& v) {
+  if (FusedPrefixApplies(phi_k, phi_k, v, after.numerator, after.denominator)) {
+    FusedFront front = FusedFrontWithoutCpu(after.numerator, after.denominator, phi_k, v);
+    return Front{front.numerator, front.denominator};
+  }
+  const Front added = FrontContribution(phi_k, v);
+  return Front{after.numerator - added.numerator, after.denominator - added.denominator};
 }
 
 PrefixAttentionResult CausalPrefixAttention(const at::Tensor& phi_q, const at::Tensor& phi_k,

@@ -48,8 +48,29 @@ PrefixAttentionResult CausalPrefixAttention(const at::Tensor& phi_q, const at::T
                                             const std::vector<Segment>& segments,
                                             PrefixMode mode, int64_t block);
 
+// The chunked prefix sums of one segment without autograd (the fused CPU kernels of
+// prefix_attention_cpu.h where they apply, LibTorch's ops otherwise): for callers that
+// back-propagate by hand. REQUIRES: shapes as above, block ≥ 1; the result's numerator is [k, S, d],
+// its denominator [k, S], `end` the front after the last row.
+PrefixAttentionResult ChunkedPrefixForward(const at::Tensor& phi_q, const at::Tensor& phi_k, const at::Tensor& v,
+                                           const Front& start, int64_t block);
+
+struct PrefixGradients {
+  at::Tensor phi_q, phi_k, v;  // [k, S, M], [k, S, M], [k, S, d]
+  Front start;                 // of the segment's start front
+};
+
+// The gradients of ChunkedPrefixForward's inputs given those of its outputs (all defined).
+PrefixGradients ChunkedPrefixBackward(const at::Tensor& phi_q, const at::Tensor& phi_k, const at::Tensor& v,
+                                      const Front& start, int64_t block, const at::Tensor& grad_numerator,
+                                      const at::Tensor& grad_denominator, const Front& grad_end);
+
 // Σ over the rows of φk ⊗ v and of φk: what a stretch without document starts adds to the front.
 Front FrontContribution(const at::Tensor& phi_k, const at::Tensor& v);
+
+// after − FrontContribution(φk, v): the front before a stretch without document starts, given the
+// one after it (Likhosherstov et al., eq. 9). No autograd graph: call it on detached tensors.
+Front FrontWithout(const Front& after, const at::Tensor& phi_k, const at::Tensor& v);
 
 // A zero front for one layer.
 Front ZeroFront(int64_t heads, int64_t features, int64_t head_dim, const at::TensorOptions& options);

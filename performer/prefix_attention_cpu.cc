@@ -27,6 +27,8 @@ bool RowsContiguous(const at::Tensor& t) {
 
 std::atomic<bool> fused_enabled{true};
 
+constexpr int64_t kParallelRows = 64;
+
 bool CpuFloat(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
 
 // The shapes the kernels index by: a violation is a c10::Error, never an out-of-bounds access.
@@ -41,6 +43,10 @@ void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
               "fused prefix sums: front ", r0.sizes(), " / ", z0.sizes(), " does not match φq ", q.sizes(),
               " and v ", v.sizes());
 }
+
+// Heads per thread: all of them (one thread) when a head's work is too small to repay a parallel
+// region's start and join.
+int64_t HeadGrain(int64_t heads, int64_t rows) { return rows < kParallelRows ? heads : 1; }
 
 // Zeroes the entries above the diagonal of an n × n row-major block.
 void ZeroAboveDiagonal(float* a, int64_t n) {
@@ -69,7 +75,7 @@ FusedPrefixForward FusedPrefixForwardCpu(const at::Tensor& q, const at::Tensor& 
   out.end_numerator = r0.clone(at::MemoryFormat::Contiguous);  // R, updated block by block
   out.end_denominator = z0.clone(at::MemoryFormat::Contiguous);
   const at::Tensor scores = at::empty({heads, b, b}, v.options());
-  at::parallel_for(0, heads, 1, [&](int64_t first, int64_t last) {
+  at::parallel_for(0, heads, HeadGrain(heads, rows), [&](int64_t first, int64_t last) {
     for (int64_t h = first; h < last; ++h) {
       const Rows qh = HeadRows(q, h), kh = HeadRows(k, h), vh = HeadRows(v, h);
       float* r = out.end_numerator.data_ptr<float>() + h * features * dim;
@@ -129,7 +135,7 @@ FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tenso
   const at::Tensor r_start = r0.contiguous();
   const at::Tensor z_start = z0.contiguous();
   const at::Tensor scores = at::empty({heads, 2, b, b}, v.options());
-  at::parallel_for(0, heads, 1, [&](int64_t first, int64_t last) {
+  at::parallel_for(0, heads, HeadGrain(heads, rows), [&](int64_t first, int64_t last) {
     for (int64_t h = first; h < last; ++h) {
       const Rows qh = HeadRows(q, h), kh = HeadRows(k, h), vh = HeadRows(v, h);
       float* rs = starts_r.data_ptr<float>() + h * blocks * features * dim;
@@ -204,6 +210,28 @@ FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tenso
     }
   });
   return g;
+}
+
+FusedFront FusedFrontWithoutCpu(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
+                                const at::Tensor& k, const at::Tensor& v) {
+  CheckShapes(k, k, v, after_numerator, after_denominator, /*block=*/1);
+  const int64_t heads = k.size(0), rows = k.size(1), features = k.size(2), dim = v.size(2);
+  FusedFront front{after_numerator.clone(at::MemoryFormat::Contiguous),
+                   after_denominator.clone(at::MemoryFormat::Contiguous)};
+  at::parallel_for(0, heads, HeadGrain(heads, rows), [&](int64_t first, int64_t last) {
+    for (int64_t h = first; h < last; ++h) {
+      const Rows kh = HeadRows(k, h), vh = HeadRows(v, h);
+      float* z = front.denominator.data_ptr<float>() + h * features;
+      if (rows > 0) {
+        RowMajorSgemm('T', 'N', features, dim, rows, -1.0f, kh.data, kh.ld, vh.data, vh.ld, 1.0f,
+                      front.numerator.data_ptr<float>() + h * features * dim, dim);
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t m = 0; m < features; ++m) z[m] -= kh.data[i * kh.ld + m];
+      }
+    }
+  });
+  return front;
 }
 
 }  // namespace slimfit::performer

@@ -16,7 +16,8 @@
 // stride 1), e.g. segments narrowed out of a stretch. Outputs are fresh tensors written through
 // raw pointers (their autograd version counters are not bumped: nothing else holds them yet).
 // Parallelism is over heads only: with more cores than heads the rest idle (2 cores and 4 heads
-// on the reference machine).
+// on the reference machine); below 64 rows the heads run on the calling thread (a parallel
+// region's start and join cost more than a head's work: 11% of the whole gradient at C = 16).
 // Thread safety: pure functions of their tensors.
 #ifndef SLIMFIT_PERFORMER_PREFIX_ATTENTION_CPU_H_
 #define SLIMFIT_PERFORMER_PREFIX_ATTENTION_CPU_H_
@@ -57,6 +58,16 @@ FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tenso
                                             const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
                                             const at::Tensor& grad_end_numerator,
                                             const at::Tensor& grad_end_denominator);
+
+// The front before a stretch without document starts, from the front after it: after_numerator −
+// Σ_rows φk ⊗ v and after_denominator − Σ_rows φk (Likhosherstov et al., eq. 9), one product per
+// head with the subtraction folded in. Fresh contiguous outputs.
+// REQUIRES: FusedPrefixApplies(k, k, v, after_numerator, after_denominator).
+struct FusedFront {
+  at::Tensor numerator, denominator;
+};
+FusedFront FusedFrontWithoutCpu(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
+                                const at::Tensor& k, const at::Tensor& v);
 
 }  // namespace slimfit::performer
 

@@ -131,6 +131,37 @@ TEST(PrefixAttentionTest, FusedFloatKernelsMatchTheDefinitionAsCloselyAsTheLibTo
   }
 }
 
+// U(n−1) = U(n) − Σ φk ⊗ v: the fused form (float32, interleaved heads too) and the LibTorch form
+// give the front the slice started from, against float64.
+TEST(PrefixAttentionTest, FrontWithoutRecoversTheFrontBeforeAStretch) {
+  at::manual_seed(6);
+  const int64_t heads = 3, rows = 21, features = 8, dim = 5;
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor q = at::rand({heads, rows, features}, f64), k = at::rand({heads, rows, features}, f64);
+  const at::Tensor v = at::randn({heads, rows, dim}, f64);
+  const Front start{at::rand({heads, features, dim}, f64), at::rand({heads, features}, f64)};
+  const Front after = Naive(q, k, v, start).end;
+  for (bool fused : {true, false}) {
+    for (bool interleaved : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "fused " << fused << ", interleaved " << interleaved);
+      EnableFusedPrefixKernels(fused);
+      at::Tensor k32 = k.to(at::kFloat), v32 = v.to(at::kFloat);
+      if (interleaved) {
+        k32 = k32.permute({1, 0, 2}).contiguous().permute({1, 0, 2});
+        v32 = v32.permute({1, 0, 2}).contiguous().permute({1, 0, 2});
+      }
+      const Front before =
+          FrontWithout(Front{after.numerator.to(at::kFloat), after.denominator.to(at::kFloat)}, k32, v32);
+      EnableFusedPrefixKernels(true);
+      EXPECT_LT(RelativeError(before.numerator, start.numerator), 1e-5);
+      EXPECT_LT(RelativeError(before.denominator, start.denominator), 1e-5);
+    }
+  }
+  const Front before64 = FrontWithout(after, k, v);
+  EXPECT_LT(RelativeError(before64.numerator, start.numerator), 1e-12);
+  EXPECT_LT(RelativeError(before64.denominator, start.denominator), 1e-12);
+}
+
 // With the fused kernels off, float32 goes through the LibTorch form: the switch the benchmark and
 // the test above compare with is real.
 TEST(PrefixAttentionTest, FusedKernelsApplyOnlyToFloatCpuTensorsWhileEnabled) {

@@ -6,6 +6,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "performer/explicit_backprop.h"
+
 namespace slimfit::performer::internal {
 namespace {
 
@@ -77,17 +79,17 @@ at::Tensor RunStretch(const Context& ctx, const Stretch& stretch, const EntryFn&
 
 Front FrontBefore(const Front& after, const AttentionInputs& in) {
   at::NoGradGuard no_grad;
-  const Front added = FrontContribution(in.phi_k.detach(), in.v.detach());
-  return Front{after.numerator - added.numerator, after.denominator - added.denominator};
+  return FrontWithout(after, in.phi_k.detach(), in.v.detach());
 }
 
 SliceRunner::SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t slice, LayerRecompute recompute,
                          const std::vector<at::Tensor>& leaves, const at::Device& device,
-                         const at::TensorOptions& options, int64_t normalizer)
+                         const at::TensorOptions& options, int64_t normalizer, bool explicit_backprop)
     : ctx_(ctx),
       batch_(batch),
       slice_(slice),
       recompute_(recompute),
+      explicit_(ExplicitBackpropApplies(explicit_backprop, ctx, device, recompute)),
       leaves_(leaves),
       device_(device),
       zero_(ZeroFront(ctx.config.heads, ctx.config.features_per_head(), ctx.config.head_dim(), options)),
@@ -105,14 +107,19 @@ bool SliceRunner::Reversible(int64_t n) const {
 ModelFront SliceRunner::Advance(const Stretch& stretch, const ModelFront& entry, int64_t slices_covered) {
   at::NoGradGuard no_grad;
   ModelFront exit;
-  RunStretch(ctx_, stretch, [&](int64_t r, const AttentionInputs&) { return entry[r]; }, &exit,
-             /*need_output=*/false);
+  const EntryFn entry_for_layer = [&](int64_t r, const AttentionInputs&) { return entry[r]; };
+  if (explicit_) {
+    ExplicitForward(ctx_, stretch, zero_, entry_for_layer, &exit, /*tape=*/nullptr);
+  } else {
+    RunStretch(ctx_, stretch, entry_for_layer, &exit, /*need_output=*/false);
+  }
   forwards_ += slices_covered;
   return exit;
 }
 
 SliceRunner::Graph SliceRunner::Build(int64_t n, const Stretch& stretch, const EntryFn& entry_for_layer) {
   if (recompute_ == LayerRecompute::kLayers) return BuildRecomputed(n, stretch, entry_for_layer);
+  if (explicit_) return BuildExplicit(n, stretch, entry_for_layer);
   Graph graph;
   graph.slice = n;
   graph.entry.resize(ctx_.config.layers);
@@ -134,6 +141,13 @@ SliceRunner::Graph SliceRunner::Build(int64_t n, const Stretch& stretch, const E
 
 ModelFront SliceRunner::Backpropagate(Graph& graph, const ModelFront& exit_grad) {
   if (graph.recomputed) return BackpropagateRecomputed(graph, exit_grad);
+  if (graph.tape != nullptr) {
+    ModelFront entry_grad =
+        ExplicitBackward(ctx_, graph.stretch, zero_, *graph.tape, loss_scale_, exit_grad, graph.reads_entry);
+    AddLoss(graph.loss);
+    graph = Graph();
+    return entry_grad;
+  }
   // A slice whose rows all end documents predicts nothing: only its fronts carry gradient.
   std::vector<at::Tensor> outputs;
   std::vector<at::Tensor> output_grads;
@@ -162,6 +176,24 @@ ModelFront SliceRunner::Backpropagate(Graph& graph, const ModelFront& exit_grad)
   }
   graph = Graph();
   return entry_grad;
+}
+
+SliceRunner::Graph SliceRunner::BuildExplicit(int64_t n, const Stretch& stretch, const EntryFn& entry_for_layer) {
+  Graph graph;
+  graph.slice = n;
+  graph.stretch = stretch;
+  graph.reads_entry = n > 0 && stretch.layout.segments.front().continues_front;
+  graph.entry.resize(ctx_.config.layers);
+  graph.tape = std::make_shared<SliceTape>();
+  graph.loss = ExplicitForward(
+      ctx_, stretch, zero_,
+      [&](int64_t r, const AttentionInputs& in) {
+        graph.entry[r] = entry_for_layer(r, in);
+        return graph.entry[r];
+      },
+      &graph.exit, graph.tape.get());
+  ++forwards_;
+  return graph;
 }
 
 // Layer recomputation (the activation-checkpointing trade at layer granularity): the forward keeps

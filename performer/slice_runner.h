@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -68,6 +69,8 @@ at::Tensor RunStretch(const Context& ctx, const Stretch& stretch, const EntryFn&
 // Records no autograd graph.
 Front FrontBefore(const Front& after, const AttentionInputs& in);
 
+struct SliceTape;  // explicit_backprop.h
+
 class SliceRunner {
  public:
   // A slice's autograd graph, from its incoming front (leaves) to its loss and outgoing front.
@@ -86,12 +89,16 @@ class SliceRunner {
     std::vector<at::Tensor> layer_inputs;
     at::Tensor top;
     bool reads_entry = false;
+    // The hand-written path (explicit_backprop.h): the forward's tape instead of an autograd
+    // graph; `stretch` and `reads_entry` are set too.
+    std::shared_ptr<SliceTape> tape;
   };
 
-  // `leaves` are the parameters gradients flow to; `normalizer` divides every slice's loss.
+  // `leaves` are the parameters gradients flow to; `normalizer` divides every slice's loss;
+  // `explicit_backprop`: run slices by hand where explicit_backprop.h applies.
   SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t slice, LayerRecompute recompute,
               const std::vector<at::Tensor>& leaves, const at::Device& device, const at::TensorOptions& options,
-              int64_t normalizer);
+              int64_t normalizer, bool explicit_backprop);
 
   int64_t slices() const { return (batch_.size() + slice_ - 1) / slice_; }
   const Front& zero() const { return zero_; }
@@ -103,6 +110,9 @@ class SliceRunner {
   // document starts inside it).
   bool Reversible(int64_t n) const;
   int64_t forwards() const { return forwards_; }
+  // Whether slices run the hand-written forward and backward (explicit_backprop.h) instead of
+  // autograd.
+  bool explicit_backprop() const { return explicit_; }
   // For replayed slices (slice_graphs.h): host code, and with it Build's and Advance's count, runs
   // only when a slice is captured.
   void set_forwards(int64_t forwards) { forwards_ = forwards; }
@@ -121,6 +131,7 @@ class SliceRunner {
   ModelFront Backpropagate(Graph& graph, const ModelFront& exit_grad);
 
  private:
+  Graph BuildExplicit(int64_t n, const Stretch& stretch, const EntryFn& entry_for_layer);
   Graph BuildRecomputed(int64_t n, const Stretch& stretch, const EntryFn& entry_for_layer);
   ModelFront BackpropagateRecomputed(Graph& graph, const ModelFront& exit_grad);
   // Adds a slice's loss on the device, in place (a replayed slice adds into the same tensor):
@@ -131,6 +142,7 @@ class SliceRunner {
   const PackedBatch& batch_;
   const int64_t slice_;
   const LayerRecompute recompute_;
+  const bool explicit_;
   const std::vector<at::Tensor>& leaves_;
   const at::Device device_;
   const Front zero_;
