@@ -17,28 +17,6 @@
 namespace slimfit::performer {
 namespace {
 
-ModelConfig Config(FeatureMap map, LayerNormPlacement layernorm) {
-  ModelConfig config;
-  config.vocab = 37;
-  config.d_model = 16;
-  config.layers = 2;
-  config.heads = 2;
-  config.d_ff = 24;
-  config.feature_map = map;
-  config.layernorm = layernorm;
-  config.feature_multiplier = map == FeatureMap::kFavor ? 2 : 1;
-  return config;
-}
-
-// 120 tokens in five documents, one of a single token: slices of 16 hold several documents, slices
-// of 1 include rows that predict nothing.
-PackedBatch Stream(int64_t vocab) {
-  PackedBatch batch;
-  for (int64_t i = 0; i < 120; ++i) batch.tokens.push_back((i * 13 + 3 * (i / 5)) % vocab);
-  batch.doc_starts = {0, 45, 46, 70, 101};
-  return batch;
-}
-
 GradientOptions Options(bool explicit_backprop) {
   GradientOptions options;
   options.feature_seed = 3;
@@ -58,14 +36,14 @@ class ExplicitBackpropTest : public ::testing::TestWithParam<ServedCase> {};
 // close to the truth as autograd is.
 TEST_P(ExplicitBackpropTest, EqualsAutogradForEveryPolicyAndSlice) {
   const auto [map, layernorm, dtype] = GetParam();
-  const ModelConfig config = Config(map, layernorm);
+  const ModelConfig config = SmallEngineConfig(map, layernorm);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, at::kCPU, 5);
   ASSERT_TRUE(model.ok()) << model.status();
   const bool float32 = dtype == DType::kFloat32;
   absl::StatusOr<PerformerModel> model64 =
       PerformerModel::FromTensors(config, model->StateDict(), DType::kFloat64, at::kCPU);
   ASSERT_TRUE(model64.ok()) << model64.status();
-  const PackedBatch batch = Stream(config.vocab);
+  const PackedBatch batch = FiveDocumentStream(config.vocab);
   for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync, FrontPolicy::kDp}) {
     for (int64_t slice : {0, 1, 5, 16}) {
       if (slice == 0 && policy != FrontPolicy::kReverse) continue;  // the full gradient has no policy
@@ -128,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // What the hand-written path does not serve runs through autograd, whatever the option says.
 TEST(ExplicitBackpropScopeTest, FavorCumsumAndLayerRecomputationKeepAutograd) {
-  const PackedBatch batch = Stream(37);
+  const PackedBatch batch = FiveDocumentStream(37);
   struct Case {
     FeatureMap map;
     PrefixMode mode;
@@ -138,7 +116,7 @@ TEST(ExplicitBackpropScopeTest, FavorCumsumAndLayerRecomputationKeepAutograd) {
                         Case{FeatureMap::kSqr, PrefixMode::kCumsum, LayerRecompute::kNone},
                         Case{FeatureMap::kSqr, PrefixMode::kChunked, LayerRecompute::kLayers}}) {
     absl::StatusOr<PerformerModel> model =
-        PerformerModel::Create(Config(c.map, LayerNormPlacement::kPost), DType::kFloat64, at::kCPU, 5);
+        PerformerModel::Create(SmallEngineConfig(c.map), DType::kFloat64, at::kCPU, 5);
     ASSERT_TRUE(model.ok()) << model.status();
     Plan plan;
     plan.dtype = DType::kFloat64;
@@ -150,7 +128,7 @@ TEST(ExplicitBackpropScopeTest, FavorCumsumAndLayerRecomputationKeepAutograd) {
   }
   // And a served plan does run by hand.
   absl::StatusOr<PerformerModel> model =
-      PerformerModel::Create(Config(FeatureMap::kSqr, LayerNormPlacement::kPost), DType::kFloat64, at::kCPU, 5);
+      PerformerModel::Create(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, at::kCPU, 5);
   ASSERT_TRUE(model.ok()) << model.status();
   Plan plan;
   plan.dtype = DType::kFloat64;

@@ -17,19 +17,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-ModelConfig SmallConfig(FeatureMap map, LayerNormPlacement ln) {
-  ModelConfig config;
-  config.vocab = 37;
-  config.d_model = 16;
-  config.layers = 2;
-  config.heads = 2;
-  config.d_ff = 24;
-  config.feature_map = map;
-  config.feature_multiplier = map == FeatureMap::kFavor ? 2 : 1;
-  config.layernorm = ln;
-  return config;
-}
-
 // 40 tokens in five documents, one of a single token; boundaries fall inside slices for most C.
 PackedBatch PackedStream(int64_t vocab) {
   PackedBatch batch;
@@ -56,7 +43,7 @@ class SlicedEqualsFullTest : public ::testing::TestWithParam<EngineCase> {};
 
 TEST_P(SlicedEqualsFullTest, EveryCGivesTheFullGradientAndLoss) {
   const auto [map, ln, mode, dtype] = GetParam();
-  const ModelConfig config = SmallConfig(map, ln);
+  const ModelConfig config = SmallEngineConfig(map, ln);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, at::kCPU, /*seed=*/7);
   ASSERT_TRUE(model.ok()) << model.status();
   const PackedBatch batch = PackedStream(config.vocab);
@@ -98,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(AllConfigurations, SlicedEqualsFullTest, EveryEngineCas
 // exactly those weights' bytes.
 TEST(GradientEngineTest, ForwardWeightCopiesChangeMemoryNotTheGradient) {
   if (!CopiesForwardLayouts(at::kCPU, DType::kFloat32)) GTEST_SKIP() << "no oneDNN: one weight layout only";
-  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, /*seed=*/7);
   ASSERT_TRUE(model.ok()) << model.status();
   const PackedBatch batch = PackedStream(config.vocab);
@@ -124,7 +111,7 @@ TEST(GradientEngineTest, ForwardWeightCopiesChangeMemoryNotTheGradient) {
 TEST(GradientEngineTest, FloatGradientMatchesTheDoubleGradientOfTheSameWeights) {
   for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr, FeatureMap::kFavor}) {
     for (LayerNormPlacement ln : {LayerNormPlacement::kPost, LayerNormPlacement::kPre}) {
-      const ModelConfig config = SmallConfig(map, ln);
+      const ModelConfig config = SmallEngineConfig(map, ln);
       absl::StatusOr<PerformerModel> f64 = PerformerModel::Create(config, DType::kFloat64, at::kCPU, /*seed=*/7);
       ASSERT_TRUE(f64.ok()) << f64.status();
       absl::StatusOr<PerformerModel> f32 =
@@ -149,7 +136,7 @@ TEST(GradientEngineTest, FloatGradientMatchesTheDoubleGradientOfTheSameWeights) 
 }
 
 TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {
-  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);
   ASSERT_TRUE(model.ok());
   PackedBatch batch = PackedStream(config.vocab);
@@ -167,7 +154,7 @@ TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {
 }
 
 TEST(GradientEngineTest, DpExecutesTheScheduleItIsGiven) {
-  const ModelConfig config = SmallConfig(FeatureMap::kRelu, LayerNormPlacement::kPre);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kRelu, LayerNormPlacement::kPre);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);
   ASSERT_TRUE(model.ok());
   const PackedBatch batch = PackedStream(config.vocab);
@@ -194,7 +181,7 @@ TEST(GradientEngineTest, DpExecutesTheScheduleItIsGiven) {
 }
 
 TEST(GradientEngineTest, DpRefusesAMissingOrUnfitSchedule) {
-  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);
   ASSERT_TRUE(model.ok());
   const PackedBatch batch = PackedStream(config.vocab);
@@ -229,7 +216,7 @@ TEST(GradientEngineTest, DpRefusesAMissingOrUnfitSchedule) {
 TEST(GradientEngineTest, LayerRecomputationGivesTheFullGradientUnderEveryPolicy) {
   for (auto [map, ln] : {std::pair{FeatureMap::kRelu, LayerNormPlacement::kPre},
                          std::pair{FeatureMap::kFavor, LayerNormPlacement::kPost}}) {
-    const ModelConfig config = SmallConfig(map, ln);
+    const ModelConfig config = SmallEngineConfig(map, ln);
     absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 13);
     ASSERT_TRUE(model.ok());
     const PackedBatch batch = PackedStream(config.vocab);
@@ -252,7 +239,7 @@ TEST(GradientEngineTest, LayerRecomputationGivesTheFullGradientUnderEveryPolicy)
 }
 
 TEST(GradientEngineTest, ReverseKeepsOnlyTheFrontsOfSlicesWithDocumentStarts) {
-  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 3);
   ASSERT_TRUE(model.ok());
   PackedBatch one_document = PackedStream(config.vocab);
@@ -268,7 +255,7 @@ TEST(GradientEngineTest, ReverseKeepsOnlyTheFrontsOfSlicesWithDocumentStarts) {
 }
 
 TEST(GradientEngineTest, PackedGradientIsTheTokenWeightedSumOfDocumentGradients) {
-  const ModelConfig config = SmallConfig(FeatureMap::kElu1, LayerNormPlacement::kPre);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kElu1, LayerNormPlacement::kPre);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 5);
   ASSERT_TRUE(model.ok());
   const PackedBatch packed = PackedStream(config.vocab);
@@ -301,7 +288,7 @@ TEST(GradientEngineTest, PackedGradientIsTheTokenWeightedSumOfDocumentGradients)
 }
 
 TEST(GradientEngineTest, LossNormalizerScalesTheGradient) {
-  const ModelConfig config = SmallConfig(FeatureMap::kRelu, LayerNormPlacement::kPost);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kRelu, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 9);
   ASSERT_TRUE(model.ok());
   const PackedBatch batch = PackedStream(config.vocab);
@@ -316,7 +303,7 @@ TEST(GradientEngineTest, LossNormalizerScalesTheGradient) {
 }
 
 TEST(GradientEngineTest, NothingPredictedGivesZeroLossAndGradient) {
-  const ModelConfig config = SmallConfig(FeatureMap::kRelu, LayerNormPlacement::kPost);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kRelu, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 9);
   ASSERT_TRUE(model.ok());
   PackedBatch batch;
@@ -354,7 +341,7 @@ TEST(RelativeDiscrepancyTest, MismatchedCountsOrShapesThrow) {
 }
 
 TEST(GradientEngineTest, ReportsPeakMemoryAndTime) {
-  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 1);
   ASSERT_TRUE(model.ok());
   const GradientResult result = MustCompute(*model, PackedStream(config.vocab), SlicedPlan(8));
@@ -366,7 +353,7 @@ TEST(GradientEngineTest, ReportsPeakMemoryAndTime) {
 class BadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    config_ = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+    config_ = SmallEngineConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
     absl::StatusOr<PerformerModel> model = PerformerModel::Create(config_, DType::kFloat32, at::kCPU, 1);
     ASSERT_TRUE(model.ok());
     model_.emplace(*std::move(model));
@@ -423,7 +410,7 @@ TEST_F(BadInputTest, DTypeMismatchAndBadBlock) {
 }
 
 TEST(ModelCreationTest, DModelNotDivisibleByHeads) {
-  ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  ModelConfig config = SmallEngineConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
   config.heads = 3;
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 1);
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);

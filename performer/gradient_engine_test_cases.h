@@ -1,10 +1,12 @@
 // What the engine's tests share: every model configuration an exactness test sweeps (feature map,
-// LayerNorm placement, prefix mode, dtype) with readable test names, and a ComputeGradient that
-// fails the test on an error, and a hand-written dp schedule. Used by gradient_engine_test (sliced =
-// full on the CPU), slice_replay_test (replayed = op by op) and gradient_engine_cuda_test (CUDA = CPU).
+// LayerNorm placement, prefix mode, dtype) with readable test names, a small model and a packed
+// stream, a ComputeGradient that fails the test on an error, and a hand-written dp schedule. Used by
+// gradient_engine_test (sliced = full on the CPU), slice_replay_test (replayed = op by op),
+// explicit_backprop_test (by hand = autograd) and gradient_engine_cuda_test (CUDA = CPU).
 #ifndef SLIMFIT_PERFORMER_GRADIENT_ENGINE_TEST_CASES_H_
 #define SLIMFIT_PERFORMER_GRADIENT_ENGINE_TEST_CASES_H_
 
+#include <cstdint>
 #include <string>
 #include <tuple>
 
@@ -12,6 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
+#include "performer/model_config.h"
+#include "performer/packed_batch.h"
 
 namespace slimfit::performer {
 
@@ -35,6 +39,29 @@ inline std::string EngineCaseName(const ::testing::TestParamInfo<EngineCase>& in
     if (c == '+') c = 'p';
   }
   return name;
+}
+
+// The engine tests' small model: d_model 16, two layers of two heads, d_ff 24, vocab 37.
+inline ModelConfig SmallEngineConfig(FeatureMap map, LayerNormPlacement ln = LayerNormPlacement::kPost) {
+  ModelConfig config;
+  config.vocab = 37;
+  config.d_model = 16;
+  config.layers = 2;
+  config.heads = 2;
+  config.d_ff = 24;
+  config.feature_map = map;
+  config.feature_multiplier = map == FeatureMap::kFavor ? 2 : 1;
+  config.layernorm = ln;
+  return config;
+}
+
+// 120 tokens in five documents, one of a single token: long runs of slices without a document
+// start, slices with one or several, and (at C = 1) rows that predict nothing.
+inline PackedBatch FiveDocumentStream(int64_t vocab) {
+  PackedBatch batch;
+  for (int64_t i = 0; i < 120; ++i) batch.tokens.push_back((i * 11 + 5 * (i / 7)) % vocab);
+  batch.doc_starts = {0, 45, 46, 70, 101};
+  return batch;
 }
 
 // ComputeGradient, failing the test (and returning an empty result) on an error.

@@ -19,31 +19,13 @@
 namespace slimfit::performer {
 namespace {
 
-ModelConfig Config(FeatureMap map) {
-  ModelConfig config;
-  config.vocab = 41;
-  config.d_model = 16;
-  config.layers = 2;
-  config.heads = 2;
-  config.d_ff = 24;
-  config.feature_map = map;
-  config.feature_multiplier = map == FeatureMap::kFavor ? 2 : 1;
-  return config;
-}
-
-// 120 tokens in five documents (one of a single token): long runs of slices without a document
-// start, which replay, and slices with one, which run op by op.
-PackedBatch Stream(int64_t vocab) {
-  PackedBatch batch;
-  for (int64_t i = 0; i < 120; ++i) batch.tokens.push_back((i * 11 + 5 * (i / 7)) % vocab);
-  batch.doc_starts = {0, 45, 46, 70, 101};
-  return batch;
-}
-
+// Through autograd, as slices replay on a GPU (the hand-written path, explicit_backprop_test, is
+// the CPU's).
 GradientOptions Replay(SliceReplay replay) {
   GradientOptions options;
   options.feature_seed = 4;
   options.slice_replay = replay;
+  options.explicit_backprop = false;
   return options;
 }
 
@@ -59,10 +41,10 @@ void ExpectSameResult(const GradientResult& replayed, const GradientResult& dire
 
 TEST(SliceReplayTest, EveryPolicyAndRecomputationGivesTheOpByOpGradient) {
   for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kSqr, FeatureMap::kFavor}) {
-    const ModelConfig config = Config(map);
+    const ModelConfig config = SmallEngineConfig(map);
     absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 6);
     ASSERT_TRUE(model.ok()) << model.status();
-    const PackedBatch batch = Stream(config.vocab);
+    const PackedBatch batch = FiveDocumentStream(config.vocab);
     for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync}) {
       for (LayerRecompute recompute : {LayerRecompute::kNone, LayerRecompute::kLayers}) {
         for (int64_t slice : {1, 4, 7}) {
@@ -83,10 +65,10 @@ TEST(SliceReplayTest, EveryPolicyAndRecomputationGivesTheOpByOpGradient) {
 }
 
 TEST(SliceReplayTest, DpSchedulesReplayTheirForwardsAndSteps) {
-  const ModelConfig config = Config(FeatureMap::kElu1);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kElu1);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 8);
   ASSERT_TRUE(model.ok()) << model.status();
-  const PackedBatch batch = Stream(config.vocab);
+  const PackedBatch batch = FiveDocumentStream(config.vocab);
   Plan plan;
   plan.dtype = DType::kFloat64;
   plan.slice = 6;
@@ -108,12 +90,12 @@ TEST(SliceReplayTest, DpSchedulesReplayTheirForwardsAndSteps) {
 }
 
 TEST(SliceReplayTest, Float32ReplaysGiveTheOpByOpGradient) {
-  const ModelConfig config = Config(FeatureMap::kSqr);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 2);
   ASSERT_TRUE(model.ok()) << model.status();
   Plan plan;
   plan.slice = 8;
-  const PackedBatch batch = Stream(config.vocab);
+  const PackedBatch batch = FiveDocumentStream(config.vocab);
   const GradientResult direct = MustCompute(*model, batch, plan, Replay(SliceReplay::kOff));
   const GradientResult replayed = MustCompute(*model, batch, plan, Replay(SliceReplay::kRerun));
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, direct.gradients), 1e-6);
@@ -123,7 +105,7 @@ TEST(SliceReplayTest, Float32ReplaysGiveTheOpByOpGradient) {
 // What is replayed: every slice but the last and those with a document start (the backward step),
 // and the forward sweep's stretches that continue their front; kAuto on the CPU replays nothing.
 TEST(SliceReplayTest, ReplaysExactlyTheSlicesWithoutDocumentStarts) {
-  const ModelConfig config = Config(FeatureMap::kSqr);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 1);
   ASSERT_TRUE(model.ok()) << model.status();
   const ReplayCountCase c = MakeReplayCountCase(config.vocab);
