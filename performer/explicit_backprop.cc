@@ -255,6 +255,7 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
                          const at::Tensor& gy, const Front& g_exit, Front* g_entry) {
   const ModelConfig& c = ctx.config;
   const LayerWeights& w = ctx.weights.layers[r];
+  // The sinks are written through their tensor handles; the struct holding them is shared as const.
   LayerWeights& sink = const_cast<LayerWeights&>(*w.gradient_sink);
   const bool post = c.layernorm == LayerNormPlacement::kPost;
   const int64_t rows = gy.size(0);
@@ -388,7 +389,7 @@ ModelFront ExplicitBackward(const Context& ctx, const Stretch& stretch, const Fr
   PlainArithmetic plain;
   const ModelConfig& c = ctx.config;
   const ModelWeights& w = ctx.weights;
-  ModelWeights& sink = const_cast<ModelWeights&>(*w.gradient_sink);
+  ModelWeights& sink = const_cast<ModelWeights&>(*w.gradient_sink);  // written through its handles
   const int64_t rows = stretch.tokens.size(0);
   at::Tensor g = at::zeros({rows, c.d_model}, loss_scale.options());
   if (tape.has_loss) {

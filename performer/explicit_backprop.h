@@ -6,9 +6,10 @@
 // around it. Autograd records a node per operation, keeps its view bookkeeping, and runs its
 // engine per slice; at C = 16 on the reference machine a slice's forward and backward were ~470
 // LibTorch calls (BENCHMARKS.md, "Slices by hand"). Written out, a layer's forward is a few
-// dozen calls and its backward a few dozen more: the same products (matrix_products.h), LibTorch's
-// own LayerNorm, GELU and cross-entropy derivative kernels, the chunked prefix sums' forward and
-// backward (prefix_attention.h), and results written into the gradient sinks in place.
+// dozen calls and its backward a few dozen more: the same products (matrix_products.h), the row-wise
+// pieces in float32 loops below 512 rows (layer_kernels_cpu.h) and LibTorch's own kernels and
+// derivative kernels otherwise, the chunked prefix sums' forward and backward (prefix_attention.h),
+// and results written into the gradient sinks in place (the LayerNorms' too).
 //
 // The results equal autograd's to rounding (a few sums run in another order); the engine's tests
 // compare the two paths in float64 for every configuration this path serves.
@@ -42,7 +43,7 @@ struct LayerTape {
   at::Tensor phi;              // [2, k, S, M]: φq | φk
   at::Tensor v;                // [k, S, d]
   Front entry;                 // the incoming front
-  at::Tensor numerator, denominator_eps;  // [k, S, d], den + ε [k, S]
+  at::Tensor denominator_eps;  // den + ε [k, S]
   at::Tensor attention;        // [S, d] = num / (den + ε), heads joined
   at::Tensor a_mean, a_rstd;   // post-LN: LN1 statistics of `attention`
   at::Tensor x1;               // x + the attention branch
@@ -60,6 +61,8 @@ struct SliceTape {
   bool has_loss = false;
 };
 
+// REQUIRES for both: ExplicitBackpropApplies(true, ctx, ...) for the Context's device.
+//
 // Runs every layer over `stretch` from the fronts `entry_for_layer` supplies and sets `exit` to
 // the outgoing fronts. With `tape`, records what ExplicitBackward needs and returns the loss sum
 // (a scalar); without, runs only what the fronts need (no last G, no logits) and returns an

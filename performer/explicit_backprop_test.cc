@@ -34,16 +34,56 @@ class ExplicitBackpropTest : public ::testing::TestWithParam<ServedCase> {};
 // policy drift by ~1e-3, BENCHMARKS.md "Front policies on a long float32 run") the two float32
 // paths differ from each other as much as from the truth, so the hand-written path must be as
 // close to the truth as autograd is.
+void ExpectByHandEqualsAutograd(const PerformerModel& model, const PerformerModel& model64,
+                                const PackedBatch& batch, const Plan& plan) {
+  const std::string what = plan.DebugString();
+  const GradientResult by_hand = MustCompute(model, batch, plan, Options(true));
+  const GradientResult autograd = MustCompute(model, batch, plan, Options(false));
+  EXPECT_TRUE(by_hand.explicit_backprop) << what;
+  EXPECT_FALSE(autograd.explicit_backprop) << what;
+  EXPECT_EQ(by_hand.slice_forwards, autograd.slice_forwards) << what;
+  ASSERT_EQ(by_hand.gradients.size(), autograd.gradients.size()) << what;
+  if (plan.dtype == DType::kFloat64) {
+    EXPECT_LE(RelativeDiscrepancy(by_hand.gradients, autograd.gradients), 1e-11) << what;
+    for (size_t i = 0; i < autograd.gradients.size(); ++i) {  // each parameter, on its own scale
+      const double scale = autograd.gradients[i].abs().max().item<double>();
+      const double difference = (by_hand.gradients[i] - autograd.gradients[i]).abs().max().item<double>();
+      EXPECT_LE(difference, 1e-10 * scale + 1e-30) << what << ": parameter " << model.names()[i];
+    }
+    EXPECT_NEAR(by_hand.loss_sum, autograd.loss_sum, 1e-11 * autograd.loss_sum) << what;
+    return;
+  }
+  Plan plan64 = plan;
+  plan64.dtype = DType::kFloat64;
+  const GradientResult truth = MustCompute(model64, batch, plan64, Options(true));
+  auto error = [&](const GradientResult& result) {
+    std::vector<at::Tensor> widened;
+    for (const at::Tensor& g : result.gradients) widened.push_back(g.to(at::kDouble));
+    return RelativeDiscrepancy(widened, truth.gradients);
+  };
+  const double autograd_error = error(autograd);
+  EXPECT_LE(error(by_hand), std::max(1e-5, 3 * autograd_error)) << what << " (autograd's: " << autograd_error << ")";
+  EXPECT_NEAR(by_hand.loss_sum, truth.loss_sum, 1e-5 * truth.loss_sum) << what;
+}
+
+PerformerModel MustCreate(const ModelConfig& config, DType dtype) {
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, at::kCPU, 5);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *std::move(model);
+}
+
+PerformerModel Float64Twin(const PerformerModel& model) {
+  absl::StatusOr<PerformerModel> twin =
+      PerformerModel::FromTensors(model.config(), model.StateDict(), DType::kFloat64, at::kCPU);
+  EXPECT_TRUE(twin.ok()) << twin.status();
+  return *std::move(twin);
+}
+
 TEST_P(ExplicitBackpropTest, EqualsAutogradForEveryPolicyAndSlice) {
   const auto [map, layernorm, dtype] = GetParam();
-  const ModelConfig config = SmallEngineConfig(map, layernorm);
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, at::kCPU, 5);
-  ASSERT_TRUE(model.ok()) << model.status();
-  const bool float32 = dtype == DType::kFloat32;
-  absl::StatusOr<PerformerModel> model64 =
-      PerformerModel::FromTensors(config, model->StateDict(), DType::kFloat64, at::kCPU);
-  ASSERT_TRUE(model64.ok()) << model64.status();
-  const PackedBatch batch = FiveDocumentStream(config.vocab);
+  const PerformerModel model = MustCreate(SmallEngineConfig(map, layernorm), dtype);
+  const PerformerModel model64 = Float64Twin(model);
+  const PackedBatch batch = FiveDocumentStream(model.config().vocab);
   for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync, FrontPolicy::kDp}) {
     for (int64_t slice : {0, 1, 5, 16}) {
       if (slice == 0 && policy != FrontPolicy::kReverse) continue;  // the full gradient has no policy
@@ -56,36 +96,16 @@ TEST_P(ExplicitBackpropTest, EqualsAutogradForEveryPolicyAndSlice) {
         plan.schedule = ScheduleKind::kHsm;
         plan.slots = 120;
       }
-      const std::string what = plan.DebugString();
-      const GradientResult by_hand = MustCompute(*model, batch, plan, Options(true));
-      const GradientResult autograd = MustCompute(*model, batch, plan, Options(false));
-      EXPECT_TRUE(by_hand.explicit_backprop) << what;
-      EXPECT_FALSE(autograd.explicit_backprop) << what;
-      EXPECT_EQ(by_hand.slice_forwards, autograd.slice_forwards) << what;
-      ASSERT_EQ(by_hand.gradients.size(), autograd.gradients.size()) << what;
-      if (!float32) {
-        EXPECT_LE(RelativeDiscrepancy(by_hand.gradients, autograd.gradients), 1e-11) << what;
-        for (size_t i = 0; i < autograd.gradients.size(); ++i) {  // each parameter, on its own scale
-          const double scale = autograd.gradients[i].abs().max().item<double>();
-          const double difference = (by_hand.gradients[i] - autograd.gradients[i]).abs().max().item<double>();
-          EXPECT_LE(difference, 1e-10 * scale + 1e-30) << what << ": parameter " << model->names()[i];
-        }
-        EXPECT_NEAR(by_hand.loss_sum, autograd.loss_sum, 1e-11 * autograd.loss_sum) << what;
-        continue;
-      }
-      Plan plan64 = plan;
-      plan64.dtype = DType::kFloat64;
-      const GradientResult truth = MustCompute(*model64, batch, plan64, Options(true));
-      auto error = [&](const GradientResult& result) {
-        std::vector<at::Tensor> widened;
-        for (const at::Tensor& g : result.gradients) widened.push_back(g.to(at::kDouble));
-        return RelativeDiscrepancy(widened, truth.gradients);
-      };
-      const double autograd_error = error(autograd);
-      EXPECT_LE(error(by_hand), std::max(1e-5, 3 * autograd_error))
-          << what << " (autograd's: " << autograd_error << ")";
-      EXPECT_NEAR(by_hand.loss_sum, truth.loss_sum, 1e-5 * truth.loss_sum) << what;
+      ExpectByHandEqualsAutograd(model, model64, batch, plan);
     }
+  }
+  // Blocks of 8 rows: segments of many blocks in the prefix sums' forward and backward.
+  for (int64_t slice : {0, 16}) {
+    Plan plan;
+    plan.dtype = dtype;
+    plan.slice = slice;
+    plan.block = 8;
+    ExpectByHandEqualsAutograd(model, model64, batch, plan);
   }
 }
 
@@ -103,6 +123,45 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name;
     });
+
+// From 512 rows on the float32 path leaves LayerNorm, GELU and the bias sums to LibTorch's kernels
+// (explicit_backprop.cc): a full gradient of 700 rows, and slices of 600 (one over the limit, one
+// under), in both LayerNorm placements.
+TEST(ExplicitBackpropLongStretchTest, RowsAboveTheKernelLimitEqualAutograd) {
+  PackedBatch batch;
+  for (int64_t i = 0; i < 700; ++i) batch.tokens.push_back((i * 7 + i / 9) % 37);
+  batch.doc_starts = {0, 300, 301, 650};
+  for (LayerNormPlacement ln : {LayerNormPlacement::kPost, LayerNormPlacement::kPre}) {
+    const PerformerModel model = MustCreate(SmallEngineConfig(FeatureMap::kSqr, ln), DType::kFloat32);
+    const PerformerModel model64 = Float64Twin(model);
+    for (int64_t slice : {0, 600}) {
+      Plan plan;
+      plan.slice = slice;
+      ExpectByHandEqualsAutograd(model, model64, batch, plan);
+    }
+  }
+}
+
+// Slices by hand through the replay path (SliceReplay::kRerun, the CPU form of CUDA graphs'
+// bookkeeping) give the direct result.
+TEST(ExplicitBackpropReplayTest, RerunReplaysGiveTheDirectGradient) {
+  const PerformerModel model = MustCreate(SmallEngineConfig(FeatureMap::kElu1), DType::kFloat64);
+  const PackedBatch batch = FiveDocumentStream(model.config().vocab);
+  for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
+    Plan plan;
+    plan.dtype = DType::kFloat64;
+    plan.slice = 7;
+    plan.front_policy = policy;
+    GradientOptions replay = Options(true);
+    replay.slice_replay = SliceReplay::kRerun;
+    const GradientResult direct = MustCompute(model, batch, plan, Options(true));
+    const GradientResult replayed = MustCompute(model, batch, plan, replay);
+    EXPECT_TRUE(replayed.explicit_backprop);
+    EXPECT_GT(replayed.replayed_slices, 0);
+    EXPECT_LE(RelativeDiscrepancy(replayed.gradients, direct.gradients), 1e-12) << plan.DebugString();
+    EXPECT_NEAR(replayed.loss_sum, direct.loss_sum, 1e-12 * direct.loss_sum);
+  }
+}
 
 // What the hand-written path does not serve runs through autograd, whatever the option says.
 TEST(ExplicitBackpropScopeTest, FavorCumsumAndLayerRecomputationKeepAutograd) {

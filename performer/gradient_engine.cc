@@ -211,7 +211,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
         result.replay_fallback = graphs->fallback_reason();
       }
     }
-    // Parameters without a sink (the LayerNorms) accumulated in .grad as usual.
+    // Parameters without a sink (the LayerNorms, through autograd) accumulated in .grad as usual.
     for (size_t i = 0; i < leaves.size(); ++i) {
       at::Tensor grad = sink_tensors[i];
       if (leaves[i].grad().defined()) grad.add_(leaves[i].grad());

@@ -31,8 +31,10 @@ void CheckFloat(const at::Tensor& t, const char* name) {
 // vectorise.
 inline float Exp(float x) {
   x = std::min(std::max(x, -87.0f), 88.0f);
+  // n from a NaN-free copy (converting NaN to an integer is undefined); a NaN x still gives NaN.
+  const float finite = x == x ? x : 0.0f;
   constexpr float kRound = 12582912.0f;  // 1.5·2²³: adding and subtracting it rounds to an integer
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float n = (finite * 1.44269504088896341f + kRound) - kRound;
   const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -65,7 +67,8 @@ constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
 // The element loops below are compiled for AVX-512 and AVX2 besides the baseline, the version run
 // chosen by the CPU at load time (GCC's function multi-versioning); LibTorch's own kernels choose
-// theirs the same way. No contraction into FMA (ISO C++ mode): every version rounds alike.
+// theirs the same way. The library is built with -ffp-contract=off (GCC would otherwise fuse
+// multiplies and adds into FMA in the AVX-512 version only), so every version rounds alike.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define SLIMFIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else

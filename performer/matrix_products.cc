@@ -77,6 +77,8 @@ bool Sgemm(const at::Tensor& a, const at::Tensor& b, float beta, float* c, int64
 // Every row of the fresh contiguous `out` [m, n] set to `bias` [n]: one copy per row (the expand and
 // copy_ of LibTorch cost more than the copying at the row counts of small slices).
 void BroadcastRows(const at::Tensor& bias, at::Tensor& out) {
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == out.size(1), "bias of shape ", bias.sizes(), " for a product with ",
+              out.size(1), " columns");
   if (!bias.is_contiguous()) {
     out.copy_(bias.expand(out.sizes()));
     return;
