@@ -66,12 +66,6 @@ void ExpectByHandEqualsAutograd(const PerformerModel& model, const PerformerMode
   EXPECT_NEAR(by_hand.loss_sum, truth.loss_sum, 1e-5 * truth.loss_sum) << what;
 }
 
-PerformerModel MustCreate(const ModelConfig& config, DType dtype) {
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, at::kCPU, 5);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return *std::move(model);
-}
-
 PerformerModel Float64Twin(const PerformerModel& model) {
   absl::StatusOr<PerformerModel> twin =
       PerformerModel::FromTensors(model.config(), model.StateDict(), DType::kFloat64, at::kCPU);
@@ -81,7 +75,7 @@ PerformerModel Float64Twin(const PerformerModel& model) {
 
 TEST_P(ExplicitBackpropTest, EqualsAutogradForEveryPolicyAndSlice) {
   const auto [map, layernorm, dtype] = GetParam();
-  const PerformerModel model = MustCreate(SmallEngineConfig(map, layernorm), dtype);
+  const PerformerModel model = MustCreateModel(SmallEngineConfig(map, layernorm), dtype, 5);
   const PerformerModel model64 = Float64Twin(model);
   const PackedBatch batch = FiveDocumentStream(model.config().vocab);
   for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync, FrontPolicy::kDp}) {
@@ -132,7 +126,7 @@ TEST(ExplicitBackpropLongStretchTest, RowsAboveTheKernelLimitEqualAutograd) {
   for (int64_t i = 0; i < 700; ++i) batch.tokens.push_back((i * 7 + i / 9) % 37);
   batch.doc_starts = {0, 300, 301, 650};
   for (LayerNormPlacement ln : {LayerNormPlacement::kPost, LayerNormPlacement::kPre}) {
-    const PerformerModel model = MustCreate(SmallEngineConfig(FeatureMap::kSqr, ln), DType::kFloat32);
+    const PerformerModel model = MustCreateModel(SmallEngineConfig(FeatureMap::kSqr, ln), DType::kFloat32, 5);
     const PerformerModel model64 = Float64Twin(model);
     for (int64_t slice : {0, 600}) {
       Plan plan;
@@ -145,7 +139,7 @@ TEST(ExplicitBackpropLongStretchTest, RowsAboveTheKernelLimitEqualAutograd) {
 // Slices by hand through the replay path (SliceReplay::kRerun, the CPU form of CUDA graphs'
 // bookkeeping) give the direct result.
 TEST(ExplicitBackpropReplayTest, RerunReplaysGiveTheDirectGradient) {
-  const PerformerModel model = MustCreate(SmallEngineConfig(FeatureMap::kElu1), DType::kFloat64);
+  const PerformerModel model = MustCreateModel(SmallEngineConfig(FeatureMap::kElu1), DType::kFloat64, 5);
   const PackedBatch batch = FiveDocumentStream(model.config().vocab);
   for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
     Plan plan;

@@ -80,10 +80,10 @@ absl::StatusOr<Schedule> CheckedSchedule(const Plan& plan, int64_t length, const
   return schedule;
 }
 
-// Ordinary back-propagation over the whole stream: the reference gradient.
+// Ordinary back-propagation over the whole stream: the reference gradient, by hand when `by_hand`
+// (explicit_backprop.h; the caller has checked that it applies), through autograd otherwise.
 double FullGradient(const Context& ctx, const PackedBatch& batch, const at::Device& device,
-                    const at::TensorOptions& options, int64_t normalizer, bool explicit_backprop,
-                    int64_t* slice_forwards) {
+                    const at::TensorOptions& options, int64_t normalizer, bool by_hand, int64_t* slice_forwards) {
   const Stretch stretch = internal::MakeStretch(batch, 0, batch.size(), device);
   const ModelConfig& c = ctx.config;
   const Front zero = ZeroFront(c.heads, c.features_per_head(), c.head_dim(), options);
@@ -91,7 +91,7 @@ double FullGradient(const Context& ctx, const PackedBatch& batch, const at::Devi
   const internal::EntryFn no_front = [&](int64_t, const AttentionInputs&) { return zero; };
   const at::Tensor scale = at::full({}, 1.0 / static_cast<double>(normalizer), options);
   *slice_forwards = 1;
-  if (internal::ExplicitBackpropApplies(explicit_backprop, ctx, device, LayerRecompute::kNone)) {
+  if (by_hand) {
     internal::SliceTape tape;
     const at::Tensor loss = internal::ExplicitForward(ctx, stretch, zero, no_front, &exit, &tape);
     internal::ExplicitBackward(ctx, stretch, zero, tape, scale, /*exit_grad=*/{}, /*reads_entry=*/false);
@@ -181,10 +181,10 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       // Nothing is predicted (every document is one token long): the loss and its gradient are 0.
       result.loss_sum = 0;
     } else if (plan.slice == 0) {
-      result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, options.explicit_backprop,
-                                     &result.slice_forwards);
       result.explicit_backprop =
           internal::ExplicitBackpropApplies(options.explicit_backprop, ctx, device, LayerRecompute::kNone);
+      result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, result.explicit_backprop,
+                                     &result.slice_forwards);
     } else {
       SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer,
                          options.explicit_backprop);

@@ -16,6 +16,7 @@
 #include "performer/gradient_engine.h"
 #include "performer/model_config.h"
 #include "performer/packed_batch.h"
+#include "performer/performer_model.h"
 
 namespace slimfit::performer {
 
@@ -53,6 +54,13 @@ inline ModelConfig SmallEngineConfig(FeatureMap map, LayerNormPlacement ln = Lay
   config.feature_multiplier = map == FeatureMap::kFavor ? 2 : 1;
   config.layernorm = ln;
   return config;
+}
+
+// PerformerModel::Create on the CPU, failing the test on an error.
+inline PerformerModel MustCreateModel(const ModelConfig& config, DType dtype, uint64_t seed) {
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, at::kCPU, seed);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *std::move(model);
 }
 
 // 120 tokens in five documents, one of a single token: long runs of slices without a document

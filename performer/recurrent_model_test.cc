@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
+#include "performer/gradient_engine_test_cases.h"
 
 namespace slimfit::performer {
 namespace {
@@ -17,25 +18,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr uint64_t kFeatureSeed = 11;
-
-ModelConfig SmallConfig(FeatureMap map, LayerNormPlacement ln) {
-  ModelConfig config;
-  config.vocab = 37;
-  config.d_model = 16;
-  config.layers = 2;
-  config.heads = 2;
-  config.d_ff = 24;
-  config.feature_map = map;
-  config.feature_multiplier = map == FeatureMap::kFavor ? 2 : 1;
-  config.layernorm = ln;
-  return config;
-}
-
-PerformerModel MustCreate(const ModelConfig& config) {
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, /*seed=*/5);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return *std::move(model);
-}
 
 // 90 tokens in five documents, one of a single token; boundaries fall inside most stretches.
 PackedBatch PackedStream(int64_t vocab) {
@@ -58,11 +40,11 @@ double EngineLossSum(const PerformerModel& model, const PackedBatch& batch) {
 
 class RecurrentModelTest : public ::testing::TestWithParam<std::tuple<FeatureMap, LayerNormPlacement>> {
  protected:
-  ModelConfig Config() const { return SmallConfig(std::get<0>(GetParam()), std::get<1>(GetParam())); }
+  ModelConfig Config() const { return SmallEngineConfig(std::get<0>(GetParam()), std::get<1>(GetParam())); }
 };
 
 TEST_P(RecurrentModelTest, ScoreEqualsTheGradientEnginesLossForEveryStretch) {
-  const PerformerModel model = MustCreate(Config());
+  const PerformerModel model = MustCreateModel(Config(), DType::kFloat64, /*seed=*/5);
   const PackedBatch batch = PackedStream(model.config().vocab);
   const double want = EngineLossSum(model, batch);
   for (int64_t stretch : {1, 7, 23, 64, 90, 1000}) {
@@ -78,7 +60,7 @@ TEST_P(RecurrentModelTest, ScoreEqualsTheGradientEnginesLossForEveryStretch) {
 }
 
 TEST_P(RecurrentModelTest, TokenByTokenLogProbabilitiesGiveTheSameLossAsScoring) {
-  const PerformerModel model = MustCreate(Config());
+  const PerformerModel model = MustCreateModel(Config(), DType::kFloat64, /*seed=*/5);
   const PackedBatch stream = PackedStream(model.config().vocab);
   const std::vector<int64_t> document(stream.tokens.begin(), stream.tokens.begin() + 23);
   ForwardOptions options;
@@ -100,7 +82,7 @@ TEST_P(RecurrentModelTest, TokenByTokenLogProbabilitiesGiveTheSameLossAsScoring)
 }
 
 TEST_P(RecurrentModelTest, APromptAtOnceEqualsThePromptTokenByToken) {
-  const PerformerModel model = MustCreate(Config());
+  const PerformerModel model = MustCreateModel(Config(), DType::kFloat64, /*seed=*/5);
   const PackedBatch stream = PackedStream(model.config().vocab);
   const std::vector<int64_t> prompt(stream.tokens.begin(), stream.tokens.begin() + 20);
   ForwardOptions options;
@@ -132,8 +114,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(RecurrentModel, StateIsTheFrontsWhateverTheLength) {
-  const ModelConfig config = SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
-  const PerformerModel model = MustCreate(config);
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
+  const PerformerModel model = MustCreateModel(config, DType::kFloat64, /*seed=*/5);
   absl::StatusOr<RecurrentModel> decoder = RecurrentModel::Create(model);
   ASSERT_TRUE(decoder.ok());
   const int64_t front_bytes = config.layers * config.front_elements_per_layer() * 8;  // float64
@@ -145,7 +127,7 @@ TEST(RecurrentModel, StateIsTheFrontsWhateverTheLength) {
 }
 
 TEST(RecurrentModel, ResetStartsANewDocument) {
-  const PerformerModel model = MustCreate(SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost));
+  const PerformerModel model = MustCreateModel(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, /*seed=*/5);
   absl::StatusOr<RecurrentModel> fresh = RecurrentModel::Create(model);
   absl::StatusOr<RecurrentModel> reused = RecurrentModel::Create(model);
   ASSERT_TRUE(fresh.ok() && reused.ok());
@@ -159,7 +141,7 @@ TEST(RecurrentModel, ResetStartsANewDocument) {
 }
 
 TEST(RecurrentModel, BadTokensAreRefusedAndLeaveTheStateAsItWas) {
-  const PerformerModel model = MustCreate(SmallConfig(FeatureMap::kSqr, LayerNormPlacement::kPost));
+  const PerformerModel model = MustCreateModel(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, /*seed=*/5);
   absl::StatusOr<RecurrentModel> decoder = RecurrentModel::Create(model);
   ASSERT_TRUE(decoder.ok());
   ASSERT_TRUE(decoder->Feed({1, 2}).ok());
