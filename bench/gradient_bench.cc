@@ -38,6 +38,7 @@
 #include "performer/model_checkpoint.h"
 #include "performer/matrix_products.h"
 #include "performer/performer_model.h"
+#include "performer/prefix_attention_blocks.h"
 #include "performer/prefix_attention_cpu.h"
 
 ABSL_FLAG(std::string, seq_len, "4096", "sequence lengths L, comma-separated");
@@ -75,11 +76,18 @@ ABSL_FLAG(std::string, tokens, "", "file whose raw bytes are the token sequence"
 ABSL_FLAG(std::string, format, "json", "json (one object per configuration) or table (for people)");
 ABSL_FLAG(bool, forward_copies, true,
           "keep contiguous forward copies of the FFN and output weights (Plan::copy_forward_weights)");
+ABSL_FLAG(bool, parallel_prefix, true,
+          "on devices other than the CPU, compute the chunked prefix sums' blocks a group at a time "
+          "(prefix_attention_blocks.h); false walks them one by one, as the CPU does");
 ABSL_FLAG(bool, fused_prefix, true,
           "run the chunked prefix sums in the fused CPU kernels (float32 on a CPU, builds with oneDNN)");
 ABSL_FLAG(std::string, slice_replay, "auto",
           "auto (CUDA graphs for repeated slices on a GPU, in builds that have them), off, or rerun "
           "(the replay path without capture)");
+ABSL_FLAG(bool, bf16_products, false,
+          "mixed precision: the linear maps' matrix products in bfloat16, the rest in float32 "
+          "(GradientOptions::bf16_products; needs --dtype=float32); --check_full then compares with the "
+          "float32 gradient");
 ABSL_FLAG(bool, explicit_backprop, true,
           "run slices' forward and backward by hand where the engine can (GradientOptions::explicit_backprop); "
           "false: autograd. --check_full's reference is always autograd's full back-propagation");
@@ -187,6 +195,7 @@ absl::Status Run() {
   base.threads = absl::GetFlag(FLAGS_threads);
   base.copy_forward_weights = absl::GetFlag(FLAGS_forward_copies);
   performer::EnableFusedPrefixKernels(absl::GetFlag(FLAGS_fused_prefix));
+  performer::EnableBlockParallelPrefix(absl::GetFlag(FLAGS_parallel_prefix));
   base::RetainFreedHeapMemory();
   if (absl::Status s = ConfigureCpuThreads(base.threads, performer::ToScalarType(base.dtype)); !s.ok()) return s;
   if (absl::GetFlag(FLAGS_torch_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_torch_threads));
@@ -224,6 +233,7 @@ absl::Status Run() {
   options.feature_seed = seed;
   options.dp_schedule = planner::ScheduleForPlan;
   options.explicit_backprop = absl::GetFlag(FLAGS_explicit_backprop);
+  options.bf16_products = absl::GetFlag(FLAGS_bf16_products);
   const std::string replay = absl::GetFlag(FLAGS_slice_replay);
   if (replay == "auto") {
     options.slice_replay = SliceReplay::kAuto;
@@ -247,6 +257,7 @@ absl::Status Run() {
       full.recompute = LayerRecompute::kNone;
       GradientOptions autograd = options;
       autograd.explicit_backprop = false;
+      autograd.bf16_products = false;  // the float32 gradient: what bfloat16 products approximate
       absl::StatusOr<GradientResult> reference = ComputeGradient(*model, *batch, full, autograd);
       if (!reference.ok()) return reference.status();
       full_gradient = reference->gradients;
@@ -277,7 +288,7 @@ absl::Status Run() {
           R"("start_bytes": %d, "param_bytes": %d, "grad_bytes": %d, "working_bytes": %d, "loss": %.9g, "tokens": %d, )"
           R"("slice_forwards": %d, "stored_fronts": %d, "gflops": %.2f, "products": "%s", "forward_copies": %s, )"
           R"("fused_prefix": %s, "slice_replay": "%s", "replayed_slices": %d, "graph_pool_bytes": %d, )"
-          R"("explicit_backprop": %s)",
+          R"("explicit_backprop": %s, "bf16_products": %s, "parallel_prefix": %s)",
           length, slice, PrefixModeName(plan.prefix_mode), plan.block, FrontPolicyName(plan.front_policy),
           LayerRecomputeName(plan.recompute),
           DTypeName(plan.dtype), at::get_num_threads(), BlasThreads(), config.d_model, config.layers, config.heads, config.d_ff,
@@ -289,7 +300,9 @@ absl::Status Run() {
           device.is_cpu() && plan.dtype == DType::kFloat32 && performer::OneDnnProducts() ? "onednn" : "libtorch",
           CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights ? "true" : "false",
           absl::GetFlag(FLAGS_fused_prefix) && performer::OneDnnProducts() ? "true" : "false", replay,
-          last.replayed_slices, last.graph_pool_bytes, last.explicit_backprop ? "true" : "false");
+          last.replayed_slices, last.graph_pool_bytes, last.explicit_backprop ? "true" : "false",
+          options.bf16_products ? "true" : "false",
+          !device.is_cpu() && performer::BlockParallelPrefixEnabled() ? "true" : "false");
       if (!last.replay_fallback.empty()) {
         absl::StrAppend(&json, R"(, "replay_fallback": )", nlohmann::json(last.replay_fallback).dump());
       }

@@ -338,6 +338,7 @@ bool ExplicitBackpropApplies(bool wanted, const Context& ctx, const at::Device& 
   if (!wanted || !device.is_cpu() || recompute != LayerRecompute::kNone) return false;
   if (ctx.mode != PrefixMode::kChunked || ctx.config.feature_map == FeatureMap::kFavor) return false;
   if (ctx.weights.gradient_sink == nullptr || ctx.weights.layers.empty()) return false;
+  if (ctx.weights.products != at::ScalarType::Undefined) return false;  // mixed precision: autograd
   for (const LayerWeights& w : ctx.weights.layers) {
     if (w.gradient_sink == nullptr || !w.qkv_weight_t.defined()) return false;
   }

@@ -16,7 +16,8 @@
 //
 // Served: the CPU, float32 and float64, the relu / elu+1 / sqr feature maps, pre- and post-LN,
 // the chunked prefix mode, no layer recomputation. Everything else (favor+, the cumsum reference
-// mode, layer recomputation, CUDA, where slices may replay as graphs) keeps the autograd path.
+// mode, layer recomputation, bfloat16 products, CUDA, where slices may replay as graphs) keeps the
+// autograd path.
 //
 // Thread safety: as SliceRunner (one thread; reads the Context it is given).
 #ifndef SLIMFIT_PERFORMER_EXPLICIT_BACKPROP_H_

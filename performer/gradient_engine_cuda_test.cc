@@ -3,6 +3,7 @@
 // its working memory stays flat in L. Every test skips (GTEST_SKIP) when LibTorch has no CUDA or no
 // device is present, so the suite passes unchanged on CPU-only machines; scripts/cuda/ builds and
 // runs it against a CUDA LibTorch.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -199,6 +200,33 @@ TEST(CudaGradientTest, FewOrLargeSlicesRunOpByOp) {
   Plan few;
   few.slice = 16;  // 4 slices
   EXPECT_EQ(MustCompute(*model, Stream(64, config.vocab, /*documents=*/false), few).replayed_slices, 0);
+}
+
+// Mixed precision on the device (bfloat16 products, the matrix units' format): the float32 gradient
+// to bfloat16 rounding, full and sliced, with slices replayed as CUDA graphs where they would be;
+// the lower bound checks that bfloat16 really ran.
+TEST(CudaGradientTest, Bf16ProductsGiveTheFloatGradientToBf16Rounding) {
+  SKIP_WITHOUT_CUDA();
+  const ModelConfig config = Config(FeatureMap::kElu1, LayerNormPlacement::kPre);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, kCuda, 2);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const PackedBatch batch = Stream(1024, config.vocab);
+  Plan full;
+  const GradientResult want = MustCompute(*model, batch, full);
+  GradientOptions bf16;
+  bf16.bf16_products = true;
+  const GradientResult mixed = MustCompute(*model, batch, full, bf16);
+  const double full_error = RelativeDiscrepancy(mixed.gradients, want.gradients);
+  EXPECT_GT(full_error, 1e-4) << "no bfloat16 rounding seen";
+  EXPECT_LT(full_error, 2e-2);
+  for (int64_t slice : {int64_t{16}, int64_t{64}, int64_t{512}}) {
+    Plan plan;
+    plan.slice = slice;
+    const GradientResult sliced = MustCompute(*model, batch, plan, bf16);
+    EXPECT_LT(RelativeDiscrepancy(sliced.gradients, want.gradients), std::min(3 * full_error, 2e-2)) << "C=" << slice;
+    EXPECT_NEAR(sliced.loss(), want.loss(), 1e-3 * want.loss()) << "C=" << slice;
+    if (ReplayableWork::CudaGraphsBuilt() && slice <= 256) EXPECT_GT(sliced.replayed_slices, 0) << "C=" << slice;
+  }
 }
 
 TEST(CudaGradientTest, MemoryStatisticsCountTheDevicesAllocations) {

@@ -1,6 +1,7 @@
 #include "performer/gradient_engine.h"
 #include "performer/gradient_engine_test_cases.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -133,6 +134,47 @@ TEST(GradientEngineTest, FloatGradientMatchesTheDoubleGradientOfTheSameWeights) 
       }
     }
   }
+}
+
+// Mixed precision (GradientOptions::bf16_products): the float32 gradient to bfloat16 rounding at
+// every C — fronts and their subtraction stay in float32. Slicing is then gradient accumulation
+// over slices in mixed precision: each slice's weight-gradient product is rounded to bfloat16 before
+// it is summed in float32, so small C may land a little further from the float32 gradient than the
+// full bfloat16 gradient does (up to 2.1× at C = 1 here), never beyond bfloat16's rounding. The
+// lower bound checks that the products really ran in bfloat16.
+TEST(GradientEngineTest, Bf16ProductsGiveTheFloatGradientToBf16RoundingAtEveryC) {
+  for (FeatureMap map : {FeatureMap::kElu1, FeatureMap::kSqr}) {
+    const ModelConfig config = SmallEngineConfig(map, LayerNormPlacement::kPre);
+    const PerformerModel model = MustCreateModel(config, DType::kFloat32, /*seed=*/5);
+    const PackedBatch batch = FiveDocumentStream(config.vocab);
+    const GradientResult want = MustCompute(model, batch, SlicedPlan(0));
+    GradientOptions bf16;
+    bf16.bf16_products = true;
+    const GradientResult full = MustCompute(model, batch, SlicedPlan(0), bf16);
+    EXPECT_FALSE(full.explicit_backprop);
+    const double full_error = RelativeDiscrepancy(full.gradients, want.gradients);
+    EXPECT_GT(full_error, 1e-4) << FeatureMapName(map) << ": no bfloat16 rounding seen";
+    EXPECT_LT(full_error, 2e-2) << FeatureMapName(map);
+    EXPECT_NEAR(full.loss(), want.loss(), 1e-3 * want.loss());
+    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
+      for (int64_t slice : {1, 16, 40}) {
+        Plan plan = SlicedPlan(slice);
+        plan.front_policy = policy;
+        const GradientResult sliced = MustCompute(model, batch, plan, bf16);
+        const double error = RelativeDiscrepancy(sliced.gradients, want.gradients);
+        EXPECT_LT(error, std::min(3 * full_error, 2e-2))
+            << FeatureMapName(map) << " " << FrontPolicyName(policy) << " C=" << slice;
+        EXPECT_NEAR(sliced.loss(), want.loss(), 1e-3 * want.loss()) << FeatureMapName(map) << " C=" << slice;
+      }
+    }
+  }
+  const PerformerModel f64 = MustCreateModel(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, 5);
+  GradientOptions bf16;
+  bf16.bf16_products = true;
+  absl::StatusOr<GradientResult> refused =
+      ComputeGradient(f64, FiveDocumentStream(37), SlicedPlan(0, DType::kFloat64), bf16);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("float32"));
 }
 
 TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {

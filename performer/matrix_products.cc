@@ -149,4 +149,25 @@ void AccumulateProduct(at::Tensor& out, const at::Tensor& a, const at::Tensor& b
   out.addmm_(a, b);
 }
 
+namespace {
+
+bool Reduced(at::ScalarType compute, const at::Tensor& a) {
+  return compute != at::ScalarType::Undefined && compute != a.scalar_type();
+}
+
+}  // namespace
+
+at::Tensor AddBiasProductIn(at::ScalarType compute, const at::Tensor& bias, const at::Tensor& a,
+                            const at::Tensor& b) {
+  if (!Reduced(compute, a)) return AddBiasProduct(bias, a, b);
+  const at::Tensor product =
+      bias.defined() ? at::addmm(bias.to(compute), a.to(compute), b.to(compute)) : at::mm(a.to(compute), b.to(compute));
+  return product.to(a.scalar_type());
+}
+
+void AccumulateProductIn(at::ScalarType compute, at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  if (!Reduced(compute, a)) return AccumulateProduct(out, a, b);
+  out.add_(at::mm(a.to(compute), b.to(compute)));
+}
+
 }  // namespace slimfit::performer

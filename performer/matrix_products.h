@@ -35,6 +35,14 @@ at::Tensor Product(const at::Tensor& a, const at::Tensor& b);
 // out += a·b, in place. REQUIRES: out [m, n], a [m, k], b [k, n].
 void AccumulateProduct(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 
+// Mixed precision: the products above with their operands rounded to `compute` (bfloat16: a GPU's
+// matrix units, accumulating in float32 inside the BLAS), the product rounded to `compute` and
+// returned in a's dtype; AccumulateProductIn adds it to `out` in out's dtype. With `compute`
+// Undefined or a's own dtype they are AddBiasProduct and AccumulateProduct. The rounding records
+// autograd history like any LibTorch op.
+at::Tensor AddBiasProductIn(at::ScalarType compute, const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b);
+void AccumulateProductIn(at::ScalarType compute, at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
+
 // True when float32 CPU products go to oneDNN in this build; for reports and thread settings.
 bool OneDnnProducts();
 

@@ -84,6 +84,29 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MatrixProductsTest, ::testing::Values(at::kFloa
 
 // The Bazel build links oneDNN (its test target defines SLIMFIT_EXPECT_ONEDNN): a build that lost it
 // would run every float32 product on the slow path without another symptom.
+// Mixed precision: operands rounded to bfloat16, the product rounded to bfloat16 and returned in
+// float32; accumulation into a float32 buffer; Undefined or the operands' own dtype is the plain
+// product.
+TEST(MatrixProducts, ReducedPrecisionProductsRoundTheOperandsAndTheProduct) {
+  at::manual_seed(9);
+  const at::Tensor a = at::randn({7, 33}), b = at::randn({33, 5}), bias = at::randn({5});
+  const at::Tensor got = AddBiasProductIn(at::kBFloat16, bias, a, b);
+  EXPECT_EQ(got.scalar_type(), at::kFloat);
+  const at::Tensor want =
+      at::addmm(bias.to(at::kBFloat16), a.to(at::kBFloat16), b.to(at::kBFloat16)).to(at::kFloat);
+  EXPECT_TRUE(at::equal(got, want));
+  const at::Tensor exact = at::addmm(bias, a, b);
+  EXPECT_GT((got - exact).abs().max().item<double>(), 1e-4);  // bfloat16 really ran
+  EXPECT_TRUE(at::allclose(got, exact, 3e-2, 3e-2));
+  EXPECT_TRUE(at::allclose(AddBiasProductIn(at::ScalarType::Undefined, bias, a, b), exact, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(AddBiasProductIn(at::kFloat, at::Tensor(), a, b), at::mm(a, b), 1e-5, 1e-5));
+
+  at::Tensor out = at::ones({7, 5});
+  AccumulateProductIn(at::kBFloat16, out, a, b);
+  EXPECT_EQ(out.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(out, 1 + at::mm(a.to(at::kBFloat16), b.to(at::kBFloat16)).to(at::kFloat)));
+}
+
 #ifdef SLIMFIT_EXPECT_ONEDNN
 TEST(MatrixProducts, ThisBuildUsesOneDnn) { EXPECT_TRUE(OneDnnProducts()); }
 #endif

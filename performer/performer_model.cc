@@ -27,12 +27,13 @@ class LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& forward_t, const at::Tensor& bias,
                             const at::Tensor& sink_weight_t, const at::Tensor& sink_bias,
-                            const std::vector<at::Tensor>& pieces) {
+                            const std::vector<at::Tensor>& pieces, at::ScalarType products) {
     ctx->save_for_backward({x});
     ctx->saved_data["pieces"] = pieces;
     ctx->saved_data["sink_weight_t"] = sink_weight_t;
     ctx->saved_data["sink_bias"] = sink_bias;
-    return AddBiasProduct(bias, x, forward_t);
+    ctx->saved_data["products"] = static_cast<int64_t>(products);
+    return AddBiasProductIn(products, bias, x, forward_t);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -40,11 +41,13 @@ class LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
     const at::Tensor& g = grads[0];
     at::Tensor sink_weight_t = ctx->saved_data["sink_weight_t"].toTensor();
     at::Tensor sink_bias = ctx->saved_data["sink_bias"].toTensor();
-    AccumulateProduct(sink_weight_t, x.t(), g);
+    const auto products = static_cast<at::ScalarType>(ctx->saved_data["products"].toInt());
+    AccumulateProductIn(products, sink_weight_t, x.t(), g);
     sink_bias.add_(g.sum(0));
-    const at::Tensor grad_x =
-        x.requires_grad() ? LinearInputGradient(g, ctx->saved_data["pieces"].toTensorVector()) : at::Tensor();
-    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const at::Tensor grad_x = x.requires_grad()
+                                  ? LinearInputGradient(g, ctx->saved_data["pieces"].toTensorVector(), products)
+                                  : at::Tensor();
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -70,9 +73,9 @@ class EmbeddingIntoSink : public torch::autograd::Function<EmbeddingIntoSink> {
 // Without a sink, LibTorch's autograd (when recording) sees an ordinary product.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& forward_t, const at::Tensor& bias,
                   const std::vector<at::Tensor>& pieces, const at::Tensor* sink_weight_t,
-                  const at::Tensor* sink_bias) {
-  if (sink_weight_t == nullptr) return AddBiasProduct(bias, x, forward_t);
-  return LinearIntoSink::apply(x, forward_t, bias, *sink_weight_t, *sink_bias, pieces);
+                  const at::Tensor* sink_bias, at::ScalarType products) {
+  if (sink_weight_t == nullptr) return AddBiasProductIn(products, bias, x, forward_t);
+  return LinearIntoSink::apply(x, forward_t, bias, *sink_weight_t, *sink_bias, pieces, products);
 }
 
 std::string ShapeString(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
@@ -83,15 +86,21 @@ at::ScalarType ToScalarType(DType dtype) {
   return dtype == DType::kFloat32 ? at::kFloat : at::kDouble;
 }
 
-at::Tensor LinearInputGradient(const at::Tensor& g, const std::vector<at::Tensor>& pieces) {
+void SetProductDType(ModelWeights* weights, at::ScalarType products) {
+  weights->products = products;
+  for (LayerWeights& w : weights->layers) w.products = products;
+}
+
+at::Tensor LinearInputGradient(const at::Tensor& g, const std::vector<at::Tensor>& pieces,
+                               at::ScalarType products) {
   at::Tensor grad_x;
   int64_t column = 0;
   for (const at::Tensor& piece : pieces) {
     const at::Tensor part = g.narrow(1, column, piece.size(1));
     if (grad_x.defined()) {
-      AccumulateProduct(grad_x, part, piece.t());
+      AccumulateProductIn(products, grad_x, part, piece.t());
     } else {
-      grad_x = Product(part, piece.t());
+      grad_x = AddBiasProductIn(products, at::Tensor(), part, piece.t());
     }
     column += piece.size(1);
   }
@@ -358,8 +367,9 @@ AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& w, const a
   const LayerWeights* sink = w.gradient_sink;
   auto linear = [&](const at::Tensor& forward_t, const at::Tensor& bias, const std::vector<at::Tensor>& pieces,
                     const at::Tensor LayerWeights::*sink_weight, const at::Tensor LayerWeights::*sink_bias) {
-    return sink == nullptr ? Linear(h, forward_t, bias, pieces, nullptr, nullptr)
-                           : Linear(h, forward_t, bias, pieces, &(sink->*sink_weight), &(sink->*sink_bias));
+    return sink == nullptr ? Linear(h, forward_t, bias, pieces, nullptr, nullptr, w.products)
+                           : Linear(h, forward_t, bias, pieces, &(sink->*sink_weight), &(sink->*sink_bias),
+                                    w.products);
   };
   at::Tensor q, k, v;
   if (w.qkv_weight_t.defined()) {
@@ -395,10 +405,11 @@ at::Tensor LayerG(const ModelConfig& config, const LayerWeights& w, const at::Te
   const LayerWeights* sink = w.gradient_sink;
   const at::Tensor hidden =
       at::gelu(Linear(ffn_input, ForwardOperand(w.ffn_in_forward_t, w.ffn_in_weight_t), w.ffn_in_bias,
-                      {w.ffn_in_weight_t}, sink ? &sink->ffn_in_weight_t : nullptr, sink ? &sink->ffn_in_bias : nullptr));
+                      {w.ffn_in_weight_t}, sink ? &sink->ffn_in_weight_t : nullptr, sink ? &sink->ffn_in_bias : nullptr,
+                      w.products));
   at::Tensor ffn = Linear(hidden, ForwardOperand(w.ffn_out_forward_t, w.ffn_out_weight_t), w.ffn_out_bias,
                           {w.ffn_out_weight_t}, sink ? &sink->ffn_out_weight_t : nullptr,
-                          sink ? &sink->ffn_out_bias : nullptr);
+                          sink ? &sink->ffn_out_bias : nullptr, w.products);
   if (post) ffn = at::layer_norm(ffn, {config.d_model}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
   return x + ffn;
 }
@@ -410,7 +421,7 @@ at::Tensor CrossEntropySum(const ModelWeights& weights, const at::Tensor& x,
   const at::Tensor logits =
       Linear(x.index_select(0, target_rows), ForwardOperand(weights.output_forward_t, weights.output_weight_t),
              weights.output_bias, {weights.output_weight_t}, sink ? &sink->output_weight_t : nullptr,
-             sink ? &sink->output_bias : nullptr);
+             sink ? &sink->output_bias : nullptr, weights.products);
   return at::nll_loss(at::log_softmax(logits, 1), targets, {}, at::Reduction::Sum);
 }
 

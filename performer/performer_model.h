@@ -55,6 +55,11 @@ struct LayerWeights {
   // layout) during back-propagation, with one addmm_ and no temporary gradient per weight, instead
   // of flowing to the weights' .grad. The gradient engine uses this to accumulate over slices.
   const LayerWeights* gradient_sink = nullptr;
+  // The dtype the linear maps' matrix products run in (forward, input and weight gradients):
+  // Undefined for the weights' own; bfloat16 for mixed precision (matrix_products.h,
+  // AddBiasProductIn). Everything else — features, prefix sums and fronts, LayerNorm, GELU, the
+  // loss, the gradient sums — stays in the weights' dtype.
+  at::ScalarType products = at::ScalarType::Undefined;
 };
 
 // The model's named pieces over a parameter list in compute layout (tensors share storage).
@@ -67,7 +72,11 @@ struct ModelWeights {
   at::Tensor position_frequencies;
   // As LayerWeights::gradient_sink, for the embedding and the output map.
   const ModelWeights* gradient_sink = nullptr;
+  at::ScalarType products = at::ScalarType::Undefined;  // as LayerWeights::products, for the output map
 };
+
+// Sets `products` (LayerWeights::products) on the model's weights and every layer's.
+void SetProductDType(ModelWeights* weights, at::ScalarType products);
 
 // Canonical parameter names and shapes, in the model's order.
 std::vector<std::string> ParameterNames(const ModelConfig& config);
@@ -171,7 +180,9 @@ inline constexpr double kDenominatorEps = 1e-16;  // as the reference: num / (de
 // The input gradient of a linear map whose weight, in compute layout [in, out], is split along its
 // output columns into `pieces` (one piece, or q | k | v): dx = Σ g[:, piece's columns]·pieceᵀ.
 // Each pieceᵀ is then the parameter's own [out, in] storage, the layout the product wants.
-at::Tensor LinearInputGradient(const at::Tensor& g, const std::vector<at::Tensor>& pieces);
+// `products` as LayerWeights::products.
+at::Tensor LinearInputGradient(const at::Tensor& g, const std::vector<at::Tensor>& pieces,
+                               at::ScalarType products = at::ScalarType::Undefined);
 
 // x0 for tokens [S] (int64) at document positions [S] (int64): [S, d_model].
 at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights,

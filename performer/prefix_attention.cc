@@ -5,6 +5,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "performer/prefix_attention_blocks.h"
 #include "performer/prefix_attention_cpu.h"
 
 namespace slimfit::performer {
@@ -80,6 +81,10 @@ PrefixAttentionResult ChunkedPrefixForward(const at::Tensor& q, const at::Tensor
     FusedPrefixForward out = FusedPrefixForwardCpu(q, k, v, r0, z0, block);
     return {out.numerator, out.denominator, Front{out.end_numerator, out.end_denominator}};
   }
+  if (!q.device().is_cpu() && BlockParallelPrefixEnabled()) {
+    BlockPrefixForward out = BlockParallelPrefixForward(q, k, v, r0, z0, block);
+    return {out.numerator, out.denominator, Front{out.end_numerator, out.end_denominator}};
+  }
   at::Tensor r = r0;
   at::Tensor z = z0;
   const int64_t rows = q.size(1);
@@ -106,6 +111,11 @@ PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, 
   if (FusedPrefixApplies(q, k, v, start.numerator, start.denominator)) {
     FusedPrefixGradients g = FusedPrefixBackwardCpu(q, k, v, start.numerator, start.denominator, block, grad_num,
                                                     grad_den, grad_end.numerator, grad_end.denominator);
+    return {g.q, g.k, g.v, Front{g.r0, g.z0}};
+  }
+  if (!q.device().is_cpu() && BlockParallelPrefixEnabled()) {
+    BlockPrefixGradients g = BlockParallelPrefixBackward(q, k, v, start.numerator, start.denominator, block, grad_num,
+                                                         grad_den, grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};
   }
   const int64_t rows = q.size(1);

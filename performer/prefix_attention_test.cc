@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "performer/matrix_products.h"
+#include "performer/prefix_attention_blocks.h"
 #include "performer/prefix_attention_cpu.h"
 
 namespace slimfit::performer {
@@ -160,6 +161,57 @@ TEST(PrefixAttentionTest, FrontWithoutRecoversTheFrontBeforeAStretch) {
   const Front before64 = FrontWithout(after, k, v);
   EXPECT_LT(RelativeError(before64.numerator, start.numerator), 1e-12);
   EXPECT_LT(RelativeError(before64.denominator, start.denominator), 1e-12);
+}
+
+// The block-parallel form (prefix_attention_blocks.h, what CUDA runs) against the defining sums and
+// against the block-by-block form's gradients (ChunkedPrefixBackward on the CPU in float64): one
+// block, blocks that divide the rows and blocks that do not, a block larger than the rows, more
+// blocks than one group holds (several groups carrying the front forwards and its gradient
+// backwards), and inputs whose rows are not contiguous.
+TEST(PrefixAttentionTest, BlockParallelFormMatchesTheDefinitionAndTheBlockByBlockGradients) {
+  at::manual_seed(7);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const int64_t heads = 3, features = 4, dim = 5;
+  for (auto [rows, block] : {std::pair<int64_t, int64_t>{37, 1}, {37, 4}, {37, 16}, {32, 16}, {37, 64},
+                             {2 * kBlocksPerGroup + 9, 1}, {3 * kBlocksPerGroup * 2, 2}}) {
+    for (bool interleaved : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, block " << block << ", interleaved " << interleaved);
+      at::Tensor q = at::rand({heads, rows, features}, f64), k = at::rand({heads, rows, features}, f64);
+      at::Tensor v = at::randn({heads, rows, dim}, f64);
+      if (interleaved) {
+        q = q.permute({1, 0, 2}).contiguous().permute({1, 0, 2});
+        k = k.permute({1, 0, 2}).contiguous().permute({1, 0, 2});
+        v = v.permute({1, 0, 2}).contiguous().permute({1, 0, 2});
+      }
+      const Front start{at::rand({heads, features, dim}, f64), at::rand({heads, features}, f64)};
+      const PrefixAttentionResult want = Naive(q, k, v, start);
+      const BlockPrefixForward got = BlockParallelPrefixForward(q, k, v, start.numerator, start.denominator, block);
+      EXPECT_LT(RelativeError(got.numerator, want.numerator), 1e-13);
+      EXPECT_LT(RelativeError(got.denominator, want.denominator), 1e-13);
+      EXPECT_LT(RelativeError(got.end_numerator, want.end.numerator), 1e-13);
+      EXPECT_LT(RelativeError(got.end_denominator, want.end.denominator), 1e-13);
+
+      const at::Tensor gn = at::randn({heads, rows, dim}, f64), gd = at::randn({heads, rows}, f64);
+      const Front g_end{at::randn({heads, features, dim}, f64), at::randn({heads, features}, f64)};
+      const PrefixGradients by_block = ChunkedPrefixBackward(q, k, v, start, block, gn, gd, g_end);
+      const BlockPrefixGradients parallel = BlockParallelPrefixBackward(
+          q, k, v, start.numerator, start.denominator, block, gn, gd, g_end.numerator, g_end.denominator);
+      EXPECT_LT(RelativeError(parallel.q, by_block.phi_q), 1e-12);
+      EXPECT_LT(RelativeError(parallel.k, by_block.phi_k), 1e-12);
+      EXPECT_LT(RelativeError(parallel.v, by_block.v), 1e-12);
+      EXPECT_LT(RelativeError(parallel.r0, by_block.start.numerator), 1e-12);
+      EXPECT_LT(RelativeError(parallel.z0, by_block.start.denominator), 1e-12);
+    }
+  }
+}
+
+TEST(PrefixAttentionTest, BlockParallelFormRejectsShapesOutsideItsContract) {
+  const at::Tensor q = at::rand({1, 4, 2}), v = at::rand({1, 4, 3});
+  const at::Tensor r = at::zeros({1, 2, 3}), z = at::zeros({1, 2});
+  EXPECT_THROW(BlockParallelPrefixForward(q, q, v, r, z, 0), c10::Error);
+  EXPECT_THROW(BlockParallelPrefixForward(q, q, v, at::zeros({1, 3, 3}), z, 4), c10::Error);
+  EXPECT_THROW(BlockParallelPrefixForward(q, q, v.narrow(1, 0, 3), r, z, 4), c10::Error);
+  EXPECT_THROW(BlockParallelPrefixBackward(q, q, v, r, z, 4, v, at::zeros({1, 3}), r, z), c10::Error);
 }
 
 // With the fused kernels off, float32 goes through the LibTorch form: the switch the benchmark and

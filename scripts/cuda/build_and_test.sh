@@ -103,21 +103,29 @@ fi
 
 if [[ ",$steps," == *",bench,"* ]] && [ -x "$build/gradient_bench" ]; then
   bench="$build/gradient_bench --device=$device --threads=4"
-  # Config A of BENCHMARKS.md: L 4096, d_model 256, 2 layers, 4 heads, d_ff 1024; slices replayed as
-  # CUDA graphs (the default), then op by op, in one file ("slice_replay" tells them apart).
+  # Config A of BENCHMARKS.md: L 4096, d_model 256, 2 layers, 4 heads, d_ff 1024; in one file, told
+  # apart by their fields: slices replayed as CUDA graphs (auto, the default) and op by op; the
+  # chunked prefix sums a group of blocks at a time (the default) and block by block (the form
+  # before it); bfloat16 products (rel_discrepancy then against the float32 gradient).
   : > "$out/bench_config_a.jsonl"
-  for replay in auto off; do
-    $bench --seq_len=4096 --slice=0,1024,512,256,128,64,32,16 --check_full --repeats=5 \
-      --slice_replay=$replay >> "$out/bench_config_a.jsonl" 2>&1 || status=1
+  for variant in "--slice_replay=auto" "--slice_replay=off" "--slice_replay=auto --parallel_prefix=false" \
+      "--slice_replay=off --parallel_prefix=false" "--slice_replay=auto --bf16_products"; do
+    $bench --seq_len=4096 --slice=0,1024,512,256,128,64,32,16 --check_full --repeats=5 $variant \
+      >> "$out/bench_config_a.jsonl" 2>&1 || status=1
   done
   # Long sequences: the sliced peak stays flat in L, full back-propagation's grows.
-  $bench --seq_len=4096,16384,65536 --slice=0,1024,256 --repeats=2 \
-    > "$out/bench_long_l.jsonl" 2>&1 || status=1
+  : > "$out/bench_long_l.jsonl"
+  for variant in "" "--bf16_products"; do
+    $bench --seq_len=4096,16384,65536 --slice=0,1024,256 --repeats=2 $variant \
+      >> "$out/bench_long_l.jsonl" 2>&1 || status=1
+  done
   # A model the size a GPU is for: d_model 1024, 4 layers, 8 heads, d_ff 4096, L 16384.
-  $bench --seq_len=16384 --d_model=1024 --layers=4 --heads=8 --d_ff=4096 \
-    --slice=0,4096,1024,256,64 --check_full --repeats=3 > "$out/bench_large.jsonl" 2>&1 || status=1
-  $bench --seq_len=16384 --d_model=1024 --layers=4 --heads=8 --d_ff=4096 \
-    --slice=1024,256,64 --repeats=3 --slice_replay=off >> "$out/bench_large.jsonl" 2>&1 || status=1
+  large="$bench --seq_len=16384 --d_model=1024 --layers=4 --heads=8 --d_ff=4096 --repeats=3"
+  : > "$out/bench_large.jsonl"
+  for variant in "--check_full" "--check_full --bf16_products" "--parallel_prefix=false"; do
+    $large --slice=0,4096,1024,256,64 $variant >> "$out/bench_large.jsonl" 2>&1 || status=1
+  done
+  $large --slice=1024,256,64 --slice_replay=off >> "$out/bench_large.jsonl" 2>&1 || status=1
   echo "bench: $(cat "$out"/bench_*.jsonl | wc -l) lines"
 fi
 if [[ ",$steps," == *",service,"* ]]; then
