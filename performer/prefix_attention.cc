@@ -71,6 +71,14 @@ PrefixAttentionResult RunSegment(const at::Tensor& q, const at::Tensor& k, const
   return PrefixAttentionResult{out[0], out[1], Front{out[2], out[3]}};
 }
 
+// Whether a segment takes the block-parallel form (prefix_attention_blocks.h): off the CPU, for
+// three blocks or more. A segment of one or two blocks is fewer kernels block by block: on an H100
+// at config A, slices of one block (C ≤ 64) took 15–25% longer in the block-parallel form, two
+// blocks were even, four 30% faster (BENCHMARKS.md, "Prefix sums a group of blocks at a time").
+bool BlockParallel(const at::Tensor& q, int64_t block) {
+  return !q.device().is_cpu() && BlockParallelPrefixEnabled() && q.size(1) > 2 * block;
+}
+
 }  // namespace
 
 PrefixAttentionResult ChunkedPrefixForward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -81,7 +89,7 @@ PrefixAttentionResult ChunkedPrefixForward(const at::Tensor& q, const at::Tensor
     FusedPrefixForward out = FusedPrefixForwardCpu(q, k, v, r0, z0, block);
     return {out.numerator, out.denominator, Front{out.end_numerator, out.end_denominator}};
   }
-  if (!q.device().is_cpu() && BlockParallelPrefixEnabled()) {
+  if (BlockParallel(q, block)) {
     BlockPrefixForward out = BlockParallelPrefixForward(q, k, v, r0, z0, block);
     return {out.numerator, out.denominator, Front{out.end_numerator, out.end_denominator}};
   }
@@ -113,7 +121,7 @@ PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, 
                                                     grad_den, grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};
   }
-  if (!q.device().is_cpu() && BlockParallelPrefixEnabled()) {
+  if (BlockParallel(q, block)) {
     BlockPrefixGradients g = BlockParallelPrefixBackward(q, k, v, start.numerator, start.denominator, block, grad_num,
                                                          grad_den, grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};

@@ -13,8 +13,8 @@
 //    block-start front) inside a custom autograd function that saves only φq, φk, v and the
 //    incoming front, and rebuilds the block fronts during its backward. On the CPU it walks the
 //    blocks one by one (fused float32 kernels, prefix_attention_cpu.h, or LibTorch's ops); on
-//    other devices it computes a group of blocks at once (prefix_attention_blocks.h), since each
-//    LibTorch call there is a kernel launch.
+//    other devices a segment of three blocks or more computes a group of blocks at once
+//    (prefix_attention_blocks.h), since each LibTorch call there is a kernel launch.
 //
 // Shapes: φq, φk: [k, S, M]; v: [k, S, d]; Front numerator [k, M, d], denominator [k, M].
 // All functions are differentiable with respect to φq, φk, v and the incoming front.
