@@ -297,7 +297,9 @@ absl::Status Run() {
           last.peak_bytes - last.start_bytes - param_bytes, last.loss(),
           last.token_count, last.slice_forwards, last.stored_fronts_peak,
           GradientFlops(config, length, plan.block) / median / 1e9,
-          device.is_cpu() && plan.dtype == DType::kFloat32 && performer::OneDnnProducts() ? "onednn" : "libtorch",
+          options.bf16_products                                                                ? "bf16"
+          : device.is_cpu() && plan.dtype == DType::kFloat32 && performer::OneDnnProducts() ? "onednn"
+                                                                                              : "libtorch",
           CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights ? "true" : "false",
           absl::GetFlag(FLAGS_fused_prefix) && performer::OneDnnProducts() ? "true" : "false", replay,
           last.replayed_slices, last.graph_pool_bytes, last.explicit_backprop ? "true" : "false",

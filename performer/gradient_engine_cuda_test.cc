@@ -16,6 +16,7 @@
 #include "performer/gradient_engine.h"
 #include "performer/gradient_engine_test_cases.h"
 #include "performer/memory_tracker.h"
+#include "performer/prefix_attention_blocks.h"
 #include "performer/replayable_work.h"
 
 namespace slimfit::performer {
@@ -226,7 +227,39 @@ TEST(CudaGradientTest, Bf16ProductsGiveTheFloatGradientToBf16Rounding) {
     EXPECT_LT(RelativeDiscrepancy(sliced.gradients, want.gradients), std::min(3 * full_error, 2e-2)) << "C=" << slice;
     EXPECT_NEAR(sliced.loss(), want.loss(), 1e-3 * want.loss()) << "C=" << slice;
     // Only C = 16 has slices without a document start in this stream (starts are 37–65 apart).
-    if (ReplayableWork::CudaGraphsBuilt() && slice == 16) EXPECT_GT(sliced.replayed_slices, 0);
+    if (ReplayableWork::CudaGraphsBuilt() && slice == 16) {
+      EXPECT_GT(sliced.replayed_slices, 0);
+    }
+  }
+}
+
+// The block-parallel prefix sums (prefix_attention_blocks.h) against block by block on the device,
+// with block 16: one long document, whose full gradient walks 128 blocks per layer (two groups),
+// slices of 32 blocks (C = 512) and of 3 (C = 48, replayed as graphs where built), and the same
+// with documents, whose segments start inside slices.
+TEST(CudaGradientTest, BlockParallelPrefixSumsGiveTheBlockByBlockGradient) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+    const ModelConfig config = Config(FeatureMap::kSqr, LayerNormPlacement::kPre);
+    absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, kCuda, 6);
+    ASSERT_TRUE(model.ok()) << model.status();
+    for (bool documents : {false, true}) {
+      const PackedBatch batch = Stream(2048, config.vocab, documents);
+      for (int64_t slice : {int64_t{0}, int64_t{512}, int64_t{48}}) {
+        Plan plan;
+        plan.slice = slice;
+        plan.block = 16;
+        plan.dtype = dtype;
+        EnableBlockParallelPrefix(false);
+        const GradientResult want = MustCompute(*model, batch, plan);
+        EnableBlockParallelPrefix(true);
+        const GradientResult got = MustCompute(*model, batch, plan);
+        const double tolerance = dtype == DType::kFloat64 ? 1e-10 : 1e-5;
+        EXPECT_LE(RelativeDiscrepancy(got.gradients, want.gradients), tolerance)
+            << DTypeName(dtype) << " C=" << slice << " documents " << documents;
+        EXPECT_NEAR(got.loss(), want.loss(), tolerance * want.loss()) << DTypeName(dtype) << " C=" << slice;
+      }
+    }
   }
 }
 

@@ -36,7 +36,8 @@ at::Tensor Product(const at::Tensor& a, const at::Tensor& b);
 void AccumulateProduct(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 
 // Mixed precision: the products above with their operands rounded to `compute` (bfloat16: a GPU's
-// matrix units, accumulating in float32 inside the BLAS), the product rounded to `compute` and
+// matrix units; the BLAS accumulates in float32, or in reduced precision where LibTorch lets
+// cuBLAS do so — its default for bfloat16), the product rounded to `compute` and
 // returned in a's dtype; AccumulateProductIn adds it to `out` in out's dtype. With `compute`
 // Undefined or a's own dtype they are AddBiasProduct and AccumulateProduct. The rounding records
 // autograd history like any LibTorch op.

@@ -84,6 +84,10 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MatrixProductsTest, ::testing::Values(at::kFloa
 
 // The Bazel build links oneDNN (its test target defines SLIMFIT_EXPECT_ONEDNN): a build that lost it
 // would run every float32 product on the slow path without another symptom.
+#ifdef SLIMFIT_EXPECT_ONEDNN
+TEST(MatrixProducts, ThisBuildUsesOneDnn) { EXPECT_TRUE(OneDnnProducts()); }
+#endif
+
 // Mixed precision: operands rounded to bfloat16, the product rounded to bfloat16 and returned in
 // float32; accumulation into a float32 buffer; Undefined or the operands' own dtype is the plain
 // product.
@@ -107,9 +111,6 @@ TEST(MatrixProducts, ReducedPrecisionProductsRoundTheOperandsAndTheProduct) {
   EXPECT_TRUE(at::equal(out, 1 + at::mm(a.to(at::kBFloat16), b.to(at::kBFloat16)).to(at::kFloat)));
 }
 
-#ifdef SLIMFIT_EXPECT_ONEDNN
-TEST(MatrixProducts, ThisBuildUsesOneDnn) { EXPECT_TRUE(OneDnnProducts()); }
-#endif
 
 }  // namespace
 }  // namespace slimfit::performer

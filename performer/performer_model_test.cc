@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -67,6 +68,83 @@ TEST(PerformerModelTest, ReadoutScaleScalesOnlyTheOutputMap) {
     EXPECT_EQ(PerformerModel::Create(Small(), DType::kFloat32, at::kCPU, 9, init).status().code(),
               absl::StatusCode::kInvalidArgument);
   }
+}
+
+// Every linear map honours LayerWeights / ModelWeights::products in its forward and in both halves
+// of its backward — the q|k|v map (LayerF), the FFN's two maps (LayerG), the output map
+// (CrossEntropySum) — against a replica written with explicit bfloat16 casts. A map left in float32
+// differs from the replica by bfloat16's rounding (~1e-3), far above the tolerance.
+TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
+  ModelConfig config;
+  config.vocab = 11;
+  config.d_model = 8;
+  config.layers = 1;
+  config.heads = 2;
+  config.d_ff = 12;
+  config.feature_map = FeatureMap::kRelu;
+  config.layernorm = LayerNormPlacement::kPre;
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 3);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ModelWeights weights = BindWeights(config, ToComputeLayout(model->names(), model->parameters()));
+  PrepareForwardLayouts(&weights, /*copy_all=*/false);
+  std::vector<at::Tensor> zeros;
+  for (const at::Tensor& p : ToComputeLayout(model->names(), model->parameters())) zeros.push_back(at::zeros(p.sizes()));
+  ModelWeights sink = BindWeights(config, zeros);
+  sink.layers[0].qkv_weight_t = at::zeros({8, 24});
+  sink.layers[0].qkv_bias = at::zeros({24});
+  weights.gradient_sink = &sink;
+  weights.layers[0].gradient_sink = &sink.layers[0];
+  SetProductDType(&weights, at::kBFloat16);
+  const LayerWeights& w = weights.layers[0];
+  auto bf = [](const at::Tensor& t) { return t.detach().to(at::kBFloat16); };
+  auto linear16 = [&](const at::Tensor& x, const at::Tensor& wt, const at::Tensor& b) {
+    return at::addmm(bf(b), bf(x), bf(wt)).to(at::kFloat);
+  };
+  auto weight_gradient16 = [&](const at::Tensor& x, const at::Tensor& g) { return at::mm(bf(x.t()), bf(g)).to(at::kFloat); };
+  auto close = [](const at::Tensor& got, const at::Tensor& want) {
+    return at::allclose(got, want, 1e-5, 1e-6 * want.abs().max().item<double>());
+  };
+  at::manual_seed(4);
+
+  // q|k|v: v (no feature map on it) forwards, the fused weight's gradient backwards.
+  const at::Tensor x = at::randn({5, 8}).requires_grad_();
+  const AttentionInputs in = LayerF(config, w, x, at::Tensor());
+  const at::Tensor h = at::layer_norm(x.detach(), {8}, w.norm1_weight, w.norm1_bias, kLayerNormEps);
+  const at::Tensor qkv = linear16(h, w.qkv_weight_t, w.qkv_bias);
+  EXPECT_TRUE(close(in.v, qkv.narrow(1, 16, 8).reshape({5, 2, 4}).transpose(0, 1)));
+  const at::Tensor weight_v = at::randn({2, 5, 4});
+  (in.v * weight_v).sum().backward();
+  const at::Tensor g_qkv = at::cat({at::zeros({5, 16}), weight_v.transpose(0, 1).reshape({5, 8})}, 1);
+  EXPECT_TRUE(close(sink.layers[0].qkv_weight_t, weight_gradient16(h, g_qkv)));
+
+  // The FFN: both maps forwards; backwards the output map's weight gradient, the input gradient
+  // it passes down (through GELU) and the input map's weight gradient.
+  const at::Tensor numerator = at::randn({2, 5, 4}), denominator = at::rand({2, 5}) + 1;
+  const at::Tensor residual = at::randn({5, 8}).requires_grad_();
+  const at::Tensor out = LayerG(config, w, numerator, denominator, residual);
+  const at::Tensor x1 =
+      residual.detach() + (numerator / (denominator.unsqueeze(2) + kDenominatorEps)).transpose(0, 1).reshape({5, 8});
+  const at::Tensor ffn_input = at::layer_norm(x1, {8}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
+  const at::Tensor pre = linear16(ffn_input, w.ffn_in_weight_t, w.ffn_in_bias);
+  const at::Tensor hidden = at::gelu(pre);
+  EXPECT_TRUE(close(out, x1 + linear16(hidden, w.ffn_out_weight_t, w.ffn_out_bias)));
+  const at::Tensor weight_out = at::randn({5, 8});
+  (out * weight_out).sum().backward();
+  EXPECT_TRUE(close(sink.layers[0].ffn_out_weight_t, weight_gradient16(hidden, weight_out)));
+  const at::Tensor g_hidden = at::mm(bf(weight_out), bf(w.ffn_out_weight_t.t())).to(at::kFloat);
+  EXPECT_TRUE(close(sink.layers[0].ffn_in_weight_t, weight_gradient16(ffn_input, at::gelu_backward(g_hidden, pre))));
+
+  // The output map: the loss forwards, its weight gradient backwards.
+  const at::Tensor top = at::randn({5, 8}).requires_grad_();
+  const at::Tensor rows = at::arange(1, 5, at::kLong), targets = at::randint(11, {4}, at::kLong);
+  const at::Tensor loss = CrossEntropySum(weights, top, rows, targets);
+  const at::Tensor logits =
+      linear16(top.detach().index_select(0, rows), weights.output_weight_t, weights.output_bias).requires_grad_();
+  const at::Tensor want_loss = at::nll_loss(at::log_softmax(logits, 1), targets, {}, at::Reduction::Sum);
+  EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-5 * want_loss.item<double>());
+  loss.backward();
+  want_loss.backward();
+  EXPECT_TRUE(close(sink.output_weight_t, weight_gradient16(top.detach().index_select(0, rows), logits.grad())));
 }
 
 }  // namespace

@@ -105,27 +105,28 @@ BlockPrefixForward BlockParallelPrefixForward(const at::Tensor& q, const at::Ten
   CheckShapes(q, k, v, r0, z0, block);
   const int64_t heads = q.size(0), total = q.size(1);
   const std::vector<Group> groups = Groups(total, block);
+  // One unpadded group writes straight into the results; otherwise each group's rows are copied
+  // in. Either way the results are tensors of their own, not views (an autograd function's outputs
+  // that are views cannot be modified in place later).
   const bool whole = groups.size() == 1 && groups[0].blocks * block == total;
   BlockPrefixForward out;
-  if (!whole) {
-    out.numerator = at::empty({heads, total, v.size(2)}, v.options());
-    out.denominator = at::empty({heads, total}, q.options());
-  }
+  out.numerator = at::empty({heads, total, v.size(2)}, v.options());
+  out.denominator = at::empty({heads, total}, q.options());
   at::Tensor r = r0;
   at::Tensor z = z0;
   for (const Group& g : groups) {
     const at::Tensor qb = Blocked(q, g, block), kb = Blocked(k, g, block), vb = Blocked(v, g, block);
     const Starts starts = BlockStarts(kb, vb, r, z, heads, g.blocks);
     const at::Tensor scores = at::bmm(qb, kb.transpose(1, 2)).tril_();
-    const at::Tensor numerator = at::baddbmm(at::bmm(qb, starts.numerator), scores, vb);
-    const at::Tensor denominator =
-        at::bmm(qb, starts.denominator.unsqueeze(2)).squeeze(2).add_(scores.sum(2));
     if (whole) {
-      out.numerator = numerator.view({heads, total, v.size(2)});
-      out.denominator = denominator.view({heads, total});
+      at::Tensor numerator = out.numerator.view({heads * g.blocks, block, v.size(2)});
+      at::baddbmm_out(numerator, at::bmm(qb, starts.numerator), scores, vb);
+      at::Tensor denominator = out.denominator.view({heads * g.blocks, block, 1});
+      at::bmm_out(denominator, qb, starts.denominator.unsqueeze(2));
+      denominator.squeeze(2).add_(scores.sum(2));
     } else {
-      Store(numerator, g, out.numerator);
-      Store(denominator, g, out.denominator);
+      Store(at::baddbmm(at::bmm(qb, starts.numerator), scores, vb), g, out.numerator);
+      Store(at::bmm(qb, starts.denominator.unsqueeze(2)).squeeze(2).add_(scores.sum(2)), g, out.denominator);
     }
     r = r + starts.sum_numerator;
     z = z + starts.sum_denominator;

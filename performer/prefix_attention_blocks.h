@@ -4,7 +4,7 @@
 // The block-by-block form issues about 8 calls per block forwards and 20 backwards, so a segment
 // of S rows costs ~28·S/b launches per layer whatever the arithmetic: at L = 4,096 and b = 64 that
 // is ~3,600 launches for two layers, most of an H100's time on a small model. Here a group of up to
-// kBlocksPerGroup blocks is a fixed dozen batched calls:
+// kBlocksPerGroup blocks is a fixed ~19 batched calls forwards and ~40 backwards:
 //   per block j:   S_j = K_jᵀ V_j,  z_j = K_jᵀ·1                         (one batched product)
 //   block starts:  R_j = R_start + Σ_{j'<j} S_j',  Z_j likewise          (an exclusive cumsum)
 //   outputs:       num_j = Q_j R_j + tril(Q_j K_jᵀ) V_j,  den_j = Q_j Z_j + tril(Q_j K_jᵀ)·1
@@ -13,10 +13,12 @@
 // then the per-block equations of ChunkedPrefixFunction (prefix_attention.cc), all blocks at once.
 // Results equal the block-by-block form's to rounding (the front is summed in another order).
 //
-// Memory: a group holds its block starts and block products, 2·G·k·M·d values (G ≤ kBlocksPerGroup
-// blocks), and the G·k·b² intra-block scores: about what the block-by-block backward already keeps
-// (every block start of the segment). A segment is cut into groups so that this stays bounded for
-// long segments; groups run in order, carrying the front.
+// Memory: a group holds several arrays of G·k·M·d values at once (block products, their cumsum,
+// block starts; backwards also the per-block front gradients and their suffix sums; G ≤
+// kBlocksPerGroup) and the G·k·b² intra-block scores, where the block-by-block form holds one front
+// forwards and every block start of the segment backwards. Measured on an H100: working memory
+// 0–5% above block by block (BENCHMARKS.md). A segment is cut into groups so that this stays bounded
+// for long segments; groups run in order, carrying the front.
 //
 // Shapes as in prefix_attention.h: φq, φk [k, S, M], v [k, S, d], front [k, M, d] and [k, M]; any
 // device and floating dtype; rows need not be contiguous. No autograd graph is recorded (callers

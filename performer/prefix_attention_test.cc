@@ -167,13 +167,14 @@ TEST(PrefixAttentionTest, FrontWithoutRecoversTheFrontBeforeAStretch) {
 // against the block-by-block form's gradients (ChunkedPrefixBackward on the CPU in float64): one
 // block, blocks that divide the rows and blocks that do not, a block larger than the rows, more
 // blocks than one group holds (several groups carrying the front forwards and its gradient
-// backwards), and inputs whose rows are not contiguous.
+// backwards; the last one padded, too), and inputs whose rows are not contiguous.
 TEST(PrefixAttentionTest, BlockParallelFormMatchesTheDefinitionAndTheBlockByBlockGradients) {
   at::manual_seed(7);
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   const int64_t heads = 3, features = 4, dim = 5;
   for (auto [rows, block] : {std::pair<int64_t, int64_t>{37, 1}, {37, 4}, {37, 16}, {32, 16}, {37, 64},
-                             {2 * kBlocksPerGroup + 9, 1}, {3 * kBlocksPerGroup * 2, 2}}) {
+                             {2 * kBlocksPerGroup + 9, 1}, {3 * kBlocksPerGroup * 2, 2},
+                             {2 * kBlocksPerGroup * 4 + 5, 4}}) {
     for (bool interleaved : {false, true}) {
       SCOPED_TRACE(::testing::Message() << rows << " rows, block " << block << ", interleaved " << interleaved);
       at::Tensor q = at::rand({heads, rows, features}, f64), k = at::rand({heads, rows, features}, f64);
