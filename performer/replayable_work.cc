@@ -1,5 +1,6 @@
 #include "performer/replayable_work.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -88,6 +89,12 @@ int64_t ReservedBytes(c10::DeviceIndex index) {
 struct ReplayableWork::CudaGraphState {};
 #endif
 
+namespace {
+std::atomic<int> captures_to_fail{0};
+}  // namespace
+
+void ReplayableWork::FailCapturesForTesting(int count) { captures_to_fail.store(count); }
+
 bool ReplayableWork::CudaGraphsBuilt() {
 #ifdef SLIMFIT_CUDA_GRAPHS_ENABLED
   return true;
@@ -137,6 +144,12 @@ ReplayableWork::Phase ReplayableWork::next_phase() const {
 
 void ReplayableWork::Run(const std::function<void()>& body) {
   const Phase phase = next_phase();
+  if (phase == Phase::kCapture) {
+    int left = captures_to_fail.load();
+    while (left > 0 && !captures_to_fail.compare_exchange_weak(left, left - 1)) {
+    }
+    TORCH_CHECK(left <= 0, "ReplayableWork: capture failed on purpose (FailCapturesForTesting)");
+  }
   if (mode_ == Mode::kRerun) {
     body();
     ++runs_;

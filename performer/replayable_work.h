@@ -72,6 +72,11 @@ class ReplayableWork {
   // throws does not count: the next one is of the same phase).
   void Run(const std::function<void()>& body);
 
+  // Makes the next `count` capture-phase Runs in this process (either mode) throw a c10::Error
+  // before anything of the body runs, as a failed capture does: how tests reach their callers'
+  // fallback, which no well-formed body can be made to take on purpose. Thread safety: atomic.
+  static void FailCapturesForTesting(int count);
+
   Mode mode() const { return mode_; }
   bool captured() const;
   // Device bytes the (shared) private pool grew by during this object's capture; 0 without one.

@@ -38,6 +38,23 @@ TEST(ReplayableWorkTest, RerunCallsTheBodyInEveryPhase) {
   EXPECT_EQ(work.pool_bytes(), 0);
 }
 
+// A capture made to fail throws before the body runs and does not count: the next Run is a capture
+// again, and only as many captures fail as were asked for.
+TEST(ReplayableWorkTest, CapturesFailedForTestingThrowBeforeTheBodyAndDoNotCount) {
+  ReplayableWork work(ReplayableWork::Mode::kRerun, at::kCPU);
+  int calls = 0;
+  auto body = [&] { ++calls; };
+  work.Run(body);  // warm-up: not a capture, so it does not fail
+  ReplayableWork::FailCapturesForTesting(2);
+  EXPECT_THROW(work.Run(body), c10::Error);
+  EXPECT_THROW(work.Run(body), c10::Error);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(work.next_phase(), Phase::kCapture);
+  work.Run(body);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(work.next_phase(), Phase::kReplay);
+}
+
 TEST(ReplayableWorkTest, CudaGraphModeNeedsTheBuildAndACudaDevice) {
   EXPECT_THROW(ReplayableWork(ReplayableWork::Mode::kCudaGraph, at::kCPU), c10::Error);
 }

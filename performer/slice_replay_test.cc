@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
 #include "performer/gradient_engine_test_cases.h"
+#include "performer/replayable_work.h"
 
 namespace slimfit::performer {
 namespace {
@@ -117,6 +119,32 @@ TEST(SliceReplayTest, ReplaysExactlyTheSlicesWithoutDocumentStarts) {
   const GradientResult automatic = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kAuto));
   EXPECT_EQ(automatic.replayed_slices, 0);
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, automatic.gradients), 1e-12);
+}
+
+// A capture that fails (here on purpose, ReplayableWork::FailCapturesForTesting) leaves the call
+// exact: that slice runs directly, every later one too, the forward count stays right, and the
+// result says why. In kRerun mode the next call replays again (only a failed CUDA capture turns
+// graphs off for the process). The injected failure throws before the body runs; a real capture
+// fails partway through it, after its host code has counted forwards — that restore, and the
+// process-wide switch-off, only a GPU can exercise.
+TEST(SliceReplayTest, AFailedCaptureFallsBackToDirectSlicesForTheRestOfTheCall) {
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr);
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ReplayCountCase c = MakeReplayCountCase(config.vocab);
+  const GradientResult direct = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kOff));
+  ReplayableWork::FailCapturesForTesting(1);
+  const GradientResult fallen = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kRerun));
+  EXPECT_THAT(fallen.replay_fallback, ::testing::HasSubstr("capture failed on purpose"));
+  // The forward sweep's first advance warmed up, its second was the failed capture: nothing after
+  // it replays.
+  EXPECT_EQ(fallen.replayed_slices, 0);
+  EXPECT_EQ(fallen.slice_forwards, ReplayCountCase::kSliceForwards);
+  EXPECT_LE(RelativeDiscrepancy(fallen.gradients, direct.gradients), 1e-12);
+  EXPECT_DOUBLE_EQ(fallen.loss_sum, direct.loss_sum);
+  const GradientResult again = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kRerun));
+  EXPECT_TRUE(again.replay_fallback.empty()) << again.replay_fallback;
+  EXPECT_EQ(again.replayed_slices, ReplayCountCase::kReplayed);
 }
 
 }  // namespace
