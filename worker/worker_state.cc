@@ -64,7 +64,8 @@ absl::Status ValidateWorkerId(absl::string_view id, absl::string_view where) {
 
 std::string ProfileKey::ToString() const {
   return absl::StrCat("device=", device, " threads=", threads, " dtype=", performer::DTypeName(dtype),
-                      cuda_graphs ? "" : " cuda_graphs=false");
+                      cuda_graphs ? "" : " cuda_graphs=false",
+                      engine_revision == 1 ? "" : absl::StrCat(" engine_revision=", engine_revision));
 }
 
 absl::StatusOr<StateDir> StateDir::Open(const std::string& path) {

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "performer/engine_revision.h"
 #include "performer/plan.h"
 #include "planner/device_profile.h"
 
@@ -44,13 +45,17 @@ struct ProfileKey {
   int threads = 1;
   performer::DType dtype = performer::DType::kFloat32;
   bool cuda_graphs = true;  // --cuda_graphs: calibration measures slices as the worker runs them
+  // The engine the profile was measured against (performer/engine_revision.h): a cache from an
+  // earlier engine is not reused, so a worker calibrates again once after an upgrade.
+  int engine_revision = performer::kEngineRevision;
 
-  // "device=cpu threads=2 dtype=float32", plus " cuda_graphs=false" when off (so keys of caches
-  // written before the field existed still match): how the key is written in the cache file.
+  // "device=cpu threads=2 dtype=float32 engine_revision=2", with " cuda_graphs=false" before the
+  // revision when off: how the key is written in the cache file. Revision 1 is not written (the
+  // spelling of caches from before the field existed).
   std::string ToString() const;
   bool operator==(const ProfileKey& other) const {
     return device == other.device && threads == other.threads && dtype == other.dtype &&
-           cuda_graphs == other.cuda_graphs;
+           cuda_graphs == other.cuda_graphs && engine_revision == other.engine_revision;
   }
 };
 

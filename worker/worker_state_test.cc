@@ -98,13 +98,19 @@ TEST(StateDirTest, ProfileIsCachedPerKey) {
   EXPECT_EQ((*cached)->calibrated_at, when);
   EXPECT_EQ(planner::DeviceProfileToText((*cached)->profile), planner::DeviceProfileToText(profile));
 
-  // The key as caches written before --cuda_graphs existed spell it.
-  EXPECT_EQ(key.ToString(), "device=cpu threads=2 dtype=float32");
-  // Another thread count, dtype, device or slice replay: not reused.
+  EXPECT_EQ(key.ToString(), absl::StrCat("device=cpu threads=2 dtype=float32 engine_revision=",
+                                         performer::kEngineRevision));
+  // Revision 1 is how caches written before the revision existed spell their key.
+  EXPECT_EQ((ProfileKey{"cpu", 2, performer::DType::kFloat32, true, 1}).ToString(),
+            "device=cpu threads=2 dtype=float32");
+  EXPECT_EQ((ProfileKey{"cpu", 2, performer::DType::kFloat32, false, 1}).ToString(),
+            "device=cpu threads=2 dtype=float32 cuda_graphs=false");
+  // Another thread count, dtype, device, slice replay or engine: not reused.
   for (const ProfileKey& other : {ProfileKey{"cpu", 1, performer::DType::kFloat32},
                                   ProfileKey{"cpu", 2, performer::DType::kFloat64},
                                   ProfileKey{"cuda:0", 2, performer::DType::kFloat32},
-                                  ProfileKey{"cpu", 2, performer::DType::kFloat32, /*cuda_graphs=*/false}}) {
+                                  ProfileKey{"cpu", 2, performer::DType::kFloat32, /*cuda_graphs=*/false},
+                                  ProfileKey{"cpu", 2, performer::DType::kFloat32, true, /*engine_revision=*/1}}) {
     absl::StatusOr<std::optional<CachedProfile>> miss = state->LoadProfile(other);
     ASSERT_TRUE(miss.ok()) << miss.status();
     EXPECT_FALSE(miss->has_value()) << other.ToString();

@@ -1,0 +1,24 @@
+// The engine's speed revision: what a calibrated device profile (planner/calibration.h) was
+// measured against.
+//
+// A profile's time and memory constants are fitted to the engine that ran the probes; a later
+// engine that runs slices in a different way makes them wrong (the planner then errs in its
+// choice of C and in how it splits work between workers). The revision is bumped by such a change,
+// and workers key their cached calibration on it (worker/worker_state.h), so they calibrate again
+// once after an upgrade instead of planning with stale constants.
+//
+//   1  every engine before the field existed (cached profiles that do not name a revision)
+//   2  2026-11-26: slices forward and backward by hand on the CPU (explicit_backprop.h); chunked
+//      prefix sums a group of blocks at a time on a GPU (prefix_attention_blocks.h)
+//
+// Thread safety: a constant.
+#ifndef SLIMFIT_PERFORMER_ENGINE_REVISION_H_
+#define SLIMFIT_PERFORMER_ENGINE_REVISION_H_
+
+namespace slimfit::performer {
+
+inline constexpr int kEngineRevision = 2;
+
+}  // namespace slimfit::performer
+
+#endif  // SLIMFIT_PERFORMER_ENGINE_REVISION_H_
