@@ -44,8 +44,7 @@ void ExpectSameResult(const GradientResult& replayed, const GradientResult& dire
 TEST(SliceReplayTest, EveryPolicyAndRecomputationGivesTheOpByOpGradient) {
   for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kSqr, FeatureMap::kFavor}) {
     const ModelConfig config = SmallEngineConfig(map);
-    absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 6);
-    ASSERT_TRUE(model.ok()) << model.status();
+    const PerformerModel model = MustCreateModel(config, DType::kFloat64, 6);
     const PackedBatch batch = FiveDocumentStream(config.vocab);
     for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync}) {
       for (LayerRecompute recompute : {LayerRecompute::kNone, LayerRecompute::kLayers}) {
@@ -57,8 +56,8 @@ TEST(SliceReplayTest, EveryPolicyAndRecomputationGivesTheOpByOpGradient) {
           plan.resync_every = 3;
           plan.recompute = recompute;
           const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString());
-          const GradientResult direct = MustCompute(*model, batch, plan, Replay(SliceReplay::kOff));
-          const GradientResult replayed = MustCompute(*model, batch, plan, Replay(SliceReplay::kRerun));
+          const GradientResult direct = MustCompute(model, batch, plan, Replay(SliceReplay::kOff));
+          const GradientResult replayed = MustCompute(model, batch, plan, Replay(SliceReplay::kRerun));
           ExpectSameResult(replayed, direct, what);
         }
       }
@@ -68,8 +67,7 @@ TEST(SliceReplayTest, EveryPolicyAndRecomputationGivesTheOpByOpGradient) {
 
 TEST(SliceReplayTest, DpSchedulesReplayTheirForwardsAndSteps) {
   const ModelConfig config = SmallEngineConfig(FeatureMap::kElu1);
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 8);
-  ASSERT_TRUE(model.ok()) << model.status();
+  const PerformerModel model = MustCreateModel(config, DType::kFloat64, 8);
   const PackedBatch batch = FiveDocumentStream(config.vocab);
   Plan plan;
   plan.dtype = DType::kFloat64;
@@ -82,24 +80,23 @@ TEST(SliceReplayTest, DpSchedulesReplayTheirForwardsAndSteps) {
   direct_options.dp_schedule = replay_options.dp_schedule = [](const Plan&, int64_t slices) {
     return KeepEveryFront(slices);
   };
-  const GradientResult direct = MustCompute(*model, batch, plan, direct_options);
-  const GradientResult replayed = MustCompute(*model, batch, plan, replay_options);
+  const GradientResult direct = MustCompute(model, batch, plan, direct_options);
+  const GradientResult replayed = MustCompute(model, batch, plan, replay_options);
   ExpectSameResult(replayed, direct, plan.DebugString());
   Plan full_plan;
   full_plan.dtype = DType::kFloat64;
-  const GradientResult full = MustCompute(*model, batch, full_plan);
+  const GradientResult full = MustCompute(model, batch, full_plan);
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, full.gradients), 1e-10);
 }
 
 TEST(SliceReplayTest, Float32ReplaysGiveTheOpByOpGradient) {
   const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr);
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 2);
-  ASSERT_TRUE(model.ok()) << model.status();
+  const PerformerModel model = MustCreateModel(config, DType::kFloat32, 2);
   Plan plan;
   plan.slice = 8;
   const PackedBatch batch = FiveDocumentStream(config.vocab);
-  const GradientResult direct = MustCompute(*model, batch, plan, Replay(SliceReplay::kOff));
-  const GradientResult replayed = MustCompute(*model, batch, plan, Replay(SliceReplay::kRerun));
+  const GradientResult direct = MustCompute(model, batch, plan, Replay(SliceReplay::kOff));
+  const GradientResult replayed = MustCompute(model, batch, plan, Replay(SliceReplay::kRerun));
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, direct.gradients), 1e-6);
   EXPECT_GT(replayed.replayed_slices, 0);
 }
@@ -108,15 +105,14 @@ TEST(SliceReplayTest, Float32ReplaysGiveTheOpByOpGradient) {
 // and the forward sweep's stretches that continue their front; kAuto on the CPU replays nothing.
 TEST(SliceReplayTest, ReplaysExactlyTheSlicesWithoutDocumentStarts) {
   const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr);
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 1);
-  ASSERT_TRUE(model.ok()) << model.status();
+  const PerformerModel model = MustCreateModel(config, DType::kFloat64, 1);
   const ReplayCountCase c = MakeReplayCountCase(config.vocab);
-  const GradientResult replayed = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kRerun));
+  const GradientResult replayed = MustCompute(model, c.batch, c.plan, Replay(SliceReplay::kRerun));
   // Forward sweep: slices 0..6 (slice 0 starts the document: direct; 1..6 advance, the first of
   // them a warm-up). Backward: slices 7 (no G(n) yet) and 0 direct; 6..1 step, the first a warm-up.
   EXPECT_EQ(replayed.slice_forwards, ReplayCountCase::kSliceForwards);
   EXPECT_EQ(replayed.replayed_slices, ReplayCountCase::kReplayed);
-  const GradientResult automatic = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kAuto));
+  const GradientResult automatic = MustCompute(model, c.batch, c.plan, Replay(SliceReplay::kAuto));
   EXPECT_EQ(automatic.replayed_slices, 0);
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, automatic.gradients), 1e-12);
 }
@@ -129,12 +125,11 @@ TEST(SliceReplayTest, ReplaysExactlyTheSlicesWithoutDocumentStarts) {
 // process-wide switch-off, only a GPU can exercise.
 TEST(SliceReplayTest, AFailedCaptureFallsBackToDirectSlicesForTheRestOfTheCall) {
   const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr);
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, at::kCPU, 1);
-  ASSERT_TRUE(model.ok()) << model.status();
+  const PerformerModel model = MustCreateModel(config, DType::kFloat64, 1);
   const ReplayCountCase c = MakeReplayCountCase(config.vocab);
-  const GradientResult direct = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kOff));
+  const GradientResult direct = MustCompute(model, c.batch, c.plan, Replay(SliceReplay::kOff));
   ReplayableWork::FailCapturesForTesting(1);
-  const GradientResult fallen = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kRerun));
+  const GradientResult fallen = MustCompute(model, c.batch, c.plan, Replay(SliceReplay::kRerun));
   EXPECT_THAT(fallen.replay_fallback, ::testing::HasSubstr("capture failed on purpose"));
   // The forward sweep's first advance warmed up, its second was the failed capture: nothing after
   // it replays.
@@ -142,7 +137,7 @@ TEST(SliceReplayTest, AFailedCaptureFallsBackToDirectSlicesForTheRestOfTheCall) 
   EXPECT_EQ(fallen.slice_forwards, ReplayCountCase::kSliceForwards);
   EXPECT_LE(RelativeDiscrepancy(fallen.gradients, direct.gradients), 1e-12);
   EXPECT_DOUBLE_EQ(fallen.loss_sum, direct.loss_sum);
-  const GradientResult again = MustCompute(*model, c.batch, c.plan, Replay(SliceReplay::kRerun));
+  const GradientResult again = MustCompute(model, c.batch, c.plan, Replay(SliceReplay::kRerun));
   EXPECT_TRUE(again.replay_fallback.empty()) << again.replay_fallback;
   EXPECT_EQ(again.replayed_slices, ReplayCountCase::kReplayed);
 }
