@@ -3,7 +3,7 @@
 // PARAMETERS float32 values in 1 MiB chunks, as a real worker streams it) and, per round, one call
 // to each at once, read by the coordinator's own receive path (server::ReadGradientStream into a
 // performer::TensorAssembler) and, with --aggregate, summed by server::GradientAggregator in
-// float64 as the coordinator does. Prints, per round and overall, the gradient bytes taken in
+// float32 as the coordinator does for a float32 job (--sum_dtype=float64: in float64). Prints, per round and overall, the gradient bytes taken in
 // per second, and the process's peak resident memory (BENCHMARKS.md, "The data path of a round").
 // The synthetic workers serialise on the same cores, so on a small machine the rate is a lower
 // bound of the coordinator's.
@@ -37,7 +37,8 @@ ABSL_FLAG(int, clients, 3, "synthetic workers streaming at once");
 ABSL_FLAG(int64_t, parameters, 100000000, "float32 values in each gradient");
 ABSL_FLAG(int64_t, tensor_elements, int64_t{4} << 20, "elements per gradient tensor (the last is smaller)");
 ABSL_FLAG(int, rounds, 3, "rounds; each takes one gradient from every client");
-ABSL_FLAG(bool, aggregate, true, "sum the gradients in float64 (the coordinator's aggregation)");
+ABSL_FLAG(bool, aggregate, true, "sum the gradients (the coordinator's aggregation)");
+ABSL_FLAG(std::string, sum_dtype, "float32", "the sum's dtype: float32 (the coordinator's, for float32 jobs) or float64");
 
 namespace slimfit::bench {
 namespace {
@@ -80,6 +81,12 @@ int Run() {
     std::fprintf(stderr, "gradient_ingest: --clients, --parameters, --tensor_elements and --rounds must be ≥ 1\n");
     return 2;
   }
+  const std::string sum_name = absl::GetFlag(FLAGS_sum_dtype);
+  if (sum_name != "float32" && sum_name != "float64") {
+    std::fprintf(stderr, "gradient_ingest: --sum_dtype must be float32 or float64, not '%s'\n", sum_name.c_str());
+    return 2;
+  }
+  const at::ScalarType sum_dtype = sum_name == "float32" ? at::kFloat : at::kDouble;
   // The gradient: tensors of per_tensor elements, values that survive float32 exactly.
   std::vector<std::string> names;
   std::vector<at::Tensor> tensors;
@@ -127,11 +134,11 @@ int Run() {
 
   std::printf("%d clients, %lld float32 parameters in %zu tensors (%.1f MB per gradient), aggregate %s\n", clients,
               static_cast<long long>(parameters), names.size(), parameters * 4 / 1e6,
-              absl::GetFlag(FLAGS_aggregate) ? "float64" : "off");
+              absl::GetFlag(FLAGS_aggregate) ? absl::GetFlag(FLAGS_sum_dtype).c_str() : "off");
   double total_bytes = 0, total_seconds = 0;
   for (int round = 1; round <= rounds; ++round) {
     server::GradientAggregator aggregator(round, /*parameter_version=*/round, std::vector<int64_t>(clients, kTokens),
-                                          shapes, /*evaluate_only=*/false);
+                                          shapes, /*evaluate_only=*/false, sum_dtype);
     std::atomic<int64_t> bytes{0};
     std::atomic<int> failures{0};
     std::atomic<int64_t> stream_us{0}, finish_us{0}, aggregate_us{0};  // summed over clients

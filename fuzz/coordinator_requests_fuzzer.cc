@@ -48,8 +48,8 @@ class Service {
     server::CoordinatorOptions options;
     options.state_dir = dir_;
     options.upload_limit_bytes = int64_t{1} << 30;
-    // A coordinator holds about 6× a job's model (parameters, AdamW's moments, a float64 gradient
-    // sum, the published version): at the default limit (2 GiB of parameters) a valid job outgrows
+    // A coordinator holds about 4× a job's model (parameters, AdamW's moments, the gradient sum)
+    // and the shards being received: at the default limit (2 GiB of parameters) a valid job outgrows
     // libFuzzer's 3 GiB. What the fuzzer checks is the limit itself — larger models refused with
     // RESOURCE_EXHAUSTED before anything is allocated — so a small one serves.
     options.max_model_bytes = int64_t{16} << 20;

@@ -1,11 +1,13 @@
 #include "performer/trainer.h"
 
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 
+#include <ATen/Parallel.h>
 #include <torch/optim.h>
 
 #include "absl/strings/numbers.h"
@@ -36,6 +38,25 @@ Key StateKeyOf(const void* impl) {
 
 OptimizerStateKey StateKey(const at::Tensor& parameter) {
   return StateKeyOf<OptimizerStateKey>(parameter.unsafeGetTensorImpl());
+}
+
+// Σ x² in float64 without a float64 copy of x: a parallel reduction for contiguous float32 and
+// float64 CPU tensors, LibTorch's float64 conversion otherwise.
+double SquaredNorm(const at::Tensor& x) {
+  auto reduce = [](const auto* data, int64_t n) {
+    return at::parallel_reduce(
+        0, n, int64_t{1} << 16, 0.0,
+        [data](int64_t begin, int64_t end, double partial) {
+          for (int64_t i = begin; i < end; ++i) partial += static_cast<double>(data[i]) * static_cast<double>(data[i]);
+          return partial;
+        },
+        std::plus<double>());
+  };
+  if (x.device().is_cpu() && x.is_contiguous()) {
+    if (x.scalar_type() == at::kFloat) return reduce(x.data_ptr<float>(), x.numel());
+    if (x.scalar_type() == at::kDouble) return reduce(x.data_ptr<double>(), x.numel());
+  }
+  return x.to(at::kDouble).pow(2).sum().item<double>();
 }
 
 }  // namespace
@@ -163,7 +184,7 @@ absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
                                                        c10::str(gradient[i].sizes()), "; the parameter ",
                                                        c10::str(parameters_[i].sizes())));
       }
-      if (trainable_[i]) squares += gradient[i].to(at::kDouble).pow(2).sum().item<double>();
+      if (trainable_[i]) squares += SquaredNorm(gradient[i]);
     }
     result.gradient_norm = std::sqrt(squares);
     if (!std::isfinite(result.gradient_norm)) {
@@ -179,10 +200,14 @@ absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
         gradient[i] = at::Tensor();
         continue;
       }
-      // One copy in the parameter's dtype; the caller's tensor goes as soon as it is converted.
-      at::Tensor g = gradient[i].detach().to(parameters_[i].options().requires_grad(false), /*non_blocking=*/false,
-                                             /*copy=*/true);
+      // A contiguous tensor of the parameter's dtype and device is the gradient as it is (scaled in
+      // place when clipping); anything else is converted once and released as it is.
+      at::Tensor g = gradient[i].detach();
       gradient[i] = at::Tensor();
+      if (g.scalar_type() != parameters_[i].scalar_type() || g.device() != parameters_[i].device() ||
+          !g.is_contiguous()) {
+        g = g.to(parameters_[i].options().requires_grad(false), /*non_blocking=*/false, /*copy=*/true);
+      }
       if (scale != 1.0) g.mul_(scale);
       parameters_[i].mutable_grad() = g;
     }
@@ -225,6 +250,16 @@ absl::Status Trainer::SetParameters(const std::vector<at::Tensor>& values) {
     for (size_t i = 0; i < values.size(); ++i) parameters_[i].detach().copy_(values[i].detach());
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("setting parameters: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SeparateParameters() {
+  try {
+    // set_data keeps each parameter's TensorImpl, which the optimizer's state is keyed on.
+    for (at::Tensor& p : parameters_) p.set_data(p.detach().clone());
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("copying the parameters: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }

@@ -70,10 +70,16 @@ class Trainer {
   // One optimizer step with `gradient` (same names/shapes/order as the parameters; frozen
   // parameters' entries are ignored, and the norm and clipping cover the trainable ones).
   // INVALID_ARGUMENT for a shape mismatch or a non-finite gradient (nothing is changed then).
-  // The gradient may be of any floating dtype (the coordinator passes its float64 sum); each tensor
-  // is converted into the parameter's dtype once, and released as it is (pass it by std::move to
-  // let its memory go during the step).
+  // A contiguous tensor of the parameter's dtype and device (the coordinator's sum) becomes its
+  // gradient as it is, without a copy, and is scaled in place when clipping: the caller's values
+  // change. A tensor of another floating dtype or layout is converted once and released as it is
+  // (pass it by std::move to let its memory go during the step).
   absl::StatusOr<StepResult> Step(std::vector<at::Tensor> gradient);
+
+  // Gives every parameter memory of its own (a copy), leaving the memory it had to whoever still
+  // holds views of it (the coordinator's published version, while a worker still fetches it), so
+  // that the next Step does not write under them. The optimizer's state is kept.
+  absl::Status SeparateParameters();
 
   // Overwrites the parameters' values in place with `values` (same names/shapes/order), keeping
   // the optimizer's state and step count: a worker starting a round's local steps from the new

@@ -111,13 +111,18 @@ TEST(TrainerTest, WarmupAndClipping) {
   std::vector<at::Tensor> before = Parameters(3);
   auto trainer = Trainer::Create(Tiny(), performer::DType::kFloat64, before, spec);
   std::vector<at::Tensor> g = Gradient(before, 10.0);
+  auto norm_of = [](const std::vector<at::Tensor>& tensors) {
+    double squares = 0;
+    for (const at::Tensor& t : tensors) squares += t.pow(2).sum().item<double>();
+    return std::sqrt(squares);
+  };
+  const double norm = norm_of(g);
   absl::StatusOr<StepResult> step = (*trainer)->Step(g);
   ASSERT_TRUE(step.ok());
   EXPECT_DOUBLE_EQ(step->learning_rate, 0.25);
-  double norm = 0;
-  for (const at::Tensor& t : g) norm += t.pow(2).sum().item<double>();
-  norm = std::sqrt(norm);
   EXPECT_NEAR(step->gradient_norm, norm, 1e-9);
+  // A gradient of the parameters' dtype was used as it is: clipped in place (the contract).
+  EXPECT_NEAR(norm_of(g), 1.0, 1e-6);
   // The update has norm lr · 1 (clipped).
   double moved = 0;
   for (size_t i = 0; i < before.size(); ++i) moved += ((*trainer)->parameters()[i] - before[i]).pow(2).sum().item<double>();
@@ -214,6 +219,64 @@ TEST(TrainerTest, SetParametersKeepsTheMomentum) {
     EXPECT_TRUE(at::allclose((*trainer)->parameters()[i], want, 1e-12, 1e-14)) << i;
     // The trainer copied the values: the caller's tensors did not move with the step.
     EXPECT_TRUE(at::equal(next[i], next_copy[i])) << i;
+  }
+}
+
+// What the coordinator relies on to publish the trainer's own memory: a view taken before
+// SeparateParameters keeps its values through the next steps, while the steps go on exactly as
+// without the separation (AdamW's moments are kept).
+TEST(TrainerTest, SeparatedParametersLeaveEarlierViewsUntouchedAndStepAsBefore) {
+  v1::Optimizer spec;
+  spec.mutable_adamw();
+  spec.set_learning_rate(0.1);
+  std::vector<at::Tensor> start = Parameters(8);
+  auto separated = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
+  auto straight = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
+  ASSERT_TRUE(separated.ok() && straight.ok());
+  for (auto* trainer : {&*separated, &*straight}) ASSERT_TRUE((*trainer)->Step(Gradient(start, 0.2)).ok());
+
+  std::vector<at::Tensor> views, values;
+  for (const at::Tensor& p : (*separated)->parameters()) {
+    views.push_back(p.detach());  // what a published version holds
+    values.push_back(p.detach().clone());
+  }
+  ASSERT_TRUE((*separated)->SeparateParameters().ok());
+  for (auto* trainer : {&*separated, &*straight}) ASSERT_TRUE((*trainer)->Step(Gradient(start, -0.3)).ok());
+  for (size_t i = 0; i < views.size(); ++i) {
+    EXPECT_TRUE(at::equal(views[i], values[i])) << i;  // the view kept the version it had
+    EXPECT_FALSE(at::equal((*separated)->parameters()[i], values[i])) << i;  // the trainer moved on
+    EXPECT_TRUE(at::equal((*separated)->parameters()[i], (*straight)->parameters()[i])) << i;
+  }
+  // Without a separation the view follows the step: the memory is shared.
+  const at::Tensor shared = (*straight)->parameters()[0].detach();
+  const at::Tensor before = shared.clone();
+  ASSERT_TRUE((*straight)->Step(Gradient(start, 0.1)).ok());
+  EXPECT_FALSE(at::equal(shared, before));
+}
+
+// A gradient of another dtype is converted (the caller's tensor is left as it was); the step is
+// the same as with the gradient in the parameters' dtype.
+TEST(TrainerTest, AGradientOfAnotherDTypeIsConvertedNotWrittenTo) {
+  v1::Optimizer spec;
+  spec.mutable_sgd();
+  spec.set_learning_rate(1.0);
+  spec.set_gradient_clip_norm(0.5);
+  std::vector<at::Tensor> start = Parameters(9);
+  auto narrow = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
+  auto wide = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
+  ASSERT_TRUE(narrow.ok() && wide.ok());
+  std::vector<at::Tensor> g32, g64;
+  for (const at::Tensor& t : Gradient(start, 3.0)) {
+    g32.push_back(t.to(at::kFloat));
+    g64.push_back(t.to(at::kFloat).to(at::kDouble));
+  }
+  std::vector<at::Tensor> g32_before;
+  for (const at::Tensor& t : g32) g32_before.push_back(t.clone());
+  ASSERT_TRUE((*narrow)->Step(g32).ok());
+  ASSERT_TRUE((*wide)->Step(g64).ok());
+  for (size_t i = 0; i < g32.size(); ++i) {
+    EXPECT_TRUE(at::equal(g32[i], g32_before[i])) << i;  // converted, then clipped: not in place
+    EXPECT_TRUE(at::equal((*narrow)->parameters()[i], (*wide)->parameters()[i])) << i;
   }
 }
 

@@ -206,8 +206,8 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   flags.ByteSize("upload_limit", &o.upload_limit_bytes, "largest accepted upload");
   flags.ByteSize("max_model_bytes", &o.max_model_bytes,
                  "largest model a job may train: its parameters' bytes in the job's dtype (the coordinator "
-                 "holds about 6x this, plus the gradients being received: up to --max_assembly_bytes or one "
-                 "shard's, whichever is more)");
+                 "holds about 4x this, 5x with compressed parameter broadcasts, plus the gradients being "
+                 "received: up to --max_assembly_bytes or one shard's, whichever is more)");
   flags.String("port_file", &o.port_file, "write the bound host:port here once serving");
   rpc::AddMetricsFlags(flags, "Prometheus metrics (/metrics) and the status page (/)", &o.metrics_listen,
                        &o.metrics_port_file);

@@ -4,7 +4,8 @@
 // the whole batch. Each result is validated before it counts: round and parameter version, a
 // shard id of this round not counted yet, token count as expected for the shard, finite loss and
 // gradient, names and shapes (the TensorAssembler already checked those on the wire). The sum is
-// kept in float64.
+// kept in the dtype it is made for (the coordinator: the parameters' dtype, so that the optimizer
+// takes it as the gradient without a copy).
 //
 // Thread safety: thread-safe (shard results arrive from one thread per worker).
 #ifndef SLIMFIT_SERVER_GRADIENT_AGGREGATOR_H_
@@ -32,11 +33,11 @@ struct ShardResult {
 class GradientAggregator {
  public:
   // `expected_tokens[shard_id]` is the predicted-token count of each shard of the round;
-  // `shapes` the parameters' shapes in model order (empty for an evaluation).
-  // `reuse`: float64 tensors of a previous round's sum to zero and sum into instead of allocating
-  // (used when they match `shapes`, ignored otherwise).
+  // `shapes` the parameters' shapes in model order (empty for an evaluation); `sum_dtype` the
+  // floating dtype of the sum. `reuse`: tensors of a previous round's sum to zero and sum into
+  // instead of allocating (used when they match `shapes` and `sum_dtype`, ignored otherwise).
   GradientAggregator(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
-                     std::vector<std::vector<int64_t>> shapes, bool evaluate_only,
+                     std::vector<std::vector<int64_t>> shapes, bool evaluate_only, at::ScalarType sum_dtype,
                      std::vector<at::Tensor> reuse = {});
 
   // INVALID_ARGUMENT (naming the problem) when the result does not belong to this round (round,
@@ -56,7 +57,7 @@ class GradientAggregator {
   // Every shard counted or dropped.
   bool complete() const;
   int64_t shards_counted() const;
-  // REQUIRES: complete(). The summed gradient (float64), the loss sum and predicted tokens.
+  // REQUIRES: complete(). The summed gradient (in `sum_dtype`), the loss sum and predicted tokens.
   std::vector<at::Tensor> gradient() const;
   double loss_sum() const;
   int64_t token_count() const;

@@ -24,7 +24,7 @@ ShardResult Result(int64_t shard, int64_t tokens, double loss, float value) {
 }
 
 TEST(GradientAggregatorTest, SumsEveryShardOnce) {
-  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false);
+  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false, at::kFloat);
   ASSERT_TRUE(aggregator.Add(Result(0, 10, 5.0, 1.5f)).ok());
   EXPECT_FALSE(aggregator.complete());
   EXPECT_EQ(aggregator.Add(Result(0, 10, 5.0, 1.5f)).code(), absl::StatusCode::kAlreadyExists);
@@ -33,12 +33,12 @@ TEST(GradientAggregatorTest, SumsEveryShardOnce) {
   EXPECT_DOUBLE_EQ(aggregator.loss_sum(), 12.0);
   EXPECT_EQ(aggregator.token_count(), 30);
   std::vector<at::Tensor> sum = aggregator.gradient();
-  EXPECT_EQ(sum[0].scalar_type(), at::kDouble);
+  EXPECT_EQ(sum[0].scalar_type(), at::kFloat);  // as asked
   EXPECT_DOUBLE_EQ(sum[1][2].item<double>(), 1.75);
 }
 
 TEST(GradientAggregatorTest, AStepBoundarysCountAndADroppedShardComplete) {
-  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false);
+  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false, at::kFloat);
   aggregator.AllowTokenCounts(1, {6, 13, 20});  // shard 1's three inner steps
   EXPECT_EQ(aggregator.Add(Result(0, 6, 5.0, 1.0f)).code(), absl::StatusCode::kInvalidArgument);  // not shard 0's
   absl::Status odd = aggregator.Add(Result(1, 7, 5.0, 1.0f));
@@ -54,21 +54,27 @@ TEST(GradientAggregatorTest, AStepBoundarysCountAndADroppedShardComplete) {
 }
 
 TEST(GradientAggregatorTest, ALastRoundsSumIsZeroedAndReusedWhenItMatches) {
-  std::vector<at::Tensor> last = {at::full({2, 2}, 7.0, at::kDouble), at::full({3}, -3.0, at::kDouble)};
+  std::vector<at::Tensor> last = {at::full({2, 2}, 7.0), at::full({3}, -3.0)};
   const void* storage = last[0].data_ptr();
-  GradientAggregator aggregator(3, 9, {10}, {{2, 2}, {3}}, false, last);
+  GradientAggregator aggregator(3, 9, {10}, {{2, 2}, {3}}, false, at::kFloat, last);
   ASSERT_TRUE(aggregator.Add(Result(0, 10, 5.0, 1.5f)).ok());
   std::vector<at::Tensor> sum = aggregator.gradient();
   EXPECT_EQ(sum[0].data_ptr(), storage);  // the same memory
   EXPECT_DOUBLE_EQ(sum[0][1][1].item<double>(), 1.5);  // zeroed first
   EXPECT_DOUBLE_EQ(sum[1][0].item<double>(), 1.5);
   // Shapes that do not match are not reused.
-  GradientAggregator other(3, 9, {10}, {{2, 2}, {4}}, false, {at::zeros({2, 2}, at::kDouble), at::zeros({3}, at::kDouble)});
+  GradientAggregator other(3, 9, {10}, {{2, 2}, {4}}, false, at::kFloat, {at::zeros({2, 2}), at::zeros({3})});
   EXPECT_EQ(other.Add(Result(0, 10, 5.0, 1.5f)).code(), absl::StatusCode::kInvalidArgument);  // a {3} gradient
+  // Nor is a sum of another dtype.
+  std::vector<at::Tensor> wide = {at::full({2, 2}, 7.0, at::kDouble), at::full({3}, -3.0, at::kDouble)};
+  GradientAggregator narrow(3, 9, {10}, {{2, 2}, {3}}, false, at::kFloat, wide);
+  ASSERT_TRUE(narrow.Add(Result(0, 10, 5.0, 1.5f)).ok());
+  EXPECT_EQ(narrow.gradient()[0].scalar_type(), at::kFloat);
+  EXPECT_NE(narrow.gradient()[0].data_ptr(), wide[0].data_ptr());
 }
 
 TEST(GradientAggregatorTest, RejectsResultsThatDoNotBelong) {
-  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false);
+  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false, at::kFloat);
   ShardResult stale = Result(0, 10, 1, 1);
   stale.summary.set_parameter_version(8);
   EXPECT_THAT(aggregator.Add(stale).message(), HasSubstr("version 8"));
@@ -85,13 +91,13 @@ TEST(GradientAggregatorTest, RejectsResultsThatDoNotBelong) {
 TEST(GradientAggregatorTest, OneNonFiniteElementAnywhereIsRefused) {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()}) {
-    GradientAggregator aggregator(3, 9, {10}, {{2, 2}, {3}}, false);
+    GradientAggregator aggregator(3, 9, {10}, {{2, 2}, {3}}, false, at::kFloat);
     ShardResult r = Result(0, 10, 1, 2.0f);
     r.gradient[1][1] = bad;
     EXPECT_THAT(aggregator.Add(r).message(), HasSubstr("gradient tensor 1 is not finite")) << bad;
   }
   // Finite values whose sum would overflow float32 are finite.
-  GradientAggregator large(3, 9, {10}, {{2, 2}, {3}}, false);
+  GradientAggregator large(3, 9, {10}, {{2, 2}, {3}}, false, at::kFloat);
   EXPECT_TRUE(large.Add(Result(0, 10, 1, std::numeric_limits<float>::max())).ok());
 }
 
@@ -105,7 +111,7 @@ TEST(GradientAggregatorTest, AccumulatesExactlyAsFloat64Addition) {
   const at::Tensor b = at::randn({n}) * 1e-3;
   const at::Tensor c = at::randn({2 * n}).slice(0, 0, 2 * n, 2);  // strided
   const at::Tensor d = at::randn({n}, at::kDouble);
-  GradientAggregator aggregator(1, 1, {1, 1, 1, 1}, {{n}}, false);
+  GradientAggregator aggregator(1, 1, {1, 1, 1, 1}, {{n}}, false, at::kDouble);
   auto shard = [](int64_t id, const at::Tensor& g) {
     ShardResult r;
     r.summary.set_round(1);
@@ -124,8 +130,36 @@ TEST(GradientAggregatorTest, AccumulatesExactlyAsFloat64Addition) {
   EXPECT_TRUE(at::equal(aggregator.gradient()[0], want));
 }
 
+// A float32 sum (the coordinator's for float32 jobs) of contiguous and strided float32 shards is
+// exactly LibTorch's float32 addition in the same order.
+TEST(GradientAggregatorTest, AccumulatesInFloat32ExactlyAsFloat32Addition) {
+  const int64_t n = 300001;
+  at::manual_seed(6);
+  const at::Tensor a = at::randn({n}) * 1e3;
+  const at::Tensor b = at::randn({n}) * 1e-3;
+  const at::Tensor c = at::randn({2 * n}).slice(0, 0, 2 * n, 2);  // strided
+  GradientAggregator aggregator(1, 1, {1, 1, 1}, {{n}}, false, at::kFloat);
+  int64_t id = 0;
+  for (const at::Tensor& g : {a, b, c}) {
+    ShardResult r;
+    r.summary.set_round(1);
+    r.summary.set_parameter_version(1);
+    r.summary.set_shard_id(id++);
+    r.summary.set_token_count(1);
+    r.gradient = {g};
+    ASSERT_TRUE(aggregator.Add(std::move(r)).ok());
+  }
+  at::Tensor want = at::zeros({n});
+  for (const at::Tensor& g : {a, b, c}) want.add_(g);
+  ASSERT_EQ(aggregator.gradient()[0].scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(aggregator.gradient()[0], want));
+  // And it is float32 rounding, not float64's: the float64 sum differs.
+  EXPECT_FALSE(at::equal(aggregator.gradient()[0].to(at::kDouble),
+                         a.to(at::kDouble) + b.to(at::kDouble) + c.to(at::kDouble)));
+}
+
 TEST(GradientAggregatorTest, EvaluationCountsLossOnly) {
-  GradientAggregator aggregator(0, 1, {4}, {}, true);
+  GradientAggregator aggregator(0, 1, {4}, {}, true, at::kFloat);
   ShardResult r;
   r.summary.set_round(0);
   r.summary.set_parameter_version(1);

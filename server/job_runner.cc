@@ -213,6 +213,10 @@ void JobRunner::Publish(bool as_difference) {
   snapshot->version = job.progress().parameter_version();
   const v1::Compression compression = job.spec().compression().parameters();
   const bool difference_wanted = as_difference && performer::IsCompressed(compression);
+  // Without compression the published version is the trainer's own memory (no copy): RunRound
+  // withdraws it before the optimizer steps in place. A compressed job publishes what workers
+  // rebuild, which differs from the trainer's values and so is memory of its own.
+  const bool shared = !performer::IsCompressed(compression);
   std::shared_ptr<const ParameterSnapshot> previous;
   std::vector<at::Tensor> reusable;
   {
@@ -225,7 +229,8 @@ void JobRunner::Publish(bool as_difference) {
       // coordinator never holds both. A fetch in this moment is told to retry (Parameters).
       std::shared_ptr<const ParameterSnapshot> obsolete = std::move(published_);
       publishing_ = true;
-      if (obsolete != nullptr && obsolete.use_count() == 1 && obsolete->difference.empty()) {
+      if (!shared && obsolete != nullptr && obsolete.use_count() == 1 && obsolete->difference.empty() &&
+          !obsolete->shares_trainer_memory) {
         reusable = obsolete->tensors;
       }
     }
@@ -251,8 +256,14 @@ void JobRunner::Publish(bool as_difference) {
               reusable[i].scalar_type() == parameters[i].scalar_type() && reusable[i].is_contiguous();
     }
     for (size_t i = 0; i < parameters.size(); ++i) {
-      snapshot->tensors.push_back(reuse ? reusable[i].copy_(parameters[i].detach()) : parameters[i].detach().clone());
+      if (shared) {
+        snapshot->tensors.push_back(parameters[i].detach());
+      } else {
+        snapshot->tensors.push_back(reuse ? reusable[i].copy_(parameters[i].detach())
+                                          : parameters[i].detach().clone());
+      }
     }
+    snapshot->shares_trainer_memory = shared;
     reusable.clear();
     if (!trainable_.empty()) {
       // Workers holding an earlier version fetch only the trainable tensors, and check the whole.
@@ -268,6 +279,23 @@ void JobRunner::Publish(bool as_difference) {
   absl::MutexLock lock(&mutex_);
   published_ = std::move(snapshot);
   publishing_ = false;
+}
+
+absl::Status JobRunner::WithdrawSharedVersion() {
+  std::shared_ptr<const ParameterSnapshot> obsolete;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (published_ == nullptr || !published_->shares_trainer_memory) return absl::OkStatus();
+    // From here until Publish, a fetch is told to retry (Parameters); none can start reading.
+    obsolete = std::move(published_);
+    publishing_ = true;
+  }
+  // A fetch still streaming the version (a worker whose shard the round went on without) keeps
+  // its memory; the trainer steps on a copy. Otherwise the step writes where the version was.
+  if (obsolete.use_count() == 1) return absl::OkStatus();
+  base::LogInfo(record_.job_id(), ": version ", obsolete->version,
+                " is still being fetched; the optimizer steps on a copy of the parameters");
+  return trainer_->SeparateParameters();
 }
 
 absl::Status JobRunner::PublishDifference(const ParameterSnapshot& previous, v1::Compression compression,
@@ -441,8 +469,17 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     return *output->rolled_back_to + 1;
   }
   const absl::Time step_started = absl::Now();
-  // The float64 sum goes into the step as it is (converted once into each parameter's gradient: no
-  // float32 copy of the whole gradient), then back to the dispatcher to sum the next round.
+  // The round's version was served to its workers by now (its shards are done).
+  int64_t bytes_to_workers = 0;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (published_ != nullptr) bytes_to_workers = published_->bytes_served.load();
+  }
+  if (absl::Status withdrawn = WithdrawSharedVersion(); !withdrawn.ok()) {
+    return absl::InternalError(absl::StrCat("round ", round, ": ", withdrawn.message()));
+  }
+  // The sum (in the parameters' dtype) is the step's gradient as it is, then goes back to the
+  // dispatcher to sum the next round.
   absl::StatusOr<performer::StepResult> step = trainer_->Step(output->gradient);
   dispatcher_->Recycle(std::move(output->gradient));
   if (!step.ok()) return absl::InternalError(absl::StrCat("round ", round, ": ", step.status().message()));
@@ -454,12 +491,6 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
       static_cast<double>(recent_round_seconds_.size());
   const double loss = output->loss_sum / static_cast<double>(std::max<int64_t>(1, output->tokens));
 
-  // The round's version was served to its workers by now (its shards are done).
-  int64_t bytes_to_workers = 0;
-  {
-    absl::MutexLock lock(&mutex_);
-    if (published_ != nullptr) bytes_to_workers = published_->bytes_served.load();
-  }
   v1::JobEvent event;
   v1::RoundCompleted* done = event.mutable_round_completed();
   record_.Update([&](v1::Job* job) {

@@ -56,7 +56,7 @@ struct RunnerDeps {
   JobEventObserver event_observer;  // may be empty
 };
 
-// The parameters of one published version, immutable.
+// The parameters of one published version, immutable while published.
 struct ParameterSnapshot {
   uint64_t version = 0;
   performer::ModelConfig config;
@@ -74,6 +74,9 @@ struct ParameterSnapshot {
   // A job that trains a subset (JobSpec.trainable): the tensors that change from version to
   // version; a worker holding any earlier version of the job fetches only these. Empty: all.
   std::vector<int> sent_tensors;
+  // `tensors` are the trainer's parameters themselves (a job without compression): the runner
+  // withdraws the version before the optimizer changes them (JobRunner::WithdrawSharedVersion).
+  bool shares_trainer_memory = false;
   // Bytes of this version served to workers so far (FetchParameters adds what it sent): the
   // round that trains on this version reports them as RoundTiming.bytes_to_workers.
   mutable std::atomic<int64_t> bytes_served{0};
@@ -126,6 +129,10 @@ class JobRunner {
   void Publish(bool as_difference);
   absl::Status PublishDifference(const ParameterSnapshot& previous, v1::Compression compression,
                                  ParameterSnapshot* snapshot) const;
+  // Before the optimizer steps: a published version that is the trainer's own memory stops being
+  // served (fetches retry until Publish), and when a fetch still reads it the trainer's
+  // parameters move to a copy (Trainer::SeparateParameters). No-op for a version of its own.
+  absl::Status WithdrawSharedVersion();
   bool stopping() const { return stopping_.load(); }
 
   const RunnerDeps deps_;

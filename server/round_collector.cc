@@ -9,12 +9,13 @@ namespace slimfit::server {
 
 RoundCollector::RoundCollector(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
                                std::vector<std::vector<int64_t>> shapes, bool evaluate_only, int64_t normalizer,
-                               NormScreen* screen, double tolerance, std::vector<at::Tensor> reuse)
+                               NormScreen* screen, double tolerance, at::ScalarType sum_dtype,
+                               std::vector<at::Tensor> reuse)
     : evaluate_only_(evaluate_only),
       normalizer_(normalizer),
       screen_(screen),
       aggregator_(round, parameter_version, std::move(expected_tokens), std::move(shapes), evaluate_only,
-                  std::move(reuse)),
+                  sum_dtype, std::move(reuse)),
       checks_(tolerance) {}
 
 absl::Status RoundCollector::Accept(const std::string& worker_id, ShardResult result) {

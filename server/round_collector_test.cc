@@ -28,7 +28,7 @@ class RoundCollectorTest : public ::testing::Test {
  protected:
   RoundCollector Collector(int shards, NormScreen* screen = nullptr) {
     return RoundCollector(3, 9, std::vector<int64_t>(static_cast<size_t>(shards), kTokens), {{2, 2}, {3}},
-                          /*evaluate_only=*/false, /*normalizer=*/100, screen, 1e-4);
+                          /*evaluate_only=*/false, /*normalizer=*/100, screen, 1e-4, at::kFloat);
   }
 };
 

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/log.h"
+#include "performer/performer_model.h"
 #include "server/spot_checks.h"
 
 namespace slimfit::server {
@@ -69,7 +70,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   RoundCollector collector(
       round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : sent_shapes,
       evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype),
-      evaluate_only ? std::vector<at::Tensor>{} : std::move(spare_sum_));
+      performer::ToScalarType(deps_.dtype), evaluate_only ? std::vector<at::Tensor>{} : std::move(spare_sum_));
   if (!evaluate_only) spare_sum_.clear();
   for (const Task& shard : shards) {
     if (!shard.step_token_counts.empty()) collector.AllowTokenCounts(shard.id, shard.step_token_counts);
@@ -181,7 +182,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       output.gradient = std::move(sent);
     } else {
       // Frozen parameters' gradients are zero; only the trainable ones travelled.
-      for (const std::vector<int64_t>& shape : deps_.shapes) output.gradient.push_back(at::zeros(shape, at::kDouble));
+      for (const std::vector<int64_t>& shape : deps_.shapes) output.gradient.push_back(at::zeros(shape, performer::ToScalarType(deps_.dtype)));
       const std::vector<size_t> indices = SentTensors();
       for (size_t i = 0; i < indices.size(); ++i) output.gradient[indices[i]] = std::move(sent[i]);
     }

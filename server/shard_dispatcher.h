@@ -54,7 +54,7 @@ namespace slimfit::server {
 
 // What one round's shards added up to.
 struct RoundOutput {
-  std::vector<at::Tensor> gradient;  // float64, model order; empty for an evaluation
+  std::vector<at::Tensor> gradient;  // in the job's dtype, model order; empty for an evaluation
   double loss_sum = 0;
   int64_t tokens = 0;
   int workers = 0;  // workers whose results counted
