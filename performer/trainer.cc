@@ -257,7 +257,10 @@ absl::Status Trainer::SetParameters(const std::vector<at::Tensor>& values) {
 absl::Status Trainer::SeparateParameters() {
   try {
     // set_data keeps each parameter's TensorImpl, which the optimizer's state is keyed on.
-    for (at::Tensor& p : parameters_) p.set_data(p.detach().clone());
+    // Frozen parameters are never written: they keep their memory.
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (trainable_[i]) parameters_[i].set_data(parameters_[i].detach().clone());
+    }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("copying the parameters: ", e.what_without_backtrace()));
   }

@@ -76,7 +76,7 @@ class Trainer {
   // (pass it by std::move to let its memory go during the step).
   absl::StatusOr<StepResult> Step(std::vector<at::Tensor> gradient);
 
-  // Gives every parameter memory of its own (a copy), leaving the memory it had to whoever still
+  // Gives every trainable parameter memory of its own (a copy), leaving the memory it had to whoever still
   // holds views of it (the coordinator's published version, while a worker still fetches it), so
   // that the next Step does not write under them. The optimizer's state is kept.
   absl::Status SeparateParameters();

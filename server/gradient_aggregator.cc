@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include <ATen/Parallel.h>
@@ -12,11 +13,9 @@
 namespace slimfit::server {
 namespace {
 
-// Every element finite ⇔ the largest magnitude is (max propagates NaN). One reduction, where
+// The largest magnitude: not finite ⇔ an element is not (max propagates NaN). One reduction, where
 // isfinite().all() builds a boolean tensor the size of the gradient (5× slower in LibTorch 1.13).
-bool AllFinite(const at::Tensor& t) {
-  return t.numel() == 0 || std::isfinite(t.abs().max().item<double>());
-}
+double MaxMagnitude(const at::Tensor& t) { return t.numel() == 0 ? 0.0 : t.abs().max().item<double>(); }
 
 // sum += g, element by element, the same values as sum.add_(g.to(sum's dtype)), for contiguous
 // CPU tensors: a float32 sum of float32 shards or a float64 one of float32 or float64 shards.
@@ -54,7 +53,8 @@ GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version
       parameter_version_(parameter_version),
       expected_tokens_(std::move(expected_tokens)),
       shapes_(std::move(shapes)),
-      evaluate_only_(evaluate_only) {
+      evaluate_only_(evaluate_only),
+      sum_dtype_(sum_dtype) {
   counted_.assign(expected_tokens_.size(), false);
   dropped_.assign(expected_tokens_.size(), false);
   if (evaluate_only_) return;
@@ -102,8 +102,19 @@ absl::Status GradientAggregator::Validate(const ShardResult& result) const {
       if (!result.gradient[i].sizes().equals(shapes_[i])) {
         return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " has the wrong shape"));
       }
-      if (!AllFinite(result.gradient[i])) {
+      const double magnitude = MaxMagnitude(result.gradient[i]);
+      if (!std::isfinite(magnitude)) {
         return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " is not finite"));
+      }
+      // Every shard within max / shards: finite shards cannot add up to an infinite sum.
+      const double limit = (sum_dtype_ == at::kFloat ? std::numeric_limits<float>::max()
+                                                      : std::numeric_limits<double>::max()) /
+                           static_cast<double>(std::max<size_t>(1, expected_tokens_.size()));
+      if (magnitude > limit) {
+        return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " holds a value of magnitude ",
+                                                       magnitude, ", more than a sum of ", expected_tokens_.size(),
+                                                       " shards in ", sum_dtype_ == at::kFloat ? "float32" : "float64",
+                                                       " can hold"));
       }
     }
   }

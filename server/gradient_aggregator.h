@@ -3,7 +3,9 @@
 // so the plain sum over shards is the gradient of the round's mean loss — exactly the gradient of
 // the whole batch. Each result is validated before it counts: round and parameter version, a
 // shard id of this round not counted yet, token count as expected for the shard, finite loss and
-// gradient, names and shapes (the TensorAssembler already checked those on the wire). The sum is
+// gradient — no element larger than the sum's dtype can hold n shards of (max / n), so finite
+// shards never sum to infinity — names and shapes (the TensorAssembler already checked those on
+// the wire). The sum is
 // kept in the dtype it is made for (the coordinator: the parameters' dtype, so that the optimizer
 // takes it as the gradient without a copy).
 //
@@ -68,6 +70,7 @@ class GradientAggregator {
   const std::vector<int64_t> expected_tokens_;
   const std::vector<std::vector<int64_t>> shapes_;
   const bool evaluate_only_;
+  const at::ScalarType sum_dtype_;
   mutable absl::Mutex mutex_;
   std::vector<bool> counted_ ABSL_GUARDED_BY(mutex_);
   std::vector<bool> dropped_ ABSL_GUARDED_BY(mutex_);

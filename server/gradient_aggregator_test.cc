@@ -1,5 +1,6 @@
 #include "server/gradient_aggregator.h"
 
+#include <cmath>
 #include <limits>
 
 #include <ATen/ATen.h>
@@ -96,9 +97,29 @@ TEST(GradientAggregatorTest, OneNonFiniteElementAnywhereIsRefused) {
     r.gradient[1][1] = bad;
     EXPECT_THAT(aggregator.Add(r).message(), HasSubstr("gradient tensor 1 is not finite")) << bad;
   }
-  // Finite values whose sum would overflow float32 are finite.
+  // One shard may hold anything finite: the sum of one cannot overflow.
   GradientAggregator large(3, 9, {10}, {{2, 2}, {3}}, false, at::kFloat);
   EXPECT_TRUE(large.Add(Result(0, 10, 1, std::numeric_limits<float>::max())).ok());
+}
+
+// Finite shards whose float32 sum could overflow are refused: each element of each of n shards
+// must be within max / n.
+TEST(GradientAggregatorTest, ValuesTheSumCouldNotHoldAreRefused) {
+  const float max = std::numeric_limits<float>::max();
+  GradientAggregator aggregator(3, 9, {10, 10}, {{2, 2}, {3}}, false, at::kFloat);
+  ShardResult huge = Result(0, 10, 1, 1.0f);
+  huge.gradient[0][1][0] = 0.75f * max;  // two of these would be infinite
+  const absl::Status refused = aggregator.Add(huge);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("gradient tensor 0 holds a value of magnitude 2.55"));
+  EXPECT_THAT(refused.message(), HasSubstr("more than a sum of 2 shards in float32 can hold"));
+  ASSERT_TRUE(aggregator.Add(Result(0, 10, 1, 0.5f * max)).ok());
+  ASSERT_TRUE(aggregator.Add(Result(1, 10, 1, -0.5f * max)).ok());
+  EXPECT_TRUE(std::isfinite(aggregator.gradient()[0].abs().max().item<double>()));
+  // A float64 sum holds any float32 shards.
+  GradientAggregator wide(3, 9, {10, 10}, {{2, 2}, {3}}, false, at::kDouble);
+  EXPECT_TRUE(wide.Add(Result(0, 10, 1, max)).ok());
+  EXPECT_TRUE(wide.Add(Result(1, 10, 1, max)).ok());
 }
 
 // The float32 → float64 accumulation (a loop of its own for contiguous float32 tensors, several

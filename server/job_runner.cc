@@ -1,5 +1,7 @@
 #include "server/job_runner.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
@@ -231,6 +233,7 @@ void JobRunner::Publish(bool as_difference) {
       publishing_ = true;
       if (!shared && obsolete != nullptr && obsolete.use_count() == 1 && obsolete->difference.empty() &&
           !obsolete->shares_trainer_memory) {
+        std::atomic_thread_fence(std::memory_order_acquire);  // as in WithdrawSharedVersion
         reusable = obsolete->tensors;
       }
     }
@@ -292,7 +295,12 @@ absl::Status JobRunner::WithdrawSharedVersion() {
   }
   // A fetch still streaming the version (a worker whose shard the round went on without) keeps
   // its memory; the trainer steps on a copy. Otherwise the step writes where the version was.
-  if (obsolete.use_count() == 1) return absl::OkStatus();
+  if (obsolete.use_count() == 1) {
+    // use_count is a relaxed load: order the last fetch's reads (before its release of the
+    // pointer) before the optimizer's writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return absl::OkStatus();
+  }
   base::LogInfo(record_.job_id(), ": version ", obsolete->version,
                 " is still being fetched; the optimizer steps on a copy of the parameters");
   return trainer_->SeparateParameters();
@@ -469,7 +477,8 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     return *output->rolled_back_to + 1;
   }
   const absl::Time step_started = absl::Now();
-  // The round's version was served to its workers by now (its shards are done).
+  // The round's version was served to its workers by now (its shards are done); a fetch still
+  // streaming it (a dropped shard's) adds its bytes when it ends, after this count.
   int64_t bytes_to_workers = 0;
   {
     absl::MutexLock lock(&mutex_);

@@ -181,8 +181,11 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
     if (deps_.gradient_tensors.empty()) {
       output.gradient = std::move(sent);
     } else {
-      // Frozen parameters' gradients are zero; only the trainable ones travelled.
-      for (const std::vector<int64_t>& shape : deps_.shapes) output.gradient.push_back(at::zeros(shape, performer::ToScalarType(deps_.dtype)));
+      // Frozen parameters' gradients are zero (one element broadcast: the step ignores them); only
+      // the trainable ones travelled.
+      for (const std::vector<int64_t>& shape : deps_.shapes) {
+        output.gradient.push_back(at::zeros({}, performer::ToScalarType(deps_.dtype)).expand(shape));
+      }
       const std::vector<size_t> indices = SentTensors();
       for (size_t i = 0; i < indices.size(); ++i) output.gradient[indices[i]] = std::move(sent[i]);
     }
