@@ -1,8 +1,7 @@
 #include "server/job_runner.h"
 
-#include <atomic>
-
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <numeric>
 #include <set>
