@@ -1,13 +1,11 @@
 #include "performer/trainer.h"
 
 #include <cmath>
-#include <functional>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 
-#include <ATen/Parallel.h>
 #include <torch/optim.h>
 
 #include "absl/strings/numbers.h"
@@ -16,6 +14,7 @@
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
 #include "performer/tensor_codec.h"
+#include "performer/tensor_norms.h"
 
 namespace slimfit::performer {
 namespace {
@@ -38,25 +37,6 @@ Key StateKeyOf(const void* impl) {
 
 OptimizerStateKey StateKey(const at::Tensor& parameter) {
   return StateKeyOf<OptimizerStateKey>(parameter.unsafeGetTensorImpl());
-}
-
-// Σ x² in float64 without a float64 copy of x: a parallel reduction for contiguous float32 and
-// float64 CPU tensors, LibTorch's float64 conversion otherwise.
-double SquaredNorm(const at::Tensor& x) {
-  auto reduce = [](const auto* data, int64_t n) {
-    return at::parallel_reduce(
-        0, n, int64_t{1} << 16, 0.0,
-        [data](int64_t begin, int64_t end, double partial) {
-          for (int64_t i = begin; i < end; ++i) partial += static_cast<double>(data[i]) * static_cast<double>(data[i]);
-          return partial;
-        },
-        std::plus<double>());
-  };
-  if (x.device().is_cpu() && x.is_contiguous()) {
-    if (x.scalar_type() == at::kFloat) return reduce(x.data_ptr<float>(), x.numel());
-    if (x.scalar_type() == at::kDouble) return reduce(x.data_ptr<double>(), x.numel());
-  }
-  return x.to(at::kDouble).pow(2).sum().item<double>();
 }
 
 }  // namespace

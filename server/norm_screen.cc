@@ -4,13 +4,14 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "performer/tensor_norms.h"
 
 namespace slimfit::server {
 
 double PerTokenGradientNorm(const std::vector<at::Tensor>& gradient, int64_t normalizer, int64_t tokens) {
   if (tokens <= 0) return 0;
   double squares = 0;
-  for (const at::Tensor& g : gradient) squares += g.to(at::kDouble).pow(2).sum().item<double>();
+  for (const at::Tensor& g : gradient) squares += performer::SquaredNorm(g);
   return std::sqrt(squares) * static_cast<double>(normalizer) / static_cast<double>(tokens);
 }
 
