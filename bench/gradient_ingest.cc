@@ -3,8 +3,11 @@
 // PARAMETERS float32 values in 1 MiB chunks, as a real worker streams it) and, per round, one call
 // to each at once, read by the coordinator's own receive path (server::ReadGradientStream into a
 // performer::TensorAssembler) and, with --aggregate, summed by server::GradientAggregator in
-// float32 as the coordinator does for a float32 job (--sum_dtype=float64: in float64). Prints, per round and overall, the gradient bytes taken in
-// per second, and the process's peak resident memory (BENCHMARKS.md, "The data path of a round").
+// float32 as the coordinator does for a float32 job (--sum_dtype=float64: in float64); with
+// --stream_into_sum, summed chunk by chunk as it arrives instead (server::RoundCollector's
+// StreamedShard: what the coordinator does for shards of at least --stream_into_sum_bytes).
+// Prints, per round and overall, the gradient bytes taken in per second, and the process's peak
+// resident memory (BENCHMARKS.md, "The data path of a round").
 // The synthetic workers serialise on the same cores, so on a small machine the rate is a lower
 // bound of the coordinator's.
 //
@@ -16,6 +19,7 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,12 +36,14 @@
 #include "proto/slimfit.grpc.pb.h"
 #include "server/gradient_aggregator.h"
 #include "server/gradient_stream.h"
+#include "server/round_collector.h"
 
 ABSL_FLAG(int, clients, 3, "synthetic workers streaming at once");
 ABSL_FLAG(int64_t, parameters, 100000000, "float32 values in each gradient");
 ABSL_FLAG(int64_t, tensor_elements, int64_t{4} << 20, "elements per gradient tensor (the last is smaller)");
 ABSL_FLAG(int, rounds, 3, "rounds; each takes one gradient from every client");
 ABSL_FLAG(bool, aggregate, true, "sum the gradients (the coordinator's aggregation)");
+ABSL_FLAG(bool, stream_into_sum, false, "sum each chunk as it arrives (no gradient assembled); needs --aggregate");
 ABSL_FLAG(std::string, sum_dtype, "float32", "the sum's dtype: float32 (the coordinator's, for float32 jobs) or float64");
 
 namespace slimfit::bench {
@@ -132,13 +138,25 @@ int Run() {
                                                                   grpc::InsecureChannelCredentials(), arguments)));
   }
 
-  std::printf("%d clients, %lld float32 parameters in %zu tensors (%.1f MB per gradient), aggregate %s\n", clients,
+  const bool stream_into_sum = absl::GetFlag(FLAGS_stream_into_sum);
+  if (stream_into_sum && !absl::GetFlag(FLAGS_aggregate)) {
+    std::fprintf(stderr, "gradient_ingest: --stream_into_sum sums as it receives; it needs --aggregate\n");
+    return 2;
+  }
+  std::printf("%d clients, %lld float32 parameters in %zu tensors (%.1f MB per gradient), aggregate %s%s\n", clients,
               static_cast<long long>(parameters), names.size(), parameters * 4 / 1e6,
-              absl::GetFlag(FLAGS_aggregate) ? absl::GetFlag(FLAGS_sum_dtype).c_str() : "off");
+              absl::GetFlag(FLAGS_aggregate) ? absl::GetFlag(FLAGS_sum_dtype).c_str() : "off",
+              stream_into_sum ? ", streamed into the sum" : "");
   double total_bytes = 0, total_seconds = 0;
   for (int round = 1; round <= rounds; ++round) {
     server::GradientAggregator aggregator(round, /*parameter_version=*/round, std::vector<int64_t>(clients, kTokens),
                                           shapes, /*evaluate_only=*/false, sum_dtype);
+    std::optional<server::RoundCollector> collector;  // --stream_into_sum: sums as the chunks arrive
+    if (stream_into_sum) {
+      collector.emplace(round, /*parameter_version=*/round, std::vector<int64_t>(clients, kTokens), shapes,
+                        /*evaluate_only=*/false, /*normalizer=*/kTokens, /*screen=*/nullptr, /*tolerance=*/0,
+                        sum_dtype);
+    }
     std::atomic<int64_t> bytes{0};
     std::atomic<int> failures{0};
     std::atomic<int64_t> stream_us{0}, finish_us{0}, aggregate_us{0};  // summed over clients
@@ -155,7 +173,16 @@ int Run() {
         grpc::ClientContext context;
         std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
             stubs[c]->ComputeGradient(&context, request);
-        performer::TensorAssembler assembler(specs, performer::DType::kFloat32, absl::StrCat("client ", c));
+        std::optional<server::RoundCollector::StreamedShard> summing;
+        if (stream_into_sum) summing.emplace(&*collector, absl::StrCat("client ", c), c);
+        performer::TensorAssembler assembler =
+            stream_into_sum
+                ? performer::TensorAssembler(specs, performer::DType::kFloat32, absl::StrCat("client ", c),
+                                             v1::COMPRESSION_NONE,
+                                             [&summing](size_t tensor, int64_t first, const at::Tensor& values) {
+                                               return summing->Add(tensor, first, values);
+                                             })
+                : performer::TensorAssembler(specs, performer::DType::kFloat32, absl::StrCat("client ", c));
         server::GradientStream stream = server::ReadGradientStream(reader.get(), &context, &assembler, false);
         const grpc::Status finished = reader->Finish();
         bytes += stream.bytes;
@@ -168,7 +195,9 @@ int Run() {
           ++failures;
           return;
         }
-        if (absl::GetFlag(FLAGS_aggregate)) {
+        if (stream_into_sum) {
+          if (!summing->Finish(*stream.summary).ok()) ++failures;
+        } else if (absl::GetFlag(FLAGS_aggregate)) {
           server::ShardResult result{*stream.summary, *std::move(gradient)};
           if (!aggregator.Add(std::move(result)).ok()) ++failures;
           aggregate_us += absl::ToInt64Microseconds(absl::Now() - assembled);

@@ -1,5 +1,6 @@
 #include "performer/tensor_chunks.h"
 
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -121,16 +122,21 @@ TensorAssembler::TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std
       what_(std::move(what)),
       compression_(IsCompressed(compression) ? compression : v1::COMPRESSION_NONE) {
   tensors_.resize(specs_.size());
+  started_.assign(specs_.size(), false);
+}
+
+TensorAssembler::TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std::string what,
+                                 v1::Compression compression, ValueSink sink)
+    : TensorAssembler(std::move(specs), dtype, std::move(what), compression) {
+  sink_ = std::move(sink);
 }
 
 absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
-  auto error = [&](const std::string& message) {
-    return absl::InvalidArgumentError(absl::StrCat(what_, ": chunk of \"", chunk.name(), "\" at offset ",
-                                                   chunk.offset(), ": ", message));
-  };
+  const std::string where = absl::StrCat(what_, ": chunk of \"", chunk.name(), "\" at offset ", chunk.offset(), ": ");
+  auto error = [&](const std::string& message) { return absl::InvalidArgumentError(absl::StrCat(where, message)); };
   const int64_t element = DTypeBytes(dtype_);
   // A tensor is complete when offset_ reached its size; move on to the next one.
-  if (current_ < specs_.size() && tensors_[current_].defined() &&
+  if (current_ < specs_.size() && started_[current_] &&
       offset_ == Elements(specs_[current_].shape) * element) {
     ++current_;
     offset_ = 0;
@@ -169,37 +175,58 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
   if (offset_ + count * element > total) {
     return error(absl::StrCat("data runs to byte ", offset_ + count * element, " of a ", total, "-byte tensor"));
   }
-  if (!tensors_[current_].defined()) {
-    tensors_[current_] = at::empty(spec.shape, at::TensorOptions().dtype(ToScalarType(dtype_)));
+  if (encoding == v1::COMPRESSION_INT8 && (offset_ + count * element) != total &&
+      count % v1::LIMIT_INT8_BLOCK_ELEMENTS != 0) {
+    return error(absl::StrCat(count, " int8 elements: a chunk ends on a block of ", v1::LIMIT_INT8_BLOCK_ELEMENTS,
+                              " or at the tensor's end"));
   }
-  if (IsCompressed(encoding)) {
-    if (encoding == v1::COMPRESSION_INT8 && (offset_ + count * element) != total &&
-        count % v1::LIMIT_INT8_BLOCK_ELEMENTS != 0) {
-      return error(absl::StrCat(count, " int8 elements: a chunk ends on a block of ", v1::LIMIT_INT8_BLOCK_ELEMENTS,
-                                " or at the tensor's end"));
-    }
-    if (absl::Status s = AddCompressed(chunk, count); !s.ok()) return error(std::string(s.message()));
+  if (sink_) {
+    if (absl::Status s = Stream(chunk, count); !s.ok()) return absl::Status(s.code(), absl::StrCat(where, s.message()));
   } else {
-    std::memcpy(static_cast<char*>(tensors_[current_].data_ptr()) + offset_, chunk.data().data(),
-                static_cast<size_t>(size));
+    if (!tensors_[current_].defined()) {
+      tensors_[current_] = at::empty(spec.shape, at::TensorOptions().dtype(ToScalarType(dtype_)));
+    }
+    char* out = static_cast<char*>(tensors_[current_].data_ptr()) + offset_;
+    if (IsCompressed(encoding)) {
+      if (absl::Status s = Decode(chunk, count, out); !s.ok()) return error(std::string(s.message()));
+    } else {
+      std::memcpy(out, chunk.data().data(), static_cast<size_t>(size));
+    }
   }
+  started_[current_] = true;
   offset_ += count * element;
   bytes_received_ += ChunkWireBytes(chunk);
   return absl::OkStatus();
 }
 
-absl::Status TensorAssembler::AddCompressed(const v1::TensorChunk& chunk, int64_t count) {
-  const int64_t first = offset_ / DTypeBytes(dtype_);
+absl::Status TensorAssembler::Decode(const v1::TensorChunk& chunk, int64_t count, void* out) const {
   const absl::Span<const float> scales(chunk.scales().data(), static_cast<size_t>(chunk.scales_size()));
-  if (dtype_ == DType::kFloat32) {
-    float* out = static_cast<float*>(tensors_[current_].data_ptr()) + first;
-    return DecodeElements(compression_, chunk.data(), scales, count, out);
-  }
+  if (dtype_ == DType::kFloat32) return DecodeElements(compression_, chunk.data(), scales, count, static_cast<float*>(out));
   std::vector<float> decoded(static_cast<size_t>(count));
   if (absl::Status s = DecodeElements(compression_, chunk.data(), scales, count, decoded.data()); !s.ok()) return s;
-  double* out = static_cast<double*>(tensors_[current_].data_ptr()) + first;
-  for (int64_t i = 0; i < count; ++i) out[i] = decoded[static_cast<size_t>(i)];
+  double* values = static_cast<double*>(out);
+  for (int64_t i = 0; i < count; ++i) values[i] = decoded[static_cast<size_t>(i)];
   return absl::OkStatus();
+}
+
+absl::Status TensorAssembler::Stream(const v1::TensorChunk& chunk, int64_t count) {
+  const int64_t element = DTypeBytes(dtype_);
+  const at::TensorOptions options = at::TensorOptions().dtype(ToScalarType(dtype_));
+  const char* data = chunk.data().data();
+  at::Tensor values;
+  if (compression_ == v1::COMPRESSION_NONE && reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(element) == 0) {
+    // The chunk's own bytes, read only (the sink gets them as a const tensor).
+    values = at::from_blob(const_cast<char*>(data), {count}, options);
+  } else {
+    if (!scratch_.defined() || scratch_.numel() < count) scratch_ = at::empty({count}, options);
+    values = scratch_.narrow(0, 0, count);
+    if (compression_ == v1::COMPRESSION_NONE) {
+      std::memcpy(values.data_ptr(), data, static_cast<size_t>(count * element));
+    } else if (absl::Status s = Decode(chunk, count, values.data_ptr()); !s.ok()) {
+      return absl::InvalidArgumentError(s.message());
+    }
+  }
+  return sink_(current_, offset_ / element, values);
 }
 
 absl::StatusOr<std::vector<at::Tensor>> TensorAssembler::Finish() {
@@ -209,13 +236,16 @@ absl::StatusOr<std::vector<at::Tensor>> TensorAssembler::Finish() {
   const int64_t element = DTypeBytes(dtype_);
   for (size_t i = 0; i < specs_.size(); ++i) {
     const int64_t total = Elements(specs_[i].shape) * element;
-    const bool complete = tensors_[i].defined() && (i < current_ || (i == current_ && offset_ == total));
+    const bool complete = started_[i] && (i < current_ || (i == current_ && offset_ == total));
     if (!complete) {
       return absl::InvalidArgumentError(absl::StrCat(what_, ": tensor \"", specs_[i].name, "\" (", i + 1, " of ",
                                                      specs_.size(), ") is incomplete"));
     }
   }
-  return std::move(tensors_);
+  std::vector<at::Tensor> tensors = std::move(tensors_);
+  tensors_.clear();
+  if (sink_) tensors.clear();  // streamed: nothing was held
+  return tensors;
 }
 
 }  // namespace slimfit::performer

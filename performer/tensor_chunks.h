@@ -7,7 +7,9 @@
 //   ChunkEncoded   the same for tensors already in a compressed encoding (tensor_codec.h);
 //   TensorAssembler checks chunks against an expected list of tensors (names, shapes, dtype,
 //                  encoding, in order, contiguous offsets) and rebuilds them on the CPU, decoding
-//                  compressed chunks exactly as DecodeElements does.
+//                  compressed chunks exactly as DecodeElements does — or, streaming, hands each
+//                  chunk's values to a sink and holds nothing (the coordinator sums a large
+//                  gradient into its round's sum as it arrives).
 //
 // Thread safety: ChunkTensors is a pure function; a TensorAssembler is used by one thread.
 #ifndef SLIMFIT_PERFORMER_TENSOR_CHUNKS_H_
@@ -65,6 +67,16 @@ class TensorAssembler {
   TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std::string what,
                   v1::Compression compression = v1::COMPRESSION_NONE);
 
+  // Where a streaming assembler hands every accepted chunk: the tensor's index in the specs, the
+  // index of the chunk's first element in it, and its values — a contiguous CPU tensor of the
+  // expected dtype, decoded when compressed, valid only during the call (it may alias the chunk).
+  // An error refuses the chunk (Add returns it, with the chunk named, in the sink's code).
+  using ValueSink = std::function<absl::Status(size_t tensor, int64_t first_element, const at::Tensor& values)>;
+  // A streaming assembler: checks chunks exactly as above, allocates no tensors, and hands each
+  // chunk's values to `sink` (REQUIRES: non-empty); Finish then returns no tensors.
+  TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std::string what, v1::Compression compression,
+                  ValueSink sink);
+
   // INVALID_ARGUMENT when the chunk is not the next expected piece: unknown or out-of-order name,
   // wrong dtype, encoding or shape, offset not where the previous chunk ended, empty or oversized
   // data, data past the tensor's end, a partial element; for INT8, a chunk that does not end on
@@ -73,22 +85,27 @@ class TensorAssembler {
   absl::Status Add(const v1::TensorChunk& chunk);
 
   // The tensors, once every byte of every tensor has arrived (INVALID_ARGUMENT naming the first
-  // incomplete tensor otherwise). CPU tensors of the expected dtype. The assembler gives them up:
-  // call it once.
+  // incomplete tensor otherwise). CPU tensors of the expected dtype (none when streaming). The
+  // assembler gives them up: call it once.
   absl::StatusOr<std::vector<at::Tensor>> Finish();
 
   // Bytes of accepted chunks' data, and of their scales (4 each).
   int64_t bytes_received() const { return bytes_received_; }
 
  private:
-  // Decodes an accepted compressed chunk of `count` elements into the current tensor.
-  absl::Status AddCompressed(const v1::TensorChunk& chunk, int64_t count);
+  // Decodes an accepted compressed chunk of `count` elements to `out` (`count` elements of dtype_).
+  absl::Status Decode(const v1::TensorChunk& chunk, int64_t count, void* out) const;
+  // Hands an accepted chunk of `count` elements to sink_.
+  absl::Status Stream(const v1::TensorChunk& chunk, int64_t count);
 
   std::vector<TensorSpec> specs_;
   DType dtype_;
   std::string what_;
   v1::Compression compression_;  // NONE for exact values
-  std::vector<at::Tensor> tensors_;  // allocated when their first chunk arrives
+  ValueSink sink_;                   // streaming when set
+  std::vector<at::Tensor> tensors_;  // allocated when their first chunk arrives (not streaming)
+  std::vector<bool> started_;        // whether a chunk of each tensor arrived
+  at::Tensor scratch_;               // streaming: decoded or realigned chunk values, reused
   size_t current_ = 0;               // index of the tensor being filled
   int64_t offset_ = 0;               // bytes of it received
   int64_t bytes_received_ = 0;

@@ -253,6 +253,80 @@ TEST(TensorChunksTest, DefaultEncodedChunksFillOneMebibyteOfEncodedData) {
   }
 }
 
+// Streams `chunks` through an assembler with a sink that writes each chunk's values where they
+// belong in tensors of `specs`; those tensors, or the first error.
+absl::StatusOr<std::vector<at::Tensor>> Streamed(const std::vector<TensorSpec>& specs, DType dtype,
+                                                 v1::Compression compression,
+                                                 const std::vector<v1::TensorChunk>& chunks) {
+  std::vector<at::Tensor> out;
+  for (const TensorSpec& spec : specs) out.push_back(at::full(spec.shape, 7.0, ToScalarType(dtype)));
+  int64_t calls = 0;
+  TensorAssembler assembler(specs, dtype, "streamed", compression,
+                            [&](size_t tensor, int64_t first, const at::Tensor& values) {
+                              ++calls;
+                              EXPECT_EQ(values.scalar_type(), ToScalarType(dtype));
+                              EXPECT_TRUE(values.is_contiguous());
+                              out[tensor].view({-1}).narrow(0, first, values.numel()).copy_(values);
+                              return absl::OkStatus();
+                            });
+  for (const v1::TensorChunk& c : chunks) {
+    if (absl::Status s = assembler.Add(c); !s.ok()) return s;
+  }
+  absl::StatusOr<std::vector<at::Tensor>> finished = assembler.Finish();
+  if (!finished.ok()) return finished.status();
+  EXPECT_TRUE(finished->empty());  // nothing was held
+  EXPECT_EQ(calls, static_cast<int64_t>(chunks.size()));
+  return out;
+}
+
+TEST(TensorChunksTest, AStreamingAssemblerHandsOnExactlyWhatItWouldHaveAssembled) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    const std::vector<v1::TensorChunk> chunks = Chunks(dtype, 10);
+    TensorAssembler assembler(Specs(), dtype, "test");
+    for (const v1::TensorChunk& c : chunks) ASSERT_TRUE(assembler.Add(c).ok());
+    const std::vector<at::Tensor> assembled = *assembler.Finish();
+    absl::StatusOr<std::vector<at::Tensor>> streamed = Streamed(Specs(), dtype, v1::COMPRESSION_NONE, chunks);
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    for (size_t i = 0; i < assembled.size(); ++i) EXPECT_TRUE(SameBits((*streamed)[i], assembled[i]));
+  }
+  for (v1::Compression compression : kEncodings) {
+    SCOPED_TRACE(CompressionName(compression));
+    const std::vector<EncodedTensor> tensors = EncodedTensors(compression);
+    const std::vector<v1::TensorChunk> chunks =
+        EncodedChunks(tensors, DType::kFloat32, compression == v1::COMPRESSION_INT8 ? 600 : 22);
+    absl::StatusOr<std::vector<at::Tensor>> streamed =
+        Streamed(EncodedSpecs(), DType::kFloat32, compression, chunks);
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(SameBits((*streamed)[i], *DecodeTensor(tensors[i])));
+  }
+}
+
+TEST(TensorChunksTest, AStreamingAssemblerChecksChunksAndPassesOnItsSinksError) {
+  const std::vector<v1::TensorChunk> chunks = Chunks(DType::kFloat32, 16);
+  std::vector<v1::TensorChunk> misnamed = chunks;
+  misnamed[1].set_name("b");
+  EXPECT_THAT(Streamed(Specs(), DType::kFloat32, v1::COMPRESSION_NONE, misnamed).status().message(),
+              HasSubstr("expected a chunk of \"a\""));
+  std::vector<v1::TensorChunk> short_of_one = chunks;
+  short_of_one.pop_back();
+  EXPECT_THAT(Streamed(Specs(), DType::kFloat32, v1::COMPRESSION_NONE, short_of_one).status().message(),
+              HasSubstr("\"b\" (2 of 2) is incomplete"));
+
+  int calls = 0;
+  TensorAssembler refusing(Specs(), DType::kFloat32, "gradient of shard 4", v1::COMPRESSION_NONE,
+                           [&](size_t tensor, int64_t first, const at::Tensor&) {
+                             ++calls;
+                             return tensor == 0 && first == 8 ? absl::DeadlineExceededError("too late")
+                                                              : absl::OkStatus();
+                           });
+  ASSERT_TRUE(refusing.Add(chunks[0]).ok());
+  ASSERT_TRUE(refusing.Add(chunks[1]).ok());
+  absl::Status refused = refusing.Add(chunks[2]);  // elements 8..11 of "a"
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDeadlineExceeded);  // the sink's code
+  EXPECT_THAT(refused.message(), HasSubstr("gradient of shard 4: chunk of \"a\" at offset 32: too late"));
+  EXPECT_EQ(calls, 3);
+}
+
 TEST(TensorChunksTest, ChunkEncodedRefusesWhatItCannotSend) {
   auto emit = [](const v1::TensorChunk&) { return true; };
   const std::vector<EncodedTensor> tensors = EncodedTensors(v1::COMPRESSION_INT8);

@@ -86,6 +86,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   options.runner.shard_timeout = absl::Seconds(flags.shard_timeout_seconds);
   options.runner.max_attempts = static_cast<int>(flags.max_attempts);
   options.runner.max_assembly_bytes = flags.max_assembly_bytes;
+  options.runner.stream_into_sum_bytes = flags.stream_into_sum_bytes;
   options.runner.max_sequences_per_shard = flags.max_sequences_per_shard;
   options.upload_limit_bytes = flags.upload_limit_bytes;
   options.max_model_bytes = flags.max_model_bytes;
@@ -203,11 +204,15 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   flags.ByteSize("max_assembly_bytes", &o.max_assembly_bytes,
                  "shard gradients a job holds while they stream in (a shard waits for room unless it is "
                  "alone): less memory for large models, at the cost of receiving their shards in turn");
+  flags.ByteSize("stream_into_sum_bytes", &o.stream_into_sum_bytes,
+                 "a shard gradient at least this large is summed as it arrives, no copy of it held (a "
+                 "stream that fails midway costs its round, computed again); 0: every shard");
   flags.ByteSize("upload_limit", &o.upload_limit_bytes, "largest accepted upload");
   flags.ByteSize("max_model_bytes", &o.max_model_bytes,
                  "largest model a job may train: its parameters' bytes in the job's dtype (the coordinator "
                  "holds about 4x this, 5x with compressed parameter broadcasts, plus the gradients being "
-                 "received: up to --max_assembly_bytes or one shard's, whichever is more)");
+                 "assembled: up to --max_assembly_bytes, none of those --stream_into_sum_bytes sums "
+                 "as they arrive)");
   flags.String("port_file", &o.port_file, "write the bound host:port here once serving");
   rpc::AddMetricsFlags(flags, "Prometheus metrics (/metrics) and the status page (/)", &o.metrics_listen,
                        &o.metrics_port_file);
@@ -246,6 +251,7 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   if (o.shard_timeout_seconds < 1) return absl::InvalidArgumentError("--shard_timeout_seconds must be ≥ 1");
   if (o.max_attempts < 1) return absl::InvalidArgumentError("--max_attempts must be ≥ 1");
   if (o.max_assembly_bytes < 1) return absl::InvalidArgumentError("--max_assembly_bytes must be ≥ 1");
+  if (o.stream_into_sum_bytes < 0) return absl::InvalidArgumentError("--stream_into_sum_bytes must be ≥ 0");
   if (o.max_sequences_per_shard < 0) return absl::InvalidArgumentError("--max_sequences_per_shard must be ≥ 0");
   if (o.max_model_bytes < 1) return absl::InvalidArgumentError("--max_model_bytes must be ≥ 1 byte");
   if (o.threads < 1 || o.threads > 4096) {

@@ -55,6 +55,7 @@ struct CoordinatorDaemonOptions {
   int64_t shard_timeout_seconds = 120;     // a shard's deadline: this + 10× its predicted compute
   int64_t max_attempts = 5;                // per shard, before the job fails
   int64_t max_assembly_bytes = int64_t{512} << 20;  // shard gradients a job assembles at once
+  int64_t stream_into_sum_bytes = int64_t{128} << 20;  // larger shard gradients are summed as they arrive
   int64_t max_sequences_per_shard = 0;     // 0: as many as fit one request
   int64_t upload_limit_bytes = int64_t{1} << 30;
   int64_t max_model_bytes = int64_t{2} << 30;  // largest model (parameter bytes) a job may train

@@ -68,8 +68,7 @@ GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version
   }
 }
 
-absl::Status GradientAggregator::Validate(const ShardResult& result) const {
-  const v1::GradientSummary& s = result.summary;
+absl::Status GradientAggregator::ValidateSummary(const v1::GradientSummary& s) const {
   const std::string what = absl::StrCat("round ", round_, " shard ", s.shard_id(), ": ");
   if (s.round() != round_ || s.parameter_version() != parameter_version_) {
     return absl::InvalidArgumentError(absl::StrCat(what, "result is for round ", s.round(), " version ",
@@ -90,41 +89,49 @@ absl::Status GradientAggregator::Validate(const ShardResult& result) const {
     }
   }
   if (!std::isfinite(s.loss_sum())) return absl::InvalidArgumentError(absl::StrCat(what, "loss is not finite"));
-  if (!evaluate_only_) {
-    if (result.gradient.size() != shapes_.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, result.gradient.size(), " gradient tensors, expected ", shapes_.size()));
-    }
-    for (size_t i = 0; i < shapes_.size(); ++i) {
-      if (!result.gradient[i].sizes().equals(shapes_[i])) {
-        return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " has the wrong shape"));
-      }
-      // Not finite ⇔ an element is not: one reduction, no temporary (isfinite().all() builds a
-      // boolean tensor the size of the gradient, 5× slower in LibTorch 1.13).
-      const double magnitude = performer::MaxMagnitude(result.gradient[i]);
-      if (!std::isfinite(magnitude)) {
-        return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " is not finite"));
-      }
-      // Every shard within max / shards: finite shards cannot add up to an infinite sum.
-      const double limit = (sum_dtype_ == at::kFloat ? std::numeric_limits<float>::max()
-                                                      : std::numeric_limits<double>::max()) /
-                           static_cast<double>(std::max<size_t>(1, expected_tokens_.size()));
-      if (magnitude > limit) {
-        return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " holds a value of magnitude ",
-                                                       magnitude, ", more than a sum of ", expected_tokens_.size(),
-                                                       " shards in ", sum_dtype_ == at::kFloat ? "float32" : "float64",
-                                                       " can hold"));
-      }
-    }
+  return absl::OkStatus();
+}
+
+absl::Status GradientAggregator::ValidateValues(const std::string& what, size_t tensor,
+                                                const at::Tensor& values) const {
+  // Not finite ⇔ an element is not: one reduction, no temporary (isfinite().all() builds a
+  // boolean tensor the size of the gradient, 5× slower in LibTorch 1.13).
+  const double magnitude = performer::MaxMagnitude(values);
+  if (!std::isfinite(magnitude)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", tensor, " is not finite"));
+  }
+  // Every shard within max / shards: finite shards cannot add up to an infinite sum.
+  const double limit = (sum_dtype_ == at::kFloat ? std::numeric_limits<float>::max()
+                                                  : std::numeric_limits<double>::max()) /
+                       static_cast<double>(std::max<size_t>(1, expected_tokens_.size()));
+  if (magnitude > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", tensor, " holds a value of magnitude ",
+                                                   magnitude, ", more than a sum of ", expected_tokens_.size(),
+                                                   " shards in ", sum_dtype_ == at::kFloat ? "float32" : "float64",
+                                                   " can hold"));
   }
   return absl::OkStatus();
 }
 
-absl::Status GradientAggregator::Add(ShardResult result) {
-  if (absl::Status valid = Validate(result); !valid.ok()) return valid;
-  const v1::GradientSummary& s = result.summary;
+absl::Status GradientAggregator::Validate(const ShardResult& result) const {
+  if (absl::Status summary = ValidateSummary(result.summary); !summary.ok()) return summary;
+  if (evaluate_only_) return absl::OkStatus();
+  const std::string what = absl::StrCat("round ", round_, " shard ", result.summary.shard_id(), ": ");
+  if (result.gradient.size() != shapes_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, result.gradient.size(), " gradient tensors, expected ", shapes_.size()));
+  }
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    if (!result.gradient[i].sizes().equals(shapes_[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " has the wrong shape"));
+    }
+    if (absl::Status values = ValidateValues(what, i, result.gradient[i]); !values.ok()) return values;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientAggregator::CountLocked(const v1::GradientSummary& s) {
   const std::string what = absl::StrCat("round ", round_, " shard ", s.shard_id(), ": ");
-  absl::MutexLock lock(&mutex_);
   if (counted_[s.shard_id()]) return absl::AlreadyExistsError(absl::StrCat(what, "already counted"));
   if (dropped_[s.shard_id()]) {
     return absl::DeadlineExceededError(absl::StrCat(what, "dropped: the round went on without it"));
@@ -133,8 +140,57 @@ absl::Status GradientAggregator::Add(ShardResult result) {
   ++shards_counted_;
   loss_sum_ += s.loss_sum();
   token_count_ += s.token_count();
+  return absl::OkStatus();
+}
+
+absl::Status GradientAggregator::Add(ShardResult result) {
+  if (absl::Status valid = Validate(result); !valid.ok()) return valid;
+  absl::MutexLock lock(&mutex_);
+  if (absl::Status counted = CountLocked(result.summary); !counted.ok()) return counted;
   for (size_t i = 0; i < sum_.size(); ++i) AddInto(sum_[i], result.gradient[i]);
   return absl::OkStatus();
+}
+
+absl::Status GradientAggregator::AddValues(int64_t shard_id, size_t tensor, int64_t first_element,
+                                           const at::Tensor& values) {
+  const std::string what = absl::StrCat("round ", round_, " shard ", shard_id, ": ");
+  if (evaluate_only_) return absl::InvalidArgumentError(absl::StrCat(what, "an evaluation sums no gradient"));
+  if (shard_id < 0 || shard_id >= static_cast<int64_t>(expected_tokens_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "no such shard (", expected_tokens_.size(), " in the round)"));
+  }
+  if (tensor >= sum_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "no gradient tensor ", tensor, " (", sum_.size(), ")"));
+  }
+  if (values.dim() != 1 || first_element < 0 || first_element + values.numel() > sum_[tensor].numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "values ", first_element, "..",
+                                                   first_element + values.numel(), " of gradient tensor ", tensor,
+                                                   " are outside its ", sum_[tensor].numel(), " elements"));
+  }
+  if (absl::Status valid = ValidateValues(what, tensor, values); !valid.ok()) return valid;
+  absl::MutexLock lock(&mutex_);
+  if (counted_[shard_id]) return absl::AlreadyExistsError(absl::StrCat(what, "already counted"));
+  if (dropped_[shard_id]) {
+    return absl::DeadlineExceededError(absl::StrCat(what, "dropped: the round went on without it"));
+  }
+  at::Tensor part = sum_[tensor].view({-1}).narrow(0, first_element, values.numel());
+  AddInto(part, values);
+  return absl::OkStatus();
+}
+
+absl::Status GradientAggregator::CountStreamed(const v1::GradientSummary& summary) {
+  if (absl::Status valid = ValidateSummary(summary); !valid.ok()) return valid;
+  absl::MutexLock lock(&mutex_);
+  return CountLocked(summary);
+}
+
+void GradientAggregator::Taint(const std::string& why) {
+  absl::MutexLock lock(&mutex_);
+  if (taint_.empty()) taint_ = why.empty() ? "a shard's values were summed and it did not count" : why;
+}
+
+std::string GradientAggregator::taint() const {
+  absl::MutexLock lock(&mutex_);
+  return taint_;
 }
 
 void GradientAggregator::AllowTokenCounts(int64_t shard_id, std::vector<int64_t> counts) {

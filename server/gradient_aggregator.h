@@ -9,6 +9,11 @@
 // kept in the dtype it is made for (the coordinator: the parameters' dtype, so that the optimizer
 // takes it as the gradient without a copy).
 //
+// A shard's gradient may also be summed as it arrives, chunk by chunk (AddValues, then
+// CountStreamed with its summary), so that no copy of it is held. Such a shard cannot be taken back
+// out: when it fails after some of its values were summed, the caller calls Taint and the sum is
+// good for nothing (the round must be computed again).
+//
 // Thread safety: thread-safe (shard results arrive from one thread per worker).
 #ifndef SLIMFIT_SERVER_GRADIENT_AGGREGATOR_H_
 #define SLIMFIT_SERVER_GRADIENT_AGGREGATOR_H_
@@ -21,6 +26,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/status/status.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/slimfit.pb.h"
@@ -45,9 +51,23 @@ class GradientAggregator {
   // INVALID_ARGUMENT (naming the problem) when the result does not belong to this round (round,
   // version, shard id, token count) or is malformed or not finite; OK otherwise. Add checks it too.
   absl::Status Validate(const ShardResult& result) const;
+  // Validate's checks of the summary alone (round, version, shard id, token count, loss).
+  absl::Status ValidateSummary(const v1::GradientSummary& summary) const;
   // Counts the result once. ALREADY_EXISTS when the shard already counted (the result is dropped,
   // harmless); the errors of Validate.
   absl::Status Add(ShardResult result);
+
+  // Sums `values` (finite, within the bound Validate applies) into gradient tensor `tensor` of the
+  // sum from element `first_element` on, for shard `shard_id`, not counted yet. INVALID_ARGUMENT
+  // naming the problem (nothing is summed then); DEADLINE_EXCEEDED when the shard was dropped.
+  absl::Status AddValues(int64_t shard_id, size_t tensor, int64_t first_element, const at::Tensor& values);
+  // Counts a shard whose every value went through AddValues: validates the summary as Validate
+  // does (round, version, shard, token count, loss) and adds its loss and tokens. Errors as Add's.
+  absl::Status CountStreamed(const v1::GradientSummary& summary);
+  // Values summed for a shard that will not count: the sum is wrong from now on (`why` says how).
+  void Taint(const std::string& why);
+  // Why the sum is wrong, when it is (the first Taint); empty otherwise.
+  std::string taint() const;
 
   // The shard may return any of these token counts instead of its expected one (a local-steps
   // shard under a time budget: the counts at its steps' boundaries). REQUIRES: before any result.
@@ -65,6 +85,11 @@ class GradientAggregator {
   int64_t token_count() const;
 
  private:
+  // Validate's checks of one gradient tensor's values.
+  absl::Status ValidateValues(const std::string& what, size_t tensor, const at::Tensor& values) const;
+  // Marks `summary`'s shard counted with its loss and tokens; its errors are Add's.
+  absl::Status CountLocked(const v1::GradientSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
   const int64_t round_;
   const uint64_t parameter_version_;
   const std::vector<int64_t> expected_tokens_;
@@ -80,6 +105,7 @@ class GradientAggregator {
   std::vector<at::Tensor> sum_ ABSL_GUARDED_BY(mutex_);
   double loss_sum_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t token_count_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::string taint_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace slimfit::server

@@ -1,5 +1,6 @@
 #include "server/gradient_aggregator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -177,6 +178,73 @@ TEST(GradientAggregatorTest, AccumulatesInFloat32ExactlyAsFloat32Addition) {
   // And it is float32 rounding, not float64's: the float64 sum differs.
   EXPECT_FALSE(at::equal(aggregator.gradient()[0].to(at::kDouble),
                          a.to(at::kDouble) + b.to(at::kDouble) + c.to(at::kDouble)));
+}
+
+// Adds `result`'s gradient to `aggregator` in pieces of up to `piece` elements, as a stream does.
+absl::Status AddInPieces(GradientAggregator& aggregator, const ShardResult& result, int64_t piece) {
+  for (size_t i = 0; i < result.gradient.size(); ++i) {
+    const at::Tensor flat = result.gradient[i].reshape({-1});
+    for (int64_t first = 0; first < flat.numel(); first += piece) {
+      const at::Tensor values = flat.narrow(0, first, std::min(piece, flat.numel() - first)).contiguous();
+      if (absl::Status s = aggregator.AddValues(result.summary.shard_id(), i, first, values); !s.ok()) return s;
+    }
+  }
+  return aggregator.CountStreamed(result.summary);
+}
+
+ShardResult RandomResult(int64_t shard, int64_t tokens) {
+  ShardResult r = Result(shard, tokens, 1.0 + static_cast<double>(shard), 0.0f);
+  r.gradient = {at::randn({2, 2}), at::randn({3})};
+  return r;
+}
+
+TEST(GradientAggregatorTest, ShardsSummedAsTheyStreamInEqualShardsSummedWhole) {
+  at::manual_seed(5);
+  const std::vector<ShardResult> shards = {RandomResult(0, 10), RandomResult(1, 20), RandomResult(2, 30)};
+  GradientAggregator whole(3, 9, {10, 20, 30}, {{2, 2}, {3}}, false, at::kFloat);
+  GradientAggregator streamed(3, 9, {10, 20, 30}, {{2, 2}, {3}}, false, at::kFloat);
+  for (const ShardResult& shard : shards) {
+    ASSERT_TRUE(whole.Add(shard).ok());
+    ASSERT_TRUE(AddInPieces(streamed, shard, 3).ok());  // pieces that straddle rows
+  }
+  ASSERT_TRUE(streamed.complete());
+  EXPECT_EQ(streamed.token_count(), 60);
+  EXPECT_DOUBLE_EQ(streamed.loss_sum(), whole.loss_sum());
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(at::equal(streamed.gradient()[i], whole.gradient()[i]));  // bit for bit
+  EXPECT_TRUE(streamed.taint().empty());
+}
+
+TEST(GradientAggregatorTest, StreamedValuesAreCheckedBeforeTheyAreSummed) {
+  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false, at::kFloat);
+  const at::Tensor nan = at::tensor({1.0f, std::numeric_limits<float>::quiet_NaN()});
+  absl::Status not_finite = aggregator.AddValues(0, 1, 0, nan);
+  EXPECT_EQ(not_finite.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(not_finite.message(), HasSubstr("gradient tensor 1 is not finite"));
+  const at::Tensor huge = at::tensor({std::numeric_limits<float>::max()});
+  EXPECT_THAT(aggregator.AddValues(0, 0, 0, huge).message(), HasSubstr("more than a sum of 2 shards"));
+  EXPECT_THAT(aggregator.AddValues(0, 1, 2, at::ones({2})).message(), HasSubstr("outside its 3 elements"));
+  EXPECT_THAT(aggregator.AddValues(0, 2, 0, at::ones({1})).message(), HasSubstr("no gradient tensor 2"));
+  EXPECT_THAT(aggregator.AddValues(5, 0, 0, at::ones({1})).message(), HasSubstr("no such shard"));
+  for (const at::Tensor& t : aggregator.gradient()) EXPECT_EQ(t.abs().max().item<float>(), 0.0f);  // none summed
+
+  ASSERT_TRUE(aggregator.AddValues(0, 1, 1, at::ones({2})).ok());
+  ShardResult wrong = Result(0, 10, 5.0, 0.0f);
+  wrong.summary.set_parameter_version(8);
+  EXPECT_THAT(aggregator.CountStreamed(wrong.summary).message(), HasSubstr("expected round 3 version 9"));
+  ASSERT_TRUE(aggregator.Drop(1).ok());
+  EXPECT_EQ(aggregator.AddValues(1, 0, 0, at::ones({1})).code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(aggregator.CountStreamed(Result(0, 10, 5.0, 0.0f).summary).ok());
+  EXPECT_EQ(aggregator.AddValues(0, 0, 0, at::ones({1})).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(aggregator.CountStreamed(Result(0, 10, 5.0, 0.0f).summary).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_DOUBLE_EQ(aggregator.gradient()[1][2].item<double>(), 1.0);
+}
+
+TEST(GradientAggregatorTest, ATaintKeepsItsFirstReason) {
+  GradientAggregator aggregator(3, 9, {10}, {{2, 2}, {3}}, false, at::kFloat);
+  EXPECT_TRUE(aggregator.taint().empty());
+  aggregator.Taint("shard 0 broke");
+  aggregator.Taint("shard 1 broke");
+  EXPECT_EQ(aggregator.taint(), "shard 0 broke");
 }
 
 TEST(GradientAggregatorTest, EvaluationCountsLossOnly) {

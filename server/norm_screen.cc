@@ -12,6 +12,11 @@ double PerTokenGradientNorm(const std::vector<at::Tensor>& gradient, int64_t nor
   if (tokens <= 0) return 0;
   double squares = 0;
   for (const at::Tensor& g : gradient) squares += performer::SquaredNorm(g);
+  return PerTokenNorm(squares, normalizer, tokens);
+}
+
+double PerTokenNorm(double squares, int64_t normalizer, int64_t tokens) {
+  if (tokens <= 0) return 0;
   return std::sqrt(squares) * static_cast<double>(normalizer) / static_cast<double>(tokens);
 }
 

@@ -23,6 +23,8 @@ namespace slimfit::server {
 
 // ‖gradient‖ (float64, over every tensor) · normalizer / tokens; 0 when tokens ≤ 0.
 double PerTokenGradientNorm(const std::vector<at::Tensor>& gradient, int64_t normalizer, int64_t tokens);
+// The same from Σ gradient² (summed by the caller, e.g. chunk by chunk as a gradient streams in).
+double PerTokenNorm(double squares, int64_t normalizer, int64_t tokens);
 
 class NormScreen {
  public:

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "performer/tensor_norms.h"
 
 namespace slimfit::server {
 
@@ -24,11 +25,7 @@ absl::Status RoundCollector::Accept(const std::string& worker_id, ShardResult re
   double norm = 0;
   if (!evaluate_only_) {
     norm = PerTokenGradientNorm(result.gradient, normalizer_, result.summary.token_count());
-    if (screen_ != nullptr) {
-      if (absl::Status screened = screen_->Check(norm); !screened.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("shard ", shard_id, ": ", screened.message()));
-      }
-    }
+    if (absl::Status screened = Screen(shard_id, norm); !screened.ok()) return screened;
   }
   if (!checks_.IsChecked(shard_id)) return Count(worker_id, std::move(result), norm);
 
@@ -61,10 +58,64 @@ absl::Status RoundCollector::Count(const std::string& worker_id, ShardResult res
   const int64_t shard_id = result.summary.shard_id();
   absl::Status added = aggregator_.Add(std::move(result));
   if (!added.ok()) return added;
+  Credit(worker_id, shard_id, per_token_norm);
+  return absl::OkStatus();
+}
+
+absl::Status RoundCollector::Screen(int64_t shard_id, double per_token_norm) const {
+  if (screen_ == nullptr || evaluate_only_) return absl::OkStatus();
+  absl::Status screened = screen_->Check(per_token_norm);
+  if (screened.ok()) return screened;
+  return absl::InvalidArgumentError(absl::StrCat("shard ", shard_id, ": ", screened.message()));
+}
+
+void RoundCollector::Credit(const std::string& worker_id, int64_t shard_id, double per_token_norm) {
   if (screen_ != nullptr && !evaluate_only_) screen_->Accept(per_token_norm);
   absl::MutexLock lock(&mutex_);
   contributions_[worker_id].insert(shard_id);
-  return absl::OkStatus();
+}
+
+RoundCollector::StreamedShard::~StreamedShard() {
+  if (summed_uncounted()) Taint("its stream failed after some of its values were summed");
+}
+
+void RoundCollector::StreamedShard::Taint(const std::string& why) {
+  collector_->aggregator_.Taint(absl::StrCat("shard ", shard_id_, " from ", worker_id_, ": ", why));
+  absl::MutexLock lock(&collector_->mutex_);
+  collector_->tainting_workers_.insert(worker_id_);
+}
+
+std::set<std::string> RoundCollector::tainting_workers() const {
+  absl::MutexLock lock(&mutex_);
+  return tainting_workers_;
+}
+
+absl::Status RoundCollector::StreamedShard::Add(size_t tensor, int64_t first_element, const at::Tensor& values) {
+  absl::Status added = collector_->aggregator_.AddValues(shard_id_, tensor, first_element, values);
+  if (!added.ok()) return added;
+  summed_ = true;
+  squares_ += performer::SquaredNorm(values);
+  return added;
+}
+
+absl::Status RoundCollector::StreamedShard::Finish(const v1::GradientSummary& summary) {
+  absl::Status counted = [&]() -> absl::Status {
+    if (summary.shard_id() != shard_id_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard ", shard_id_, ": the summary names shard ", summary.shard_id()));
+    }
+    if (absl::Status valid = collector_->aggregator_.ValidateSummary(summary); !valid.ok()) return valid;
+    const double norm = PerTokenNorm(squares_, collector_->normalizer_, summary.token_count());
+    if (absl::Status screened = collector_->Screen(shard_id_, norm); !screened.ok()) return screened;
+    if (absl::Status valid = collector_->aggregator_.CountStreamed(summary); !valid.ok()) return valid;
+    counted_ = true;
+    collector_->Credit(worker_id_, shard_id_, norm);
+    return absl::OkStatus();
+  }();
+  if (!counted.ok() && summed_) {
+    Taint(absl::StrCat("refused after its values were summed (", counted.message(), ")"));
+  }
+  return counted;
 }
 
 std::vector<RoundCollector::Verdict> RoundCollector::TakeVerdicts() {

@@ -3,6 +3,11 @@
 // out of line with the job's recent shards); a spot-checked shard's results are held until two
 // agree (SpotChecks) and only then counted. Results that pass are summed once per shard.
 //
+// A large shard may instead be summed as it arrives (StreamedShard): no copy of it is held, and
+// the same checks run — each value's as its chunk arrives, the summary's and the norm screen's at
+// its end. A streamed shard that fails after some of its values were summed leaves the round's sum
+// wrong (tainted()): the dispatcher computes the round again.
+//
 // The dispatcher acts on the outcome: a rejected result is a strike against its worker; the
 // verdicts of spot checks say when a tiebreak is needed and who was outvoted.
 //
@@ -42,6 +47,41 @@ class RoundCollector {
   // validation or the norm screen — a strike against the worker.
   absl::Status Accept(const std::string& worker_id, ShardResult result);
 
+  // One shard's result summed as it arrives. Add each chunk's values in order, then Finish with
+  // the summary. Destroyed without counting after values were summed, it taints the round's sum.
+  // Used by one thread; REQUIRES: the shard is not spot-checked and the collector outlives it.
+  class StreamedShard {
+   public:
+    StreamedShard(RoundCollector* collector, std::string worker_id, int64_t shard_id)
+        : collector_(collector), worker_id_(std::move(worker_id)), shard_id_(shard_id) {}
+    ~StreamedShard();
+    StreamedShard(const StreamedShard&) = delete;
+    StreamedShard& operator=(const StreamedShard&) = delete;
+
+    // GradientAggregator::AddValues, the values' squares kept for the norm screen.
+    absl::Status Add(size_t tensor, int64_t first_element, const at::Tensor& values);
+    // Counts the shard (Accept's outcomes: OK, or INVALID_ARGUMENT — summary or norm screen — a
+    // strike), REQUIRES: every value was added. When it does not count, the sum is tainted.
+    absl::Status Finish(const v1::GradientSummary& summary);
+    // Values were summed and the shard has not counted (yet).
+    bool summed_uncounted() const { return summed_ && !counted_; }
+
+   private:
+    // The sum holds values of this shard, which will not count.
+    void Taint(const std::string& why);
+
+    RoundCollector* const collector_;
+    const std::string worker_id_;
+    const int64_t shard_id_;
+    double squares_ = 0;  // Σ value² so far, in float64
+    bool summed_ = false;
+    bool counted_ = false;
+  };
+  // Why the round's sum is wrong (a streamed shard failed after some of its values were summed);
+  // empty when it is not. The workers whose streamed shards did that.
+  std::string tainted() const { return aggregator_.taint(); }
+  std::set<std::string> tainting_workers() const;
+
   // A spot check that settled or needs more: agreed, a tiebreak needed, a liar outvoted, or no
   // two of three agreeing.
   struct Verdict {
@@ -74,6 +114,10 @@ class RoundCollector {
  private:
   // Counts `result` for `worker_id`, recording the contribution and the norm.
   absl::Status Count(const std::string& worker_id, ShardResult result, double per_token_norm);
+  // The norm screen's verdict on a shard's per-token norm (OK without a screen or for an evaluation).
+  absl::Status Screen(int64_t shard_id, double per_token_norm) const;
+  // Records an accepted shard's contribution and norm.
+  void Credit(const std::string& worker_id, int64_t shard_id, double per_token_norm);
 
   const bool evaluate_only_;
   const int64_t normalizer_;
@@ -86,6 +130,7 @@ class RoundCollector {
   std::vector<Verdict> verdicts_ ABSL_GUARDED_BY(mutex_);
   // Held results of checked shards, by shard: the first answer (for AbandonCheck).
   std::map<int64_t, std::pair<std::string, ShardResult>> held_ ABSL_GUARDED_BY(mutex_);
+  std::set<std::string> tainting_workers_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace slimfit::server

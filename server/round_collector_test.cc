@@ -1,5 +1,7 @@
 #include "server/round_collector.h"
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 
 #include <gmock/gmock.h>
@@ -63,6 +65,65 @@ TEST_F(RoundCollectorTest, TheNormScreenRejectsAResultFarOutOfLine) {
   ASSERT_TRUE(collector.complete());
   EXPECT_DOUBLE_EQ(collector.gradient()[0][0][0].item<double>(), 5.0);
   EXPECT_EQ(collector.contributions().count("w-liar"), 0u);
+}
+
+// Streams `result`'s gradient into `shard`, one tensor at a time, and finishes it.
+absl::Status StreamWhole(RoundCollector::StreamedShard& shard, const ShardResult& result) {
+  for (size_t i = 0; i < result.gradient.size(); ++i) {
+    if (absl::Status s = shard.Add(i, 0, result.gradient[i].reshape({-1})); !s.ok()) return s;
+  }
+  return shard.Finish(result.summary);
+}
+
+TEST_F(RoundCollectorTest, AStreamedShardCountsAsAnAcceptedOneAndPassesTheSameScreen) {
+  NormScreen screen(/*factor=*/30, /*window=*/64, /*min_history=*/2);
+  RoundCollector collector = Collector(4, &screen);
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 1.0f)).ok());
+  {
+    RoundCollector::StreamedShard streamed(&collector, "w-b", 1);
+    ASSERT_TRUE(StreamWhole(streamed, Result(1, 1.5f)).ok());
+    EXPECT_FALSE(streamed.summed_uncounted());
+  }
+  {
+    // Refused at its first values: nothing of it was summed, so the sum stays good.
+    RoundCollector::StreamedShard refused(&collector, "w-nan", 2);
+    EXPECT_EQ(refused.Add(0, 0, at::full({4}, NAN)).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(collector.tainted().empty());
+  ASSERT_TRUE(collector.Accept("w-a", Result(2, 0.5f)).ok());
+  {
+    RoundCollector::StreamedShard streamed(&collector, "w-b", 3);
+    ASSERT_TRUE(StreamWhole(streamed, Result(3, 2.0f)).ok());
+  }
+  ASSERT_TRUE(collector.complete());
+  EXPECT_TRUE(collector.tainted().empty());
+  EXPECT_DOUBLE_EQ(collector.gradient()[0][0][0].item<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(collector.loss_sum(), 20.0);
+  EXPECT_EQ(collector.contributions(),
+            (std::map<std::string, std::set<int64_t>>{{"w-a", {0, 2}}, {"w-b", {1, 3}}}));
+}
+
+TEST_F(RoundCollectorTest, AStreamedShardThatFailsAfterSummingTaintsTheRound) {
+  NormScreen screen(/*factor=*/30, /*window=*/64, /*min_history=*/2);
+  RoundCollector collector = Collector(4, &screen);
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 1.0f)).ok());
+  ASSERT_TRUE(collector.Accept("w-a", Result(1, 1.0f)).ok());
+  {
+    RoundCollector::StreamedShard broken(&collector, "w-broken", 2);
+    ASSERT_TRUE(broken.Add(0, 0, at::ones({4})).ok());
+    EXPECT_TRUE(broken.summed_uncounted());
+  }  // its stream ended without a summary
+  EXPECT_THAT(collector.tainted(), HasSubstr("shard 2 from w-broken: its stream failed after some of its values"));
+  {
+    RoundCollector::StreamedShard scaled(&collector, "w-liar", 3);
+    absl::Status refused = StreamWhole(scaled, Result(3, 1000.0f));
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);  // the norm screen: a strike
+    EXPECT_THAT(refused.message(), HasSubstr("shard 3"));
+  }
+  EXPECT_EQ(collector.tainting_workers(), (std::set<std::string>{"w-broken", "w-liar"}));
+  EXPECT_THAT(collector.tainted(), HasSubstr("w-broken"));  // the first reason is kept
+  EXPECT_EQ(collector.contributions().count("w-liar"), 0u);
+  EXPECT_EQ(collector.contributions().count("w-broken"), 0u);
 }
 
 TEST_F(RoundCollectorTest, ACheckedShardCountsOnlyOnceTwoWorkersAgree) {

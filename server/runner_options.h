@@ -21,6 +21,14 @@ struct RunnerOptions {
   // writes wait in gRPC's flow control) unless nothing else is being assembled. Small models
   // assemble every shard at once; at 100M parameters (371 MB a shard) one at a time.
   int64_t max_assembly_bytes = int64_t{512} << 20;
+  // A shard whose gradient is at least this many bytes is summed as it arrives, chunk by chunk,
+  // instead of being assembled first: no copy of it is held (the coordinator's memory is the
+  // parameters, the optimizer's state and the sum). Such a shard cannot be taken back out: when
+  // its stream fails midway, or it is refused at its end, the round is computed again and that
+  // worker's shards are assembled from then on. Spot-checked shards, workers with a strike and
+  // local-steps rounds (never computed again: the workers' inner optimizers would step twice) are
+  // always assembled.
+  int64_t stream_into_sum_bytes = int64_t{128} << 20;
   double safety_margin = 0.10;  // plans keep predicted peaks under (1 − margin) · budget
   // Replan a worker when its measured peak exceeds the prediction by this factor.
   double replan_ratio = 1.25;

@@ -27,8 +27,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version
       if (!evaluate_only) ledger_.RoundCompleted(round, output->unverified_workers, output->vouched_workers);
       return output;
     }
-    base::LogWarning(deps_.record->job_id(), ": round ", round,
-                     ": computing it again without the quarantined worker");
+    base::LogWarning(deps_.record->job_id(), ": round ", round, ": computing it again");
   }
 }
 
@@ -87,6 +86,9 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   std::vector<WorkerPlan> wave_plans = *std::move(plans);
   while (!pending.empty()) {
     if (stopping()) return absl::CancelledError("stopped");
+    for (Task& task : pending) {
+      task.stream_into_sum = StreamsIntoSum(wave_plans[task.worker], task, collector, evaluate_only);
+    }
     const std::vector<CallOutcome> outcomes =
         RunWave(round, version, normalizer, evaluate_only, wave_plans, pending, &collector);
     if (stopping()) return absl::CancelledError("stopped");
@@ -132,6 +134,17 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       }
       ++task.attempt;
       failed.push_back(std::move(task));
+    }
+    if (const std::string tainted = collector.tainted(); !tainted.empty()) {
+      // A shard summed as it arrived failed midway: its values cannot be taken back out of the
+      // sum, so the round starts over, and the worker's shards are assembled from now on.
+      const std::set<std::string> workers = collector.tainting_workers();
+      assembled_workers_.insert(workers.begin(), workers.end());
+      base::LogWarning(deps_.record->job_id(), ": ", what, ": ", tainted, "; the sum cannot be mended (",
+                       absl::StrJoin(workers, ", "), ": assembled before summing from now on)");
+      spare_sum_ = collector.gradient();
+      *redo = true;
+      return output;
     }
     if (absl::Status settled = Settle(round, what, &collector, shards, &output, &checked, &failed, redo);
         !settled.ok()) {
@@ -202,6 +215,26 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   timing.set_aggregation_seconds(timing.aggregation_seconds() + take());
   output.timing = std::move(timing);
   return output;
+}
+
+bool ShardDispatcher::StreamsIntoSum(const WorkerPlan& plan, const Task& task, const RoundCollector& collector,
+                                     bool evaluate_only) const {
+  // Spot-checked results are compared whole; a worker with a strike may be refused again; a
+  // local-steps round is not computed again (its workers' inner optimizers would step twice), and
+  // under a time budget it drops late shards, which must not be half in the sum.
+  return !evaluate_only && task.sequences_per_step.empty() && task.opinion == 1 && !collector.IsChecked(task.id) &&
+         ShardGradientBytes() >= deps_.options.stream_into_sum_bytes &&
+         assembled_workers_.count(plan.worker.worker_id) == 0 && strikes_.count(plan.worker.worker_id) == 0;
+}
+
+int64_t ShardDispatcher::ShardGradientBytes() const {
+  int64_t bytes = 0;
+  for (const size_t i : SentTensors()) {
+    int64_t elements = 1;
+    for (const int64_t extent : deps_.shapes[i]) elements *= extent;
+    bytes += elements * performer::DTypeBytes(deps_.dtype);
+  }
+  return bytes;
 }
 
 std::vector<ShardDispatcher::CallOutcome> ShardDispatcher::RunWave(int64_t round, uint64_t version,
@@ -301,6 +334,8 @@ absl::Status ShardDispatcher::Settle(int64_t round, const std::string& what, Rou
       output->rolled_back_to = *back;
     } else if (quarantined.recomputed_shards() > 0) {
       *redo = true;  // its results of this round counted: the round starts over
+      base::LogWarning(deps_.record->job_id(), ": ", what, ": results of ", decision.odd,
+                       " counted; the round starts over without it");
     }
     Quarantine(decision.odd, round, reason, std::move(quarantined));
     if (output->rolled_back_to.has_value()) return absl::OkStatus();

@@ -1,7 +1,9 @@
 // Runs one round's (or one evaluation's) shards on a job's workers: cut the sequences in proportion
 // to the workers' predicted speed (shard_split.h), call every worker's ComputeGradient in waves —
 // one thread per worker, one shard at a time per worker (WorkerLeases, across jobs) — and sum what
-// comes back once per shard (GradientAggregator). A failed shard goes back, attempt + 1, to a worker
+// comes back once per shard (GradientAggregator): assembled first, or, for a shard of at least
+// options.stream_into_sum_bytes, summed chunk by chunk as it arrives (no copy held; should it fail
+// midway the round is computed again and that worker's shards are assembled from then on). A failed shard goes back, attempt + 1, to a worker
 // that did not just fail (a ShardReassigned event); UNAVAILABLE (busy, draining, unreachable, lost)
 // does not count against options.max_attempts, other failures do. While a wave runs, calls to
 // workers that stop being live (LOST, LEFT, re-registered) are cancelled at once, so a frozen
@@ -157,6 +159,7 @@ class ShardDispatcher {
     // worker may return, having taken fewer steps).
     std::vector<int64_t> step_token_counts;
     bool late = false;  // the last attempt missed its deadline or its worker stopped heartbeating
+    bool stream_into_sum = false;  // summed as it arrives (RunnerOptions::stream_into_sum_bytes)
     int source = 0;  // JobData source of its sequences (≥ 1: a worker-local dataset); a local-steps shard may mix
   };
   struct CallOutcome {
@@ -170,7 +173,7 @@ class ShardDispatcher {
   };
 
   // One try at a round; *redo when a spot check outvoted a worker (quarantined now) whose other
-  // results this round may be wrong too.
+  // results this round may be wrong too, or when a shard streamed into the sum failed midway.
   absl::StatusOr<RoundOutput> RunOnce(int64_t round, uint64_t version,
                                       const std::vector<SequenceRef>& sequences, bool evaluate_only,
                                       const std::vector<int64_t>& local_steps, bool* redo);
@@ -194,6 +197,11 @@ class ShardDispatcher {
                                                  const std::vector<WorkerPlan>& plans) const;
   // The local datasets (JobData sources ≥ 1) among `sequences`.
   static std::set<int> LocalSourcesOf(const std::vector<SequenceRef>& sequences);
+  // Whether the task's result is summed as it arrives (RunnerOptions::stream_into_sum_bytes).
+  bool StreamsIntoSum(const WorkerPlan& plan, const Task& task, const RoundCollector& collector,
+                      bool evaluate_only) const;
+  // The bytes of one shard's gradient on the wire.
+  int64_t ShardGradientBytes() const;
   // Runs `tasks` on their workers, one thread per worker; the outcome of each.
   std::vector<CallOutcome> RunWave(int64_t round, uint64_t version, int64_t normalizer, bool evaluate_only,
                                    const std::vector<WorkerPlan>& plans, const std::vector<Task>& tasks,
@@ -238,6 +246,8 @@ class ShardDispatcher {
   NormScreen screen_;                   // the job's recent per-token gradient norms
   std::vector<at::Tensor> spare_sum_;   // the last round's sum, to reuse (Recycle); runner thread only
   std::map<std::string, int> strikes_;  // rejected results per worker; runner thread only
+  // Workers whose shard streamed into a sum failed midway: theirs are assembled from then on.
+  std::set<std::string> assembled_workers_;  // runner thread only
   VerificationLedger ledger_;           // runner thread only
 
   // Bytes of gradients being assembled (CallShard: from a shard's first chunk until its result is

@@ -133,18 +133,23 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   // assembles at most options.max_assembly_bytes of them at once (workers that finish meanwhile
   // wait in gRPC's flow control), so a large model's shards do not each hold a copy of the model.
   // Declared before the assembler, so that the room is given back after its tensors are freed.
-  int64_t shard_bytes = 0;
-  for (const size_t i : SentTensors()) {
-    int64_t elements = 1;
-    for (const int64_t extent : deps_.shapes[i]) elements *= extent;
-    shard_bytes += elements * performer::DTypeBytes(deps_.dtype);
-  }
+  // A shard streamed into the sum holds nothing: its chunks are summed as they arrive (and the
+  // sum is tainted, the round computed again, when it then fails: RoundCollector::StreamedShard).
   std::optional<AssemblyRoom> room;
+  std::optional<RoundCollector::StreamedShard> streamed;
+  if (task.stream_into_sum) streamed.emplace(collector, plan.worker.worker_id, task.id);
   std::vector<performer::TensorSpec> specs;
   for (const size_t i : SentTensors()) specs.push_back({deps_.names[i], deps_.shapes[i]});
-  performer::TensorAssembler assembler(std::move(specs), deps_.dtype,
-                                       absl::StrCat("gradient of round ", round, " shard ", task.id, " from ",
-                                                    plan.worker.worker_id),
+  const std::string stream_name =
+      absl::StrCat("gradient of round ", round, " shard ", task.id, " from ", plan.worker.worker_id);
+  performer::TensorAssembler assembler =
+      streamed.has_value()
+          ? performer::TensorAssembler(std::move(specs), deps_.dtype, stream_name,
+                                       request.local_steps().compression(),
+                                       [&streamed](size_t tensor, int64_t first, const at::Tensor& values) {
+                                         return streamed->Add(tensor, first, values);
+                                       })
+          : performer::TensorAssembler(std::move(specs), deps_.dtype, stream_name,
                                        request.local_steps().compression());
   std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
       plan.worker.stub->ComputeGradient(context.get(), request);
@@ -152,9 +157,10 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
                                              [&] {
                                                // A round under a time budget does not queue its
                                                // results: waiting would count against its deadline.
-                                               if (task.sequences_per_step.empty() ||
-                                                   deps_.round_time_budget_seconds <= 0) {
-                                                 room.emplace(this, shard_bytes);
+                                               if (!streamed.has_value() &&
+                                                   (task.sequences_per_step.empty() ||
+                                                    deps_.round_time_budget_seconds <= 0)) {
+                                                 room.emplace(this, ShardGradientBytes());
                                                }
                                              });
   outcome.bytes_received += stream.bytes;
@@ -198,7 +204,8 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     if (!gradient.ok()) return misbehaved(gradient.status());
     result.gradient = *std::move(gradient);
   }
-  outcome.status = collector->Accept(plan.worker.worker_id, std::move(result));
+  outcome.status = streamed.has_value() ? streamed->Finish(result.summary)
+                                        : collector->Accept(plan.worker.worker_id, std::move(result));
   if (outcome.status.code() == absl::StatusCode::kInvalidArgument) outcome.misbehaved = true;
   if (outcome.status.ok() && !evaluate_only) {
     v1::WorkerJobPlan job_plan;

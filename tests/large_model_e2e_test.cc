@@ -1,8 +1,10 @@
 // End to end at a real size: a model whose large tensors are 9 MiB each (nine 1 MiB chunks on the
 // wire, both ways), trained by three workers on different plans with several shards each, equals
-// the same rounds in one process.
+// the same rounds in one process — with each shard's gradient assembled before it is summed, and
+// with every shard summed chunk by chunk as it arrives (--stream_into_sum_bytes=0).
 #include <set>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -39,10 +41,12 @@ v1::JobSpec LargeSpec(const std::string& dataset) {
   return spec;
 }
 
-TEST(LargeModelEndToEndTest, NineMiBTensorsOnThreePlansEqualOneProcess) {
-  Cluster cluster("large");
+void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::string>& coordinator_flags) {
+  Cluster cluster(name);
   // One sequence per shard: six shards a round, two or so per worker.
-  ASSERT_TRUE(cluster.StartCoordinator({"--max_sequences_per_shard=1"}).ok()) << cluster.Logs();
+  std::vector<std::string> flags = {"--max_sequences_per_shard=1"};
+  flags.insert(flags.end(), coordinator_flags.begin(), coordinator_flags.end());
+  ASSERT_TRUE(cluster.StartCoordinator(flags).ok()) << cluster.Logs();
   // Parameters, their gradient and the running sum take ~124 MiB; the rest decides the plan: a
   // short slice, a long one, full back-propagation.
   for (const char* budget : {"148MiB", "160MiB", "1GiB"}) {
@@ -83,6 +87,14 @@ TEST(LargeModelEndToEndTest, NineMiBTensorsOnThreePlansEqualOneProcess) {
   EXPECT_EQ(plans.size(), 3u) << ::testing::PrintToString(plans) << cluster.Logs();
   EXPECT_EQ(max_shards, 6);
   EXPECT_EQ(workers, 3);
+}
+
+TEST(LargeModelEndToEndTest, NineMiBTensorsOnThreePlansEqualOneProcess) {
+  ExpectEqualsOneProcess("large", {"--stream_into_sum_bytes=1TiB"});
+}
+
+TEST(LargeModelEndToEndTest, NineMiBTensorsSummedAsTheyArriveEqualOneProcess) {
+  ExpectEqualsOneProcess("large_streamed", {"--stream_into_sum_bytes=0"});
 }
 
 }  // namespace

@@ -87,8 +87,19 @@ grpc::Status LyingProxy::ComputeGradient(grpc::ServerContext* context, const v1:
   const bool lying = !request->evaluate_only() && request->round() >= lie_.from_round;
   bool told = false;
   v1::ComputeGradientResponse response;
+  int chunks = 0;
   while (reader->Read(&response)) {
-    if (lying && response.has_chunk() && lie_.kind != Lie::Kind::kWrongVersion) {
+    if (lying && response.has_chunk() && lie_.kind == Lie::Kind::kBreakStream && ++chunks > 1) {
+      // The first chunk went through; the connection "breaks" before the second.
+      forwarded->TryCancel();
+      while (reader->Read(&response)) {
+      }
+      reader->Finish();
+      ++lies_told_;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the lying proxy broke the stream midway");
+    }
+    if (lying && response.has_chunk() && lie_.kind != Lie::Kind::kWrongVersion &&
+        lie_.kind != Lie::Kind::kBreakStream) {
       Tamper(lie_, response.mutable_chunk());
       told = true;
     }

@@ -1,8 +1,9 @@
 // A worker that lies, for testing the coordinator's defences: a gRPC proxy in front of a real
 // `slimfit-worker` that forwards every Worker RPC (with its bearer token and deadline) and, from a
 // given round on, tampers with what ComputeGradient returns — non-finite values, gradients scaled
-// by a factor (×1000 is far out of line; ×1.01 is a subtle lie only a second opinion catches), or
-// a summary that names the wrong parameter version. The worker is started with
+// by a factor (×1000 is far out of line; ×1.01 is a subtle lie only a second opinion catches),
+// a summary that names the wrong parameter version, or a stream broken after its first chunk (as a
+// connection lost midway). The worker is started with
 // --advertise=<the proxy's address>, so the coordinator only ever talks to the proxy.
 //
 // Test-only. Thread safety: thread-safe (gRPC's threads call the service).
@@ -24,7 +25,7 @@
 namespace slimfit::testing_util {
 
 struct Lie {
-  enum class Kind { kNotFinite, kScale, kWrongVersion } kind = Kind::kScale;
+  enum class Kind { kNotFinite, kScale, kWrongVersion, kBreakStream } kind = Kind::kScale;
   double factor = 1000;    // kScale
   int64_t from_round = 1;  // honest before this round (and in every evaluation)
 };

@@ -1,9 +1,10 @@
 // End to end, workers that lie (tests/lying_proxy.h puts a tampering proxy in front of a real
 // worker): results that fail validation or the norm screen get their worker quarantined, a subtle
 // lie is caught by a second opinion and settled by a third (and, caught late, undone back to the
-// checkpoint before its first unverified round), and in every case the job's result is what one
-// honest process computes. Two workers that disagree with no third to decide fail the
-// job with a message that names them.
+// checkpoint before its first unverified round), a shard summed as it arrived that fails midway
+// makes its round run again, and in every case the job's result is what one honest process
+// computes. Two workers that disagree with no third to decide fail the job with a message that
+// names them.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -189,6 +190,54 @@ TEST(VerificationEndToEndTest, ASubtleLieIsOutvotedBySpotChecksAndChangesNothing
   EXPECT_GT(agreed, 0);
   EXPECT_GT(largest_honest_difference, 0);     // different plans round differently...
   EXPECT_LT(largest_honest_difference, 1e-5);  // ...by far less than the tolerance
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text,
+                                                    std::string("\n\n")),
+            1e-5);
+}
+
+// Shards summed as they arrive (--stream_into_sum_bytes=0: every shard) cannot be taken back out:
+// a stream broken midway, or a result refused by the norm screen after its values were summed,
+// makes the coordinator compute the round again (and assemble that worker's shards from then on),
+// and the job's result is still what one honest process computes.
+TEST(VerificationEndToEndTest, AShardThatFailsAfterItsValuesWereSummedMakesTheRoundRunAgain) {
+  Cluster cluster("streamed_sum");
+  ASSERT_TRUE(cluster.StartCoordinator({"--stream_into_sum_bytes=0"}).ok()) << cluster.Logs();
+  for (const char* budget : {"700KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  std::unique_ptr<LyingProxy> breaker = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kBreakStream, 0, 2});
+  std::unique_ptr<LyingProxy> scaled = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kScale, 1000, 3});
+  ASSERT_TRUE(breaker && scaled);
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(4, absl::Seconds(30)).ok()) << cluster.Logs();
+  const std::string breaker_id = WorkerIdAt(cluster, breaker->address());
+  const std::string scaled_id = WorkerIdAt(cluster, scaled->address());
+
+  const std::string text = testing_util::Corpus(16000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  v1::JobSpec spec = testing_util::Spec(*dataset, 32, 64, 128, 10, 5);
+  spec.set_verify_fraction(0);  // every shard streams into the sum
+  spec.set_quarantine_after(2);
+  const Finished finished = RunJob(cluster, spec);
+  ASSERT_EQ(finished.job.state(), v1::JOB_STATE_SUCCEEDED) << finished.job.state_reason() << cluster.Logs();
+
+  const std::string logs = cluster.Logs();
+  // Each tainted the sum once; after that its shards were assembled first, and nothing it sent
+  // was summed again.
+  for (const std::string& id : {breaker_id, scaled_id}) {
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat(id, ": assembled before summing from now on"))) << logs;
+  }
+  EXPECT_THAT(logs, HasSubstr("its stream failed after some of its values were summed"));
+  EXPECT_THAT(logs, HasSubstr("refused after its values were summed"));
+  EXPECT_THAT(logs, HasSubstr("computing it again"));
+  EXPECT_GE(breaker->lies_told(), 1);
+  EXPECT_GE(scaled->lies_told(), 2);
+  bool scaled_quarantined = false;
+  for (const v1::JobEvent& event : finished.events) {
+    if (event.has_worker_quarantined()) {
+      EXPECT_EQ(event.worker_quarantined().worker_id(), scaled_id);  // a broken stream is no strike
+      scaled_quarantined = true;
+    }
+  }
+  EXPECT_TRUE(scaled_quarantined);
   EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text,
                                                     std::string("\n\n")),
             1e-5);
