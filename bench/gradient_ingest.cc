@@ -149,13 +149,17 @@ int Run() {
               stream_into_sum ? ", streamed into the sum" : "");
   double total_bytes = 0, total_seconds = 0;
   for (int round = 1; round <= rounds; ++round) {
-    server::GradientAggregator aggregator(round, /*parameter_version=*/round, std::vector<int64_t>(clients, kTokens),
-                                          shapes, /*evaluate_only=*/false, sum_dtype);
-    std::optional<server::RoundCollector> collector;  // --stream_into_sum: sums as the chunks arrive
+    // One sum: the collector's when summing as the chunks arrive (--stream_into_sum), else the
+    // aggregator's, which takes assembled gradients.
+    std::optional<server::GradientAggregator> aggregator;
+    std::optional<server::RoundCollector> collector;
     if (stream_into_sum) {
       collector.emplace(round, /*parameter_version=*/round, std::vector<int64_t>(clients, kTokens), shapes,
                         /*evaluate_only=*/false, /*normalizer=*/kTokens, /*screen=*/nullptr, /*tolerance=*/0,
                         sum_dtype);
+    } else if (absl::GetFlag(FLAGS_aggregate)) {
+      aggregator.emplace(round, /*parameter_version=*/round, std::vector<int64_t>(clients, kTokens), shapes,
+                         /*evaluate_only=*/false, sum_dtype);
     }
     std::atomic<int64_t> bytes{0};
     std::atomic<int> failures{0};
@@ -199,7 +203,7 @@ int Run() {
           if (!summing->Finish(*stream.summary).ok()) ++failures;
         } else if (absl::GetFlag(FLAGS_aggregate)) {
           server::ShardResult result{*stream.summary, *std::move(gradient)};
-          if (!aggregator.Add(std::move(result)).ok()) ++failures;
+          if (!aggregator->Add(std::move(result)).ok()) ++failures;
           aggregate_us += absl::ToInt64Microseconds(absl::Now() - assembled);
         }
       });

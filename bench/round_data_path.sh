@@ -6,10 +6,12 @@
 # 2..ROUNDS of RoundCompleted.timing (docs/OPERATIONS.md): the coordinator's phases (waiting,
 # shards in flight, aggregation after the waves, optimizer step through publishing), the workers'
 # summed seconds (parameter fetch, engine compute, result streaming), the bytes each way, and the
-# coordinator's peak resident memory (BENCHMARKS.md, "The data path of a round").
+# coordinator's peak resident memory, and over every round the shards spot-checked (each holds two
+# whole results for its check) and summed as they arrived (BENCHMARKS.md, "The data path of a round").
 #
 # Usage: bench/round_data_path.sh [ROUNDS] [SIZES]   (defaults 4 and "10M 40M 100M")
 #   COORDINATOR_FLAGS="--max_assembly_bytes=4GiB"   extra slimfit-coordinator flags
+#   SUBMIT_FLAGS="--verify_fraction=0.34"           extra `slimfit submit` flags
 set -euo pipefail
 rounds="${1:-4}"
 sizes="${2:-10M 40M 100M}"
@@ -39,11 +41,12 @@ shape() {
 }
 
 printf '%-5s %12s %7s | %6s %7s %6s %6s | %6s %8s %6s | %8s %8s | %6s | %s\n' size parameters round \
-  wait shards aggr step fetch compute stream "MB out" "MB in" ckpt "coordinator peak RSS"
+  wait shards aggr step fetch compute stream "MB out" "MB in" ckpt "coordinator peak RSS (shards checked / streamed)"
 for size in $sizes; do
   read -r -a model <<< "$(shape "$size")"
   job="$(cluster_submit "$size" "${model[@]}" --sequence_length=512 --tokens_per_round=1536 --rounds="$rounds" \
-    --learning_rate=1e-4 --checkpoint_interval=1 --seed=1 --min_workers=3 --data="$data" --separator='\n\n\n')"
+    --learning_rate=1e-4 --checkpoint_interval=1 --seed=1 --min_workers=3 --data="$data" --separator='\n\n\n' \
+    ${SUBMIT_FLAGS:-})"
   "$slimfit" watch "$job" --from_start --json > "$work/$size.events" || { echo "job $job of size $size failed" >&2; exit 1; }
   peak_kib="$(awk '/VmHWM/ {print $2}' "/proc/$coordinator_pid/status")"
   python3 - "$work/$size.events" "$size" "$peak_kib" "${model[@]}" <<'PY'
@@ -53,9 +56,13 @@ shape = dict(arg[2:].split("=") for arg in sys.argv[4:])
 d, layers, f, vocab = int(shape["d_model"]), int(shape["layers"]), int(shape["d_ff"]), 256
 parameters = vocab * d // 2 + layers * (3 * (d * d + d) + 2 * f * d + f + d + 4 * d) + vocab * d + vocab
 rounds, checkpoints = [], []
+checked = streamed = 0
 for line in open(path):
     event = json.loads(line)
     done = event.get("round_completed")
+    if done:
+        checked += int(done.get("verified_shards", 0))
+        streamed += int(done.get("streamed_shards", 0))
     if done and int(done["round"]) >= 2:
         rounds.append(done)
     written = event.get("checkpoint_written")
@@ -66,12 +73,12 @@ if not rounds:
 def mean(f):
     return sum(f(r) for r in rounds) / len(rounds)
 t = lambda key: (lambda r: float(r.get("timing", {}).get(key, 0)))
-print("%-5s %12s %6.2fs | %6.2f %7.2f %6.2f %6.2f | %6.2f %8.2f %6.2f | %8.1f %8.1f | %5.2fs | %.0f MiB" % (
+print("%-5s %12s %6.2fs | %6.2f %7.2f %6.2f %6.2f | %6.2f %8.2f %6.2f | %8.1f %8.1f | %5.2fs | %.0f MiB (%d / %d)" % (
     size, "{:,}".format(parameters), mean(lambda r: float(r.get("round_seconds", 0))),
     mean(t("waiting_seconds")), mean(t("shards_seconds")), mean(t("aggregation_seconds")), mean(t("step_seconds")),
     mean(t("worker_fetch_seconds")), mean(t("worker_compute_seconds")), mean(t("worker_stream_seconds")),
     mean(lambda r: float(r.get("timing", {}).get("bytes_to_workers", 0))) / 1e6,
     mean(lambda r: float(r.get("timing", {}).get("bytes_from_workers", 0))) / 1e6,
-    sum(checkpoints) / max(1, len(checkpoints)), peak_kib / 1024))
+    sum(checkpoints) / max(1, len(checkpoints)), peak_kib / 1024, checked, streamed))
 PY
 done

@@ -39,6 +39,7 @@ std::string RoundLine(const v1::RoundCompleted& round) {
   if (round.reassigned_shards() > 0)
     parts.push_back(absl::StrCat(round.reassigned_shards(), " shards reassigned"));
   if (round.verified_shards() > 0) parts.push_back(absl::StrCat(round.verified_shards(), " verified"));
+  if (round.recomputations() > 0) parts.push_back(absl::StrCat("computed ", round.recomputations() + 1, " times"));
   if (round.inner_steps() > 0) parts.push_back(absl::StrCat(round.inner_steps(), " inner steps"));
   if (round.late_workers_size() > 0) {
     parts.push_back(absl::StrCat("late, dropped: ", absl::StrJoin(round.late_workers(), ", ")));

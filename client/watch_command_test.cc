@@ -148,6 +148,7 @@ TEST_F(WatchCommandTest, RendersEveryKindOfEventAndSucceeds) {
     late.mutable_worker_quarantined()->set_rolled_back_to_round(2);
     v1::JobEvent budgeted = Round(13, 6);
     budgeted.mutable_round_completed()->set_inner_steps(7);
+    budgeted.mutable_round_completed()->set_recomputations(1);
     budgeted.mutable_round_completed()->add_late_workers("w-9c");
     return Stream(write, {Snapshot(3, v1::JOB_STATE_RUNNING, 0), Round(4, 1), evaluation, checkpoint, plan,
                           shard, agreed, outvoted, quarantine, late, budgeted,
@@ -171,7 +172,8 @@ TEST_F(WatchCommandTest, RendersEveryKindOfEventAndSucceeds) {
           "again without its 3 shards)",
           "worker w-9c quarantined in round 5: outvoted on round 5 shard 0; its results since "
           "round 3 are undone: training goes back to round 2's checkpoint",
-          "round 6/10  loss 1.9000  2.741 bits/byte  12.3k tokens/s  ETA 4m 00s  7 inner steps  late, dropped: w-9c",
+          "round 6/10  loss 1.9000  2.741 bits/byte  12.3k tokens/s  ETA 4m 00s  computed 2 times  7 inner steps  "
+          "late, dropped: w-9c",
           "state RUNNING -> SUCCEEDED"));
   EXPECT_THAT(fake_->calls().authorizations, ElementsAre("Bearer tok"));
 }

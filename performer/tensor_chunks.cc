@@ -132,8 +132,8 @@ TensorAssembler::TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std
 }
 
 absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
-  const std::string where = absl::StrCat(what_, ": chunk of \"", chunk.name(), "\" at offset ", chunk.offset(), ": ");
-  auto error = [&](const std::string& message) { return absl::InvalidArgumentError(absl::StrCat(where, message)); };
+  auto where = [&]() { return absl::StrCat(what_, ": chunk of \"", chunk.name(), "\" at offset ", chunk.offset(), ": "); };
+  auto error = [&](const std::string& message) { return absl::InvalidArgumentError(absl::StrCat(where(), message)); };
   const int64_t element = DTypeBytes(dtype_);
   // A tensor is complete when offset_ reached its size; move on to the next one.
   if (current_ < specs_.size() && started_[current_] &&
@@ -181,7 +181,7 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
                               " or at the tensor's end"));
   }
   if (sink_) {
-    if (absl::Status s = Stream(chunk, count); !s.ok()) return absl::Status(s.code(), absl::StrCat(where, s.message()));
+    if (absl::Status s = Stream(chunk, count); !s.ok()) return absl::Status(s.code(), absl::StrCat(where(), s.message()));
   } else {
     if (!tensors_[current_].defined()) {
       tensors_[current_] = at::empty(spec.shape, at::TensorOptions().dtype(ToScalarType(dtype_)));
@@ -215,7 +215,7 @@ absl::Status TensorAssembler::Stream(const v1::TensorChunk& chunk, int64_t count
   const char* data = chunk.data().data();
   at::Tensor values;
   if (compression_ == v1::COMPRESSION_NONE && reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(element) == 0) {
-    // The chunk's own bytes, read only (the sink gets them as a const tensor).
+    // The chunk's own bytes, not copied: the sink must only read them (ValueSink's contract).
     values = at::from_blob(const_cast<char*>(data), {count}, options);
   } else {
     if (!scratch_.defined() || scratch_.numel() < count) scratch_ = at::empty({count}, options);

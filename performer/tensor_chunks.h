@@ -69,7 +69,8 @@ class TensorAssembler {
 
   // Where a streaming assembler hands every accepted chunk: the tensor's index in the specs, the
   // index of the chunk's first element in it, and its values — a contiguous CPU tensor of the
-  // expected dtype, decoded when compressed, valid only during the call (it may alias the chunk).
+  // expected dtype, decoded when compressed, valid only during the call, to be read only (it may
+  // alias the chunk's own bytes).
   // An error refuses the chunk (Add returns it, with the chunk named, in the sink's code).
   using ValueSink = std::function<absl::Status(size_t tensor, int64_t first_element, const at::Tensor& values)>;
   // A streaming assembler: checks chunks exactly as above, allocates no tensors, and hands each

@@ -290,14 +290,18 @@ TEST(TensorChunksTest, AStreamingAssemblerHandsOnExactlyWhatItWouldHaveAssembled
     for (size_t i = 0; i < assembled.size(); ++i) EXPECT_TRUE(SameBits((*streamed)[i], assembled[i]));
   }
   for (v1::Compression compression : kEncodings) {
-    SCOPED_TRACE(CompressionName(compression));
-    const std::vector<EncodedTensor> tensors = EncodedTensors(compression);
-    const std::vector<v1::TensorChunk> chunks =
-        EncodedChunks(tensors, DType::kFloat32, compression == v1::COMPRESSION_INT8 ? 600 : 22);
-    absl::StatusOr<std::vector<at::Tensor>> streamed =
-        Streamed(EncodedSpecs(), DType::kFloat32, compression, chunks);
-    ASSERT_TRUE(streamed.ok()) << streamed.status();
-    for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(SameBits((*streamed)[i], *DecodeTensor(tensors[i])));
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      SCOPED_TRACE(CompressionName(compression) + (dtype == DType::kFloat32 ? " float32" : " float64"));
+      const std::vector<EncodedTensor> tensors = EncodedTensors(compression);
+      const std::vector<v1::TensorChunk> chunks =
+          EncodedChunks(tensors, dtype, compression == v1::COMPRESSION_INT8 ? 600 : 22);
+      TensorAssembler assembler(EncodedSpecs(), dtype, "test", compression);
+      for (const v1::TensorChunk& c : chunks) ASSERT_TRUE(assembler.Add(c).ok());
+      const std::vector<at::Tensor> assembled = *assembler.Finish();
+      absl::StatusOr<std::vector<at::Tensor>> streamed = Streamed(EncodedSpecs(), dtype, compression, chunks);
+      ASSERT_TRUE(streamed.ok()) << streamed.status();
+      for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(SameBits((*streamed)[i], assembled[i]));
+    }
   }
 }
 

@@ -212,7 +212,7 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
                  "largest model a job may train: its parameters' bytes in the job's dtype (the coordinator "
                  "holds about 4x this, 5x with compressed parameter broadcasts, plus the gradients being "
                  "assembled: up to --max_assembly_bytes, none of those --stream_into_sum_bytes sums "
-                 "as they arrive)");
+                 "as they arrive, and 2x more for a spot-checked shard's two results)");
   flags.String("port_file", &o.port_file, "write the bound host:port here once serving");
   rpc::AddMetricsFlags(flags, "Prometheus metrics (/metrics) and the status page (/)", &o.metrics_listen,
                        &o.metrics_port_file);

@@ -90,6 +90,11 @@ CoordinatorMetrics::CoordinatorMetrics(base::MetricRegistry* registry)
       reassignments_(registry->AddCounter("slimfit_shard_reassignments_total",
                                           "Shards sent to another worker after a failure or a lost worker.",
                                           {})),
+      recomputations_(registry->AddCounter(
+          "slimfit_round_recomputations_total",
+          "Rounds started over before they completed: a worker outvoted after its results counted, or a "
+          "shard summed as it arrived that failed midway.",
+          {})),
       verifications_(
           registry->AddCounter("slimfit_shard_verifications_total",
                                "Spot checks: shards computed by a second worker and compared, by whether "
@@ -124,6 +129,7 @@ void CoordinatorMetrics::ObserveEvent(const v1::JobEvent& event) {
       round_bytes_.WithLabels({"from_workers"}).Increment(static_cast<double>(timing.bytes_from_workers()));
       tokens_.Get().Increment(static_cast<double>(round.tokens()));
       shards_.Get().Increment(round.shards());
+      recomputations_.Get().Increment(round.recomputations());
       break;
     }
     case v1::JobEvent::kShardReassigned:

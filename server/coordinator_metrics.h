@@ -58,6 +58,7 @@ class CoordinatorMetrics {
   base::CounterFamily& tokens_;
   base::CounterFamily& shards_;
   base::CounterFamily& reassignments_;
+  base::CounterFamily& recomputations_;
   base::CounterFamily& verifications_;
   base::CounterFamily& quarantines_;
   base::CounterFamily& evaluations_;

@@ -41,7 +41,9 @@ TEST(CoordinatorMetrics, CountsWhatJobEventsSay) {
   CoordinatorMetrics metrics(&registry);
   ASSERT_TRUE(registry.registration_status().ok()) << registry.registration_status();
   metrics.ObserveEvent(Round(0.5, 0.1, 4096));
-  metrics.ObserveEvent(Round(1.5, 0.2, 4096));
+  v1::JobEvent started_over = Round(1.5, 0.2, 4096);
+  started_over.mutable_round_completed()->set_recomputations(2);
+  metrics.ObserveEvent(started_over);
   v1::JobEvent reassigned;
   reassigned.mutable_shard_reassigned()->set_shard_id(2);
   metrics.ObserveEvent(reassigned);
@@ -76,6 +78,7 @@ TEST(CoordinatorMetrics, CountsWhatJobEventsSay) {
   EXPECT_EQ(Value(text, "slimfit_tokens_trained_total"), 2000);
   EXPECT_EQ(Value(text, "slimfit_shards_total"), 6);
   EXPECT_EQ(Value(text, "slimfit_shard_reassignments_total"), 1);
+  EXPECT_EQ(Value(text, "slimfit_round_recomputations_total"), 2);
   EXPECT_EQ(Value(text, "slimfit_shard_verifications_total{agreed=\"true\"}"), 1);
   EXPECT_EQ(Value(text, "slimfit_shard_verifications_total{agreed=\"false\"}"), 1);
   EXPECT_EQ(Value(text, "slimfit_checkpoint_bytes_total"), 12345);

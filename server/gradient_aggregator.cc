@@ -158,13 +158,15 @@ absl::Status GradientAggregator::AddValues(int64_t shard_id, size_t tensor, int6
   if (shard_id < 0 || shard_id >= static_cast<int64_t>(expected_tokens_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(what, "no such shard (", expected_tokens_.size(), " in the round)"));
   }
-  if (tensor >= sum_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "no gradient tensor ", tensor, " (", sum_.size(), ")"));
+  if (tensor >= shapes_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "no gradient tensor ", tensor, " (", shapes_.size(), ")"));
   }
-  if (values.dim() != 1 || first_element < 0 || first_element + values.numel() > sum_[tensor].numel()) {
+  int64_t elements = 1;
+  for (const int64_t extent : shapes_[tensor]) elements *= extent;
+  if (values.dim() != 1 || first_element < 0 || first_element + values.numel() > elements) {
     return absl::InvalidArgumentError(absl::StrCat(what, "values ", first_element, "..",
                                                    first_element + values.numel(), " of gradient tensor ", tensor,
-                                                   " are outside its ", sum_[tensor].numel(), " elements"));
+                                                   " are outside its ", elements, " elements"));
   }
   if (absl::Status valid = ValidateValues(what, tensor, values); !valid.ok()) return valid;
   absl::MutexLock lock(&mutex_);

@@ -25,8 +25,8 @@
 
 #include <ATen/ATen.h>
 
-#include "absl/status/status.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/slimfit.pb.h"

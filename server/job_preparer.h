@@ -30,7 +30,8 @@ namespace slimfit::server {
 // compresses parameter broadcasts: then one more copy), AdamW's two moments and the gradient sum
 // in the parameters' dtype — about 4× this (one more while a fetch of the old version straddles a
 // step) — plus the shard gradients being assembled (RunnerOptions::max_assembly_bytes, or one
-// shard's when that is more; none when they are summed as they arrive, stream_into_sum_bytes).
+// shard's when that is more; none when they are summed as they arrive, stream_into_sum_bytes)
+// and a spot-checked shard's results, held whole until two agree (2×, 3× with a tiebreak).
 inline constexpr int64_t kDefaultMaxModelBytes = int64_t{2} << 30;
 
 struct PreparedJob {

@@ -527,6 +527,8 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     done->set_workers(output->workers);
     done->set_shards(output->shards);
     done->set_reassigned_shards(output->reassigned);
+    done->set_recomputations(output->recomputations);
+    done->set_streamed_shards(output->streamed_shards);
     done->set_verified_shards(output->verified);
     for (const std::string& worker : output->unverified_workers) done->add_unverified_workers(worker);
     done->set_inner_steps(output->inner_steps);

@@ -91,6 +91,10 @@ std::set<std::string> RoundCollector::tainting_workers() const {
 }
 
 absl::Status RoundCollector::StreamedShard::Add(size_t tensor, int64_t first_element, const at::Tensor& values) {
+  if (!summed_ && collector_->checks_.IsChecked(shard_id_)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", shard_id_, " is spot-checked: its results are compared whole, never summed as they arrive"));
+  }
   absl::Status added = collector_->aggregator_.AddValues(shard_id_, tensor, first_element, values);
   if (!added.ok()) return added;
   summed_ = true;

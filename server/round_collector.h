@@ -19,6 +19,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -49,7 +50,8 @@ class RoundCollector {
 
   // One shard's result summed as it arrives. Add each chunk's values in order, then Finish with
   // the summary. Destroyed without counting after values were summed, it taints the round's sum.
-  // Used by one thread; REQUIRES: the shard is not spot-checked and the collector outlives it.
+  // A spot-checked shard is refused at its first values (FAILED_PRECONDITION: nothing summed).
+  // Used by one thread; REQUIRES: the collector outlives it.
   class StreamedShard {
    public:
     StreamedShard(RoundCollector* collector, std::string worker_id, int64_t shard_id)
@@ -58,7 +60,8 @@ class RoundCollector {
     StreamedShard(const StreamedShard&) = delete;
     StreamedShard& operator=(const StreamedShard&) = delete;
 
-    // GradientAggregator::AddValues, the values' squares kept for the norm screen.
+    // GradientAggregator::AddValues, the values' squares kept for the norm screen. An error leaves
+    // these values out of the sum (earlier ones stay: the shard cannot count any more).
     absl::Status Add(size_t tensor, int64_t first_element, const at::Tensor& values);
     // Counts the shard (Accept's outcomes: OK, or INVALID_ARGUMENT — summary or norm screen — a
     // strike), REQUIRES: every value was added. When it does not count, the sum is tainted.

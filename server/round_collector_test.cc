@@ -103,6 +103,22 @@ TEST_F(RoundCollectorTest, AStreamedShardCountsAsAnAcceptedOneAndPassesTheSameSc
             (std::map<std::string, std::set<int64_t>>{{"w-a", {0, 2}}, {"w-b", {1, 3}}}));
 }
 
+TEST_F(RoundCollectorTest, AStreamedShardRefusedAtItsFirstValuesLeavesTheSumGood) {
+  RoundCollector collector = Collector(2);
+  collector.ExpectCheck(1);
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 1.0f)).ok());
+  {
+    RoundCollector::StreamedShard counted(&collector, "w-b", 0);  // counted already
+    EXPECT_EQ(counted.Add(0, 0, at::ones({4})).code(), absl::StatusCode::kAlreadyExists);
+    RoundCollector::StreamedShard checked(&collector, "w-b", 1);  // compared whole, never streamed
+    absl::Status refused = checked.Add(0, 0, at::ones({4}));
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(refused.message(), HasSubstr("spot-checked"));
+  }
+  EXPECT_TRUE(collector.tainted().empty());
+  EXPECT_DOUBLE_EQ(collector.gradient()[0][0][0].item<double>(), 1.0);
+}
+
 TEST_F(RoundCollectorTest, AStreamedShardThatFailsAfterSummingTaintsTheRound) {
   NormScreen screen(/*factor=*/30, /*window=*/64, /*min_history=*/2);
   RoundCollector collector = Collector(4, &screen);
@@ -120,7 +136,13 @@ TEST_F(RoundCollectorTest, AStreamedShardThatFailsAfterSummingTaintsTheRound) {
     EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);  // the norm screen: a strike
     EXPECT_THAT(refused.message(), HasSubstr("shard 3"));
   }
-  EXPECT_EQ(collector.tainting_workers(), (std::set<std::string>{"w-broken", "w-liar"}));
+  {
+    RoundCollector::StreamedShard misnamed(&collector, "w-odd", 3);
+    ASSERT_TRUE(misnamed.Add(0, 0, at::ones({4})).ok());
+    ShardResult other = Result(2, 1.0f);
+    EXPECT_THAT(misnamed.Finish(other.summary).message(), HasSubstr("the summary names shard 2"));
+  }
+  EXPECT_EQ(collector.tainting_workers(), (std::set<std::string>{"w-broken", "w-liar", "w-odd"}));
   EXPECT_THAT(collector.tainted(), HasSubstr("w-broken"));  // the first reason is kept
   EXPECT_EQ(collector.contributions().count("w-liar"), 0u);
   EXPECT_EQ(collector.contributions().count("w-broken"), 0u);

@@ -24,8 +24,8 @@ struct RunnerOptions {
   // A shard whose gradient is at least this many bytes is summed as it arrives, chunk by chunk,
   // instead of being assembled first: no copy of it is held (the coordinator's memory is the
   // parameters, the optimizer's state and the sum). Such a shard cannot be taken back out: when
-  // its stream fails midway, or it is refused at its end, the round is computed again and that
-  // worker's shards are assembled from then on. Spot-checked shards, workers with a strike and
+  // its stream fails midway, or it is refused at its end, the round is computed again (assembling
+  // every shard) and that worker's shards are assembled from then on. Spot-checked shards, workers with a strike and
   // local-steps rounds (never computed again: the workers' inner optimizers would step twice) are
   // always assembled.
   int64_t stream_into_sum_bytes = int64_t{128} << 20;

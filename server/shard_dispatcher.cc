@@ -19,12 +19,16 @@ namespace slimfit::server {
 absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version,
                                                  const std::vector<SequenceRef>& sequences, bool evaluate_only,
                                                  const std::vector<int64_t>& local_steps) {
-  while (true) {
+  for (int recomputations = 0;; ++recomputations) {
     bool redo = false;
-    absl::StatusOr<RoundOutput> output = RunOnce(round, version, sequences, evaluate_only, local_steps, &redo);
+    // A round computed again assembles every shard: it cannot be tainted again, so a round costs at
+    // most one extra computation for shards summed as they arrived.
+    absl::StatusOr<RoundOutput> output =
+        RunOnce(round, version, sequences, evaluate_only, local_steps, /*may_stream=*/recomputations == 0, &redo);
     if (!output.ok() || output->rolled_back_to.has_value()) return output;
     if (!redo) {
       if (!evaluate_only) ledger_.RoundCompleted(round, output->unverified_workers, output->vouched_workers);
+      output->recomputations = recomputations;
       return output;
     }
     base::LogWarning(deps_.record->job_id(), ": round ", round, ": computing it again");
@@ -34,7 +38,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version
 absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t version,
                                                      const std::vector<SequenceRef>& sequences,
                                                      bool evaluate_only, const std::vector<int64_t>& local_steps,
-                                                     bool* redo) {
+                                                     bool may_stream, bool* redo) {
   const JobData& data = *deps_.data;
   const int64_t normalizer = std::max<int64_t>(1, data.PredictedTokens(sequences));
   const std::string what =
@@ -87,7 +91,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   while (!pending.empty()) {
     if (stopping()) return absl::CancelledError("stopped");
     for (Task& task : pending) {
-      task.stream_into_sum = StreamsIntoSum(wave_plans[task.worker], task, collector, evaluate_only);
+      task.stream_into_sum = may_stream && StreamsIntoSum(wave_plans[task.worker], task, collector, evaluate_only);
     }
     const std::vector<CallOutcome> outcomes =
         RunWave(round, version, normalizer, evaluate_only, wave_plans, pending, &collector);
@@ -109,6 +113,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       const bool ok = outcome.status.ok() || outcome.status.code() == absl::StatusCode::kAlreadyExists;
       deps_.registry->RecordShard(plan.worker.worker_id, ok, outcome.peak);
       if (ok) {
+        if (outcome.status.ok() && pending[i].stream_into_sum) ++output.streamed_shards;
         answered[pending[i].id].insert(plan.worker.worker_id);
         if (!evaluate_only) deps_.planner->MaybeReplan(plan, outcome.peak, round + 1);
         continue;
@@ -135,6 +140,13 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       ++task.attempt;
       failed.push_back(std::move(task));
     }
+    // The wave's spot checks are settled first, tainted sum or not: an outvoted worker is
+    // quarantined (or the job rolled back) on this evidence.
+    if (absl::Status settled = Settle(round, what, &collector, shards, &output, &checked, &failed, redo);
+        !settled.ok()) {
+      return settled;
+    }
+    if (output.rolled_back_to.has_value()) return output;
     if (const std::string tainted = collector.tainted(); !tainted.empty()) {
       // A shard summed as it arrived failed midway: its values cannot be taken back out of the
       // sum, so the round starts over, and the worker's shards are assembled from now on.
@@ -142,15 +154,12 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       assembled_workers_.insert(workers.begin(), workers.end());
       base::LogWarning(deps_.record->job_id(), ": ", what, ": ", tainted, "; the sum cannot be mended (",
                        absl::StrJoin(workers, ", "), ": assembled before summing from now on)");
-      spare_sum_ = collector.gradient();
       *redo = true;
+    }
+    if (*redo) {
+      spare_sum_ = collector.gradient();  // zeroed and summed into again
       return output;
     }
-    if (absl::Status settled = Settle(round, what, &collector, shards, &output, &checked, &failed, redo);
-        !settled.ok()) {
-      return settled;
-    }
-    if (*redo || output.rolled_back_to.has_value()) return output;
     if (drops_late && !failed.empty() && collector.shards_counted() > 0) {
       // Under a time budget the round goes on with what arrived: the shard of a worker that missed
       // the deadline (or stopped heartbeating) is dropped, never applied later (it would be computed

@@ -3,8 +3,9 @@
 // one thread per worker, one shard at a time per worker (WorkerLeases, across jobs) — and sum what
 // comes back once per shard (GradientAggregator): assembled first, or, for a shard of at least
 // options.stream_into_sum_bytes, summed chunk by chunk as it arrives (no copy held; should it fail
-// midway the round is computed again and that worker's shards are assembled from then on). A failed shard goes back, attempt + 1, to a worker
-// that did not just fail (a ShardReassigned event); UNAVAILABLE (busy, draining, unreachable, lost)
+// midway the round is computed again, assembling every shard, and that worker's shards are
+// assembled from then on). A failed shard goes back, attempt + 1, to a worker that did not just
+// fail (a ShardReassigned event); UNAVAILABLE (busy, draining, unreachable, lost)
 // does not count against options.max_attempts, other failures do. While a wave runs, calls to
 // workers that stop being live (LOST, LEFT, re-registered) are cancelled at once, so a frozen
 // worker costs the registry's lost_after, not the shard's deadline.
@@ -62,6 +63,8 @@ struct RoundOutput {
   int workers = 0;  // workers whose results counted
   int shards = 0;
   int reassigned = 0;  // shards that needed more than one attempt
+  int recomputations = 0;  // times the round started over (RoundCompleted.recomputations)
+  int streamed_shards = 0;  // shards summed as they arrived (RoundCompleted.streamed_shards)
   int verified = 0;    // spot-checked shards whose check settled
   // Workers with results counted that no spot check compared, and workers a spot check vouched for.
   std::set<std::string> unverified_workers;
@@ -174,9 +177,10 @@ class ShardDispatcher {
 
   // One try at a round; *redo when a spot check outvoted a worker (quarantined now) whose other
   // results this round may be wrong too, or when a shard streamed into the sum failed midway.
+  // `may_stream`: shards may be summed as they arrive (StreamsIntoSum); else all are assembled.
   absl::StatusOr<RoundOutput> RunOnce(int64_t round, uint64_t version,
                                       const std::vector<SequenceRef>& sequences, bool evaluate_only,
-                                      const std::vector<int64_t>& local_steps, bool* redo);
+                                      const std::vector<int64_t>& local_steps, bool may_stream, bool* redo);
   std::vector<Task> CutRound(const std::vector<SequenceRef>& sequences,
                              const std::vector<WorkerPlan>& plans) const;
   absl::StatusOr<std::vector<Task>> CutLocalRound(int64_t round, const std::vector<SequenceRef>& sequences,

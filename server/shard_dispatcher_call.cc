@@ -182,7 +182,13 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     outcome.misbehaved = true;
     return outcome;
   };
-  if (!stream_error.ok()) return misbehaved(stream_error);
+  if (!stream_error.ok()) {
+    // A protocol error is the worker's; a sink's other refusals (a shard dropped or counted
+    // meanwhile) are not.
+    if (stream_error.code() == absl::StatusCode::kInvalidArgument) return misbehaved(stream_error);
+    outcome.status = stream_error;
+    return outcome;
+  }
   if (!finished.ok()) {
     outcome.status = rpc::FromGrpcStatus(finished, absl::StrCat("worker ", plan.worker.worker_id), context.get());
     return outcome;

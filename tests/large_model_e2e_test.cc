@@ -41,7 +41,9 @@ v1::JobSpec LargeSpec(const std::string& dataset) {
   return spec;
 }
 
-void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::string>& coordinator_flags) {
+// `streams`: every shard not spot-checked is summed as it arrives (else every shard is assembled).
+void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::string>& coordinator_flags,
+                            bool streams) {
   Cluster cluster(name);
   // One sequence per shard: six shards a round, two or so per worker.
   std::vector<std::string> flags = {"--max_sequences_per_shard=1"};
@@ -74,7 +76,7 @@ void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::stri
   EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job->job_id(), spec, text, std::string("\n\n")), 1e-5);
 
   std::set<std::string> plans;
-  int max_shards = 0, workers = 0;
+  int max_shards = 0, workers = 0, shards = 0, checked = 0, streamed = 0;
   for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
     if (event.has_worker_plan_changed()) plans.insert(planner::PlanSummary(
         *planner::PlanFromProto(event.worker_plan_changed().plan().plan(), "plan")));
@@ -82,19 +84,24 @@ void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::stri
       max_shards = std::max(max_shards, event.round_completed().shards());
       workers = std::max(workers, event.round_completed().workers());
       EXPECT_EQ(event.round_completed().reassigned_shards(), 0) << cluster.Logs();
+      EXPECT_EQ(event.round_completed().recomputations(), 0) << cluster.Logs();
+      shards += event.round_completed().shards();
+      checked += event.round_completed().verified_shards();
+      streamed += event.round_completed().streamed_shards();
     }
   }
   EXPECT_EQ(plans.size(), 3u) << ::testing::PrintToString(plans) << cluster.Logs();
   EXPECT_EQ(max_shards, 6);
   EXPECT_EQ(workers, 3);
+  EXPECT_EQ(streamed, streams ? shards - checked : 0) << shards << " shards, " << checked << " checked";
 }
 
 TEST(LargeModelEndToEndTest, NineMiBTensorsOnThreePlansEqualOneProcess) {
-  ExpectEqualsOneProcess("large", {"--stream_into_sum_bytes=1TiB"});
+  ExpectEqualsOneProcess("large", {"--stream_into_sum_bytes=1TiB"}, /*streams=*/false);
 }
 
 TEST(LargeModelEndToEndTest, NineMiBTensorsSummedAsTheyArriveEqualOneProcess) {
-  ExpectEqualsOneProcess("large_streamed", {"--stream_into_sum_bytes=0"});
+  ExpectEqualsOneProcess("large_streamed", {"--stream_into_sum_bytes=0"}, /*streams=*/true);
 }
 
 }  // namespace

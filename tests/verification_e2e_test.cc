@@ -231,13 +231,22 @@ TEST(VerificationEndToEndTest, AShardThatFailsAfterItsValuesWereSummedMakesTheRo
   EXPECT_GE(breaker->lies_told(), 1);
   EXPECT_GE(scaled->lies_told(), 2);
   bool scaled_quarantined = false;
+  int recomputations = 0, streamed = 0;
   for (const v1::JobEvent& event : finished.events) {
+    if (event.has_round_completed()) {
+      recomputations += event.round_completed().recomputations();
+      streamed += event.round_completed().streamed_shards();
+    }
     if (event.has_worker_quarantined()) {
       EXPECT_EQ(event.worker_quarantined().worker_id(), scaled_id);  // a broken stream is no strike
       scaled_quarantined = true;
     }
   }
   EXPECT_TRUE(scaled_quarantined);
+  // Each started a round over once (the same round, should both have tainted it), never again.
+  EXPECT_GE(recomputations, 1) << logs;
+  EXPECT_LE(recomputations, 2) << logs;
+  EXPECT_GT(streamed, 0);  // the honest workers' shards, in every round but the ones computed again
   EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text,
                                                     std::string("\n\n")),
             1e-5);
