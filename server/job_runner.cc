@@ -2,22 +2,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
 #include <numeric>
-#include <set>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/log.h"
-#include "base/sha256.h"
-#include "performer/model_checkpoint.h"
 #include "performer/parameter_selection.h"
 #include "performer/performer_model.h"
-#include "performer/safetensors.h"
 #include "performer/tensor_codec.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
@@ -26,14 +20,13 @@
 namespace slimfit::server {
 namespace {
 
-// What the coordinator's optimizer steps with: the job's optimizer, or a local-steps job's outer one.
-const v1::Optimizer& StepOptimizer(const v1::JobSpec& spec) {
-  return spec.has_local_steps() ? spec.outer_optimizer() : spec.optimizer();
-}
-
 constexpr double kLn2 = 0.69314718055994530942;
 
 }  // namespace
+
+const v1::Optimizer& JobRunner::StepOptimizer(const v1::JobSpec& spec) {
+  return spec.has_local_steps() ? spec.outer_optimizer() : spec.optimizer();
+}
 
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobData data,
                                                              performer::ModelConfig config,
@@ -131,78 +124,6 @@ JobRunner::JobRunner(v1::Job job, int64_t next_sequence, JobData data, performer
       record_(std::move(job), next_sequence, deps_.store, deps_.signal, deps_.event_observer) {}
 
 JobRunner::~JobRunner() { Stop(); }
-
-absl::Status JobRunner::VoidRolledBackCheckpoints(const std::vector<v1::JobEvent>& events) {
-  // A checkpoint is void when a rollback to an earlier round was announced after it was written:
-  // the coordinator stopped between the announcement and forgetting it.
-  std::set<int64_t> written, voided;
-  for (const v1::JobEvent& event : events) {
-    if (event.has_checkpoint_written()) {
-      written.insert(event.checkpoint_written().round());
-      voided.erase(event.checkpoint_written().round());
-    } else if (event.has_worker_quarantined() && event.worker_quarantined().has_rolled_back_to_round()) {
-      for (int64_t round : written) {
-        if (round > event.worker_quarantined().rolled_back_to_round()) voided.insert(round);
-      }
-    }
-  }
-  if (voided.empty()) return absl::OkStatus();
-  return ForgetCheckpointsAfter(*voided.begin() - 1);
-}
-
-absl::Status JobRunner::ForgetCheckpointsAfter(int64_t round) {
-  absl::StatusOr<std::vector<CheckpointRecord>> forgotten =
-      deps_.store->DeleteCheckpointsAfter(record_.job_id(), round);
-  if (!forgotten.ok()) return forgotten.status();
-  for (const CheckpointRecord& checkpoint : *forgotten) {
-    std::error_code ignored;  // a file already gone is what we want
-    std::filesystem::remove(checkpoint.model_path, ignored);
-    std::filesystem::remove(checkpoint.optimizer_path, ignored);
-  }
-  if (!forgotten->empty()) {
-    base::LogWarning(record_.job_id(), ": checkpoints of rounds ", forgotten->front().round, " to ",
-                     forgotten->back().round, " are void (rolled back to round ", round, ")");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
-  absl::StatusOr<performer::TensorFile> file = performer::ReadSafetensors(latest.model_path);
-  if (!file.ok()) return file.status();
-  std::vector<at::Tensor> parameters;
-  for (const std::string& name : performer::ParameterNames(config_)) {
-    auto it = file->tensors.find(name);
-    if (it == file->tensors.end()) {
-      return absl::DataLossError(absl::StrCat(latest.model_path, ": checkpoint lacks ", name));
-    }
-    parameters.push_back(it->second);
-  }
-  const v1::JobSpec spec = record_.Snapshot().spec();
-  absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
-      performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec), trainable_);
-  if (!trainer.ok()) return trainer.status();
-  trainer_ = *std::move(trainer);
-  if (absl::Status loaded = trainer_->LoadOptimizerState(latest.optimizer_path); !loaded.ok()) return loaded;
-  int64_t tokens_trained = 0;
-  if (auto it = file->metadata.find("tokens_trained"); it != file->metadata.end()) {
-    (void)absl::SimpleAtoi(it->second, &tokens_trained);
-  }
-  uint64_t version = 0;
-  record_.Update([&](v1::Job* job) {
-    v1::JobProgress* progress = job->mutable_progress();
-    progress->set_rounds(spec.rounds());
-    progress->set_rounds_completed(latest.round);
-    progress->set_tokens_trained(tokens_trained);
-    progress->set_checkpoint_round(latest.round);
-    // Versions are never reused: continue above anything this job published before the restart.
-    progress->set_parameter_version(
-        std::max<uint64_t>(progress->parameter_version(), latest.parameter_version) + 1);
-    version = progress->parameter_version();
-  });
-  base::LogInfo(record_.job_id(), ": continuing from the round-", latest.round,
-                " checkpoint as parameter version ", version);
-  return absl::OkStatus();
-}
 
 void JobRunner::Publish(bool as_difference) {
   auto snapshot = std::make_shared<ParameterSnapshot>();
@@ -387,6 +308,10 @@ void JobRunner::Run() {
   absl::Status status;
   try {
     status = RunJob();
+    // A checkpoint still being written when the job ends or stops holds a completed round: it is
+    // finished and recorded (a stopped coordinator resumes from it).
+    absl::Status checkpointed = AwaitCheckpoint(/*keep=*/true);
+    if (status.ok()) status = checkpointed;
   } catch (const std::exception& e) {
     // A bug or an allocation failure must fail this job, not end the coordinator (which would
     // then crash again on resuming it).
@@ -442,14 +367,16 @@ absl::Status JobRunner::RunJob() {
       round = *next - 1;
       continue;
     }
+    // The checkpoint is written while the evaluation and the next round's shards run; the next
+    // step (or the job's end) awaits it and records it.
+    if (round == rounds || round % checkpoint_interval == 0) {
+      if (absl::Status started = StartCheckpoint(round); !started.ok()) return started;
+    }
     if (evaluate && (round == rounds || (eval_interval > 0 && round % eval_interval == 0))) {
       if (absl::Status evaluated = Evaluate(round); !evaluated.ok()) return evaluated;
     }
-    if (round == rounds || round % checkpoint_interval == 0) {
-      if (absl::Status written = WriteCheckpoint(round); !written.ok()) return written;
-    }
   }
-  return absl::OkStatus();
+  return AwaitCheckpoint(/*keep=*/true);
 }
 
 absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
@@ -471,6 +398,11 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   }
   absl::StatusOr<RoundOutput> output = dispatcher_->Run(round, version, sequences, /*evaluate_only=*/false, steps);
   if (!output.ok()) return output.status();
+  // The previous round's checkpoint, written while these shards ran, is recorded before the step
+  // changes what it holds (RollBack drops it: it is of a round the job goes back before).
+  if (!output->rolled_back_to.has_value()) {
+    if (absl::Status awaited = AwaitCheckpoint(/*keep=*/true); !awaited.ok()) return awaited;
+  }
   if (output->rolled_back_to.has_value()) {
     if (absl::Status back = RollBack(*output->rolled_back_to); !back.ok()) return back;
     return *output->rolled_back_to + 1;
@@ -549,22 +481,6 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   return round + 1;
 }
 
-absl::Status JobRunner::RollBack(int64_t round) {
-  // The WorkerQuarantined event announcing it is stored already: should the coordinator stop in
-  // between, VoidRolledBackCheckpoints finishes this at the next start.
-  if (absl::Status forgotten = ForgetCheckpointsAfter(round); !forgotten.ok()) return forgotten;
-  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = deps_.store->Checkpoints(record_.job_id());
-  if (!checkpoints.ok()) return checkpoints.status();
-  if (checkpoints->empty() || checkpoints->back().round != round) {
-    return absl::InternalError(absl::StrCat("rolling back: no checkpoint of round ", round));
-  }
-  if (absl::Status restored = RestoreFromCheckpoint(checkpoints->back()); !restored.ok()) return restored;
-  dispatcher_->RolledBack(round);
-  if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
-  Publish(/*as_difference=*/false);
-  return absl::OkStatus();
-}
-
 absl::Status JobRunner::Evaluate(int64_t round) {
   const uint64_t version = record_.Snapshot().progress().parameter_version();
   absl::StatusOr<RoundOutput> output =
@@ -589,42 +505,6 @@ absl::Status JobRunner::Evaluate(int64_t round) {
   record_.Emit(std::move(event));
   base::LogInfo(record_.job_id(), absl::StrFormat(": held-out loss after round %d: %.4f (%.4f bits/byte)",
                                                   round, loss, loss / kLn2));
-  return absl::OkStatus();
-}
-
-absl::Status JobRunner::WriteCheckpoint(int64_t round) {
-  const absl::Time started = absl::Now();
-  const std::string prefix = absl::StrFormat("%s/round-%06d", deps_.job_dir, round);
-  const std::string model_path = prefix + ".safetensors";
-  const std::string optimizer_path = prefix + ".optimizer.safetensors";
-  const v1::Job job = record_.Snapshot();
-  const uint64_t version = job.progress().parameter_version();
-  std::map<std::string, std::string> metadata = {
-      {"job_id", job.job_id()},
-      {"round", absl::StrCat(round)},
-      {"parameter_version", absl::StrCat(version)},
-      {"tokens_trained", absl::StrCat(job.progress().tokens_trained())},
-      {performer::kFeatureSeedKey, absl::StrCat(job.spec().seed())},
-  };
-  if (absl::Status saved = trainer_->Save(model_path, optimizer_path, metadata); !saved.ok()) {
-    return absl::InternalError(absl::StrCat("writing the round-", round, " checkpoint: ", saved.message()));
-  }
-  absl::StatusOr<std::string> sha = base::Sha256OfFile(model_path);
-  if (!sha.ok()) return sha.status();
-  std::error_code error;
-  const int64_t bytes = static_cast<int64_t>(std::filesystem::file_size(model_path, error));
-  CheckpointRecord record{job.job_id(), round, version, model_path, optimizer_path, bytes, *sha};
-  if (absl::Status stored = deps_.store->PutCheckpoint(record); !stored.ok()) return stored;
-  record_.Update([&](v1::Job* updated) { updated->mutable_progress()->set_checkpoint_round(round); });
-  record_.Persist();
-  v1::JobEvent event;
-  v1::CheckpointWritten* written = event.mutable_checkpoint_written();
-  written->set_round(round);
-  written->set_parameter_version(version);
-  written->set_bytes(bytes);
-  written->set_sha256(*sha);
-  written->set_seconds(absl::ToDoubleSeconds(absl::Now() - started));
-  record_.Emit(std::move(event));
   return absl::OkStatus();
 }
 

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -115,7 +116,14 @@ class JobRunner {
   // check caught a worker whose unverified results went into earlier rounds.
   absl::StatusOr<int64_t> RunRound(int64_t round, int64_t rounds);
   absl::Status Evaluate(int64_t round);
+  // The checkpoint of `round` (the state after its step): StartCheckpoint writes its files on a
+  // thread of its own (awaiting any earlier one first); AwaitCheckpoint waits for them and records
+  // the checkpoint (store, progress, CheckpointWritten) — or, unless `keep`, deletes its files.
+  // REQUIRES: nothing changes the trainer's parameters or optimizer state between the two (the
+  // step and restores await first). WriteCheckpoint does both at once.
   absl::Status WriteCheckpoint(int64_t round);
+  absl::Status StartCheckpoint(int64_t round);
+  absl::Status AwaitCheckpoint(bool keep);
   // Parameters, optimizer state and progress from `checkpoint`; a new parameter version.
   absl::Status RestoreFromCheckpoint(const CheckpointRecord& checkpoint);
   // Back to the checkpoint of `round`: later checkpoints are forgotten, their rounds run again.
@@ -134,12 +142,20 @@ class JobRunner {
   // parameters move to a copy (Trainer::SeparateParameters). No-op for a version of its own.
   absl::Status WithdrawSharedVersion();
   bool stopping() const { return stopping_.load(); }
+  // What the coordinator's optimizer steps with: the job's optimizer, or a local-steps job's outer one.
+  static const v1::Optimizer& StepOptimizer(const v1::JobSpec& spec);
 
   const RunnerDeps deps_;
   const JobData data_;
   const performer::ModelConfig config_;
   performer::DType dtype_ = performer::DType::kFloat32;
   std::unique_ptr<performer::Trainer> trainer_;  // runner thread only
+  // The checkpoint being written (StartCheckpoint), not yet recorded; runner thread only.
+  struct WrittenCheckpoint {
+    CheckpointRecord record;
+    double seconds = 0;  // writing it
+  };
+  std::future<absl::StatusOr<WrittenCheckpoint>> pending_checkpoint_;
   std::vector<double> recent_round_seconds_;
 
   std::thread thread_;

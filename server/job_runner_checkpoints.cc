@@ -1,0 +1,185 @@
+// JobRunner: checkpoints — written in the background while the next round's shards run, recorded
+// before that round's step, restored, and forgotten when the job goes back to an earlier round.
+#include <exception>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/log.h"
+#include "base/sha256.h"
+#include "performer/model_checkpoint.h"
+#include "performer/performer_model.h"
+#include "performer/safetensors.h"
+#include "server/job_runner.h"
+
+namespace slimfit::server {
+
+absl::Status JobRunner::VoidRolledBackCheckpoints(const std::vector<v1::JobEvent>& events) {
+  // A checkpoint is void when a rollback to an earlier round was announced after it was written:
+  // the coordinator stopped between the announcement and forgetting it.
+  std::set<int64_t> written, voided;
+  for (const v1::JobEvent& event : events) {
+    if (event.has_checkpoint_written()) {
+      written.insert(event.checkpoint_written().round());
+      voided.erase(event.checkpoint_written().round());
+    } else if (event.has_worker_quarantined() && event.worker_quarantined().has_rolled_back_to_round()) {
+      for (int64_t round : written) {
+        if (round > event.worker_quarantined().rolled_back_to_round()) voided.insert(round);
+      }
+    }
+  }
+  if (voided.empty()) return absl::OkStatus();
+  return ForgetCheckpointsAfter(*voided.begin() - 1);
+}
+
+absl::Status JobRunner::ForgetCheckpointsAfter(int64_t round) {
+  absl::StatusOr<std::vector<CheckpointRecord>> forgotten =
+      deps_.store->DeleteCheckpointsAfter(record_.job_id(), round);
+  if (!forgotten.ok()) return forgotten.status();
+  for (const CheckpointRecord& checkpoint : *forgotten) {
+    std::error_code ignored;  // a file already gone is what we want
+    std::filesystem::remove(checkpoint.model_path, ignored);
+    std::filesystem::remove(checkpoint.optimizer_path, ignored);
+  }
+  if (!forgotten->empty()) {
+    base::LogWarning(record_.job_id(), ": checkpoints of rounds ", forgotten->front().round, " to ",
+                     forgotten->back().round, " are void (rolled back to round ", round, ")");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
+  absl::StatusOr<performer::TensorFile> file = performer::ReadSafetensors(latest.model_path);
+  if (!file.ok()) return file.status();
+  std::vector<at::Tensor> parameters;
+  for (const std::string& name : performer::ParameterNames(config_)) {
+    auto it = file->tensors.find(name);
+    if (it == file->tensors.end()) {
+      return absl::DataLossError(absl::StrCat(latest.model_path, ": checkpoint lacks ", name));
+    }
+    parameters.push_back(it->second);
+  }
+  const v1::JobSpec spec = record_.Snapshot().spec();
+  absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
+      performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec), trainable_);
+  if (!trainer.ok()) return trainer.status();
+  trainer_ = *std::move(trainer);
+  if (absl::Status loaded = trainer_->LoadOptimizerState(latest.optimizer_path); !loaded.ok()) return loaded;
+  int64_t tokens_trained = 0;
+  if (auto it = file->metadata.find("tokens_trained"); it != file->metadata.end()) {
+    (void)absl::SimpleAtoi(it->second, &tokens_trained);
+  }
+  uint64_t version = 0;
+  record_.Update([&](v1::Job* job) {
+    v1::JobProgress* progress = job->mutable_progress();
+    progress->set_rounds(spec.rounds());
+    progress->set_rounds_completed(latest.round);
+    progress->set_tokens_trained(tokens_trained);
+    progress->set_checkpoint_round(latest.round);
+    // Versions are never reused: continue above anything this job published before the restart.
+    progress->set_parameter_version(
+        std::max<uint64_t>(progress->parameter_version(), latest.parameter_version) + 1);
+    version = progress->parameter_version();
+  });
+  base::LogInfo(record_.job_id(), ": continuing from the round-", latest.round,
+                " checkpoint as parameter version ", version);
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::RollBack(int64_t round) {
+  // The WorkerQuarantined event announcing it is stored already: should the coordinator stop in
+  // between, VoidRolledBackCheckpoints finishes this at the next start. A checkpoint still being
+  // written is of a later round: dropped.
+  if (absl::Status awaited = AwaitCheckpoint(/*keep=*/false); !awaited.ok()) return awaited;
+  if (absl::Status forgotten = ForgetCheckpointsAfter(round); !forgotten.ok()) return forgotten;
+  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = deps_.store->Checkpoints(record_.job_id());
+  if (!checkpoints.ok()) return checkpoints.status();
+  if (checkpoints->empty() || checkpoints->back().round != round) {
+    return absl::InternalError(absl::StrCat("rolling back: no checkpoint of round ", round));
+  }
+  if (absl::Status restored = RestoreFromCheckpoint(checkpoints->back()); !restored.ok()) return restored;
+  dispatcher_->RolledBack(round);
+  if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
+  Publish(/*as_difference=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::WriteCheckpoint(int64_t round) {
+  if (absl::Status started = StartCheckpoint(round); !started.ok()) return started;
+  return AwaitCheckpoint(/*keep=*/true);
+}
+
+absl::Status JobRunner::StartCheckpoint(int64_t round) {
+  if (absl::Status awaited = AwaitCheckpoint(/*keep=*/true); !awaited.ok()) return awaited;
+  const absl::Time started = absl::Now();
+  const std::string prefix = absl::StrFormat("%s/round-%06d", deps_.job_dir, round);
+  const v1::Job job = record_.Snapshot();
+  CheckpointRecord record{job.job_id(), round, job.progress().parameter_version(), prefix + ".safetensors",
+                          prefix + ".optimizer.safetensors", 0, ""};
+  std::map<std::string, std::string> metadata = {
+      {"job_id", job.job_id()},
+      {"round", absl::StrCat(round)},
+      {"parameter_version", absl::StrCat(record.parameter_version)},
+      {"tokens_trained", absl::StrCat(job.progress().tokens_trained())},
+      {performer::kFeatureSeedKey, absl::StrCat(job.spec().seed())},
+  };
+  // The parameters and the optimizer's state are not written until the next step (or a restore),
+  // which awaits this first: the writer reads them while the next round's shards run.
+  const performer::Trainer* trainer = trainer_.get();
+  pending_checkpoint_ = std::async(
+      std::launch::async,
+      [trainer, record, metadata = std::move(metadata), started]() mutable -> absl::StatusOr<WrittenCheckpoint> {
+        try {
+          if (absl::Status saved = trainer->Save(record.model_path, record.optimizer_path, metadata); !saved.ok()) {
+            return absl::InternalError(
+                absl::StrCat("writing the round-", record.round, " checkpoint: ", saved.message()));
+          }
+          absl::StatusOr<std::string> sha = base::Sha256OfFile(record.model_path);
+          if (!sha.ok()) return sha.status();
+          record.sha256 = *std::move(sha);
+          std::error_code error;
+          record.bytes = static_cast<int64_t>(std::filesystem::file_size(record.model_path, error));
+          return WrittenCheckpoint{std::move(record), absl::ToDoubleSeconds(absl::Now() - started)};
+        } catch (const std::exception& e) {
+          return absl::InternalError(absl::StrCat("writing the round-", record.round, " checkpoint: ", e.what()));
+        }
+      });
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::AwaitCheckpoint(bool keep) {
+  if (!pending_checkpoint_.valid()) return absl::OkStatus();
+  absl::StatusOr<WrittenCheckpoint> written = pending_checkpoint_.get();
+  if (!written.ok()) return written.status();
+  const CheckpointRecord& record = written->record;
+  if (!keep) {
+    std::error_code ignored;
+    std::filesystem::remove(record.model_path, ignored);
+    std::filesystem::remove(record.optimizer_path, ignored);
+    base::LogWarning(record_.job_id(), ": the round-", record.round,
+                     " checkpoint written meanwhile is void (the job goes back to an earlier round)");
+    return absl::OkStatus();
+  }
+  if (absl::Status stored = deps_.store->PutCheckpoint(record); !stored.ok()) return stored;
+  record_.Update([&](v1::Job* updated) { updated->mutable_progress()->set_checkpoint_round(record.round); });
+  record_.Persist();
+  v1::JobEvent event;
+  v1::CheckpointWritten* checkpoint = event.mutable_checkpoint_written();
+  checkpoint->set_round(record.round);
+  checkpoint->set_parameter_version(record.parameter_version);
+  checkpoint->set_bytes(record.bytes);
+  checkpoint->set_sha256(record.sha256);
+  checkpoint->set_seconds(written->seconds);
+  record_.Emit(std::move(event));
+  return absl::OkStatus();
+}
+
+}  // namespace slimfit::server
