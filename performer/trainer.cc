@@ -204,14 +204,27 @@ absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
 
 absl::Status Trainer::Save(const std::string& model_path, const std::string& optimizer_path,
                            const std::map<std::string, std::string>& metadata) const {
-  std::vector<at::Tensor> values;
-  for (const at::Tensor& p : parameters_) values.push_back(p.detach());
-  std::map<std::string, std::string> model_metadata = performer::ConfigToMetadata(config_);
-  for (const auto& [key, value] : metadata) model_metadata.emplace(key, value);
-  if (absl::Status saved = performer::SaveNamedTensors(model_path, names_, values, model_metadata); !saved.ok()) {
+  return WriteCheckpoint(TakeCheckpoint(metadata), model_path, optimizer_path);
+}
+
+Trainer::Checkpoint Trainer::TakeCheckpoint(const std::map<std::string, std::string>& metadata) const {
+  Checkpoint checkpoint;
+  checkpoint.names = names_;
+  for (const at::Tensor& p : parameters_) checkpoint.parameters.push_back(p.detach());
+  checkpoint.model_metadata = performer::ConfigToMetadata(config_);
+  for (const auto& [key, value] : metadata) checkpoint.model_metadata.emplace(key, value);
+  checkpoint.optimizer_state = OptimizerState();
+  return checkpoint;
+}
+
+absl::Status Trainer::WriteCheckpoint(const Checkpoint& checkpoint, const std::string& model_path,
+                                      const std::string& optimizer_path) {
+  if (absl::Status saved = performer::SaveNamedTensors(model_path, checkpoint.names, checkpoint.parameters,
+                                                       checkpoint.model_metadata);
+      !saved.ok()) {
     return saved;
   }
-  return SaveOptimizerState(optimizer_path);
+  return performer::WriteSafetensors(optimizer_path, checkpoint.optimizer_state);
 }
 
 absl::Status Trainer::SetParameters(const std::vector<at::Tensor>& values) {
@@ -248,6 +261,10 @@ absl::Status Trainer::SeparateParameters() {
 }
 
 absl::Status Trainer::SaveOptimizerState(const std::string& optimizer_path) const {
+  return performer::WriteSafetensors(optimizer_path, OptimizerState());
+}
+
+performer::TensorFile Trainer::OptimizerState() const {
   performer::TensorFile state;
   state.metadata["steps"] = absl::StrCat(steps_);
   state.metadata["optimizer"] = spec_.has_adamw() ? "adamw" : "sgd";
@@ -265,7 +282,7 @@ absl::Status Trainer::SaveOptimizerState(const std::string& optimizer_path) cons
       if (s.momentum_buffer().defined()) state.tensors["momentum_buffer." + names_[i]] = s.momentum_buffer();
     }
   }
-  return performer::WriteSafetensors(optimizer_path, state);
+  return state;
 }
 
 absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {

@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "performer/model_config.h"
 #include "performer/plan.h"
+#include "performer/safetensors.h"
 #include "proto/slimfit.pb.h"
 
 namespace torch::optim {
@@ -96,6 +97,19 @@ class Trainer {
   // and the optimizer state (moments, step counts) to `optimizer_path`, each atomically.
   absl::Status Save(const std::string& model_path, const std::string& optimizer_path,
                     const std::map<std::string, std::string>& metadata) const;
+  // What Save writes, as handles to the trainer's tensors (nothing copied): written by
+  // WriteCheckpoint on any thread, without the trainer — which may even be gone by then. The
+  // values are the trainer's until its next Step, SeparateParameters or LoadOptimizerState, none
+  // of which may run while they are being written.
+  struct Checkpoint {
+    std::vector<std::string> names;
+    std::vector<at::Tensor> parameters;
+    std::map<std::string, std::string> model_metadata;  // the config and `metadata`
+    performer::TensorFile optimizer_state;
+  };
+  Checkpoint TakeCheckpoint(const std::map<std::string, std::string>& metadata) const;
+  static absl::Status WriteCheckpoint(const Checkpoint& checkpoint, const std::string& model_path,
+                                      const std::string& optimizer_path);
 
   // Writes only the optimizer state (as Save does), atomically.
   absl::Status SaveOptimizerState(const std::string& optimizer_path) const;
@@ -105,6 +119,8 @@ class Trainer {
   absl::Status LoadOptimizerState(const std::string& optimizer_path);
 
  private:
+  // The optimizer's state as Save writes it (handles, nothing copied).
+  performer::TensorFile OptimizerState() const;
   Trainer() = default;
   double LearningRate(int64_t step) const;
 

@@ -122,6 +122,7 @@ void CoordinatorMetrics::ObserveEvent(const v1::JobEvent& event) {
       round_phase_seconds_.WithLabels({"shards"}).Increment(timing.shards_seconds());
       round_phase_seconds_.WithLabels({"aggregation"}).Increment(timing.aggregation_seconds());
       round_phase_seconds_.WithLabels({"step"}).Increment(timing.step_seconds());
+      round_phase_seconds_.WithLabels({"checkpoint"}).Increment(timing.checkpoint_seconds());
       round_worker_seconds_.WithLabels({"fetch"}).Increment(timing.worker_fetch_seconds());
       round_worker_seconds_.WithLabels({"compute"}).Increment(timing.worker_compute_seconds());
       round_worker_seconds_.WithLabels({"stream"}).Increment(timing.worker_stream_seconds());
@@ -146,7 +147,6 @@ void CoordinatorMetrics::ObserveEvent(const v1::JobEvent& event) {
       break;
     case v1::JobEvent::kCheckpointWritten:
       checkpoints_.Get().Increment();
-      round_phase_seconds_.WithLabels({"checkpoint"}).Increment(event.checkpoint_written().seconds());
       checkpoint_bytes_.Get().Increment(static_cast<double>(event.checkpoint_written().bytes()));
       break;
     case v1::JobEvent::kStateChanged:

@@ -43,6 +43,7 @@ TEST(CoordinatorMetrics, CountsWhatJobEventsSay) {
   metrics.ObserveEvent(Round(0.5, 0.1, 4096));
   v1::JobEvent started_over = Round(1.5, 0.2, 4096);
   started_over.mutable_round_completed()->set_recomputations(2);
+  started_over.mutable_round_completed()->mutable_timing()->set_checkpoint_seconds(0.25);  // waited for one
   metrics.ObserveEvent(started_over);
   v1::JobEvent reassigned;
   reassigned.mutable_shard_reassigned()->set_shard_id(2);
@@ -54,7 +55,7 @@ TEST(CoordinatorMetrics, CountsWhatJobEventsSay) {
   metrics.ObserveEvent(verified);
   v1::JobEvent checkpoint;
   checkpoint.mutable_checkpoint_written()->set_bytes(12345);
-  checkpoint.mutable_checkpoint_written()->set_seconds(0.25);
+  checkpoint.mutable_checkpoint_written()->set_seconds(9);  // written while the round ran: not a phase
   metrics.ObserveEvent(checkpoint);
   v1::JobEvent finished;
   finished.mutable_state_changed()->set_state(v1::JOB_STATE_SUCCEEDED);

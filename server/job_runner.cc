@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   planner_deps.options = r.deps_.options;
   planner_deps.stopping = &r.stopping_;
   planner_deps.reserved_bytes = ReservedBytesPerWorker(spec, config);
+  planner_deps.while_waiting = [runner = &r] { runner->RecordFinishedCheckpoint(); };
   r.planner_ = std::make_unique<WorkerPlanner>(std::move(planner_deps));
 
   ShardDispatcher::Deps dispatcher_deps;
@@ -100,6 +101,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   dispatcher_deps.dtype = r.dtype_;
   dispatcher_deps.encoding = rpc::NarrowestTokenEncoding(config.vocab);
   dispatcher_deps.feature_seed = spec.seed();
+  dispatcher_deps.while_waiting = [runner = &r] { runner->RecordFinishedCheckpoint(); };
   dispatcher_deps.verify_fraction = spec.verify_fraction();
   dispatcher_deps.local_steps = spec.has_local_steps() ? spec.local_steps() : 0;
   dispatcher_deps.round_time_budget_seconds = spec.round_time_budget_seconds();
@@ -308,14 +310,23 @@ void JobRunner::Run() {
   absl::Status status;
   try {
     status = RunJob();
-    // A checkpoint still being written when the job ends or stops holds a completed round: it is
-    // finished and recorded (a stopped coordinator resumes from it).
-    absl::Status checkpointed = AwaitCheckpoint(/*keep=*/true);
-    if (status.ok()) status = checkpointed;
   } catch (const std::exception& e) {
     // A bug or an allocation failure must fail this job, not end the coordinator (which would
     // then crash again on resuming it).
     status = absl::InternalError(absl::StrCat("coordinator error: ", e.what()));
+  }
+  // A checkpoint still being written when the job ends, fails or stops holds a completed round:
+  // it is finished and recorded (a stopped coordinator resumes from it).
+  absl::Status checkpointed;
+  try {
+    checkpointed = AwaitCheckpoint(/*keep=*/true);
+  } catch (const std::exception& e) {
+    checkpointed = absl::InternalError(absl::StrCat("recording a checkpoint: ", e.what()));
+  }
+  if (status.ok()) {
+    status = checkpointed;
+  } else if (!checkpointed.ok()) {
+    base::LogWarning(record_.job_id(), ": ", checkpointed.message());
   }
   if (stop_.load() && !cancel_.load() && !status.ok()) return;  // shutdown: resumes at the next start
   if (status.ok()) {
@@ -375,6 +386,7 @@ absl::Status JobRunner::RunJob() {
     if (evaluate && (round == rounds || (eval_interval > 0 && round % eval_interval == 0))) {
       if (absl::Status evaluated = Evaluate(round); !evaluated.ok()) return evaluated;
     }
+    if (!checkpoint_error_.ok()) return checkpoint_error_;  // recording one during the evaluation
   }
   return AwaitCheckpoint(/*keep=*/true);
 }
@@ -398,10 +410,14 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   }
   absl::StatusOr<RoundOutput> output = dispatcher_->Run(round, version, sequences, /*evaluate_only=*/false, steps);
   if (!output.ok()) return output.status();
-  // The previous round's checkpoint, written while these shards ran, is recorded before the step
-  // changes what it holds (RollBack drops it: it is of a round the job goes back before).
+  if (!checkpoint_error_.ok()) return checkpoint_error_;  // recording one while the shards ran
+  // The previous round's checkpoint, written while these shards ran (and recorded as soon as it
+  // was done, RecordFinishedCheckpoint), is recorded now at the latest: before the step changes
+  // what it holds. RollBack drops it instead: it is of a round the job goes back before.
   if (!output->rolled_back_to.has_value()) {
+    const absl::Time waiting = absl::Now();
     if (absl::Status awaited = AwaitCheckpoint(/*keep=*/true); !awaited.ok()) return awaited;
+    output->timing.set_checkpoint_seconds(absl::ToDoubleSeconds(absl::Now() - waiting));
   }
   if (output->rolled_back_to.has_value()) {
     if (absl::Status back = RollBack(*output->rolled_back_to); !back.ok()) return back;

@@ -11,7 +11,9 @@
 // catches a worker whose unverified results went into earlier rounds sends the job back to the
 // newest checkpoint before them (ShardDispatcher); later checkpoints are void.
 //
-// Thread safety: public methods are thread-safe; the runner's thread owns the trainer.
+// Thread safety: public methods are thread-safe; the runner's thread owns the trainer (a
+// checkpoint writer reads handles to its tensors, never the trainer, between a round's end and
+// the next step).
 #ifndef SLIMFIT_SERVER_JOB_RUNNER_H_
 #define SLIMFIT_SERVER_JOB_RUNNER_H_
 
@@ -124,6 +126,10 @@ class JobRunner {
   absl::Status WriteCheckpoint(int64_t round);
   absl::Status StartCheckpoint(int64_t round);
   absl::Status AwaitCheckpoint(bool keep);
+  // Records the checkpoint being written if it is done (the planner's and the dispatcher's
+  // while_waiting: on the runner thread, never after a rollback was announced); an error is kept
+  // in checkpoint_error_ for RunRound.
+  void RecordFinishedCheckpoint();
   // Parameters, optimizer state and progress from `checkpoint`; a new parameter version.
   absl::Status RestoreFromCheckpoint(const CheckpointRecord& checkpoint);
   // Back to the checkpoint of `round`: later checkpoints are forgotten, their rounds run again.
@@ -156,6 +162,7 @@ class JobRunner {
     double seconds = 0;  // writing it
   };
   std::future<absl::StatusOr<WrittenCheckpoint>> pending_checkpoint_;
+  absl::Status checkpoint_error_;  // runner thread only
   std::vector<double> recent_round_seconds_;
 
   std::thread thread_;

@@ -1,5 +1,6 @@
 // JobRunner: checkpoints — written in the background while the next round's shards run, recorded
 // before that round's step, restored, and forgotten when the job goes back to an earlier round.
+#include <chrono>
 #include <exception>
 #include <filesystem>
 #include <future>
@@ -11,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/log.h"
@@ -131,34 +133,56 @@ absl::Status JobRunner::StartCheckpoint(int64_t round) {
       {"tokens_trained", absl::StrCat(job.progress().tokens_trained())},
       {performer::kFeatureSeedKey, absl::StrCat(job.spec().seed())},
   };
-  // The parameters and the optimizer's state are not written until the next step (or a restore),
-  // which awaits this first: the writer reads them while the next round's shards run.
-  const performer::Trainer* trainer = trainer_.get();
+  // Handles to the trainer's tensors, no copy: nothing changes them before the next step (or a
+  // restore), which awaits this first, and the writer needs no trainer.
+  performer::Trainer::Checkpoint contents = trainer_->TakeCheckpoint(metadata);
   pending_checkpoint_ = std::async(
       std::launch::async,
-      [trainer, record, metadata = std::move(metadata), started]() mutable -> absl::StatusOr<WrittenCheckpoint> {
+      [contents = std::move(contents), record, started]() mutable -> absl::StatusOr<WrittenCheckpoint> {
+        auto failed = [&record](absl::string_view why) {
+          std::error_code ignored;  // nothing half-written stays behind
+          std::filesystem::remove(record.model_path, ignored);
+          std::filesystem::remove(record.optimizer_path, ignored);
+          return absl::InternalError(absl::StrCat("writing the round-", record.round, " checkpoint: ", why));
+        };
         try {
-          if (absl::Status saved = trainer->Save(record.model_path, record.optimizer_path, metadata); !saved.ok()) {
-            return absl::InternalError(
-                absl::StrCat("writing the round-", record.round, " checkpoint: ", saved.message()));
+          if (absl::Status saved =
+                  performer::Trainer::WriteCheckpoint(contents, record.model_path, record.optimizer_path);
+              !saved.ok()) {
+            return failed(saved.message());
           }
+          contents = performer::Trainer::Checkpoint();  // the tensors' handles go
           absl::StatusOr<std::string> sha = base::Sha256OfFile(record.model_path);
-          if (!sha.ok()) return sha.status();
+          if (!sha.ok()) return failed(sha.status().message());
           record.sha256 = *std::move(sha);
           std::error_code error;
           record.bytes = static_cast<int64_t>(std::filesystem::file_size(record.model_path, error));
           return WrittenCheckpoint{std::move(record), absl::ToDoubleSeconds(absl::Now() - started)};
         } catch (const std::exception& e) {
-          return absl::InternalError(absl::StrCat("writing the round-", record.round, " checkpoint: ", e.what()));
+          return failed(e.what());
         }
       });
   return absl::OkStatus();
 }
 
+void JobRunner::RecordFinishedCheckpoint() {
+  if (!checkpoint_error_.ok() || !pending_checkpoint_.valid() ||
+      pending_checkpoint_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return;
+  }
+  checkpoint_error_ = AwaitCheckpoint(/*keep=*/true);
+}
+
 absl::Status JobRunner::AwaitCheckpoint(bool keep) {
+  if (!checkpoint_error_.ok()) return checkpoint_error_;
   if (!pending_checkpoint_.valid()) return absl::OkStatus();
   absl::StatusOr<WrittenCheckpoint> written = pending_checkpoint_.get();
-  if (!written.ok()) return written.status();
+  if (!written.ok()) {
+    if (keep) return written.status();
+    // Of a round the job goes back before: its failure does not matter (nothing of it is left).
+    base::LogWarning(record_.job_id(), ": ", written.status().message());
+    return absl::OkStatus();
+  }
   const CheckpointRecord& record = written->record;
   if (!keep) {
     std::error_code ignored;

@@ -282,6 +282,7 @@ std::vector<ShardDispatcher::CallOutcome> ShardDispatcher::RunWave(int64_t round
   // rather than at the shard's deadline.
   while (running.load() > 0) {
     CancelCallsToGoneWorkers();
+    if (deps_.while_waiting) deps_.while_waiting();
     deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(200));
   }
   for (std::thread& thread : threads) thread.join();

@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -111,6 +112,10 @@ class ShardDispatcher {
     v1::Compression pseudo_gradient_compression = v1::COMPRESSION_NONE;
     int quarantine_after = 3;                     // JobSpec.quarantine_after
     const std::atomic<bool>* stopping = nullptr;  // the runner's stop or cancel flag
+    // Called on Run's thread while it waits for a wave or for workers (the job runner records a
+    // checkpoint that finished meanwhile); never once Run has announced a rollback (it returns at
+    // once). May be empty.
+    std::function<void()> while_waiting;
   };
 
   explicit ShardDispatcher(Deps deps) : deps_(std::move(deps)) {}

@@ -162,6 +162,7 @@ absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round
                             missing->sha256.substr(0, 12), "…)");
     }
     deps_.record->SetReason(reason);
+    if (deps_.while_waiting) deps_.while_waiting();
     deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(250));
   }
 }

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -64,6 +65,9 @@ class WorkerPlanner {
     // Bytes every worker holds beside the plan's peak (a local-steps job's inner optimizer:
     // performer::LocalStepsExtraBytes); plans are searched within the budget less these.
     int64_t reserved_bytes = 0;
+    // Called on the caller's thread each time PlanWorkers waits (the job runner records a
+    // checkpoint that finished meanwhile); may be empty.
+    std::function<void()> while_waiting;
   };
 
   explicit WorkerPlanner(Deps deps) : deps_(std::move(deps)) {}
