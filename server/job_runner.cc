@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   absl::StatusOr<std::vector<CheckpointRecord>> checkpoints =
       runner->deps_.store->Checkpoints(runner->record_.job_id());
   if (!checkpoints.ok()) return checkpoints.status();
+  runner->RemoveUnrecordedFiles(*checkpoints);
   if (checkpoints->empty()) {
     absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
         performer::Trainer::Create(config, runner->dtype_, std::move(initial), StepOptimizer(spec),

@@ -54,7 +54,7 @@ struct RunnerDeps {
   WorkerRegistry* registry = nullptr;
   WorkerLeases* leases = nullptr;
   EventSignal* signal = nullptr;
-  std::string job_dir;  // checkpoints of this job
+  std::string job_dir;  // checkpoints of this job, and nothing else
   RunnerOptions options;
   JobEventObserver event_observer;  // may be empty
 };
@@ -137,6 +137,9 @@ class JobRunner {
   absl::Status ForgetCheckpointsAfter(int64_t round);
   // Finishes a rollback the coordinator stopped in the middle of (from the job's events).
   absl::Status VoidRolledBackCheckpoints(const std::vector<v1::JobEvent>& events);
+  // Deletes the files in the job's directory that are not `recorded` checkpoints' (a checkpoint
+  // or a temporary file being written when the coordinator stopped). At start only.
+  void RemoveUnrecordedFiles(const std::vector<CheckpointRecord>& recorded);
   // The trainer's parameters as the current version: exactly, or (`as_difference`, where the job
   // compresses parameter broadcasts and a version is published) as the previous version plus the
   // decoded encoding of the difference, which workers holding the previous version fetch instead.

@@ -8,10 +8,12 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -40,6 +42,31 @@ absl::Status JobRunner::VoidRolledBackCheckpoints(const std::vector<v1::JobEvent
   }
   if (voided.empty()) return absl::OkStatus();
   return ForgetCheckpointsAfter(*voided.begin() - 1);
+}
+
+void JobRunner::RemoveUnrecordedFiles(const std::vector<CheckpointRecord>& recorded) {
+  std::set<std::filesystem::path> kept;
+  for (const CheckpointRecord& checkpoint : recorded) {
+    kept.insert(std::filesystem::path(checkpoint.model_path).lexically_normal());
+    kept.insert(std::filesystem::path(checkpoint.optimizer_path).lexically_normal());
+  }
+  std::error_code error;
+  std::vector<std::filesystem::path> unrecorded;
+  for (const auto& entry : std::filesystem::directory_iterator(deps_.job_dir, error)) {
+    if (entry.is_regular_file(error) && kept.count(entry.path().lexically_normal()) == 0) {
+      unrecorded.push_back(entry.path());
+    }
+  }
+  std::vector<std::string> removed;
+  for (const std::filesystem::path& path : unrecorded) {
+    std::error_code ignored;
+    if (std::filesystem::remove(path, ignored)) removed.push_back(path.filename().string());
+  }
+  if (!removed.empty()) {
+    base::LogWarning(record_.job_id(), ": removed ", removed.size(),
+                     " file(s) of checkpoints never recorded (the coordinator stopped while writing them): ",
+                     absl::StrJoin(removed, ", "));
+  }
 }
 
 absl::Status JobRunner::ForgetCheckpointsAfter(int64_t round) {
