@@ -130,12 +130,17 @@ absl::Status GradientAggregator::Validate(const ShardResult& result) const {
   return absl::OkStatus();
 }
 
-absl::Status GradientAggregator::CountLocked(const v1::GradientSummary& s) {
-  const std::string what = absl::StrCat("round ", round_, " shard ", s.shard_id(), ": ");
-  if (counted_[s.shard_id()]) return absl::AlreadyExistsError(absl::StrCat(what, "already counted"));
-  if (dropped_[s.shard_id()]) {
+absl::Status GradientAggregator::OpenLocked(int64_t shard_id) const {
+  const std::string what = absl::StrCat("round ", round_, " shard ", shard_id, ": ");
+  if (counted_[shard_id]) return absl::AlreadyExistsError(absl::StrCat(what, "already counted"));
+  if (dropped_[shard_id]) {
     return absl::DeadlineExceededError(absl::StrCat(what, "dropped: the round went on without it"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status GradientAggregator::CountLocked(const v1::GradientSummary& s) {
+  if (absl::Status open = OpenLocked(s.shard_id()); !open.ok()) return open;
   counted_[s.shard_id()] = true;
   ++shards_counted_;
   loss_sum_ += s.loss_sum();
@@ -170,10 +175,7 @@ absl::Status GradientAggregator::AddValues(int64_t shard_id, size_t tensor, int6
   }
   if (absl::Status valid = ValidateValues(what, tensor, values); !valid.ok()) return valid;
   absl::MutexLock lock(&mutex_);
-  if (counted_[shard_id]) return absl::AlreadyExistsError(absl::StrCat(what, "already counted"));
-  if (dropped_[shard_id]) {
-    return absl::DeadlineExceededError(absl::StrCat(what, "dropped: the round went on without it"));
-  }
+  if (absl::Status open = OpenLocked(shard_id); !open.ok()) return open;
   at::Tensor part = sum_[tensor].view({-1}).narrow(0, first_element, values.numel());
   AddInto(part, values);
   return absl::OkStatus();

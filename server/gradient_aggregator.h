@@ -87,6 +87,9 @@ class GradientAggregator {
  private:
   // Validate's checks of one gradient tensor's values.
   absl::Status ValidateValues(const std::string& what, size_t tensor, const at::Tensor& values) const;
+  // OK while the shard may still count: ALREADY_EXISTS when it counted, DEADLINE_EXCEEDED when
+  // it was dropped.
+  absl::Status OpenLocked(int64_t shard_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Marks `summary`'s shard counted with its loss and tokens; its errors are Add's.
   absl::Status CountLocked(const v1::GradientSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 

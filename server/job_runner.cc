@@ -411,10 +411,10 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   }
   absl::StatusOr<RoundOutput> output = dispatcher_->Run(round, version, sequences, /*evaluate_only=*/false, steps);
   if (!output.ok()) return output.status();
-  if (!checkpoint_error_.ok()) return checkpoint_error_;  // recording one while the shards ran
   // The previous round's checkpoint, written while these shards ran (and recorded as soon as it
   // was done, RecordFinishedCheckpoint), is recorded now at the latest: before the step changes
-  // what it holds. RollBack drops it instead: it is of a round the job goes back before.
+  // what it holds. RollBack drops it instead: it is of a round the job goes back before. Either
+  // reports an error RecordFinishedCheckpoint met meanwhile.
   if (!output->rolled_back_to.has_value()) {
     const absl::Time waiting = absl::Now();
     if (absl::Status awaited = AwaitCheckpoint(/*keep=*/true); !awaited.ok()) return awaited;

@@ -25,6 +25,16 @@
 #include "server/job_runner.h"
 
 namespace slimfit::server {
+namespace {
+
+// Deletes a checkpoint's two files; one already gone is what is wanted.
+void RemoveFiles(const CheckpointRecord& checkpoint) {
+  std::error_code ignored;
+  std::filesystem::remove(checkpoint.model_path, ignored);
+  std::filesystem::remove(checkpoint.optimizer_path, ignored);
+}
+
+}  // namespace
 
 absl::Status JobRunner::VoidRolledBackCheckpoints(const std::vector<v1::JobEvent>& events) {
   // A checkpoint is void when a rollback to an earlier round was announced after it was written:
@@ -73,11 +83,7 @@ absl::Status JobRunner::ForgetCheckpointsAfter(int64_t round) {
   absl::StatusOr<std::vector<CheckpointRecord>> forgotten =
       deps_.store->DeleteCheckpointsAfter(record_.job_id(), round);
   if (!forgotten.ok()) return forgotten.status();
-  for (const CheckpointRecord& checkpoint : *forgotten) {
-    std::error_code ignored;  // a file already gone is what we want
-    std::filesystem::remove(checkpoint.model_path, ignored);
-    std::filesystem::remove(checkpoint.optimizer_path, ignored);
-  }
+  for (const CheckpointRecord& checkpoint : *forgotten) RemoveFiles(checkpoint);
   if (!forgotten->empty()) {
     base::LogWarning(record_.job_id(), ": checkpoints of rounds ", forgotten->front().round, " to ",
                      forgotten->back().round, " are void (rolled back to round ", round, ")");
@@ -167,9 +173,7 @@ absl::Status JobRunner::StartCheckpoint(int64_t round) {
       std::launch::async,
       [contents = std::move(contents), record, started]() mutable -> absl::StatusOr<WrittenCheckpoint> {
         auto failed = [&record](absl::string_view why) {
-          std::error_code ignored;  // nothing half-written stays behind
-          std::filesystem::remove(record.model_path, ignored);
-          std::filesystem::remove(record.optimizer_path, ignored);
+          RemoveFiles(record);  // nothing half-written stays behind
           return absl::InternalError(absl::StrCat("writing the round-", record.round, " checkpoint: ", why));
         };
         try {
@@ -212,9 +216,7 @@ absl::Status JobRunner::AwaitCheckpoint(bool keep) {
   }
   const CheckpointRecord& record = written->record;
   if (!keep) {
-    std::error_code ignored;
-    std::filesystem::remove(record.model_path, ignored);
-    std::filesystem::remove(record.optimizer_path, ignored);
+    RemoveFiles(record);
     base::LogWarning(record_.job_id(), ": the round-", record.round,
                      " checkpoint written meanwhile is void (the job goes back to an earlier round)");
     return absl::OkStatus();
