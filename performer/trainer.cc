@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "performer/adamw_step.h"
 #include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
@@ -175,31 +176,76 @@ absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
       const double coefficient = spec_.gradient_clip_norm() / (result.gradient_norm + 1e-6);
       if (coefficient < 1.0) scale = coefficient;
     }
+    std::vector<at::Tensor> grads(gradient.size());
     for (size_t i = 0; i < gradient.size(); ++i) {
       if (!trainable_[i]) {
         gradient[i] = at::Tensor();
         continue;
       }
-      // A contiguous tensor of the parameter's dtype and device is the gradient as it is (scaled in
-      // place when clipping); anything else is converted once and released as it is.
+      // A contiguous tensor of the parameter's dtype and device is the gradient as it is; anything
+      // else is converted once and released as it is.
       at::Tensor g = gradient[i].detach();
       gradient[i] = at::Tensor();
       if (g.scalar_type() != parameters_[i].scalar_type() || g.device() != parameters_[i].device() ||
           !g.is_contiguous()) {
         g = g.to(parameters_[i].options().requires_grad(false), /*non_blocking=*/false, /*copy=*/true);
       }
-      if (scale != 1.0) g.mul_(scale);
-      parameters_[i].mutable_grad() = g;
+      grads[i] = std::move(g);
     }
     result.learning_rate = LearningRate(steps_ + 1);
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(result.learning_rate);
-    optimizer_->step();
+    if (!StepAdamWFused(grads, result.learning_rate, scale)) {
+      for (size_t i = 0; i < grads.size(); ++i) {
+        if (!grads[i].defined()) continue;
+        if (scale != 1.0) grads[i].mul_(scale);
+        parameters_[i].mutable_grad() = std::move(grads[i]);
+      }
+      optimizer_->step();
+    }
     for (at::Tensor& p : parameters_) p.mutable_grad() = at::Tensor();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("optimizer step ", steps_ + 1, ": ", e.what_without_backtrace()));
   }
   ++steps_;
   return result;
+}
+
+bool Trainer::StepAdamWFused(std::vector<at::Tensor>& grads, double learning_rate, double scale) {
+  if (!fused_steps_ || !spec_.has_adamw()) return false;
+  auto& states = optimizer_->state();
+  std::vector<torch::optim::AdamWParamState*> stepped(grads.size(), nullptr);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    at::Tensor& p = parameters_[i];
+    auto it = states.find(StateKey(p));
+    if (it == states.end()) {  // the state LibTorch's first step creates
+      auto state = std::make_unique<torch::optim::AdamWParamState>();
+      state->step(0);
+      state->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve).detach());
+      state->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve).detach());
+      it = states.emplace(StateKey(p), std::move(state)).first;
+    }
+    auto* state = static_cast<torch::optim::AdamWParamState*>(it->second.get());
+    if (!AdamWStepApplies(p, grads[i], state->exp_avg(), state->exp_avg_sq())) return false;
+    stepped[i] = state;
+  }
+  const v1::AdamW& a = spec_.adamw();
+  AdamWHyperparameters hyper;
+  hyper.learning_rate = learning_rate;
+  hyper.beta1 = a.has_beta1() ? a.beta1() : 0.9;
+  hyper.beta2 = a.has_beta2() ? a.beta2() : 0.999;
+  hyper.epsilon = a.has_epsilon() ? a.epsilon() : 1e-8;
+  hyper.weight_decay = spec_.weight_decay();
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (stepped[i] == nullptr) continue;
+    torch::optim::AdamWParamState& state = *stepped[i];
+    state.step(state.step() + 1);
+    at::Tensor p = parameters_[i].detach();
+    AdamWStep(p, grads[i], state.exp_avg(), state.exp_avg_sq(), state.step(), hyper, scale);
+    grads[i] = at::Tensor();  // released as soon as it is used
+  }
+  return true;
 }
 
 absl::Status Trainer::Save(const std::string& model_path, const std::string& optimizer_path,

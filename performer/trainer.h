@@ -1,8 +1,8 @@
 // A model's parameters and an optimizer over them: the coordinator's step of a synchronous round
 // (the aggregated gradient of the round's mean loss), its outer step of a local-steps round (the
 // averaged pseudo-gradient), and a worker's inner steps of a local-steps round. Takes a gradient,
-// clips it to a global L2 norm, sets the learning rate of the warm-up schedule and steps
-// torch::optim::AdamW or torch::optim::SGD. Saves and restores parameters and optimizer state as safetensors files
+// clips it to a global L2 norm, sets the learning rate of the warm-up schedule and steps AdamW (in
+// one pass per tensor, adamw_step.h, its state kept as torch::optim::AdamW's) or torch::optim::SGD. Saves and restores parameters and optimizer state as safetensors files
 // (written atomically), so a job resumes after a restart exactly where its checkpoint left it.
 //
 // Learning rate of step t (1-based): learning_rate · min(1, t / warmup_steps) (constant without
@@ -71,9 +71,9 @@ class Trainer {
   // One optimizer step with `gradient` (same names/shapes/order as the parameters; frozen
   // parameters' entries are ignored, and the norm and clipping cover the trainable ones).
   // INVALID_ARGUMENT for a shape mismatch or a non-finite gradient (nothing is changed then).
-  // A contiguous tensor of the parameter's dtype and device (the coordinator's sum) becomes its
-  // gradient as it is, without a copy, and is scaled in place when clipping: the caller's values
-  // change. A tensor of another floating dtype or layout is converted once and released as it is
+  // A contiguous tensor of the parameter's dtype and device (the coordinator's sum) is used as it
+  // is, without a copy; when clipping, it may be scaled in place (SGD, or AdamW with
+  // set_fused_steps(false)): the caller's values may change. A tensor of another floating dtype or layout is converted once and released as it is
   // (pass it by std::move to let its memory go during the step).
   absl::StatusOr<StepResult> Step(std::vector<at::Tensor> gradient);
 
@@ -86,6 +86,11 @@ class Trainer {
   // the optimizer's state and step count: a worker starting a round's local steps from the new
   // global parameters. INVALID_ARGUMENT for a shape mismatch (nothing is changed then).
   absl::Status SetParameters(const std::vector<at::Tensor>& values);
+
+  // AdamW steps run as one pass per tensor (adamw_step.h; the default) or through
+  // torch::optim::AdamW (false; for tests and benchmarks that compare the two). The state and the
+  // checkpoints are the same either way.
+  void set_fused_steps(bool fused) { fused_steps_ = fused; }
 
   int64_t steps() const { return steps_; }
   const performer::ModelConfig& config() const { return config_; }
@@ -123,6 +128,10 @@ class Trainer {
   performer::TensorFile OptimizerState() const;
   Trainer() = default;
   double LearningRate(int64_t step) const;
+  // The AdamW step as one pass per tensor when the trainer uses AdamW and every tensor is one
+  // adamw_step.h takes (it always is for the trainer's CPU float32/float64 parameters): true when
+  // it stepped (each used gradient released), false when the optimizer's own step must run.
+  bool StepAdamWFused(std::vector<at::Tensor>& grads, double learning_rate, double scale);
 
   performer::ModelConfig config_;
   performer::DType dtype_ = performer::DType::kFloat32;
@@ -132,6 +141,7 @@ class Trainer {
   v1::Optimizer spec_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int64_t steps_ = 0;
+  bool fused_steps_ = true;
 };
 
 }  // namespace slimfit::performer

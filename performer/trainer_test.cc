@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "performer/performer_model.h"
 #include "base/test_util.h"
 
@@ -163,6 +164,56 @@ TEST(TrainerTest, SavedOptimizerStateResumesExactly) {
     auto mismatched = Trainer::Create(Tiny(), performer::DType::kFloat64, start, other);
     EXPECT_THAT((*mismatched)->LoadOptimizerState(optimizer).message(), HasSubstr("optimizer state is not"));
   }
+}
+
+// The AdamW step in one pass (the default) against torch::optim::AdamW's (set_fused_steps(false)):
+// float32, warm-up, clipping, weight decay and a frozen parameter, step by step; and the state one
+// path saves resumes on the other (the checkpoints are the same).
+TEST(TrainerTest, FusedAdamWStepsEqualLibTorchsAndShareTheirCheckpoints) {
+  v1::Optimizer spec;
+  spec.mutable_adamw()->set_beta2(0.99);
+  spec.set_learning_rate(0.01);
+  spec.set_weight_decay(0.1);
+  spec.set_warmup_steps(2);
+  spec.set_gradient_clip_norm(0.5);
+  const std::vector<at::Tensor> start =
+      performer::PerformerModel::Create(Tiny(), performer::DType::kFloat32, at::kCPU, 6)->parameters();
+  auto fused = Trainer::Create(Tiny(), performer::DType::kFloat32, start, spec, {0, 2, 3});
+  auto unfused = Trainer::Create(Tiny(), performer::DType::kFloat32, start, spec, {0, 2, 3});
+  ASSERT_TRUE(fused.ok() && unfused.ok());
+  (*unfused)->set_fused_steps(false);
+  auto expect_near = [&](const Trainer& a, const Trainer& b, const std::string& where) {
+    for (size_t i = 0; i < start.size(); ++i) {
+      EXPECT_TRUE(at::allclose(a.parameters()[i], b.parameters()[i], 1e-5, 1e-7)) << where << ", tensor " << i;
+    }
+  };
+  for (int s = 1; s <= 3; ++s) {
+    at::manual_seed(s);
+    std::vector<at::Tensor> g;
+    for (const at::Tensor& p : start) g.push_back(at::randn_like(p) * (s == 2 ? 0.01 : 3.0));  // clipped at 1, 3
+    std::vector<at::Tensor> copy;
+    for (const at::Tensor& t : g) copy.push_back(t.clone());
+    absl::StatusOr<StepResult> a = (*fused)->Step(g);
+    absl::StatusOr<StepResult> b = (*unfused)->Step(copy);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    EXPECT_DOUBLE_EQ(a->gradient_norm, b->gradient_norm);
+    EXPECT_DOUBLE_EQ(a->learning_rate, b->learning_rate);
+    expect_near(**fused, **unfused, absl::StrCat("step ", s));
+  }
+  EXPECT_TRUE(at::equal((*fused)->parameters()[1], start[1]));  // frozen
+  EXPECT_FALSE(at::equal((*fused)->parameters()[0], start[0]));
+  const std::string optimizer = testing_util::TempPath("fused-optimizer.safetensors");
+  ASSERT_TRUE((*fused)->SaveOptimizerState(optimizer).ok());
+  auto resumed = Trainer::Create(Tiny(), performer::DType::kFloat32, (*fused)->parameters(), spec, {0, 2, 3});
+  ASSERT_TRUE((*resumed)->LoadOptimizerState(optimizer).ok());
+  (*resumed)->set_fused_steps(false);
+  std::vector<at::Tensor> g;
+  for (const at::Tensor& p : start) g.push_back(at::full_like(p, 0.02));
+  std::vector<at::Tensor> copy;
+  for (const at::Tensor& t : g) copy.push_back(t.clone());
+  ASSERT_TRUE((*resumed)->Step(g).ok());
+  ASSERT_TRUE((*fused)->Step(copy).ok());
+  expect_near(**resumed, **fused, "resumed on LibTorch's step");
 }
 
 TEST(TrainerTest, ValidationNamesTheField) {
