@@ -7,8 +7,8 @@
 # shards in flight, aggregation after the waves, optimizer step through publishing), the workers'
 # summed seconds (parameter fetch, engine compute, result streaming), the bytes each way, the
 # seconds from one round's end to the next's (the round plus what runs between rounds: checkpoints
-# and evaluations), and the
-# coordinator's peak resident memory, and over every round the shards spot-checked (each holds two
+# and evaluations), the
+# coordinator's peak resident memory and the largest of the workers', and over every round the shards spot-checked (each holds two
 # whole results for its check) and summed as they arrived (BENCHMARKS.md, "The data path of a round").
 #
 # Usage: bench/round_data_path.sh [ROUNDS] [SIZES]   (defaults 4 and "10M 40M 100M")
@@ -31,7 +31,8 @@ cluster_calibrate >/dev/null
 # shellcheck disable=SC2086  # word splitting of the extra flags is wanted
 cluster_start_coordinator ${COORDINATOR_FLAGS:-}
 coordinator_pid="${cluster_pids[-1]}"
-for i in 0 1 2; do cluster_start_worker 3GiB; done
+worker_pids=()
+for i in 0 1 2; do cluster_start_worker 3GiB; worker_pids+=("${cluster_pids[-1]}"); done
 cluster_wait_workers 3
 
 shape() {
@@ -43,8 +44,9 @@ shape() {
   esac
 }
 
-printf '%-5s %12s %7s %7s | %6s %7s %6s %6s | %6s %8s %6s | %8s %8s | %6s | %s\n' size parameters round every \
-  wait shards aggr step fetch compute stream "MB out" "MB in" ckpt "coordinator peak RSS (shards checked / streamed)"
+printf '%-5s %12s %7s %7s | %6s %7s %6s %6s | %6s %8s %6s | %8s %8s | %6s | %s | %s\n' size parameters round every \
+  wait shards aggr step fetch compute stream "MB out" "MB in" ckpt "coordinator peak RSS (shards checked / streamed)" \
+  "largest worker peak RSS"
 for size in $sizes; do
   read -r -a model <<< "$(shape "$size")"
   job="$(cluster_submit "$size" "${model[@]}" --sequence_length=512 --tokens_per_round="${TOKENS_PER_ROUND:-1536}" --rounds="$rounds" \
@@ -52,10 +54,11 @@ for size in $sizes; do
     ${SUBMIT_FLAGS:-})"
   "$slimfit" watch "$job" --from_start --json > "$work/$size.events" || { echo "job $job of size $size failed" >&2; exit 1; }
   peak_kib="$(awk '/VmHWM/ {print $2}' "/proc/$coordinator_pid/status")"
-  python3 - "$work/$size.events" "$size" "$peak_kib" "${model[@]}" <<'PY'
+  worker_peak_kib="$(for pid in "${worker_pids[@]}"; do awk '/VmHWM/ {print $2}' "/proc/$pid/status"; done | sort -n | tail -1)"
+  python3 - "$work/$size.events" "$size" "$peak_kib" "$worker_peak_kib" "${model[@]}" <<'PY'
 import json, sys
-path, size, peak_kib = sys.argv[1], sys.argv[2], int(sys.argv[3])
-shape = dict(arg[2:].split("=") for arg in sys.argv[4:])
+path, size, peak_kib, worker_peak_kib = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+shape = dict(arg[2:].split("=") for arg in sys.argv[5:])
 d, layers, f, vocab = int(shape["d_model"]), int(shape["layers"]), int(shape["d_ff"]), 256
 parameters = vocab * d // 2 + layers * (3 * (d * d + d) + 2 * f * d + f + d + 4 * d) + vocab * d + vocab
 rounds, checkpoints, ends = [], [], {}
@@ -84,12 +87,12 @@ def mean(f):
 gaps = [ends[r] - ends[r - 1] for r in sorted(ends) if r >= 2 and r - 1 in ends]
 every = sum(gaps) / len(gaps) if gaps else 0.0
 t = lambda key: (lambda r: float(r.get("timing", {}).get(key, 0)))
-print("%-5s %12s %6.2fs %6.2fs | %6.2f %7.2f %6.2f %6.2f | %6.2f %8.2f %6.2f | %8.1f %8.1f | %5.2fs | %.0f MiB (%d / %d)" % (
+print("%-5s %12s %6.2fs %6.2fs | %6.2f %7.2f %6.2f %6.2f | %6.2f %8.2f %6.2f | %8.1f %8.1f | %5.2fs | %.0f MiB (%d / %d) | %.0f MiB" % (
     size, "{:,}".format(parameters), mean(lambda r: float(r.get("round_seconds", 0))), every,
     mean(t("waiting_seconds")), mean(t("shards_seconds")), mean(t("aggregation_seconds")), mean(t("step_seconds")),
     mean(t("worker_fetch_seconds")), mean(t("worker_compute_seconds")), mean(t("worker_stream_seconds")),
     mean(lambda r: float(r.get("timing", {}).get("bytes_to_workers", 0))) / 1e6,
     mean(lambda r: float(r.get("timing", {}).get("bytes_from_workers", 0))) / 1e6,
-    sum(checkpoints) / max(1, len(checkpoints)), peak_kib / 1024, checked, streamed))
+    sum(checkpoints) / max(1, len(checkpoints)), peak_kib / 1024, checked, streamed, worker_peak_kib / 1024))
 PY
 done

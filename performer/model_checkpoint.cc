@@ -107,7 +107,9 @@ absl::StatusOr<PerformerModel> LoadModel(const std::string& path, DType dtype, c
           path, " does not describe its model (", stored.status().message(),
           "); pass the model's shape (--d_model, --layers, ...)"));
     }
-    absl::StatusOr<PerformerModel> model = PerformerModel::FromTensors(config, file->tensors, dtype, device, ignored);
+    // The file's tensors (each read into memory of its own) become the model without a copy.
+    absl::StatusOr<PerformerModel> model =
+        PerformerModel::FromOwnedTensors(config, std::move(file->tensors), dtype, device, ignored);
     if (!model.ok()) return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
     if (metadata != nullptr) *metadata = std::move(file->metadata);
     return model;

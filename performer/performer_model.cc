@@ -243,9 +243,15 @@ absl::StatusOr<PerformerModel> PerformerModel::Create(const ModelConfig& config,
   }
 }
 
-absl::StatusOr<PerformerModel> PerformerModel::FromTensors(
-    const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors, DType dtype,
-    const at::Device& device, const std::vector<std::string>& ignored_prefixes) {
+namespace {
+
+// The parameters of `config` from named tensors, checked (FromTensors' contract); `take`: tensors
+// that already fit are used as they are (FromOwnedTensors).
+absl::StatusOr<std::vector<at::Tensor>> ParametersFromTensors(const ModelConfig& config,
+                                                              const std::map<std::string, at::Tensor>& tensors,
+                                                              DType dtype, const at::Device& device,
+                                                              const std::vector<std::string>& ignored_prefixes,
+                                                              bool take) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   const std::vector<std::string> names = ParameterNames(config);
   const std::vector<std::vector<int64_t>> shapes = ParameterShapes(config);
@@ -269,9 +275,12 @@ absl::StatusOr<PerformerModel> PerformerModel::FromTensors(
                                                      "; parameters must be floating point"));
     }
     try {
-      parameters.push_back(
-          t.to(at::TensorOptions().dtype(ToScalarType(dtype)).device(device), /*non_blocking=*/false,
-               /*copy=*/true));
+      const bool as_it_is = take && t.scalar_type() == ToScalarType(dtype) && t.device() == device &&
+                            t.is_contiguous() && t.storage_offset() == 0 &&
+                            t.storage().nbytes() == static_cast<size_t>(t.numel() * t.element_size());
+      parameters.push_back(as_it_is ? t.detach()
+                                    : t.to(at::TensorOptions().dtype(ToScalarType(dtype)).device(device),
+                                           /*non_blocking=*/false, /*copy=*/true));
     } catch (const c10::Error& e) {
       return absl::InvalidArgumentError(absl::StrCat("cannot move checkpoint tensor '", names[i],
                                                      "' to ", device.str(), ": ",
@@ -289,7 +298,28 @@ absl::StatusOr<PerformerModel> PerformerModel::FromTensors(
           " (a checkpoint of another architecture or depth?)"));
     }
   }
-  return PerformerModel(config, dtype, device, std::move(parameters));
+  return parameters;
+}
+
+}  // namespace
+
+absl::StatusOr<PerformerModel> PerformerModel::FromTensors(
+    const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors, DType dtype,
+    const at::Device& device, const std::vector<std::string>& ignored_prefixes) {
+  absl::StatusOr<std::vector<at::Tensor>> parameters =
+      ParametersFromTensors(config, tensors, dtype, device, ignored_prefixes, /*take=*/false);
+  if (!parameters.ok()) return parameters.status();
+  return PerformerModel(config, dtype, device, *std::move(parameters));
+}
+
+absl::StatusOr<PerformerModel> PerformerModel::FromOwnedTensors(
+    const ModelConfig& config, std::map<std::string, at::Tensor> tensors, DType dtype, const at::Device& device,
+    const std::vector<std::string>& ignored_prefixes) {
+  absl::StatusOr<std::vector<at::Tensor>> parameters =
+      ParametersFromTensors(config, tensors, dtype, device, ignored_prefixes, /*take=*/true);
+  tensors.clear();  // what was not taken goes now
+  if (!parameters.ok()) return parameters.status();
+  return PerformerModel(config, dtype, device, *std::move(parameters));
 }
 
 int64_t PerformerModel::parameter_bytes() const {

@@ -144,6 +144,14 @@ class PerformerModel {
   static absl::StatusOr<PerformerModel> FromTensors(
       const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors, DType dtype,
       const at::Device& device, const std::vector<std::string>& ignored_prefixes = {});
+  // The same, taking the tensors instead of copying them: a tensor already of `dtype`, on `device`,
+  // contiguous and alone in its storage becomes the parameter as it is (no copy, no second copy of
+  // the model in memory while it is built); any other is copied as FromTensors does. For tensors
+  // the caller has just made (read from a file, received, computed) and will not write to again:
+  // the model's parameters then share their memory.
+  static absl::StatusOr<PerformerModel> FromOwnedTensors(
+      const ModelConfig& config, std::map<std::string, at::Tensor> tensors, DType dtype, const at::Device& device,
+      const std::vector<std::string>& ignored_prefixes = {});
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }

@@ -149,3 +149,49 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
 
 }  // namespace
 }  // namespace slimfit::performer
+
+namespace slimfit::performer {
+namespace {
+
+// FromOwnedTensors takes tensors that already fit (dtype, device, contiguous, alone in their
+// storage) as they are and copies the rest, as FromTensors copies everything; both give the same
+// values and the same errors.
+TEST(PerformerModelTest, FromOwnedTensorsTakesWhatFitsAndCopiesTheRest) {
+  absl::StatusOr<PerformerModel> source = PerformerModel::Create(Small(), DType::kFloat32, at::kCPU, 4);
+  ASSERT_TRUE(source.ok()) << source.status();
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, tensor] : source->StateDict()) tensors[name] = tensor.clone();
+  const std::string fits = "input_map.weight", as_double = "layers.0.attention.q_map.weight",
+                    strided = "layers.0.attention.k_map.weight", shares_storage = "layers.0.attention.k_map.bias";
+  tensors[as_double] = tensors[as_double].to(at::kDouble);
+  tensors[strided] = tensors[strided].t().contiguous().t();  // the same values, transposed layout
+  const at::Tensor wide = at::cat({tensors[shares_storage], tensors[shares_storage]});
+  tensors[shares_storage] = wide.slice(0, 0, tensors[shares_storage].size(0));  // half of a larger storage
+  std::map<std::string, const void*> pointers;
+  for (const auto& [name, tensor] : tensors) pointers[name] = tensor.data_ptr();
+
+  absl::StatusOr<PerformerModel> copied = PerformerModel::FromTensors(Small(), tensors, DType::kFloat32, at::kCPU);
+  absl::StatusOr<PerformerModel> taken = PerformerModel::FromOwnedTensors(Small(), tensors, DType::kFloat32, at::kCPU);
+  ASSERT_TRUE(copied.ok() && taken.ok()) << copied.status() << taken.status();
+  const std::map<std::string, at::Tensor> got = taken->StateDict();
+  for (const auto& [name, tensor] : source->StateDict()) {
+    EXPECT_TRUE(at::equal(got.at(name), tensor)) << name;
+    EXPECT_TRUE(at::equal(copied->StateDict().at(name), tensor)) << name;
+    EXPECT_NE(copied->StateDict().at(name).data_ptr(), pointers[name]) << name;  // FromTensors always copies
+    EXPECT_EQ(got.at(name).scalar_type(), at::kFloat) << name;
+  }
+  EXPECT_EQ(got.at(fits).data_ptr(), pointers[fits]);
+  EXPECT_NE(got.at(as_double).data_ptr(), pointers[as_double]);
+  EXPECT_NE(got.at(strided).data_ptr(), pointers[strided]);
+  EXPECT_NE(got.at(shares_storage).data_ptr(), pointers[shares_storage]);
+
+  std::map<std::string, at::Tensor> missing = tensors;
+  missing.erase(fits);
+  const absl::StatusOr<PerformerModel> refused =
+      PerformerModel::FromOwnedTensors(Small(), missing, DType::kFloat32, at::kCPU);
+  EXPECT_EQ(refused.status(), PerformerModel::FromTensors(Small(), missing, DType::kFloat32, at::kCPU).status());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
+}
+
+}  // namespace
+}  // namespace slimfit::performer

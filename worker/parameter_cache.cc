@@ -204,7 +204,11 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(
                                               manifest.sha256()));
     }
   }
-  absl::StatusOr<PerformerModel> model = PerformerModel::FromTensors(config, named, dtype, options_.device);
+  // The received tensors become the model as they are: no second copy of the parameters while it is
+  // built (a partial fetch's unchanged tensors are shared with the base, both read-only).
+  tensors->clear();
+  absl::StatusOr<PerformerModel> model =
+      PerformerModel::FromOwnedTensors(config, std::move(named), dtype, options_.device);
   if (!model.ok()) return absl::InternalError(absl::StrCat(what, ": ", model.status().message()));
   return std::make_shared<const PerformerModel>(*std::move(model));
 }
