@@ -7,7 +7,9 @@
 #include <optional>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "performer/tensor_chunks.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
@@ -167,14 +169,20 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   const absl::Status& stream_error = stream.error;
   const std::optional<v1::GradientSummary>& summary = stream.summary;
   grpc::Status finished = reader->Finish();
+  // Everything the result needs arrived (the summary is the stream's last message): a call that
+  // then ends badly — the connection dropping, the worker declared gone that very moment — does
+  // not undo it. Counting it spares the shard's recomputation, and a streamed shard's round.
+  const bool complete = stream_error.ok() && summary.has_value();
+  bool gone = false;
   {
     absl::MutexLock lock(&mutex_);
-    if (cancelled_gone_.count(context.get()) > 0) {
-      outcome.status = absl::UnavailableError(
-          absl::StrCat("worker ", plan.worker.worker_id, " stopped heartbeating; its call was cancelled"));
-      outcome.gone = true;
-      return outcome;
-    }
+    gone = cancelled_gone_.count(context.get()) > 0;
+  }
+  if (gone && !complete) {
+    outcome.status = absl::UnavailableError(
+        absl::StrCat("worker ", plan.worker.worker_id, " stopped heartbeating; its call was cancelled"));
+    outcome.gone = true;
+    return outcome;
   }
   // From here on, anything wrong with what came back is the worker's doing.
   auto misbehaved = [&](absl::Status status) {
@@ -189,7 +197,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     outcome.status = stream_error;
     return outcome;
   }
-  if (!finished.ok()) {
+  if (!finished.ok() && !complete) {
     outcome.status = rpc::FromGrpcStatus(finished, absl::StrCat("worker ", plan.worker.worker_id), context.get());
     return outcome;
   }
@@ -209,6 +217,13 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     absl::StatusOr<std::vector<at::Tensor>> gradient = assembler.Finish();
     if (!gradient.ok()) return misbehaved(gradient.status());
     result.gradient = *std::move(gradient);
+  }
+  if (!finished.ok() || gone) {
+    const absl::Status ended = rpc::FromGrpcStatus(finished, "the call", context.get());
+    base::LogWarning(deps_.record->job_id(), ": ", stream_name, ": the call ended ",
+                     gone ? std::string("cancelled (the worker stopped heartbeating)")
+                          : absl::StrCat(absl::StatusCodeToString(ended.code()), " (", ended.message(), ")"),
+                     " after the whole result arrived; the result counts");
   }
   outcome.status = streamed.has_value() ? streamed->Finish(result.summary)
                                         : collector->Accept(plan.worker.worker_id, std::move(result));

@@ -98,8 +98,8 @@ grpc::Status LyingProxy::ComputeGradient(grpc::ServerContext* context, const v1:
       ++lies_told_;
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the lying proxy broke the stream midway");
     }
-    if (lying && response.has_chunk() && lie_.kind != Lie::Kind::kWrongVersion &&
-        lie_.kind != Lie::Kind::kBreakStream) {
+    if (lying && response.has_chunk() &&
+        (lie_.kind == Lie::Kind::kNotFinite || lie_.kind == Lie::Kind::kScale)) {
       Tamper(lie_, response.mutable_chunk());
       told = true;
     }
@@ -109,8 +109,13 @@ grpc::Status LyingProxy::ComputeGradient(grpc::ServerContext* context, const v1:
     }
     if (!writer->Write(response)) forwarded->TryCancel();
   }
+  const grpc::Status upstream_status = reader->Finish();
+  if (lying && lie_.kind == Lie::Kind::kFailAfterSummary && upstream_status.ok()) {
+    ++lies_told_;
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the lying proxy ended the call after the whole result");
+  }
   if (told) ++lies_told_;
-  return reader->Finish();
+  return upstream_status;
 }
 
 grpc::Status LyingProxy::GetProfile(grpc::ServerContext* context, const v1::GetProfileRequest* request,

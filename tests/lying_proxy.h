@@ -25,7 +25,9 @@
 namespace slimfit::testing_util {
 
 struct Lie {
-  enum class Kind { kNotFinite, kScale, kWrongVersion, kBreakStream } kind = Kind::kScale;
+  // kBreakStream: the call fails after the first chunk; kFailAfterSummary: the whole result goes
+  // through, then the call ends UNAVAILABLE (a connection lost at the last moment).
+  enum class Kind { kNotFinite, kScale, kWrongVersion, kBreakStream, kFailAfterSummary } kind = Kind::kScale;
   double factor = 1000;    // kScale
   int64_t from_round = 1;  // honest before this round (and in every evaluation)
 };

@@ -27,6 +27,7 @@ namespace slimfit {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing_util::Cluster;
 using testing_util::Lie;
 using testing_util::LyingProxy;
@@ -247,6 +248,45 @@ TEST(VerificationEndToEndTest, AShardThatFailsAfterItsValuesWereSummedMakesTheRo
   EXPECT_GE(recomputations, 1) << logs;
   EXPECT_LE(recomputations, 2) << logs;
   EXPECT_GT(streamed, 0);  // the honest workers' shards, in every round but the ones computed again
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text,
+                                                    std::string("\n\n")),
+            1e-5);
+}
+
+// A result that arrived whole counts even when its call then ends badly (the connection lost after
+// the summary): no round is computed again, the worker is not struck, and the job equals one
+// process.
+TEST(VerificationEndToEndTest, AResultThatArrivedWholeCountsWhenItsCallThenFails) {
+  Cluster cluster("whole_then_failed");
+  ASSERT_TRUE(cluster.StartCoordinator({"--stream_into_sum_bytes=0"}).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  std::unique_ptr<LyingProxy> failing = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kFailAfterSummary, 0, 2});
+  ASSERT_TRUE(failing);
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
+
+  const std::string text = testing_util::Corpus(16000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  v1::JobSpec spec = testing_util::Spec(*dataset, 32, 64, 128, 4, 5);
+  spec.set_verify_fraction(0);  // every shard streams into the sum
+  spec.set_quarantine_after(1);
+  const Finished finished = RunJob(cluster, spec);
+  ASSERT_EQ(finished.job.state(), v1::JOB_STATE_SUCCEEDED) << finished.job.state_reason() << cluster.Logs();
+
+  const std::string logs = cluster.Logs();
+  EXPECT_GE(failing->lies_told(), 1);
+  EXPECT_THAT(logs, HasSubstr("after the whole result arrived; the result counts")) << logs;
+  EXPECT_THAT(logs, Not(HasSubstr("computing it again"))) << logs;
+  int recomputations = 0, streamed = 0;
+  for (const v1::JobEvent& event : finished.events) {
+    EXPECT_FALSE(event.has_worker_quarantined());
+    if (event.has_round_completed()) {
+      recomputations += event.round_completed().recomputations();
+      streamed += event.round_completed().streamed_shards();
+    }
+  }
+  EXPECT_EQ(recomputations, 0) << logs;
+  EXPECT_GT(streamed, 0);
   EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text,
                                                     std::string("\n\n")),
             1e-5);
