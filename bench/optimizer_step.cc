@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -61,7 +63,9 @@ int Run() {
   model = absl::CancelledError();  // the trainer holds its own copy
   (*trainer)->set_fused_steps(absl::GetFlag(FLAGS_fused));
   int64_t parameters = 0;
-  std::vector<at::Tensor> gradient;  // the round's sum, reused every step as the coordinator's is
+  // The round's sum, reused every step as the coordinator's is. With --fused=false and clipping,
+  // LibTorch's path scales it in place, so it shrinks step after step: the time is the same.
+  std::vector<at::Tensor> gradient;
   for (const at::Tensor& p : (*trainer)->parameters()) {
     parameters += p.numel();
     gradient.push_back(at::randn_like(p.detach()));

@@ -7,9 +7,10 @@
 # shards in flight, aggregation after the waves, optimizer step through publishing), the workers'
 # summed seconds (parameter fetch, engine compute, result streaming), the bytes each way, the
 # seconds from one round's end to the next's (the round plus what runs between rounds: checkpoints
-# and evaluations), the
-# coordinator's peak resident memory and the largest of the workers', and over every round the shards spot-checked (each holds two
-# whole results for its check) and summed as they arrived (BENCHMARKS.md, "The data path of a round").
+# and evaluations), the coordinator's peak resident memory and the largest of the workers' (both
+# since the processes started, so over every size run so far), and over every round the shards
+# spot-checked (each holds two whole results for its check) and summed as they arrived
+# (BENCHMARKS.md, "The data path of a round").
 #
 # Usage: bench/round_data_path.sh [ROUNDS] [SIZES]   (defaults 4 and "10M 40M 100M")
 #   COORDINATOR_FLAGS="--max_assembly_bytes=4GiB"   extra slimfit-coordinator flags

@@ -3,8 +3,8 @@
 // scale of the gradient (global-norm clipping) — reading the parameter, gradient and moments once
 // and writing the parameter and moments once, with nothing allocated.
 //
-// torch::optim::AdamW does the same step as eight tensor operations (each a pass over memory) and
-// allocates two temporaries the size of the parameter for the denominator; at the coordinator's
+// torch::optim::AdamW does the same step as eight tensor operations (nine with weight decay; each a
+// pass over memory) and allocates two temporaries the size of the parameter for the denominator; at the coordinator's
 // model sizes the step is memory-bound, so one pass is several times faster. The arithmetic is
 // torch::optim::AdamW's, operation for operation, in the tensor's dtype:
 //   p ← p · (1 − lr·wd)                       (when wd ≠ 0)

@@ -16,7 +16,8 @@
 // `output_logit_map.weight`, …) so checkpoints move both ways.
 //
 // Thread safety: a PerformerModel is immutable after construction and safe to share across
-// threads; the free functions are pure.
+// threads; the free functions are pure. Nothing may write its parameters in place: models built by
+// FromOwnedTensors may share them with other models (a worker's cached versions).
 #ifndef SLIMFIT_PERFORMER_PERFORMER_MODEL_H_
 #define SLIMFIT_PERFORMER_PERFORMER_MODEL_H_
 
@@ -145,10 +146,11 @@ class PerformerModel {
       const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors, DType dtype,
       const at::Device& device, const std::vector<std::string>& ignored_prefixes = {});
   // The same, taking the tensors instead of copying them: a tensor already of `dtype`, on `device`,
-  // contiguous and alone in its storage becomes the parameter as it is (no copy, no second copy of
-  // the model in memory while it is built); any other is copied as FromTensors does. For tensors
-  // the caller has just made (read from a file, received, computed) and will not write to again:
-  // the model's parameters then share their memory.
+  // contiguous and covering its whole storage becomes the parameter as it is (no copy, no second
+  // copy of the model in memory while it is built); any other is copied as FromTensors does. For
+  // tensors the caller has just made (read from a file, received, computed) and will not write to
+  // again: whoever else holds them (e.g. the model a partial fetch was rebuilt from) shares memory
+  // with the model — which is safe because a model's parameters are never written in place.
   static absl::StatusOr<PerformerModel> FromOwnedTensors(
       const ModelConfig& config, std::map<std::string, at::Tensor> tensors, DType dtype, const at::Device& device,
       const std::vector<std::string>& ignored_prefixes = {});

@@ -147,11 +147,6 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   EXPECT_TRUE(close(sink.output_weight_t, weight_gradient16(top.detach().index_select(0, rows), logits.grad())));
 }
 
-}  // namespace
-}  // namespace slimfit::performer
-
-namespace slimfit::performer {
-namespace {
 
 // FromOwnedTensors takes tensors that already fit (dtype, device, contiguous, alone in their
 // storage) as they are and copies the rest, as FromTensors copies everything; both give the same
@@ -167,6 +162,9 @@ TEST(PerformerModelTest, FromOwnedTensorsTakesWhatFitsAndCopiesTheRest) {
   tensors[strided] = tensors[strided].t().contiguous().t();  // the same values, transposed layout
   const at::Tensor wide = at::cat({tensors[shares_storage], tensors[shares_storage]});
   tensors[shares_storage] = wide.slice(0, 0, tensors[shares_storage].size(0));  // half of a larger storage
+  const std::string offset = "layers.0.attention.v_map.bias";
+  const at::Tensor padded = at::cat({at::zeros({1}), tensors[offset]});
+  tensors[offset] = padded.slice(0, 1, padded.size(0));  // the end of a larger storage
   std::map<std::string, const void*> pointers;
   for (const auto& [name, tensor] : tensors) pointers[name] = tensor.data_ptr();
 
@@ -184,6 +182,7 @@ TEST(PerformerModelTest, FromOwnedTensorsTakesWhatFitsAndCopiesTheRest) {
   EXPECT_NE(got.at(as_double).data_ptr(), pointers[as_double]);
   EXPECT_NE(got.at(strided).data_ptr(), pointers[strided]);
   EXPECT_NE(got.at(shares_storage).data_ptr(), pointers[shares_storage]);
+  EXPECT_NE(got.at(offset).data_ptr(), pointers[offset]);
 
   std::map<std::string, at::Tensor> missing = tensors;
   missing.erase(fits);

@@ -2,7 +2,8 @@
 // (the aggregated gradient of the round's mean loss), its outer step of a local-steps round (the
 // averaged pseudo-gradient), and a worker's inner steps of a local-steps round. Takes a gradient,
 // clips it to a global L2 norm, sets the learning rate of the warm-up schedule and steps AdamW (in
-// one pass per tensor, adamw_step.h, its state kept as torch::optim::AdamW's) or torch::optim::SGD. Saves and restores parameters and optimizer state as safetensors files
+// one pass per tensor, adamw_step.h, its state kept as torch::optim::AdamW's) or
+// torch::optim::SGD. Saves and restores parameters and optimizer state as safetensors files
 // (written atomically), so a job resumes after a restart exactly where its checkpoint left it.
 //
 // Learning rate of step t (1-based): learning_rate · min(1, t / warmup_steps) (constant without
@@ -73,8 +74,9 @@ class Trainer {
   // INVALID_ARGUMENT for a shape mismatch or a non-finite gradient (nothing is changed then).
   // A contiguous tensor of the parameter's dtype and device (the coordinator's sum) is used as it
   // is, without a copy; when clipping, it may be scaled in place (SGD, or AdamW with
-  // set_fused_steps(false)): the caller's values may change. A tensor of another floating dtype or layout is converted once and released as it is
-  // (pass it by std::move to let its memory go during the step).
+  // set_fused_steps(false)): the caller's values may change. A tensor of another floating dtype
+  // or layout is converted once and released as it is (pass it by std::move to let its memory go
+  // during the step).
   absl::StatusOr<StepResult> Step(std::vector<at::Tensor> gradient);
 
   // Gives every trainable parameter memory of its own (a copy), leaving the memory it had to whoever still

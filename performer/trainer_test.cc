@@ -202,18 +202,25 @@ TEST(TrainerTest, FusedAdamWStepsEqualLibTorchsAndShareTheirCheckpoints) {
   }
   EXPECT_TRUE(at::equal((*fused)->parameters()[1], start[1]));  // frozen
   EXPECT_FALSE(at::equal((*fused)->parameters()[0], start[0]));
-  const std::string optimizer = testing_util::TempPath("fused-optimizer.safetensors");
-  ASSERT_TRUE((*fused)->SaveOptimizerState(optimizer).ok());
-  auto resumed = Trainer::Create(Tiny(), performer::DType::kFloat32, (*fused)->parameters(), spec, {0, 2, 3});
-  ASSERT_TRUE((*resumed)->LoadOptimizerState(optimizer).ok());
-  (*resumed)->set_fused_steps(false);
-  std::vector<at::Tensor> g;
-  for (const at::Tensor& p : start) g.push_back(at::full_like(p, 0.02));
-  std::vector<at::Tensor> copy;
-  for (const at::Tensor& t : g) copy.push_back(t.clone());
-  ASSERT_TRUE((*resumed)->Step(g).ok());
-  ASSERT_TRUE((*fused)->Step(copy).ok());
-  expect_near(**resumed, **fused, "resumed on LibTorch's step");
+  // Each path's saved state resumes on the other.
+  for (const bool saved_fused : {true, false}) {
+    Trainer& saver = saved_fused ? **fused : **unfused;
+    const std::string optimizer =
+        testing_util::TempPath(saved_fused ? "fused-optimizer.safetensors" : "libtorch-optimizer.safetensors");
+    ASSERT_TRUE(saver.SaveOptimizerState(optimizer).ok());
+    auto resumed = Trainer::Create(Tiny(), performer::DType::kFloat32, saver.parameters(), spec, {0, 2, 3});
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    ASSERT_TRUE((*resumed)->LoadOptimizerState(optimizer).ok());
+    (*resumed)->set_fused_steps(!saved_fused);
+    std::vector<at::Tensor> g;
+    for (const at::Tensor& p : start) g.push_back(at::full_like(p, 0.02));
+    std::vector<at::Tensor> copy;
+    for (const at::Tensor& t : g) copy.push_back(t.clone());
+    ASSERT_TRUE((*resumed)->Step(g).ok());
+    ASSERT_TRUE(saver.Step(copy).ok());
+    expect_near(**resumed, saver, saved_fused ? "one-pass state resumed on LibTorch's step"
+                                              : "LibTorch's state resumed on the one-pass step");
+  }
 }
 
 TEST(TrainerTest, ValidationNamesTheField) {

@@ -169,21 +169,21 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   const absl::Status& stream_error = stream.error;
   const std::optional<v1::GradientSummary>& summary = stream.summary;
   grpc::Status finished = reader->Finish();
-  // Everything the result needs arrived (the summary is the stream's last message): a call that
-  // then ends badly — the connection dropping, the worker declared gone that very moment — does
-  // not undo it. Counting it spares the shard's recomputation, and a streamed shard's round.
-  const bool complete = stream_error.ok() && summary.has_value();
-  bool gone = false;
   {
+    // A worker no longer serving (lost, left, revoked) counts for nothing: its call was cancelled.
     absl::MutexLock lock(&mutex_);
-    gone = cancelled_gone_.count(context.get()) > 0;
+    if (cancelled_gone_.count(context.get()) > 0) {
+      outcome.status = absl::UnavailableError(
+          absl::StrCat("worker ", plan.worker.worker_id, " stopped heartbeating; its call was cancelled"));
+      outcome.gone = true;
+      return outcome;
+    }
   }
-  if (gone && !complete) {
-    outcome.status = absl::UnavailableError(
-        absl::StrCat("worker ", plan.worker.worker_id, " stopped heartbeating; its call was cancelled"));
-    outcome.gone = true;
-    return outcome;
-  }
+  // The stream delivered its summary (the last message) without a protocol error: a call that then
+  // ends badly — the connection lost at the last moment — does not undo the result, which is
+  // checked below like any other (every tensor complete, the summary, the values). Counting it
+  // spares the shard's recomputation, and a streamed shard's round.
+  const bool arrived = stream_error.ok() && summary.has_value();
   // From here on, anything wrong with what came back is the worker's doing.
   auto misbehaved = [&](absl::Status status) {
     outcome.status = std::move(status);
@@ -197,7 +197,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     outcome.status = stream_error;
     return outcome;
   }
-  if (!finished.ok() && !complete) {
+  if (!finished.ok() && !arrived) {
     outcome.status = rpc::FromGrpcStatus(finished, absl::StrCat("worker ", plan.worker.worker_id), context.get());
     return outcome;
   }
@@ -218,12 +218,11 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     if (!gradient.ok()) return misbehaved(gradient.status());
     result.gradient = *std::move(gradient);
   }
-  if (!finished.ok() || gone) {
+  if (!finished.ok()) {
     const absl::Status ended = rpc::FromGrpcStatus(finished, "the call", context.get());
     base::LogWarning(deps_.record->job_id(), ": ", stream_name, ": the call ended ",
-                     gone ? std::string("cancelled (the worker stopped heartbeating)")
-                          : absl::StrCat(absl::StatusCodeToString(ended.code()), " (", ended.message(), ")"),
-                     " after the whole result arrived; the result counts");
+                     absl::StatusCodeToString(ended.code()), " (", ended.message(),
+                     ") after the whole result arrived; the result counts");
   }
   outcome.status = streamed.has_value() ? streamed->Finish(result.summary)
                                         : collector->Accept(plan.worker.worker_id, std::move(result));
