@@ -24,6 +24,7 @@ void RetainFreedHeapMemory() {
   constexpr int kLargest = 1 << 30;  // glibc clamps the mmap threshold to its own maximum
   mallopt(M_MMAP_THRESHOLD, kLargest);
   mallopt(M_TRIM_THRESHOLD, kLargest);
+  mallopt(M_ARENA_MAX, 1);
 #endif
 }
 

@@ -151,6 +151,8 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
 }
 
 int Run(const WorkerDaemonOptions& options, std::ostream& err) {
+  // Before any thread of ours exists: the allocator's settings hold for every thread.
+  base::RetainFreedHeapMemory();
   // Signals reach a thread of ours through a pipe (base/signal_pipe.h).
   absl::StatusOr<std::unique_ptr<base::SignalPipe>> signals =
       base::SignalPipe::Install({SIGTERM, SIGINT, SIGHUP});
@@ -193,7 +195,6 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   } stop_signal_thread{signals->get(), &signal_thread};
 
   base::SetLogComponent("worker");
-  base::RetainFreedHeapMemory();
   absl::StatusOr<c10::Device> device = performer::ParseDevice(options.device);
   if (!device.ok()) return Fail(err, device.status());
   if (device->is_cpu()) {
