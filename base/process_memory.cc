@@ -21,10 +21,9 @@ bool ReturnLargeBlocksToTheSystem(size_t threshold_bytes) {
 
 void RetainFreedHeapMemory() {
 #if defined(__GLIBC__)
-  constexpr int kLargest = 1 << 30;  // glibc clamps the mmap threshold to its own maximum
+  constexpr int kLargest = 1 << 30;  // larger than any block the engine allocates
   mallopt(M_MMAP_THRESHOLD, kLargest);
   mallopt(M_TRIM_THRESHOLD, kLargest);
-  mallopt(M_ARENA_MAX, 1);
 #endif
 }
 

@@ -25,11 +25,9 @@ bool ReturnLargeBlocksToTheSystem(size_t threshold_bytes = size_t{2} << 20);
 // The engine's opposite trade (slimfit-worker, calibration, benchmarks): freed blocks of any size
 // stay in the heap instead of going back to the kernel — glibc would otherwise map and fault in
 // fresh pages for each slice's activations (a 25% slower full gradient here). Resident memory
-// then stays at its high-water mark, which a worker with a budget holds anyway. Every thread
-// allocates from that one heap (one malloc arena): with an arena per thread, each gRPC thread that
-// ran a shard kept that shard's high-water to itself, and a 100M model's worker held 3.8 GiB
-// resident for a 1.7 GiB tensor peak (BENCHMARKS.md, "The data path of a round"). Idempotent;
-// call it before the process starts threads (threads that allocated already keep their arenas).
+// then stays at its high-water mark, which a worker with a budget holds anyway — per malloc arena,
+// that is per thread: slimfit-worker runs every shard on one thread of its own
+// (base/dedicated_thread.h) so that its shards share one high-water mark. Idempotent.
 void RetainFreedHeapMemory();
 
 // The process's resident memory in bytes (/proc/self/statm); 0 when it cannot be read.

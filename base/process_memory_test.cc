@@ -1,13 +1,7 @@
 #include "base/process_memory.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -45,64 +39,6 @@ TEST(ProcessMemoryTest, ResidentBytesCountsTouchedMemory) {
   std::vector<char> touched(size_t{64} << 20, 1);
   EXPECT_GE(ResidentBytes(), before + (int64_t{60} << 20));
   EXPECT_EQ(touched[12345], 1);
-}
-
-// A thread's freed memory serves the next thread's allocations, even while the first thread lives
-// (as gRPC's pool threads, each running a shard, do): one heap for every thread. In a child
-// process, before it starts threads: the setting is process-wide, and this binary's other tests
-// change the allocator too.
-TEST(ProcessMemoryTest, RetainedMemoryServesEveryThread) {
-#if !defined(__GLIBC__)
-  GTEST_SKIP() << "not glibc: the settings do not exist";
-#else
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    RetainFreedHeapMemory();
-    constexpr size_t kBlock = size_t{1} << 20;
-    constexpr int kBlocks = 200;
-    auto churn = [] {
-      std::vector<char*> blocks;
-      for (int i = 0; i < kBlocks; ++i) {
-        char* block = static_cast<char*>(std::malloc(kBlock));
-        if (block == nullptr) _exit(3);
-        std::memset(block, i + 1, kBlock);
-        blocks.push_back(block);
-      }
-      for (char* block : blocks) std::free(block);
-    };
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool first_done = false, second_done = false;
-    std::thread first([&] {
-      churn();
-      std::unique_lock<std::mutex> lock(mutex);
-      first_done = true;
-      changed.notify_all();
-      changed.wait(lock, [&] { return second_done; });  // alive while the second allocates
-    });
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      changed.wait(lock, [&] { return first_done; });
-    }
-    const int64_t before = ResidentBytes();
-    std::thread second(churn);
-    second.join();
-    const int64_t growth = ResidentBytes() - before;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      second_done = true;
-      changed.notify_all();
-    }
-    first.join();
-    // 200 MiB were churned; a second arena would keep at least one 64 MiB heap of its own.
-    _exit(before > 0 && growth < (int64_t{16} << 20) ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the second thread's 200 MiB did not reuse the first's freed memory";
-#endif
 }
 
 }  // namespace

@@ -183,16 +183,20 @@ grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const 
     abandon_.store(false);
   }
   absl::Status status;
-  try {
-    // The worker's --threads bound every plan: 0 (or more) means the worker's own setting, and the
-    // engine's process-wide thread count is set back to it for every shard.
-    performer::Plan bounded = *plan;
-    if (bounded.threads <= 0 || bounded.threads > options_.threads) bounded.threads = options_.threads;
-    status = RunShard(context, *request, bounded, started, writer);
-  } catch (const std::exception& e) {
-    // Whatever escapes the engine or LibTorch must not leave the worker busy for good.
-    status = absl::InternalError(absl::StrCat(ShardName(*request), ": ", e.what()));
-  }
+  // On the worker's shard thread (this handler waits): its fetch, compute and stream allocate from
+  // that thread's heap, shard after shard.
+  shard_thread_.Run([&] {
+    try {
+      // The worker's --threads bound every plan: 0 (or more) means the worker's own setting, and
+      // the engine's process-wide thread count is set back to it for every shard.
+      performer::Plan bounded = *plan;
+      if (bounded.threads <= 0 || bounded.threads > options_.threads) bounded.threads = options_.threads;
+      status = RunShard(context, *request, bounded, started, writer);
+    } catch (const std::exception& e) {
+      // Whatever escapes the engine or LibTorch must not leave the worker busy for good.
+      status = absl::InternalError(absl::StrCat(ShardName(*request), ": ", e.what()));
+    }
+  });
   {
     absl::MutexLock lock(&mu_);
     current_.reset();

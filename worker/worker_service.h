@@ -43,6 +43,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/dedicated_thread.h"
 #include "performer/plan.h"
 #include "planner/device_profile.h"
 #include "proto/slimfit.grpc.pb.h"
@@ -148,6 +149,10 @@ class WorkerService final : public v1::Worker::Service {
   // Set by CancelCurrentShard, cleared when a shard starts; read between sequences.
   std::atomic<bool> abandon_{false};
   LocalStepsTrainer local_steps_;
+  // Every shard runs here, whichever gRPC thread took its call: the allocator keeps freed memory
+  // per thread (one arena each), so shards on many threads kept many high-water marks resident.
+  // Last: destroyed (joined) first.
+  base::DedicatedThread shard_thread_;
 };
 
 }  // namespace slimfit::worker
