@@ -194,7 +194,7 @@ absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
     }
     result.learning_rate = LearningRate(steps_ + 1);
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(result.learning_rate);
-    if (!StepAdamWFused(grads, result.learning_rate, scale)) {
+    if (!StepAdamWFused(grads, scale)) {
       for (size_t i = 0; i < grads.size(); ++i) {
         if (!grads[i].defined()) continue;
         if (scale != 1.0) grads[i].mul_(scale);
@@ -210,7 +210,7 @@ absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
   return result;
 }
 
-bool Trainer::StepAdamWFused(std::vector<at::Tensor>& grads, double learning_rate, double scale) {
+bool Trainer::StepAdamWFused(std::vector<at::Tensor>& grads, double scale) {
   if (!fused_steps_ || !spec_.has_adamw()) return false;
   auto& states = optimizer_->state();
   std::vector<torch::optim::AdamWParamState*> stepped(grads.size(), nullptr);
@@ -229,13 +229,15 @@ bool Trainer::StepAdamWFused(std::vector<at::Tensor>& grads, double learning_rat
     if (!AdamWStepApplies(p, grads[i], state->exp_avg(), state->exp_avg_sq())) return false;
     stepped[i] = state;
   }
-  const v1::AdamW& a = spec_.adamw();
+  // The optimizer's own options (Create's defaults, this step's learning rate): one source for both
+  // paths.
+  const auto& options = static_cast<const torch::optim::AdamWOptions&>(optimizer_->param_groups().front().options());
   AdamWHyperparameters hyper;
-  hyper.learning_rate = learning_rate;
-  hyper.beta1 = a.has_beta1() ? a.beta1() : 0.9;
-  hyper.beta2 = a.has_beta2() ? a.beta2() : 0.999;
-  hyper.epsilon = a.has_epsilon() ? a.epsilon() : 1e-8;
-  hyper.weight_decay = spec_.weight_decay();
+  hyper.learning_rate = options.lr();
+  hyper.beta1 = std::get<0>(options.betas());
+  hyper.beta2 = std::get<1>(options.betas());
+  hyper.epsilon = options.eps();
+  hyper.weight_decay = options.weight_decay();
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < grads.size(); ++i) {
     if (stepped[i] == nullptr) continue;

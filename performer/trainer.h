@@ -133,7 +133,7 @@ class Trainer {
   // The AdamW step as one pass per tensor when the trainer uses AdamW and every tensor is one
   // adamw_step.h takes (it always is for the trainer's CPU float32/float64 parameters): true when
   // it stepped (each used gradient released), false when the optimizer's own step must run.
-  bool StepAdamWFused(std::vector<at::Tensor>& grads, double learning_rate, double scale);
+  bool StepAdamWFused(std::vector<at::Tensor>& grads, double scale);
 
   performer::ModelConfig config_;
   performer::DType dtype_ = performer::DType::kFloat32;
