@@ -10,6 +10,8 @@ nlohmann::ordered_json DeviceProfileToJson(const planner::DeviceProfile& profile
   json["total_memory_bytes"] = profile.total_memory_bytes;
   json["activation_scale"] = profile.activation_scale;
   json["activation_overhead_bytes"] = profile.activation_overhead_bytes;
+  json["resident_overhead_bytes"] = profile.resident_overhead_bytes;
+  json["forward_weight_copies"] = profile.forward_weight_copies;
   json["flops_per_second"] = profile.flops_per_second;
   json["half_rate_rows"] = profile.half_rate_rows;
   json["seconds_per_element"] = profile.seconds_per_element;

@@ -17,8 +17,8 @@
 namespace slimfit::client {
 
 // Keys as the fields of proto/device_profile.proto: device, device_name, threads,
-// total_memory_bytes, activation_scale, activation_overhead_bytes, flops_per_second,
-// half_rate_rows, layer_overhead_s, backward_factor.
+// total_memory_bytes, activation_scale, activation_overhead_bytes, resident_overhead_bytes, flops_per_second,
+// half_rate_rows, layer_overhead_s, backward_factor, forward_weight_copies.
 nlohmann::ordered_json DeviceProfileToJson(const planner::DeviceProfile& profile);
 
 // Exactly the keys slice (0 = full back-propagation), prefix_mode ("chunked", "cumsum"), block

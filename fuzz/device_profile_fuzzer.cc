@@ -23,6 +23,8 @@ bool SameProfile(const planner::DeviceProfile& a, const planner::DeviceProfile& 
   return a.device == b.device && a.device_name == b.device_name && a.threads == b.threads &&
          a.total_memory_bytes == b.total_memory_bytes && SameBits(a.activation_scale, b.activation_scale) &&
          a.activation_overhead_bytes == b.activation_overhead_bytes &&
+         a.resident_overhead_bytes == b.resident_overhead_bytes &&
+         a.forward_weight_copies == b.forward_weight_copies &&
          SameBits(a.flops_per_second, b.flops_per_second) && SameBits(a.half_rate_rows, b.half_rate_rows) &&
          SameBits(a.seconds_per_element, b.seconds_per_element) &&
          SameBits(a.layer_overhead_s, b.layer_overhead_s) && SameBits(a.backward_factor, b.backward_factor);

@@ -42,10 +42,10 @@ void CheckPrediction(const performer::ModelConfig& model, const performer::Plan&
   }
   const planner::Prediction& p = *prediction;
   SLIMFIT_FUZZ_CHECK(p.parameter_bytes >= 0 && p.gradient_bytes >= 0 && p.optimizer_bytes >= 0 &&
-                         p.kept_bytes >= 0 && p.working_bytes >= 0,
+                         p.kept_bytes >= 0 && p.working_bytes >= 0 && p.resident_bytes >= 0,
                      "negative bytes in a prediction for ", plan.DebugString());
   SLIMFIT_FUZZ_CHECK(p.peak_bytes == p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes +
-                                         p.working_bytes,
+                                         p.working_bytes + p.resident_bytes,
                      "peak is not the sum of its parts for ", plan.DebugString());
   SLIMFIT_FUZZ_CHECK(std::isfinite(p.seconds) && p.seconds >= 0, "seconds ", p.seconds, " for ",
                      plan.DebugString());

@@ -10,6 +10,9 @@
 //   1  every engine before the field existed (cached profiles that do not name a revision)
 //   2  2026-11-26: slices forward and backward by hand on the CPU (explicit_backprop.h); chunked
 //      prefix sums a group of blocks at a time on a GPU (prefix_attention_blocks.h)
+//   3  2026-11-26: calibration also measures what the device holds outside the model's tensors
+//      (a CUDA card's cuBLAS workspaces) and whether the engine copies forward weight layouts;
+//      profiles without them under-predict a GPU's peak and over-predict a oneDNN-less CPU's
 //
 // Thread safety: a constant.
 #ifndef SLIMFIT_PERFORMER_ENGINE_REVISION_H_
@@ -17,7 +20,7 @@
 
 namespace slimfit::performer {
 
-inline constexpr int kEngineRevision = 2;
+inline constexpr int kEngineRevision = 3;
 
 }  // namespace slimfit::performer
 

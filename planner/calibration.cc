@@ -150,6 +150,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   absl::StatusOr<int64_t> device_memory = DeviceMemoryBytes(*device);
   profile.total_memory_bytes = device_memory.ok() ? *device_memory : 0;
 
+  int64_t resident = 0;
   std::vector<std::array<double, 2>> memory_x;
   std::vector<double> memory_y;
   std::vector<std::array<double, 4>> time_x;
@@ -182,6 +183,10 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       ProbeResult probe{plan, seconds[seconds.size() / 2],
                         last.peak_bytes - last.start_bytes - model->parameter_bytes()};
       result.probes.push_back(probe);
+      // What the device held before the call beyond the probe model's parameters: after the
+      // untimed first run, the libraries' workspaces (cuBLAS keeps one per stream and thread, the
+      // CUDA graphs add a side stream); the largest over the probes, which run graphs and not.
+      resident = std::max(resident, last.start_bytes - model->parameter_bytes());
 
       // Memory: working = scale · elements · dtype + overhead (+ the sweep's own fronts).
       const int64_t tokens = slice == 0 ? options.seq_len : slice;
@@ -229,6 +234,8 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   const std::array<double, 2> memory = NonNegativeLeastSquares<2>(memory_x, memory_y);
   profile.activation_scale = memory[0] > 0 ? memory[0] : 1.0;
   profile.activation_overhead_bytes = static_cast<int64_t>(std::llround(memory[1]));
+  profile.resident_overhead_bytes = resident;
+  profile.forward_weight_copies = performer::CopiesForwardLayouts(*device, performer::DType::kFloat32);
   const std::array<double, 4> time = NonNegativeLeastSquares<4>(time_x, time_y);
   if (!(time[0] > 0)) {
     return absl::InternalError("calibration could not fit a FLOP rate to the probes' times");

@@ -4,10 +4,12 @@
 //
 // Memory: the working bytes of sliced gradients at a few C (peak − start − gradient) against the
 // model's analytic saved elements give activation_scale and activation_overhead_bytes (least
-// squares). Time: the wall times of the same probes against their matrix-product FLOPs, their
-// size-weighted FLOPs, the elements they touch and their number of slice computations give
-// flops_per_second, half_rate_rows, seconds_per_element and layer_overhead_s (non-negative least
-// squares on relative errors). A worker runs this at start-up and caches the profile in its state directory.
+// squares); what the device holds before a call beyond the model's parameters (the libraries'
+// workspaces, once the engine has run) gives resident_overhead_bytes. Time: the wall times of the
+// same probes against their matrix-product FLOPs, their size-weighted FLOPs, the elements they
+// touch and their number of slice computations give flops_per_second, half_rate_rows,
+// seconds_per_element and layer_overhead_s (non-negative least squares on relative errors). A
+// worker runs this at start-up and caches the profile in its state directory.
 //
 // Example:
 //   CalibrationOptions options;

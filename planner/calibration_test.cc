@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <iostream>
+
+#include "performer/matrix_products.h"
+
 namespace slimfit::planner {
 namespace {
 
@@ -26,6 +30,13 @@ TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
     EXPECT_GT(probe.seconds, 0);
     EXPECT_GT(probe.working_bytes, 0);
   }
+  // The CPU's BLAS keeps no tensors between calls: nothing resident beyond the probe model. (On a
+  // CUDA card, cuBLAS's workspaces; the GPU runs in BENCHMARKS.md.)
+  std::cerr << "resident overhead " << result->profile.resident_overhead_bytes << " bytes\n";
+  EXPECT_GE(result->profile.resident_overhead_bytes, 0);
+  EXPECT_LT(result->profile.resident_overhead_bytes, int64_t{1} << 20);
+  // What this build's engine does on the CPU (oneDNN products: the forward copies; none without).
+  EXPECT_EQ(result->profile.forward_weight_copies, performer::OneDnnProducts());
 }
 
 TEST(CalibrationTest, BadOptionsAreErrors) {

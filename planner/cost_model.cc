@@ -108,7 +108,7 @@ int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, 
 }
 
 bool ForwardCopiesApply(const DeviceProfile& profile, DType dtype) {
-  return dtype == DType::kFloat32 && !absl::StartsWith(profile.device, "cuda");
+  return dtype == DType::kFloat32 && profile.forward_weight_copies && !absl::StartsWith(profile.device, "cuda");
 }
 
 int64_t SweepSlicesPerStretch(const ModelConfig& c, const Plan& plan) {
@@ -217,7 +217,9 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   // 1.02× at full length (BENCHMARKS.md, "The two changes in the engine, one at a time"). One
   // factor for all plans: it decides only between plans that fit, where the sliced ones dominate.
   if (copies_apply && !plan.copy_forward_weights) p.seconds *= kOneWeightLayoutSlowdown;
-  p.peak_bytes = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes + p.working_bytes;
+  p.resident_bytes = profile.resident_overhead_bytes;
+  p.peak_bytes =
+      p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes + p.working_bytes + p.resident_bytes;
   return p;
 }
 

@@ -8,7 +8,8 @@
 //   + the working set of one slice graph: activation_scale · saved elements · dtype bytes
 //     + activation_overhead_bytes, where the saved elements are counted from the engine's code
 //     (SavedElementsPerToken) — what autograd keeps per token and layer for each prefix mode
-//   + the handful of fronts the sliced sweep holds at once (U(n), U(n−1), G(n), G(n−1)).
+//   + the handful of fronts the sliced sweep holds at once (U(n), U(n−1), G(n), G(n−1))
+//   + the device's resident overhead: what its libraries hold outside tensors (BLAS workspaces).
 // Time: every slice computation (a forward without graph, a forward building the graph, the
 // backward of a graph) costs Σ over its matrix products of F/R · (1 + h/M + h/K + h/N) +
 // layer_overhead_s · layers, with F = 2·M·K·N the FLOPs of an (M×K)·(K×N) product, R =
@@ -48,7 +49,8 @@ struct Prediction {
   int64_t optimizer_bytes = 0;
   int64_t kept_bytes = 0;     // fronts and slice graphs kept by the policy and at document starts
   int64_t working_bytes = 0;  // one slice graph and the sweep's own fronts
-  int64_t peak_bytes = 0;     // the sum of the above
+  int64_t resident_bytes = 0;  // the device's resident overhead (DeviceProfile::resident_overhead_bytes)
+  int64_t peak_bytes = 0;      // the sum of the above
   double seconds = 0;
   int64_t slice_forwards = 0;  // forward slice computations (0 for full back-propagation: 1)
 };
@@ -76,7 +78,7 @@ double SliceSeconds(const performer::ModelConfig& model, int64_t tokens, const p
 // Whether a worker with this profile makes the forward copies of the FFN and output weights when a
 // plan in `dtype` asks for them (Plan::copy_forward_weights): on a CPU in float32, where the
 // Bazel-built engine runs its products in oneDNN (performer::CopiesForwardLayouts). A CMake-built
-// CPU worker (no oneDNN) makes none; the planner does not know the worker's build.
+// CPU worker (no oneDNN) makes none: its calibration says so (DeviceProfile::forward_weight_copies).
 bool ForwardCopiesApply(const DeviceProfile& profile, performer::DType dtype);
 
 // Slices the engine's forward sweep runs per stretch under `plan` (gradient_engine.cc): 3 where no

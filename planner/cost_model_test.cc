@@ -52,10 +52,30 @@ TEST(CostModelTest, PeakIsTheSumOfItsParts) {
   EXPECT_EQ(p->gradient_bytes, p->parameter_bytes);
   EXPECT_EQ(p->optimizer_bytes, 0);
   EXPECT_EQ(p->kept_bytes, 0);
+  EXPECT_EQ(p->resident_bytes, 0);
   EXPECT_EQ(p->peak_bytes, p->parameter_bytes + p->gradient_bytes + p->working_bytes);
   Workload adam = w;
   adam.optimizer_bytes_per_parameter = 8;
   EXPECT_EQ(Predict(adam, Sliced(256), Profile())->optimizer_bytes, ConfigA().parameter_count() * 8);
+}
+
+TEST(CostModelTest, TheDevicesResidentOverheadIsInEveryPeakOnce) {
+  const Workload w{ConfigA(), 4096};
+  DeviceProfile cuda = Profile();
+  cuda.device = "cuda:0";
+  DeviceProfile with_workspaces = cuda;
+  with_workspaces.resident_overhead_bytes = int64_t{65} << 20;
+  for (int64_t c : {0, 16, 256}) {
+    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
+      if (c == 0 && policy != FrontPolicy::kReverse) continue;
+      const Prediction without = *Predict(w, Sliced(c, policy), cuda);
+      const Prediction with = *Predict(w, Sliced(c, policy), with_workspaces);
+      EXPECT_EQ(with.resident_bytes, int64_t{65} << 20) << "C = " << c;
+      EXPECT_EQ(with.peak_bytes - without.peak_bytes, int64_t{65} << 20) << "C = " << c;
+      EXPECT_EQ(with.working_bytes, without.working_bytes) << "C = " << c;
+      EXPECT_EQ(with.seconds, without.seconds) << "C = " << c;
+    }
+  }
 }
 
 TEST(CostModelTest, OneWeightLayoutSavesTheForwardCopiesAndCostsTime) {
@@ -70,6 +90,14 @@ TEST(CostModelTest, OneWeightLayoutSavesTheForwardCopiesAndCostsTime) {
               (m.forward_layout_values(true) - m.forward_layout_values(false)) * 4);
     EXPECT_DOUBLE_EQ(single.seconds, copies.seconds * 1.15);
   }
+  // A CPU engine without oneDNN (a CUDA build's CPU worker) makes none either: its profile says so.
+  DeviceProfile without_onednn = Profile();
+  without_onednn.forward_weight_copies = false;
+  EXPECT_FALSE(ForwardCopiesApply(without_onednn, performer::DType::kFloat32));
+  EXPECT_TRUE(ForwardCopiesApply(Profile(), performer::DType::kFloat32));
+  EXPECT_EQ(Predict(w, Sliced(64), without_onednn)->working_bytes,
+            Predict(w, Sliced(64), Profile())->working_bytes -
+                (w.model.forward_layout_values(true) - w.model.forward_layout_values(false)) * 4);
   // On CUDA and in float64 the engine makes no such copies: the flag changes nothing.
   DeviceProfile cuda = Profile();
   cuda.device = "cuda:0";

@@ -18,10 +18,10 @@ absl::Status DeviceProfile::Validate() const {
     if (absl::Status s = positive(field, value); !s.ok()) return s;
   }
   if (!(half_rate_rows >= 0) || !(layer_overhead_s >= 0) || !(seconds_per_element >= 0) || activation_overhead_bytes < 0 ||
-      total_memory_bytes < 0) {
+      resident_overhead_bytes < 0 || total_memory_bytes < 0) {
     return absl::InvalidArgumentError(
-        "device profile: half_rate_rows, seconds_per_element, layer_overhead_s, activation_overhead_bytes and "
-        "total_memory_bytes must not be negative");
+        "device profile: half_rate_rows, seconds_per_element, layer_overhead_s, activation_overhead_bytes, "
+        "resident_overhead_bytes and total_memory_bytes must not be negative");
   }
   return absl::OkStatus();
 }

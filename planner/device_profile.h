@@ -24,6 +24,15 @@ struct DeviceProfile {
   //   activation_scale · (analytic saved elements of S tokens) · dtype bytes + activation_overhead_bytes.
   double activation_scale = 1.0;
   int64_t activation_overhead_bytes = 0;
+  // Bytes the process holds on the device outside the model's tensors once the engine has run (the
+  // BLAS libraries' workspaces: ~64 MiB per CUDA stream for cuBLAS and cuBLASLt, none on a CPU).
+  // The device's allocator counts them, so every measured peak holds them; the cost model adds them
+  // once to every predicted peak.
+  int64_t resident_overhead_bytes = 0;
+  // Whether the engine that was calibrated copies the linear weights into its forward layouts for
+  // float32 on this device (performer::CopiesForwardLayouts: a CPU with oneDNN products; a CPU
+  // worker of a CUDA build has none). True for profiles written before this field existed.
+  bool forward_weight_copies = true;
 
   // Time (planner/cost_model.h). One slice computation over S tokens takes
   //   Σ_products F/flops_per_second · (1 + h/M + h/K + h/N)   (h = half_rate_rows)

@@ -46,6 +46,8 @@ v1::DeviceProfile DeviceProfileToProto(const DeviceProfile& profile) {
   proto.set_total_memory_bytes(profile.total_memory_bytes);
   proto.set_activation_scale(profile.activation_scale);
   proto.set_activation_overhead_bytes(profile.activation_overhead_bytes);
+  proto.set_resident_overhead_bytes(profile.resident_overhead_bytes);
+  proto.set_forward_weight_copies(profile.forward_weight_copies);
   proto.set_flops_per_second(profile.flops_per_second);
   proto.set_half_rate_rows(profile.half_rate_rows);
   proto.set_layer_overhead_s(profile.layer_overhead_s);
@@ -64,6 +66,8 @@ DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto) {
   if (proto.has_activation_overhead_bytes()) {
     profile.activation_overhead_bytes = proto.activation_overhead_bytes();
   }
+  if (proto.has_resident_overhead_bytes()) profile.resident_overhead_bytes = proto.resident_overhead_bytes();
+  if (proto.has_forward_weight_copies()) profile.forward_weight_copies = proto.forward_weight_copies();
   if (proto.has_flops_per_second()) profile.flops_per_second = proto.flops_per_second();
   if (proto.has_half_rate_rows()) profile.half_rate_rows = proto.half_rate_rows();
   if (proto.has_layer_overhead_s()) profile.layer_overhead_s = proto.layer_overhead_s();

@@ -27,6 +27,8 @@ DeviceProfile SampleProfile() {
   profile.total_memory_bytes = int64_t{80} << 30;
   profile.activation_scale = 1.0 / 3.0;  // needs all 17 digits to round-trip
   profile.activation_overhead_bytes = 12345678901;
+  profile.resident_overhead_bytes = 68157440;
+  profile.forward_weight_copies = false;  // not the default: must be written and read back
   profile.flops_per_second = 4.56789e14;
   profile.half_rate_rows = 0;  // a zero that must still be written and read back
   profile.layer_overhead_s = 2.5e-5;
@@ -42,6 +44,8 @@ void ExpectSameProfile(const DeviceProfile& got, const DeviceProfile& want) {
   EXPECT_EQ(got.total_memory_bytes, want.total_memory_bytes);
   EXPECT_EQ(got.activation_scale, want.activation_scale);
   EXPECT_EQ(got.activation_overhead_bytes, want.activation_overhead_bytes);
+  EXPECT_EQ(got.resident_overhead_bytes, want.resident_overhead_bytes);
+  EXPECT_EQ(got.forward_weight_copies, want.forward_weight_copies);
   EXPECT_EQ(got.flops_per_second, want.flops_per_second);
   EXPECT_EQ(got.half_rate_rows, want.half_rate_rows);
   EXPECT_EQ(got.seconds_per_element, want.seconds_per_element);
@@ -69,6 +73,8 @@ TEST(DeviceProfileIoTest, TextWritesEveryFieldOnePerLine) {
   EXPECT_THAT(text, HasSubstr("total_memory_bytes: 0\n"));
   EXPECT_THAT(text, HasSubstr("activation_scale: 1\n"));
   EXPECT_THAT(text, HasSubstr("activation_overhead_bytes: 0\n"));
+  EXPECT_THAT(text, HasSubstr("resident_overhead_bytes: 0\n"));
+  EXPECT_THAT(text, HasSubstr("forward_weight_copies: true\n"));
   EXPECT_THAT(text, HasSubstr("flops_per_second: 10000000000\n"));
   EXPECT_THAT(text, HasSubstr("half_rate_rows: 16\n"));
   EXPECT_THAT(text, HasSubstr("layer_overhead_s: 0.0001\n"));

@@ -207,6 +207,7 @@ v1::Prediction PredictionToProto(const Prediction& prediction) {
   proto.set_optimizer_bytes(prediction.optimizer_bytes);
   proto.set_kept_bytes(prediction.kept_bytes);
   proto.set_working_bytes(prediction.working_bytes);
+  proto.set_resident_bytes(prediction.resident_bytes);
   proto.set_peak_bytes(prediction.peak_bytes);
   proto.set_seconds(prediction.seconds);
   proto.set_slice_forwards(prediction.slice_forwards);
@@ -220,6 +221,7 @@ Prediction PredictionFromProto(const v1::Prediction& proto) {
   prediction.optimizer_bytes = proto.optimizer_bytes();
   prediction.kept_bytes = proto.kept_bytes();
   prediction.working_bytes = proto.working_bytes();
+  prediction.resident_bytes = proto.resident_bytes();
   prediction.peak_bytes = proto.peak_bytes();
   prediction.seconds = proto.seconds();
   prediction.slice_forwards = proto.slice_forwards();

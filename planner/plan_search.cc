@@ -211,14 +211,14 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
   const PlanCandidate& least = result.frontier.front();
   if (static_cast<double>(least.prediction.peak_bytes) > usable) {
     const Prediction& p = least.prediction;
-    const int64_t fixed = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes;
+    const int64_t fixed = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.resident_bytes;
     const std::string budget = absl::StrFormat(
         "the budget allows %s (%s less a %.0f%% margin)", HumanBytes(usable),
         HumanBytes(static_cast<double>(request.memory_budget_bytes)), 100 * request.safety_margin);
     if (static_cast<double>(fixed) > usable) {
       return absl::ResourceExhaustedError(absl::StrCat(
           p.optimizer_bytes > 0 ? "parameters, gradients and optimizer state" : "parameters and gradients",
-          " alone need ", HumanBytes(static_cast<double>(fixed)), "; ", budget));
+          p.resident_bytes > 0 ? " with the device's resident overhead" : "", " alone need ", HumanBytes(static_cast<double>(fixed)), "; ", budget));
     }
     return absl::ResourceExhaustedError(absl::StrCat("needs at least ",
                                                      HumanBytes(static_cast<double>(p.peak_bytes)), " (",
