@@ -44,4 +44,12 @@ void NormScreen::Accept(double per_token_norm) {
   while (history_.size() > window_) history_.pop_front();
 }
 
+void NormScreen::Forget(const std::vector<double>& per_token_norms) {
+  absl::MutexLock lock(&mutex_);
+  for (const double norm : per_token_norms) {
+    auto newest = std::find(history_.rbegin(), history_.rend(), norm);
+    if (newest != history_.rend()) history_.erase(std::next(newest).base());
+  }
+}
+
 }  // namespace slimfit::server

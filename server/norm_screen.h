@@ -35,6 +35,10 @@ class NormScreen {
   absl::Status Check(double per_token_norm) const;
   // Adds an accepted shard's norm to the history.
   void Accept(double per_token_norm);
+  // Takes back norms Accept added, one occurrence each, newest first: a try of a round whose sum
+  // is thrown away (the round starts over, the job rolls back) must not weigh twice, or at all.
+  // Norms the window already dropped stay dropped.
+  void Forget(const std::vector<double>& per_token_norms);
 
  private:
   const double factor_;

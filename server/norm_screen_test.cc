@@ -23,6 +23,20 @@ TEST(NormScreenTest, FlagsScaledAndZeroedGradientsOnceThereIsHistory) {
   EXPECT_FALSE(screen.Check(std::nan("")).ok());
 }
 
+TEST(NormScreenTest, ForgottenNormsLeaveTheHistoryAsBeforeThem) {
+  NormScreen screen(/*factor=*/30, /*window=*/8, /*min_history=*/2);
+  for (double norm : {1.0, 1.2, 0.9}) screen.Accept(norm);
+  // A try of a round that is thrown away: its shards' norms, one of them equal to an older one.
+  for (double norm : {40.0, 50.0, 1.2}) screen.Accept(norm);
+  EXPECT_THAT(std::string(screen.Check(1e6).message()), HasSubstr("median 1.2 of the job's last 6 accepted"));
+  screen.Forget({40.0, 50.0, 1.2, 7.0});  // 7 was never accepted: nothing to take back
+  EXPECT_THAT(std::string(screen.Check(1e6).message()), HasSubstr("median 1 of the job's last 3 accepted"));
+  EXPECT_FALSE(screen.Check(35.0).ok());  // with the forgotten norms the median was 1.2: 35 passed
+  screen.Forget({1.2});
+  screen.Forget({1.2});  // one occurrence each call: the second finds none
+  EXPECT_THAT(std::string(screen.Check(1e6).message()), HasSubstr("median 1 of the job's last 2 accepted"));
+}
+
 TEST(NormScreenTest, PerTokenNormUndoesTheNormaliser) {
   // A shard of 50 tokens in a round of 200: its gradient is ∇(loss_sum / 200); per token it is
   // ‖g‖ · 200 / 50.

@@ -70,9 +70,18 @@ absl::Status RoundCollector::Screen(int64_t shard_id, double per_token_norm) con
 }
 
 void RoundCollector::Credit(const std::string& worker_id, int64_t shard_id, double per_token_norm) {
-  if (screen_ != nullptr && !evaluate_only_) screen_->Accept(per_token_norm);
   absl::MutexLock lock(&mutex_);
+  if (screen_ != nullptr && !evaluate_only_) {
+    screen_->Accept(per_token_norm);
+    screened_norms_.push_back(per_token_norm);
+  }
   contributions_[worker_id].insert(shard_id);
+}
+
+void RoundCollector::ForgetNorms() {
+  absl::MutexLock lock(&mutex_);
+  if (screen_ != nullptr) screen_->Forget(screened_norms_);
+  screened_norms_.clear();
 }
 
 RoundCollector::StreamedShard::~StreamedShard() {

@@ -5,6 +5,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -75,6 +76,12 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype),
       performer::ToScalarType(deps_.dtype), evaluate_only ? std::vector<at::Tensor>{} : std::move(spare_sum_));
   if (!evaluate_only) spare_sum_.clear();
+  // Unless this try's sum is the round's, the norms it added to the job's screen are taken back
+  // (computed again, rolled back, or failed: a later try must not find them twice).
+  bool sum_kept = false;
+  absl::Cleanup forget_norms = [&collector, &sum_kept] {
+    if (!sum_kept) collector.ForgetNorms();
+  };
   for (const Task& shard : shards) {
     if (!shard.step_token_counts.empty()) collector.AllowTokenCounts(shard.id, shard.step_token_counts);
   }
@@ -223,6 +230,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   output.reassigned = static_cast<int>(reassigned_shards.size());
   timing.set_aggregation_seconds(timing.aggregation_seconds() + take());
   output.timing = std::move(timing);
+  sum_kept = true;
   return output;
 }
 
