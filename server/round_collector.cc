@@ -85,7 +85,7 @@ void RoundCollector::ForgetNorms() {
 }
 
 RoundCollector::StreamedShard::~StreamedShard() {
-  if (summed_uncounted()) Taint("its stream failed after some of its values were summed");
+  if (summed_uncounted() && !abandoned_) Taint("its stream failed after some of its values were summed");
 }
 
 void RoundCollector::StreamedShard::Taint(const std::string& why) {

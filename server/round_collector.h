@@ -68,6 +68,9 @@ class RoundCollector {
     absl::Status Finish(const v1::GradientSummary& summary);
     // Values were summed and the shard has not counted (yet).
     bool summed_uncounted() const { return summed_ && !counted_; }
+    // The caller gave up on this shard because the round's sum was already tainted by another
+    // (its call was cancelled): destroyed uncounted, it names no culprit and adds no taint.
+    void Abandon() { abandoned_ = true; }
 
    private:
     // The sum holds values of this shard, which will not count.
@@ -79,6 +82,7 @@ class RoundCollector {
     double squares_ = 0;  // Σ value² so far, in float64
     bool summed_ = false;
     bool counted_ = false;
+    bool abandoned_ = false;
   };
   // Why the round's sum is wrong (a streamed shard failed after some of its values were summed);
   // empty when it is not. The workers whose streamed shards did that.

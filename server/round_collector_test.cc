@@ -84,6 +84,22 @@ TEST_F(RoundCollectorTest, AThrownAwayTryTakesItsNormsBackFromTheScreen) {
   EXPECT_THAT(std::string(screen.Check(1e9).message()), HasSubstr("last 2 accepted"));
 }
 
+TEST_F(RoundCollectorTest, AnAbandonedStreamedShardBlamesNoOne) {
+  RoundCollector collector = Collector(2);
+  {
+    RoundCollector::StreamedShard broken(&collector, "w-broken", 0);
+    ASSERT_TRUE(broken.Add(0, 0, at::ones({4})).ok());
+  }
+  {
+    // Cancelled because of w-broken's taint, after some of its own values were summed.
+    RoundCollector::StreamedShard cancelled(&collector, "w-honest", 1);
+    ASSERT_TRUE(cancelled.Add(0, 0, at::ones({4})).ok());
+    cancelled.Abandon();
+  }
+  EXPECT_THAT(collector.tainted(), HasSubstr("w-broken"));
+  EXPECT_EQ(collector.tainting_workers(), (std::set<std::string>{"w-broken"}));
+}
+
 // Streams `result`'s gradient into `shard`, one tensor at a time, and finishes it.
 absl::Status StreamWhole(RoundCollector::StreamedShard& shard, const ShardResult& result) {
   for (size_t i = 0; i < result.gradient.size(); ++i) {

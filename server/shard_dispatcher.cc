@@ -118,6 +118,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       const WorkerPlan& plan = wave_plans[pending[i].worker];
       const CallOutcome& outcome = outcomes[i];
       const bool ok = outcome.status.ok() || outcome.status.code() == absl::StatusCode::kAlreadyExists;
+      if (outcome.abandoned) continue;  // the round is computed again (the taint below)
       deps_.registry->RecordShard(plan.worker.worker_id, ok, outcome.peak);
       if (ok) {
         if (outcome.status.ok() && pending[i].stream_into_sum) ++output.streamed_shards;
@@ -159,8 +160,11 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       // sum, so the round starts over, and the worker's shards are assembled from now on.
       const std::set<std::string> workers = collector.tainting_workers();
       assembled_workers_.insert(workers.begin(), workers.end());
+      const int64_t abandoned = std::count_if(outcomes.begin(), outcomes.end(),
+                                              [](const CallOutcome& outcome) { return outcome.abandoned; });
       base::LogWarning(deps_.record->job_id(), ": ", what, ": ", tainted, "; the sum cannot be mended (",
-                       absl::StrJoin(workers, ", "), ": assembled before summing from now on)");
+                       absl::StrJoin(workers, ", "), ": assembled before summing from now on)",
+                       abandoned > 0 ? absl::StrCat("; ", abandoned, " of the wave's calls abandoned") : "");
       *redo = true;
     }
     if (*redo) {
@@ -278,6 +282,9 @@ std::vector<ShardDispatcher::CallOutcome> ShardDispatcher::RunWave(int64_t round
       for (size_t i : by_worker[w]) {
         if (lease == nullptr || stopping()) {
           outcomes[i].status = absl::CancelledError("stopped");
+        } else if (const std::string tainted = collector->tainted(); !tainted.empty()) {
+          outcomes[i].status = absl::AbortedError("the round's sum was tainted; not started");
+          outcomes[i].abandoned = true;
         } else if (!deps_.registry->IsServing(worker.worker_id, worker.incarnation)) {
           outcomes[i].status = absl::UnavailableError(absl::StrCat("worker ", worker.worker_id, " is gone"));
         } else {
@@ -290,6 +297,7 @@ std::vector<ShardDispatcher::CallOutcome> ShardDispatcher::RunWave(int64_t round
   // rather than at the shard's deadline.
   while (running.load() > 0) {
     CancelCallsToGoneWorkers();
+    if (!collector->tainted().empty()) CancelCallsOfATaintedRound();
     if (deps_.while_waiting) deps_.while_waiting();
     deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(200));
   }

@@ -178,6 +178,9 @@ class ShardDispatcher {
     double fetch_seconds = 0, compute_seconds = 0, stream_seconds = 0;  // its summary's, when it sent one
     int inner_steps = 0;  // its summary's local_steps
     bool gone = false;    // cancelled because the worker stopped heartbeating (or left)
+    // Cancelled, or never started, because the round's sum was tainted meanwhile: the round is
+    // computed again, so nothing of this call counts — and nothing of it is held against anyone.
+    bool abandoned = false;
   };
 
   // One try at a round; *redo when a spot check outvoted a worker (quarantined now) whose other
@@ -247,6 +250,9 @@ class ShardDispatcher {
   // Cancels the calls in flight to workers that can no longer answer them (LOST, LEFT, or
   // re-registered as a new incarnation); DRAINING workers may finish theirs.
   void CancelCallsToGoneWorkers();
+  // The round's sum is tainted and the round will be computed again: the wave's calls still in
+  // flight are cancelled rather than waited for (their workers stop at their next check).
+  void CancelCallsOfATaintedRound();
   bool stopping() const { return deps_.stopping->load(); }
   // The parameters whose gradients travel (deps.gradient_tensors, or all), as indices.
   std::vector<size_t> SentTensors() const;
@@ -270,6 +276,8 @@ class ShardDispatcher {
   std::map<grpc::ClientContext*, std::pair<std::string, uint64_t>> in_flight_ ABSL_GUARDED_BY(mutex_);
   // Calls cancelled because their worker went away: reported as UNAVAILABLE, not as failures.
   std::set<grpc::ClientContext*> cancelled_gone_ ABSL_GUARDED_BY(mutex_);
+  // Calls cancelled because the round's sum was tainted (CancelCallsOfATaintedRound).
+  std::set<grpc::ClientContext*> cancelled_redo_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace slimfit::server

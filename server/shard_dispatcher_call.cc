@@ -128,6 +128,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
       absl::MutexLock lock(&dispatcher->mutex_);
       dispatcher->in_flight_.erase(context);
       dispatcher->cancelled_gone_.erase(context);
+      dispatcher->cancelled_redo_.erase(context);
     }
   } untrack{this, context.get()};
 
@@ -176,6 +177,14 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
       outcome.status = absl::UnavailableError(
           absl::StrCat("worker ", plan.worker.worker_id, " stopped heartbeating; its call was cancelled"));
       outcome.gone = true;
+      return outcome;
+    }
+    if (cancelled_redo_.count(context.get()) > 0) {
+      // Values of it may be in the sum, which is thrown away anyway: no blame for the taint.
+      if (streamed.has_value()) streamed->Abandon();
+      outcome.status = absl::AbortedError(absl::StrCat(
+          "the round's sum was tainted by another shard; the call to ", plan.worker.worker_id, " was cancelled"));
+      outcome.abandoned = true;
       return outcome;
     }
   }
@@ -245,6 +254,13 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
 void ShardDispatcher::CancelAll() {
   absl::MutexLock lock(&mutex_);
   for (auto& [context, worker] : in_flight_) context->TryCancel();
+}
+
+void ShardDispatcher::CancelCallsOfATaintedRound() {
+  absl::MutexLock lock(&mutex_);
+  for (auto& [context, worker] : in_flight_) {
+    if (cancelled_redo_.insert(context).second) context->TryCancel();
+  }
 }
 
 void ShardDispatcher::CancelCallsToGoneWorkers() {

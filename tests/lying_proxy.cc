@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace slimfit::testing_util {
 namespace {
@@ -81,10 +83,17 @@ grpc::Status LyingProxy::ComputeGradient(grpc::ServerContext* context, const v1:
                                          grpc::ServerWriter<v1::ComputeGradientResponse>* writer) {
   std::shared_ptr<v1::Worker::Stub> upstream = Upstream();
   if (upstream == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker behind the proxy yet");
+  const bool lying = !request->evaluate_only() && request->round() >= lie_.from_round;
+  if (lying && lie_.kind == Lie::Kind::kStall && !stalled_.exchange(true)) {
+    ++lies_told_;
+    const absl::Time until = absl::Now() + absl::Seconds(lie_.stall_seconds);
+    while (!context->IsCancelled() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+    if (context->IsCancelled()) ++stalls_cancelled_;
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the lying proxy held the call");
+  }
   std::unique_ptr<grpc::ClientContext> forwarded = Forwarded(*context);
   std::unique_ptr<grpc::ClientReader<v1::ComputeGradientResponse>> reader =
       upstream->ComputeGradient(forwarded.get(), *request);
-  const bool lying = !request->evaluate_only() && request->round() >= lie_.from_round;
   bool told = false;
   v1::ComputeGradientResponse response;
   int chunks = 0;

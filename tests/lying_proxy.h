@@ -26,10 +26,13 @@ namespace slimfit::testing_util {
 
 struct Lie {
   // kBreakStream: the call fails after the first chunk; kFailAfterSummary: the whole result goes
-  // through, then the call ends UNAVAILABLE (a connection lost at the last moment).
-  enum class Kind { kNotFinite, kScale, kWrongVersion, kBreakStream, kFailAfterSummary } kind = Kind::kScale;
+  // through, then the call ends UNAVAILABLE (a connection lost at the last moment); kStall: the
+  // first call of a round ≥ from_round is held, nothing forwarded, until the caller cancels it or
+  // stall_seconds pass, then ends UNAVAILABLE (a slow or hung worker; not a lie about results).
+  enum class Kind { kNotFinite, kScale, kWrongVersion, kBreakStream, kFailAfterSummary, kStall } kind = Kind::kScale;
   double factor = 1000;    // kScale
   int64_t from_round = 1;  // honest before this round (and in every evaluation)
+  double stall_seconds = 60;  // kStall
 };
 
 class LyingProxy final : public v1::Worker::Service {
@@ -41,8 +44,10 @@ class LyingProxy final : public v1::Worker::Service {
   const std::string& address() const { return address_; }
   // The worker behind the proxy; calls before this are UNAVAILABLE.
   void SetUpstream(const std::string& worker_address);
-  // Gradient results it tampered with so far.
+  // Gradient results it tampered with (kStall: calls it held) so far.
   int lies_told() const { return lies_told_.load(); }
+  // Held calls (kStall) that the caller cancelled before stall_seconds passed.
+  int stalls_cancelled() const { return stalls_cancelled_.load(); }
 
   grpc::Status ComputeGradient(grpc::ServerContext* context, const v1::ComputeGradientRequest* request,
                                grpc::ServerWriter<v1::ComputeGradientResponse>* writer) override;
@@ -61,6 +66,8 @@ class LyingProxy final : public v1::Worker::Service {
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   std::atomic<int> lies_told_{0};
+  std::atomic<int> stalls_cancelled_{0};
+  std::atomic<bool> stalled_{false};
   absl::Mutex mutex_;
   std::shared_ptr<v1::Worker::Stub> upstream_ ABSL_GUARDED_BY(mutex_);
 };

@@ -253,6 +253,39 @@ TEST(VerificationEndToEndTest, AShardThatFailsAfterItsValuesWereSummedMakesTheRo
             1e-5);
 }
 
+// Once the round's sum is tainted the round will be computed again: the wave's other calls are
+// cancelled at once rather than waited for — here a worker holding its call for a minute — and
+// the job still equals one process.
+TEST(VerificationEndToEndTest, ATaintedRoundCancelsTheCallsStillInFlight) {
+  Cluster cluster("tainted_cancels");
+  ASSERT_TRUE(cluster.StartCoordinator({"--stream_into_sum_bytes=0"}).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
+  std::unique_ptr<LyingProxy> breaker = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kBreakStream, 0, 2});
+  Lie stall{Lie::Kind::kStall, 0, 2};
+  stall.stall_seconds = 120;
+  std::unique_ptr<LyingProxy> staller = StartLiar(cluster, "4MiB", stall);
+  ASSERT_TRUE(breaker && staller);
+  ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
+
+  const std::string text = testing_util::Corpus(16000);
+  absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  v1::JobSpec spec = testing_util::Spec(*dataset, 32, 64, 128, 6, 3);
+  spec.set_verify_fraction(0);  // every shard streams into the sum
+  const Finished finished = RunJob(cluster, spec);
+  ASSERT_EQ(finished.job.state(), v1::JOB_STATE_SUCCEEDED) << finished.job.state_reason() << cluster.Logs();
+
+  const std::string logs = cluster.Logs();
+  // Round 2's first wave: the breaker tainted the sum while the staller held its call, which the
+  // coordinator then cancelled (without that, the wave waited until the held call ended).
+  EXPECT_EQ(staller->lies_told(), 1) << logs;
+  EXPECT_EQ(staller->stalls_cancelled(), 1) << logs;
+  EXPECT_THAT(logs, HasSubstr(" of the wave's calls abandoned")) << logs;
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, finished.job.job_id(), spec, text,
+                                                    std::string("\n\n")),
+            1e-5);
+}
+
 // A result that arrived whole counts even when its call then ends badly (the connection lost after
 // the summary): no round is computed again, the worker is not struck, and the job equals one
 // process.
