@@ -225,7 +225,7 @@ std::string FormatText(const PerformerPlanOptions& options, const performer::Mod
                          ? "layers (only each layer's input is kept; the layer is "
                            "recomputed during its backward)"
                          : "none (every activation of the slice graph is kept)");
-  const char* weights = "one layout (forward copies are made only on a CPU in float32)";
+  const char* weights = "one layout (this device's engine makes no forward copies of these weights)";
   if (planner::ForwardCopiesApply(source.profile, chosen.dtype)) {
     weights = chosen.copy_forward_weights
                   ? "copies (the FFN and output weights also kept contiguous for the forward products)"

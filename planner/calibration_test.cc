@@ -2,8 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <iostream>
-
 #include "performer/matrix_products.h"
 
 namespace slimfit::planner {
@@ -32,7 +30,6 @@ TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
   }
   // The CPU's BLAS keeps no tensors between calls: nothing resident beyond the probe model. (On a
   // CUDA card, cuBLAS's workspaces; the GPU runs in BENCHMARKS.md.)
-  std::cerr << "resident overhead " << result->profile.resident_overhead_bytes << " bytes\n";
   EXPECT_GE(result->profile.resident_overhead_bytes, 0);
   EXPECT_LT(result->profile.resident_overhead_bytes, int64_t{1} << 20);
   // What this build's engine does on the CPU (oneDNN products: the forward copies; none without).

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "planner/bptt_schedule.h"
 
 namespace slimfit::planner {
@@ -216,9 +219,17 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
         "the budget allows %s (%s less a %.0f%% margin)", HumanBytes(usable),
         HumanBytes(static_cast<double>(request.memory_budget_bytes)), 100 * request.safety_margin);
     if (static_cast<double>(fixed) > usable) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          p.optimizer_bytes > 0 ? "parameters, gradients and optimizer state" : "parameters and gradients",
-          p.resident_bytes > 0 ? " with the device's resident overhead" : "", " alone need ", HumanBytes(static_cast<double>(fixed)), "; ", budget));
+      std::vector<std::string> parts = {"parameters", "gradients"};
+      if (p.optimizer_bytes > 0) parts.push_back("optimizer state");
+      if (p.resident_bytes > 0) {
+        parts.push_back(absl::StrCat("the device's resident overhead (",
+                                     HumanBytes(static_cast<double>(p.resident_bytes)), ")"));
+      }
+      const std::string last = parts.back();
+      parts.pop_back();
+      return absl::ResourceExhaustedError(absl::StrCat(absl::StrJoin(parts, ", "), " and ", last,
+                                                       " alone need ", HumanBytes(static_cast<double>(fixed)),
+                                                       "; ", budget));
     }
     return absl::ResourceExhaustedError(absl::StrCat("needs at least ",
                                                      HumanBytes(static_cast<double>(p.peak_bytes)), " (",

@@ -83,6 +83,14 @@ TEST(PlanSearchTest, NothingFitsSaysWhatDominates) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(result.status().message()), HasSubstr("parameters and gradients alone need 11.8 MiB"));
   EXPECT_THAT(std::string(result.status().message()), HasSubstr("the budget allows 7.2 MiB (8.0 MiB less a 10% margin)"));
+  // A GPU's workspaces count among what no plan can shed.
+  DeviceProfile gpu = Profile();
+  gpu.resident_overhead_bytes = 2 << 20;
+  result = SearchPlans(ConfigA(8), gpu);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(
+      std::string(result.status().message()),
+      HasSubstr("parameters, gradients and the device's resident overhead (2.0 MiB) alone need 13.8 MiB"));
   // Just above parameters and gradients: the least plan itself does not fit.
   PlanSearchRequest tight = ConfigA(0);
   tight.memory_budget_bytes = static_cast<int64_t>(11.9 * (1 << 20) / 0.9);

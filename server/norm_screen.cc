@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "performer/tensor_norms.h"
@@ -44,12 +45,15 @@ void NormScreen::Accept(double per_token_norm) {
   while (history_.size() > window_) history_.pop_front();
 }
 
-void NormScreen::Forget(const std::vector<double>& per_token_norms) {
+std::deque<double> NormScreen::Snapshot() const {
   absl::MutexLock lock(&mutex_);
-  for (const double norm : per_token_norms) {
-    auto newest = std::find(history_.rbegin(), history_.rend(), norm);
-    if (newest != history_.rend()) history_.erase(std::next(newest).base());
-  }
+  return history_;
+}
+
+void NormScreen::Restore(std::deque<double> history) {
+  absl::MutexLock lock(&mutex_);
+  history_ = std::move(history);
+  while (history_.size() > window_) history_.pop_front();
 }
 
 }  // namespace slimfit::server

@@ -35,10 +35,11 @@ class NormScreen {
   absl::Status Check(double per_token_norm) const;
   // Adds an accepted shard's norm to the history.
   void Accept(double per_token_norm);
-  // Takes back norms Accept added, one occurrence each, newest first: a try of a round whose sum
-  // is thrown away (the round starts over, the job rolls back) must not weigh twice, or at all.
-  // Norms the window already dropped stay dropped.
-  void Forget(const std::vector<double>& per_token_norms);
+  // The history as it is, and put back as it was: a try of a round whose sum is thrown away
+  // (computed again, or the try fails) leaves the history as before it, so that round's norms do
+  // not weigh twice (nor the norms the window dropped for them go missing).
+  std::deque<double> Snapshot() const;
+  void Restore(std::deque<double> history);
 
  private:
   const double factor_;

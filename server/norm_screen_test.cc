@@ -23,18 +23,19 @@ TEST(NormScreenTest, FlagsScaledAndZeroedGradientsOnceThereIsHistory) {
   EXPECT_FALSE(screen.Check(std::nan("")).ok());
 }
 
-TEST(NormScreenTest, ForgottenNormsLeaveTheHistoryAsBeforeThem) {
-  NormScreen screen(/*factor=*/30, /*window=*/8, /*min_history=*/2);
+TEST(NormScreenTest, ARestoredSnapshotIsTheHistoryAsBeforeAThrownAwayTry) {
+  NormScreen screen(/*factor=*/30, /*window=*/4, /*min_history=*/2);
   for (double norm : {1.0, 1.2, 0.9}) screen.Accept(norm);
-  // A try of a round that is thrown away: its shards' norms, one of them equal to an older one.
-  for (double norm : {40.0, 50.0, 1.2}) screen.Accept(norm);
-  EXPECT_THAT(std::string(screen.Check(1e6).message()), HasSubstr("median 1.2 of the job's last 6 accepted"));
-  screen.Forget({40.0, 50.0, 1.2, 7.0});  // 7 was never accepted: nothing to take back
+  std::deque<double> before = screen.Snapshot();
+  EXPECT_EQ(before, (std::deque<double>{1.0, 1.2, 0.9}));
+  // A try of a round that is then thrown away: its norms push the oldest out of the window.
+  for (double norm : {40.0, 50.0}) screen.Accept(norm);
+  EXPECT_THAT(std::string(screen.Check(1e6).message()), HasSubstr("median 40 of the job's last 4 accepted"));
+  EXPECT_TRUE(screen.Check(35.0).ok());
+  screen.Restore(before);
+  EXPECT_EQ(screen.Snapshot(), before);  // the dropped 1.0 is back too
   EXPECT_THAT(std::string(screen.Check(1e6).message()), HasSubstr("median 1 of the job's last 3 accepted"));
-  EXPECT_FALSE(screen.Check(35.0).ok());  // with the forgotten norms the median was 1.2: 35 passed
-  screen.Forget({1.2});
-  screen.Forget({1.2});  // one occurrence each call: the second finds none
-  EXPECT_THAT(std::string(screen.Check(1e6).message()), HasSubstr("median 1 of the job's last 2 accepted"));
+  EXPECT_FALSE(screen.Check(35.0).ok());
 }
 
 TEST(NormScreenTest, PerTokenNormUndoesTheNormaliser) {

@@ -70,22 +70,21 @@ absl::Status RoundCollector::Screen(int64_t shard_id, double per_token_norm) con
 }
 
 void RoundCollector::Credit(const std::string& worker_id, int64_t shard_id, double per_token_norm) {
+  if (screen_ != nullptr && !evaluate_only_) screen_->Accept(per_token_norm);
   absl::MutexLock lock(&mutex_);
-  if (screen_ != nullptr && !evaluate_only_) {
-    screen_->Accept(per_token_norm);
-    screened_norms_.push_back(per_token_norm);
-  }
   contributions_[worker_id].insert(shard_id);
 }
 
-void RoundCollector::ForgetNorms() {
-  absl::MutexLock lock(&mutex_);
-  if (screen_ != nullptr) screen_->Forget(screened_norms_);
-  screened_norms_.clear();
-}
-
 RoundCollector::StreamedShard::~StreamedShard() {
-  if (summed_uncounted() && !abandoned_) Taint("its stream failed after some of its values were summed");
+  if (!summed_uncounted()) return;
+  if (!abandoned_) {
+    Taint("its stream failed after some of its values were summed");
+  } else if (collector_->aggregator_.taint().empty()) {
+    // Abandoned is meant for a round already tainted; should it not be, the sum is wrong all the
+    // same — tainted, naming no culprit.
+    collector_->aggregator_.Taint(
+        absl::StrCat("shard ", shard_id_, " was abandoned after some of its values were summed"));
+  }
 }
 
 void RoundCollector::StreamedShard::Taint(const std::string& why) {

@@ -69,7 +69,8 @@ class RoundCollector {
     // Values were summed and the shard has not counted (yet).
     bool summed_uncounted() const { return summed_ && !counted_; }
     // The caller gave up on this shard because the round's sum was already tainted by another
-    // (its call was cancelled): destroyed uncounted, it names no culprit and adds no taint.
+    // (its call was cancelled): destroyed uncounted, it names no culprit (and taints the sum, with
+    // no culprit, only if nothing had).
     void Abandon() { abandoned_ = true; }
 
    private:
@@ -117,9 +118,6 @@ class RoundCollector {
   std::vector<at::Tensor> gradient() const { return aggregator_.gradient(); }
   // Workers whose results counted, with the shards each contributed.
   std::map<std::string, std::set<int64_t>> contributions() const;
-  // This try's sum is thrown away (the round starts over, or the job rolls back): the norms its
-  // shards added to the screen's history are taken back (NormScreen::Forget).
-  void ForgetNorms();
 
  private:
   // Counts `result` for `worker_id`, recording the contribution and the norm.
@@ -137,7 +135,6 @@ class RoundCollector {
 
   mutable absl::Mutex mutex_;
   std::map<std::string, std::set<int64_t>> contributions_ ABSL_GUARDED_BY(mutex_);
-  std::vector<double> screened_norms_ ABSL_GUARDED_BY(mutex_);  // what Credit added to the screen
   std::vector<Verdict> verdicts_ ABSL_GUARDED_BY(mutex_);
   // Held results of checked shards, by shard: the first answer (for AbandonCheck).
   std::map<int64_t, std::pair<std::string, ShardResult>> held_ ABSL_GUARDED_BY(mutex_);

@@ -67,23 +67,6 @@ TEST_F(RoundCollectorTest, TheNormScreenRejectsAResultFarOutOfLine) {
   EXPECT_EQ(collector.contributions().count("w-liar"), 0u);
 }
 
-TEST_F(RoundCollectorTest, AThrownAwayTryTakesItsNormsBackFromTheScreen) {
-  NormScreen screen(/*factor=*/30, /*window=*/64, /*min_history=*/2);
-  {
-    RoundCollector earlier = Collector(2, &screen);  // a round that counted: its norms stay
-    ASSERT_TRUE(earlier.Accept("w-a", Result(0, 1.0f)).ok());
-    ASSERT_TRUE(earlier.Accept("w-a", Result(1, 1.0f)).ok());
-  }
-  RoundCollector thrown_away = Collector(2, &screen);
-  ASSERT_TRUE(thrown_away.Accept("w-a", Result(0, 20.0f)).ok());  // 20× the history: passes the screen
-  ASSERT_TRUE(thrown_away.Accept("w-b", Result(1, 20.0f)).ok());
-  EXPECT_THAT(std::string(screen.Check(1e9).message()), HasSubstr("last 4 accepted"));
-  thrown_away.ForgetNorms();
-  EXPECT_THAT(std::string(screen.Check(1e9).message()), HasSubstr("last 2 accepted"));
-  thrown_away.ForgetNorms();  // once only
-  EXPECT_THAT(std::string(screen.Check(1e9).message()), HasSubstr("last 2 accepted"));
-}
-
 TEST_F(RoundCollectorTest, AnAbandonedStreamedShardBlamesNoOne) {
   RoundCollector collector = Collector(2);
   {

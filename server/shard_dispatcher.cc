@@ -76,11 +76,12 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype),
       performer::ToScalarType(deps_.dtype), evaluate_only ? std::vector<at::Tensor>{} : std::move(spare_sum_));
   if (!evaluate_only) spare_sum_.clear();
-  // Unless this try's sum is the round's, the norms it added to the job's screen are taken back
-  // (computed again, rolled back, or failed: a later try must not find them twice).
+  // Unless this try's sum is the round's, the job's norm screen is left as before the try (the
+  // round computed again, or the try failed: a later try must not find its norms twice). A rollback
+  // to an earlier checkpoint keeps the norms of the rounds in between.
   bool sum_kept = false;
-  absl::Cleanup forget_norms = [&collector, &sum_kept] {
-    if (!sum_kept) collector.ForgetNorms();
+  absl::Cleanup restore_screen = [this, &sum_kept, before = screen_.Snapshot()]() mutable {
+    if (!sum_kept) screen_.Restore(std::move(before));
   };
   for (const Task& shard : shards) {
     if (!shard.step_token_counts.empty()) collector.AllowTokenCounts(shard.id, shard.step_token_counts);
@@ -278,13 +279,24 @@ std::vector<ShardDispatcher::CallOutcome> ShardDispatcher::RunWave(int64_t round
         ~Done() { --*running; }
       } done{&running};
       const WorkerHandle& worker = plans[w].worker;
+      // Only a shard streamed into the sum taints it, and evaluations and local-steps rounds never
+      // stream (StreamsIntoSum): their tasks are never abandoned here.
+      auto abandon_if_tainted = [&](size_t i) {
+        if (collector->tainted().empty()) return false;
+        outcomes[i].status = absl::AbortedError("the round's sum was tainted; not started");
+        outcomes[i].abandoned = true;
+        return true;
+      };
+      if (abandon_if_tainted(by_worker[w].front())) {
+        for (size_t i : by_worker[w]) abandon_if_tainted(i);
+        return;
+      }
       std::shared_ptr<void> lease = deps_.leases->Acquire(worker.worker_id, deps_.stopping);
       for (size_t i : by_worker[w]) {
         if (lease == nullptr || stopping()) {
           outcomes[i].status = absl::CancelledError("stopped");
-        } else if (const std::string tainted = collector->tainted(); !tainted.empty()) {
-          outcomes[i].status = absl::AbortedError("the round's sum was tainted; not started");
-          outcomes[i].abandoned = true;
+        } else if (abandon_if_tainted(i)) {
+          continue;
         } else if (!deps_.registry->IsServing(worker.worker_id, worker.incarnation)) {
           outcomes[i].status = absl::UnavailableError(absl::StrCat("worker ", worker.worker_id, " is gone"));
         } else {

@@ -179,8 +179,11 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
       outcome.gone = true;
       return outcome;
     }
-    if (cancelled_redo_.count(context.get()) > 0) {
-      // Values of it may be in the sum, which is thrown away anyway: no blame for the taint.
+    // Cancelled for a tainted round before it ended on its own (a whole result, or the worker's
+    // protocol error, are handled as ever). Values of it may be in the sum, which is thrown away
+    // anyway: no blame for the taint.
+    if (cancelled_redo_.count(context.get()) > 0 && !(stream.error.ok() && stream.summary.has_value()) &&
+        stream.error.code() != absl::StatusCode::kInvalidArgument) {
       if (streamed.has_value()) streamed->Abandon();
       outcome.status = absl::AbortedError(absl::StrCat(
           "the round's sum was tainted by another shard; the call to ", plan.worker.worker_id, " was cancelled"));

@@ -86,8 +86,10 @@ grpc::Status LyingProxy::ComputeGradient(grpc::ServerContext* context, const v1:
   const bool lying = !request->evaluate_only() && request->round() >= lie_.from_round;
   if (lying && lie_.kind == Lie::Kind::kStall && !stalled_.exchange(true)) {
     ++lies_told_;
-    const absl::Time until = absl::Now() + absl::Seconds(lie_.stall_seconds);
+    const absl::Time start = absl::Now();
+    const absl::Time until = start + absl::Seconds(lie_.stall_seconds);
     while (!context->IsCancelled() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+    last_stall_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
     if (context->IsCancelled()) ++stalls_cancelled_;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the lying proxy held the call");
   }

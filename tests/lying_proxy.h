@@ -46,8 +46,10 @@ class LyingProxy final : public v1::Worker::Service {
   void SetUpstream(const std::string& worker_address);
   // Gradient results it tampered with (kStall: calls it held) so far.
   int lies_told() const { return lies_told_.load(); }
-  // Held calls (kStall) that the caller cancelled before stall_seconds passed.
+  // Held calls (kStall) that the caller cancelled before stall_seconds passed, and how long the
+  // last held call was held (seconds).
   int stalls_cancelled() const { return stalls_cancelled_.load(); }
+  double last_stall_seconds() const { return last_stall_seconds_.load(); }
 
   grpc::Status ComputeGradient(grpc::ServerContext* context, const v1::ComputeGradientRequest* request,
                                grpc::ServerWriter<v1::ComputeGradientResponse>* writer) override;
@@ -68,6 +70,7 @@ class LyingProxy final : public v1::Worker::Service {
   std::atomic<int> lies_told_{0};
   std::atomic<int> stalls_cancelled_{0};
   std::atomic<bool> stalled_{false};
+  std::atomic<double> last_stall_seconds_{0};
   absl::Mutex mutex_;
   std::shared_ptr<v1::Worker::Stub> upstream_ ABSL_GUARDED_BY(mutex_);
 };
