@@ -4,8 +4,9 @@
 // comes back once per shard (GradientAggregator): assembled first, or, for a shard of at least
 // options.stream_into_sum_bytes, summed chunk by chunk as it arrives (no copy held; should it fail
 // midway the round is computed again, assembling every shard, and that worker's shards are
-// assembled from then on; the wave's calls still in flight are then cancelled, not waited for). A failed shard goes back, attempt + 1, to a worker that did not just
-// fail (a ShardReassigned event); UNAVAILABLE (busy, draining, unreachable, lost)
+// assembled from then on; the wave's calls still in flight are then cancelled, not waited for). A
+// failed shard goes back, attempt + 1, to a worker that did not just fail (a ShardReassigned
+// event); UNAVAILABLE (busy, draining, unreachable, lost)
 // does not count against options.max_attempts, other failures do. While a wave runs, calls to
 // workers that stop being live (LOST, LEFT, re-registered) are cancelled at once, so a frozen
 // worker costs the registry's lost_after, not the shard's deadline.

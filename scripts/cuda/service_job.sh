@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A fine-tuning job on a mixed fleet through the real service, for the GPU machine: a coordinator,
 # one worker on DEVICE (default cuda:0; budget DEVICE_BUDGET, default 8GiB) and one CPU worker
-# (2 GiB, 4 threads), on loopback, train a 40M-parameter Performer (d_model 768, 6 layers, 12 heads, d_ff 3072, L = 512)
-# on C library headers for ROUNDS rounds; prints the job's events, its status and the fleet.
+# (2 GiB, 4 threads), on loopback, train a 40M-parameter Performer (d_model 768, 6 layers, 12 heads,
+# d_ff 3072, L = 512) on C library headers for ROUNDS rounds; prints the job's events, its status
+# and the fleet.
 # Binaries from scripts/cuda/CMakeLists.txt with -DSLIMFIT_SERVICE=ON (BIN is its build's bin/).
 # The work folder (logs, state, profiles) is archived into OUT/service_work.tar.gz. WATCH_SECONDS
 # (default 180) bounds the wait for the job.
