@@ -30,7 +30,8 @@ ABSL_FLAG(int, threads, 2, "compute threads");
 ABSL_FLAG(std::string, seq_lens, "1024,4096,16384", "sequence lengths, comma-separated");
 ABSL_FLAG(std::string, budgets_mib, "24,48,96,256", "memory budgets in MiB, comma-separated");
 ABSL_FLAG(std::string, models, "small,medium,large", "model sizes: small (d128 f512), medium (d256 f1024), large (d512 f2048)");
-ABSL_FLAG(bool, fixed_policies, true, "also run reverse/store/resync/dp plans at C=64 and C=256");
+ABSL_FLAG(bool, fixed_policies, true, "also run reverse/store/resync/dp plans at each of --fixed_slices");
+ABSL_FLAG(std::string, fixed_slices, "64,256", "--fixed_policies: the slice sizes C, comma-separated");
 ABSL_FLAG(int, repeats, 1, "timed runs per plan (median)");
 ABSL_FLAG(bool, above_fixed, false,
           "budgets are working memory above parameters and gradients (added to each budget)");
@@ -114,7 +115,7 @@ int Run() {
         plans.emplace_back(absl::StrCat("budget:", request.memory_budget_bytes), search->chosen.plan);
       }
       if (absl::GetFlag(FLAGS_fixed_policies)) {
-        for (int64_t c : {int64_t{64}, int64_t{256}}) {
+        for (int64_t c : Ints(absl::GetFlag(FLAGS_fixed_slices))) {
           Plan plan;
           plan.slice = c;
           plans.emplace_back("reverse", plan);

@@ -123,6 +123,15 @@ at::Tensor NormalizeBackward(const at::Tensor& g, const at::Tensor& input, const
   return g_input;
 }
 
+// sink += xᵀ·g, batched over slices where the call asked for it (Context::weight_gradients).
+void AddWeightGradient(const Context& ctx, at::Tensor& sink, const at::Tensor& x, const at::Tensor& g) {
+  if (ctx.weight_gradients != nullptr) {
+    ctx.weight_gradients->Add(sink, x, g);
+  } else {
+    AccumulateProduct(sink, x.t(), g);
+  }
+}
+
 Front StartOf(const Segment& segment, const Front& entry, const Front& zero) {
   return segment.continues_front ? entry : zero;
 }
@@ -267,13 +276,13 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
                             sink.norm2_bias);
     t.o = at::Tensor();
   }
-  AccumulateProduct(sink.ffn_out_weight_t, t.hidden.t(), g_o);
+  AddWeightGradient(ctx, sink.ffn_out_weight_t, t.hidden, g_o);
   AddColumnSums(sink.ffn_out_bias, g_o);
   const at::Tensor g_hidden = LinearInputGradient(g_o, {w.ffn_out_weight_t});
   t.hidden = at::Tensor();
   const at::Tensor g_u = GeluBackward(g_hidden, t.u);
   t.u = at::Tensor();
-  AccumulateProduct(sink.ffn_in_weight_t, t.ffn_input.t(), g_u);
+  AddWeightGradient(ctx, sink.ffn_in_weight_t, t.ffn_input, g_u);
   AddColumnSums(sink.ffn_in_bias, g_u);
   at::Tensor g_x1 = LinearInputGradient(g_u, {w.ffn_in_weight_t});
   if (!post) {
@@ -321,7 +330,7 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
     g_heads.select(0, 2).copy_(g.v);
   }
   t.qkv = at::Tensor();
-  AccumulateProduct(sink.qkv_weight_t, t.h.t(), g_qkv);
+  AddWeightGradient(ctx, sink.qkv_weight_t, t.h, g_qkv);
   AddColumnSums(sink.qkv_bias, g_qkv);
   at::Tensor g_x = LinearInputGradient(g_qkv, w.qkv_gradient_pieces);
   if (!post) {
@@ -404,7 +413,7 @@ ModelFront ExplicitBackward(const Context& ctx, const Stretch& stretch, const Fr
       g_logits = at::_log_softmax_backward_data(g_log_probs, tape.log_probs, 1, tape.log_probs.scalar_type());
     }
     tape.log_probs = tape.total_weight = at::Tensor();
-    AccumulateProduct(sink.output_weight_t, tape.top_rows.t(), g_logits);
+    AddWeightGradient(ctx, sink.output_weight_t, tape.top_rows, g_logits);
     AddColumnSums(sink.output_bias, g_logits);
     const at::Tensor g_top = LinearInputGradient(g_logits, {w.output_weight_t});
     if (KernelsApply({&g_top, &g}) && stretch.target_rows.is_contiguous()) {

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "performer/batched_weight_gradients.h"
 #include "performer/cpu_runtime.h"
 #include "performer/explicit_backprop.h"
 #include "performer/memory_tracker.h"
@@ -191,6 +192,13 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, result.explicit_backprop,
                                      &result.slice_forwards);
     } else {
+      // Small CPU slices add their weight gradients a few slices at a time (the hand-written backward
+      // only; flushed below, before the sinks are read).
+      std::optional<BatchedWeightGradients> batched;
+      if (device.is_cpu() && plan.slice < kBatchedWeightGradientRows) {
+        batched.emplace(kBatchedWeightGradientRows);
+        ctx.weight_gradients = &*batched;
+      }
       SliceRunner runner(ctx, batch, plan.slice, plan.recompute, leaves, device, tensor_options, normalizer,
                          options.explicit_backprop);
       std::optional<internal::SliceGraphs> graphs;
@@ -206,6 +214,10 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
         }
       } else {
         internal::SweepGradient(runner, replay, plan, config, &result.stored_fronts_peak);
+      }
+      if (batched) {
+        batched->Flush();
+        ctx.weight_gradients = nullptr;
       }
       result.loss_sum = runner.loss_sum();
       result.slice_forwards = runner.forwards();

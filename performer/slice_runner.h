@@ -15,6 +15,7 @@
 
 #include <ATen/ATen.h>
 
+#include "performer/batched_weight_gradients.h"
 #include "performer/model_config.h"
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
@@ -46,6 +47,9 @@ struct Context {
   std::vector<at::Tensor> projections;
   PrefixMode mode;
   int64_t block;
+  // Where the hand-written backward adds its weight gradients several slices at a time (small CPU
+  // slices; flushed by the caller before the sinks are read); null: straight into the sinks.
+  BatchedWeightGradients* weight_gradients = nullptr;
 };
 
 // Supplies layer r's incoming front once that layer's F outputs are known (the reverse policy

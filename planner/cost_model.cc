@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "performer/batched_weight_gradients.h"
 #include "planner/bptt_schedule.h"
 
 namespace slimfit::planner {
@@ -111,6 +112,18 @@ bool ForwardCopiesApply(const DeviceProfile& profile, DType dtype) {
   return dtype == DType::kFloat32 && profile.forward_weight_copies && !absl::StartsWith(profile.device, "cuda");
 }
 
+int64_t BatchedWeightGradientBytes(const ModelConfig& c, const Plan& plan, const DeviceProfile& profile) {
+  if (absl::StartsWith(profile.device, "cuda") || plan.slice <= 0 ||
+      plan.slice >= performer::kBatchedWeightGradientRows || plan.prefix_mode != PrefixMode::kChunked ||
+      c.feature_map == FeatureMap::kFavor || plan.recompute != performer::LayerRecompute::kNone) {
+    return 0;
+  }
+  // q|k|v (d → 3d), the FFN's two maps (d → f → d) per layer, and the output head (d → vocab).
+  const int64_t widths = c.layers * (6 * c.d_model + 2 * c.d_ff) + c.d_model + c.vocab;
+  return performer::BatchedWeightGradients::BufferBytes(performer::kBatchedWeightGradientRows, widths,
+                                                        performer::DTypeBytes(plan.dtype));
+}
+
 int64_t SweepSlicesPerStretch(const ModelConfig& c, const Plan& plan) {
   if (plan.front_policy == FrontPolicy::kStore || c.feature_map == FeatureMap::kRelu) return 1;
   if (plan.front_policy == FrontPolicy::kResync) return std::min<int64_t>(3, plan.resync_every);
@@ -192,7 +205,8 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     // Measured here: a graph-free layer forward peaks at about 2·d_ff + 7·d_model values per token
     // (the FFN's hidden activation and its GELU, the fused q/k/v output, features, attention).
     const int64_t sweep = sweep_tokens * (2 * c.d_ff + 7 * c.d_model) * dtype_bytes;
-    p.working_bytes = std::max(graph, sweep) + 4 * front + forward_layouts;
+    p.working_bytes =
+        std::max(graph, sweep) + 4 * front + forward_layouts + BatchedWeightGradientBytes(c, plan, profile);
     p.slice_forwards = forwards;
 
     // Time: `slices` graph builds and backwards, the rest forwards without a graph.

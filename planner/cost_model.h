@@ -75,6 +75,13 @@ MatmulCost SliceMatmulCost(const performer::ModelConfig& model, int64_t tokens, 
 double SliceSeconds(const performer::ModelConfig& model, int64_t tokens, const performer::Plan& plan,
                     bool with_output, const DeviceProfile& profile);
 
+// Bytes of the buffers in which the engine gathers small CPU slices' weight gradients before adding
+// them (performer::BatchedWeightGradients: kBatchedWeightGradientRows rows of every linear map's
+// input and output, on a CPU, for slices shorter than that, where the hand-written backward runs:
+// chunked prefix sums, no FAVOR+, no layer recomputation); 0 elsewhere.
+int64_t BatchedWeightGradientBytes(const performer::ModelConfig& model, const performer::Plan& plan,
+                                   const DeviceProfile& profile);
+
 // Whether a worker with this profile makes the forward copies of the FFN and output weights when a
 // plan in `dtype` asks for them (Plan::copy_forward_weights): on a CPU in float32, where the
 // Bazel-built engine runs its products in oneDNN (performer::CopiesForwardLayouts). A CMake-built

@@ -59,6 +59,25 @@ TEST(CostModelTest, PeakIsTheSumOfItsParts) {
   EXPECT_EQ(Predict(adam, Sliced(256), Profile())->optimizer_bytes, ConfigA().parameter_count() * 8);
 }
 
+TEST(CostModelTest, SmallCpuSlicesCountTheirBatchedWeightGradientBuffers) {
+  const Workload w{ConfigA(), 4096};
+  const ModelConfig& m = w.model;
+  // 64 rows of every linear map's input and output: q|k|v, the FFN's two maps, the output head.
+  const int64_t widths = m.layers * (6 * m.d_model + 2 * m.d_ff) + m.d_model + m.vocab;
+  EXPECT_EQ(BatchedWeightGradientBytes(m, Sliced(16), Profile()), 64 * widths * 4);
+  EXPECT_EQ(BatchedWeightGradientBytes(m, Sliced(64), Profile()), 0);  // a slice fills a product
+  EXPECT_EQ(BatchedWeightGradientBytes(m, Sliced(0), Profile()), 0);
+  DeviceProfile cuda = Profile();
+  cuda.device = "cuda:0";
+  EXPECT_EQ(BatchedWeightGradientBytes(m, Sliced(16), cuda), 0);  // the hand-written path is the CPU's
+  Plan recomputed = Sliced(16);
+  recomputed.recompute = performer::LayerRecompute::kLayers;
+  EXPECT_EQ(BatchedWeightGradientBytes(m, recomputed, Profile()), 0);  // through autograd
+  // In the working set of the plans that have them, next to what the same plan on CUDA holds.
+  EXPECT_EQ(Predict(w, Sliced(16), Profile())->working_bytes - Predict(w, Sliced(16), cuda)->working_bytes,
+            64 * widths * 4 + (m.forward_layout_values(true) - m.forward_layout_values(false)) * 4);
+}
+
 TEST(CostModelTest, TheDevicesResidentOverheadIsInEveryPeakOnce) {
   const Workload w{ConfigA(), 4096};
   DeviceProfile cuda = Profile();
