@@ -1,5 +1,7 @@
 #include "performer/batched_weight_gradients.h"
 
+#include <algorithm>
+
 #include <c10/util/Exception.h>
 
 #include "performer/matrix_products.h"
@@ -20,11 +22,21 @@ void BatchedWeightGradients::Add(at::Tensor& gradient, const at::Tensor& x, cons
     pending.gradient = gradient;
     pending.x = at::empty({rows_, x.size(1)}, x.options());
     pending.g = at::empty({rows_, g.size(1)}, g.options());
+    allocated_bytes_ += pending.x.nbytes() + pending.g.nbytes();
   }
-  if (pending.filled + r > rows_) FlushOne(pending);
-  pending.x.narrow(0, pending.filled, r).copy_(x);
-  pending.g.narrow(0, pending.filled, r).copy_(g);
-  pending.filled += r;
+  TORCH_CHECK(pending.gradient.is_same(gradient) && pending.x.size(1) == x.size(1) &&
+                  pending.g.size(1) == g.size(1),
+              "BatchedWeightGradients::Add: another gradient, or other widths, at the same address");
+  // Every product but a call's last has exactly rows_ inner rows: a slice's rows that do not fit
+  // go into the next batch.
+  for (int64_t done = 0; done < r;) {
+    const int64_t take = std::min(r - done, rows_ - pending.filled);
+    pending.x.narrow(0, pending.filled, take).copy_(x.narrow(0, done, take));
+    pending.g.narrow(0, pending.filled, take).copy_(g.narrow(0, done, take));
+    pending.filled += take;
+    done += take;
+    if (pending.filled == rows_) FlushOne(pending);
+  }
 }
 
 void BatchedWeightGradients::FlushOne(Pending& pending) {

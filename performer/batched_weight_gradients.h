@@ -5,16 +5,18 @@
 // matrix for little arithmetic: in config A at C = 16 these products ran at ~105 GFLOP/s against
 // ~210 for the same maps at 48 rows (BENCHMARKS.md, "Weight gradients a few slices at a time").
 // BatchedWeightGradients keeps the rows of x and g of consecutive slices per gradient and adds
-// them as one product of up to `rows` inner rows: the same sum in another order (float rounding),
-// a fraction of the passes over the gradient.
+// them as one product of `rows` inner rows (a slice's rows split across two products where they
+// do not fit; the last product of a call may be shorter): the same sum in another order (float
+// rounding), a fraction of the passes over the gradient.
 //
 // Example:
 //   BatchedWeightGradients batched(/*rows=*/64);
 //   for (each slice, last to first) batched.Add(sink, x, g);   // sink += xᵀ·g, eventually
 //   batched.Flush();                                           // before reading any sink
 //
-// Memory: for every gradient it has seen, a buffer of `rows` rows of x and of g (allocated on the
-// first Add, kept until destruction): BufferBytes() says how much, for the cost model.
+// Memory: for every gradient given rows fewer than `rows` at a time, a buffer of `rows` rows of x
+// and of g (allocated on its first such Add, kept until destruction; a gradient whose additions
+// all have `rows` rows or more gets none): BatchedWeightGradientBufferBytes says how much.
 //
 // Ownership: keeps references (tensor handles) to the gradients it was given; they must stay alive
 // and unread until Flush(). Thread safety: not thread-safe; one gradient call's backward.
@@ -26,11 +28,9 @@
 
 #include <ATen/ATen.h>
 
-namespace slimfit::performer {
+#include "performer/batched_weight_gradient_rows.h"
 
-// The inner rows gathered before a product: the engine batches the weight gradients of CPU slices
-// shorter than this (gradient_engine.cc), and the planner counts the buffers (cost_model.h).
-inline constexpr int64_t kBatchedWeightGradientRows = 64;
+namespace slimfit::performer {
 
 class BatchedWeightGradients {
  public:
@@ -47,10 +47,8 @@ class BatchedWeightGradients {
   // Adds everything kept to its gradient.
   void Flush();
 
-  // The bytes of the buffers a model's linear maps need: rows · Σ (inputs + outputs) · dtype bytes.
-  static int64_t BufferBytes(int64_t rows, int64_t sum_of_map_widths, int64_t dtype_bytes) {
-    return rows * sum_of_map_widths * dtype_bytes;
-  }
+  // The bytes of the buffers allocated so far.
+  int64_t allocated_bytes() const { return allocated_bytes_; }
 
  private:
   struct Pending {
@@ -62,6 +60,7 @@ class BatchedWeightGradients {
 
   const int64_t rows_;
   std::map<const void*, Pending> pending_;  // by the gradient's data
+  int64_t allocated_bytes_ = 0;
 };
 
 }  // namespace slimfit::performer

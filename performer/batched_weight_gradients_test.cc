@@ -31,16 +31,19 @@ at::Tensor Direct(const Slices& s, const at::Tensor& start) {
 
 TEST(BatchedWeightGradientsTest, TheSameSumAsSliceBySliceOnceFlushed) {
   at::manual_seed(3);
-  // Slices that fill a batch exactly, overflow it, a short last one, and one past the batch size.
-  for (const std::vector<int64_t>& rows :
-       std::vector<std::vector<int64_t>>{{16, 16, 16, 16}, {16, 16, 16, 16, 16}, {24, 24, 24, 7}, {16, 100, 16}}) {
+  // Slices that fill a batch exactly, overflow it, split across two batches with a short last one,
+  // and one past the batch size.
+  const std::vector<std::vector<int64_t>> cases = {
+      {16, 16, 16, 16}, {16, 16, 16, 16, 16}, {24, 24, 24, 7}, {48, 48, 48}, {16, 100, 16}};
+  for (const std::vector<int64_t>& rows : cases) {
     const Slices s = Make(rows, 48, 80, at::kDouble);
     const at::Tensor start = at::randn({48, 80}, at::kDouble);
     at::Tensor gradient = start.clone();
     BatchedWeightGradients batched(64);
     for (size_t i = 0; i < rows.size(); ++i) batched.Add(gradient, s.x[i], s.g[i]);
     batched.Flush();
-    EXPECT_TRUE(at::allclose(gradient, Direct(s, start), 1e-12, 1e-12)) << "rows " << rows.size();
+    EXPECT_TRUE(at::allclose(gradient, Direct(s, start), 1e-12, 1e-12))
+        << "slices of " << testing::PrintToString(rows);
     batched.Flush();  // nothing left: flushing again changes nothing
     EXPECT_TRUE(at::allclose(gradient, Direct(s, start), 1e-12, 1e-12));
   }
@@ -65,7 +68,8 @@ TEST(BatchedWeightGradientsTest, KeptRowsAreCopiesAndGradientsAreKeptApart) {
   batched.Flush();
   EXPECT_TRUE(at::allclose(ga, Direct(a, at::zeros({32, 24})), 1e-5, 1e-5));
   EXPECT_TRUE(at::allclose(gb, Direct(b, at::zeros({24, 40})), 1e-5, 1e-5));
-  EXPECT_EQ(BatchedWeightGradients::BufferBytes(64, 32 + 24 + 24 + 40, 4), 64 * 120 * 4);
+  // One buffer of 64 rows of x and g per gradient, as the cost model counts them.
+  EXPECT_EQ(batched.allocated_bytes(), BatchedWeightGradientBufferBytes(64, 32 + 24 + 24 + 40, 4));
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 //   3  2026-11-26: calibration also measures what the device holds outside the model's tensors
 //      (a CUDA card's cuBLAS workspaces) and whether the engine copies forward weight layouts;
 //      profiles without them under-predict a GPU's peak and over-predict a oneDNN-less CPU's
+//   4  2026-11-26: small CPU slices add their weight gradients 64 inner rows at a time
+//      (batched_weight_gradients.h): C ≤ 32 faster, and calibration subtracts the buffers
 //
 // Thread safety: a constant.
 #ifndef SLIMFIT_PERFORMER_ENGINE_REVISION_H_
@@ -20,7 +22,7 @@
 
 namespace slimfit::performer {
 
-inline constexpr int kEngineRevision = 3;
+inline constexpr int kEngineRevision = 4;
 
 }  // namespace slimfit::performer
 

@@ -217,6 +217,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       }
       if (batched) {
         batched->Flush();
+        result.batched_weight_gradient_bytes = batched->allocated_bytes();
         ctx.weight_gradients = nullptr;
       }
       result.loss_sum = runner.loss_sum();

@@ -96,6 +96,8 @@ struct GradientResult {
   int64_t stored_fronts_peak = 0;     // most fronts held at once by the front policy
   int64_t replayed_slices = 0;        // slice computations launched as a replay (SliceReplay)
   int64_t graph_pool_bytes = 0;       // device memory the captured graphs held for their scratch
+  // Buffers of small CPU slices' weight gradients, added a batch at a time (BatchedWeightGradients).
+  int64_t batched_weight_gradient_bytes = 0;
   // Why replays stopped during the call (a capture failed: then CUDA graphs stay off for the
   // process, and later calls say so here), or empty.
   std::string replay_fallback;

@@ -195,8 +195,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       // ... and the engine's forward weight layouts (PrepareForwardLayouts), which the cost model
       // adds on its own.
       const bool copies = plan.copy_forward_weights && performer::CopiesForwardLayouts(*device, options.dtype);
-      const double fronts = (slice == 0 ? 0 : 4.0 * FrontBytes(probe_model, options.dtype)) +
-                            static_cast<double>(probe_model.forward_layout_values(copies) * DTypeBytes(options.dtype)) +
+      const double layouts =
+          static_cast<double>(probe_model.forward_layout_values(copies) * DTypeBytes(options.dtype));
+      const double fronts = (slice == 0 ? 0 : 4.0 * FrontBytes(probe_model, options.dtype)) + layouts +
                             static_cast<double>(BatchedWeightGradientBytes(probe_model, plan, profile));
       memory_x.push_back({elements * DTypeBytes(options.dtype), 1.0});
       memory_y.push_back(std::max(1.0, static_cast<double>(probe.working_bytes) - fronts));

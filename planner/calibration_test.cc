@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include "performer/gradient_engine.h"
 #include "performer/matrix_products.h"
+#include "performer/packed_batch.h"
+#include "performer/performer_model.h"
+#include "planner/cost_model.h"
 
 namespace slimfit::planner {
 namespace {
@@ -34,6 +38,42 @@ TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
   EXPECT_LT(result->profile.resident_overhead_bytes, int64_t{1} << 20);
   // What this build's engine does on the CPU (oneDNN products: the forward copies; none without).
   EXPECT_EQ(result->profile.forward_weight_copies, performer::OneDnnProducts());
+}
+
+// The engine's batched weight-gradient buffers are what the cost model counts, for the plans it
+// counts them for, and absent from the others.
+TEST(CalibrationTest, TheCostModelCountsTheBatchedWeightGradientBuffersTheEngineAllocates) {
+  struct Case {
+    bool batched;
+    int64_t slice;
+    performer::FeatureMap features = performer::FeatureMap::kSqr;
+    performer::LayerRecompute recompute = performer::LayerRecompute::kNone;
+    performer::DType dtype = performer::DType::kFloat32;
+  };
+  using performer::FeatureMap;
+  using performer::LayerRecompute;
+  for (const Case& c : {Case{true, 16}, Case{true, 24},
+                        Case{true, 16, FeatureMap::kSqr, LayerRecompute::kNone, performer::DType::kFloat64},
+                        Case{false, 0}, Case{false, 64}, Case{false, 16, FeatureMap::kFavor},
+                        Case{false, 16, FeatureMap::kSqr, LayerRecompute::kLayers}}) {
+    performer::ModelConfig config = ProbeModel(32);
+    config.feature_map = c.features;
+    absl::StatusOr<performer::PerformerModel> model =
+        performer::PerformerModel::Create(config, c.dtype, at::Device(at::kCPU), 1);
+    ASSERT_TRUE(model.ok()) << model.status();
+    performer::PackedBatch batch;
+    for (int64_t i = 0; i < 160; ++i) batch.tokens.push_back((i * 7 + i / 9) % config.vocab);
+    performer::Plan plan;
+    plan.slice = c.slice;
+    plan.recompute = c.recompute;
+    plan.dtype = c.dtype;
+    absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, plan, {});
+    ASSERT_TRUE(result.ok()) << result.status();
+    const std::string what = plan.DebugString();
+    EXPECT_EQ(result->batched_weight_gradient_bytes, BatchedWeightGradientBytes(config, plan, DeviceProfile()))
+        << what;
+    EXPECT_EQ(result->batched_weight_gradient_bytes > 0, c.batched) << what;
+  }
 }
 
 TEST(CalibrationTest, BadOptionsAreErrors) {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "performer/batched_weight_gradients.h"
+#include "performer/batched_weight_gradient_rows.h"
 #include "planner/bptt_schedule.h"
 
 namespace slimfit::planner {
@@ -120,8 +120,8 @@ int64_t BatchedWeightGradientBytes(const ModelConfig& c, const Plan& plan, const
   }
   // q|k|v (d → 3d), the FFN's two maps (d → f → d) per layer, and the output head (d → vocab).
   const int64_t widths = c.layers * (6 * c.d_model + 2 * c.d_ff) + c.d_model + c.vocab;
-  return performer::BatchedWeightGradients::BufferBytes(performer::kBatchedWeightGradientRows, widths,
-                                                        performer::DTypeBytes(plan.dtype));
+  return performer::BatchedWeightGradientBufferBytes(performer::kBatchedWeightGradientRows, widths,
+                                                     performer::DTypeBytes(plan.dtype));
 }
 
 int64_t SweepSlicesPerStretch(const ModelConfig& c, const Plan& plan) {
