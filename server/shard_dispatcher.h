@@ -275,10 +275,11 @@ class ShardDispatcher {
   absl::Mutex mutex_;
   // Calls in flight and the worker each goes to (id, incarnation).
   std::map<grpc::ClientContext*, std::pair<std::string, uint64_t>> in_flight_ ABSL_GUARDED_BY(mutex_);
-  // Calls cancelled because their worker went away: reported as UNAVAILABLE, not as failures.
-  std::set<grpc::ClientContext*> cancelled_gone_ ABSL_GUARDED_BY(mutex_);
-  // Calls cancelled because the round's sum was tainted (CancelCallsOfATaintedRound).
-  std::set<grpc::ClientContext*> cancelled_redo_ ABSL_GUARDED_BY(mutex_);
+  // Why a call in flight was cancelled: its worker went away (reported as UNAVAILABLE, not as a
+  // failure; this reason wins over the other), or the round's sum was tainted (the call is
+  // abandoned, CallOutcome::abandoned).
+  enum class Cancelled { kWorkerGone, kRoundTainted };
+  std::map<grpc::ClientContext*, Cancelled> cancelled_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace slimfit::server

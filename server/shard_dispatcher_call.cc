@@ -127,8 +127,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     ~Untrack() {
       absl::MutexLock lock(&dispatcher->mutex_);
       dispatcher->in_flight_.erase(context);
-      dispatcher->cancelled_gone_.erase(context);
-      dispatcher->cancelled_redo_.erase(context);
+      dispatcher->cancelled_.erase(context);
     }
   } untrack{this, context.get()};
 
@@ -173,7 +172,8 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   {
     // A worker no longer serving (lost, left, revoked) counts for nothing: its call was cancelled.
     absl::MutexLock lock(&mutex_);
-    if (cancelled_gone_.count(context.get()) > 0) {
+    const auto cancelled = cancelled_.find(context.get());
+    if (cancelled != cancelled_.end() && cancelled->second == Cancelled::kWorkerGone) {
       outcome.status = absl::UnavailableError(
           absl::StrCat("worker ", plan.worker.worker_id, " stopped heartbeating; its call was cancelled"));
       outcome.gone = true;
@@ -182,7 +182,8 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     // Cancelled for a tainted round before it ended on its own (a whole result, or the worker's
     // protocol error, are handled as ever). Values of it may be in the sum, which is thrown away
     // anyway: no blame for the taint.
-    if (cancelled_redo_.count(context.get()) > 0 && !(stream.error.ok() && stream.summary.has_value()) &&
+    if (cancelled != cancelled_.end() && cancelled->second == Cancelled::kRoundTainted &&
+        !(stream.error.ok() && stream.summary.has_value()) &&
         stream.error.code() != absl::StatusCode::kInvalidArgument) {
       if (streamed.has_value()) streamed->Abandon();
       outcome.status = absl::AbortedError(absl::StrCat(
@@ -262,15 +263,17 @@ void ShardDispatcher::CancelAll() {
 void ShardDispatcher::CancelCallsOfATaintedRound() {
   absl::MutexLock lock(&mutex_);
   for (auto& [context, worker] : in_flight_) {
-    if (cancelled_redo_.insert(context).second) context->TryCancel();
+    if (cancelled_.emplace(context, Cancelled::kRoundTainted).second) context->TryCancel();
   }
 }
 
 void ShardDispatcher::CancelCallsToGoneWorkers() {
   absl::MutexLock lock(&mutex_);
   for (auto& [context, worker] : in_flight_) {
-    if (cancelled_gone_.count(context) == 0 && !deps_.registry->IsServing(worker.first, worker.second)) {
-      cancelled_gone_.insert(context);
+    const auto cancelled = cancelled_.find(context);
+    if ((cancelled == cancelled_.end() || cancelled->second != Cancelled::kWorkerGone) &&
+        !deps_.registry->IsServing(worker.first, worker.second)) {
+      cancelled_[context] = Cancelled::kWorkerGone;
       context->TryCancel();
     }
   }
