@@ -1,12 +1,16 @@
-// How many inner rows the engine gathers before adding small CPU slices' weight gradients
-// (performer/batched_weight_gradients.h), and the bytes its buffers take — a constant and a formula
-// without LibTorch, for the planner's cost model (planner/cost_model.h).
+// Which plans the engine batches small CPU slices' weight gradients for
+// (performer/batched_weight_gradients.h), how many inner rows it gathers, and the bytes its buffers
+// take — without LibTorch, so the engine and the planner's cost model (planner/cost_model.h) share
+// one rule.
 //
-// Thread safety: constants and a pure function.
+// Thread safety: constants and pure functions.
 #ifndef SLIMFIT_PERFORMER_BATCHED_WEIGHT_GRADIENT_ROWS_H_
 #define SLIMFIT_PERFORMER_BATCHED_WEIGHT_GRADIENT_ROWS_H_
 
 #include <cstdint>
+
+#include "performer/model_config.h"
+#include "performer/plan.h"
 
 namespace slimfit::performer {
 
@@ -14,11 +18,22 @@ namespace slimfit::performer {
 // exactly this many inner rows (fewer for the last of a call).
 inline constexpr int64_t kBatchedWeightGradientRows = 64;
 
-// The buffers for linear maps whose inputs and outputs add up to `sum_of_map_widths`: `rows` rows
-// of each map's x and g.
-inline int64_t BatchedWeightGradientBufferBytes(int64_t rows, int64_t sum_of_map_widths,
-                                                int64_t dtype_bytes) {
-  return rows * sum_of_map_widths * dtype_bytes;
+// Whether a gradient call with `plan` on a CPU batches its weight gradients: slices shorter than
+// kBatchedWeightGradientRows on the hand-written backward's path (chunked prefix sums, no FAVOR+,
+// no layer recomputation; a call that still runs through autograd — bfloat16 products, or the
+// hand-written path turned off — allocates nothing).
+inline bool BatchesWeightGradients(const ModelConfig& config, const Plan& plan) {
+  return plan.slice > 0 && plan.slice < kBatchedWeightGradientRows && plan.prefix_mode == PrefixMode::kChunked &&
+         config.feature_map != FeatureMap::kFavor && plan.recompute == LayerRecompute::kNone;
+}
+
+// The buffers for such a call: kBatchedWeightGradientRows rows of every linear map's input and
+// output — q|k|v (d → 3d) and the FFN's two maps (d → f → d) per layer, the output head
+// (d → vocab) — in the plan's dtype; 0 for a plan that does not batch.
+inline int64_t BatchedWeightGradientBytes(const ModelConfig& config, const Plan& plan) {
+  if (!BatchesWeightGradients(config, plan)) return 0;
+  const int64_t widths = config.layers * (6 * config.d_model + 2 * config.d_ff) + config.d_model + config.vocab;
+  return kBatchedWeightGradientRows * widths * DTypeBytes(plan.dtype);
 }
 
 }  // namespace slimfit::performer

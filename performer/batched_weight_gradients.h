@@ -16,7 +16,8 @@
 //
 // Memory: for every gradient given rows fewer than `rows` at a time, a buffer of `rows` rows of x
 // and of g (allocated on its first such Add, kept until destruction; a gradient whose additions
-// all have `rows` rows or more gets none): BatchedWeightGradientBufferBytes says how much.
+// all have `rows` rows or more gets none): BatchedWeightGradientBytes
+// (batched_weight_gradient_rows.h) says how much for a model's call.
 //
 // Ownership: keeps references (tensor handles) to the gradients it was given; they must stay alive
 // and unread until Flush(). Thread safety: not thread-safe; one gradient call's backward.

@@ -69,7 +69,7 @@ TEST(BatchedWeightGradientsTest, KeptRowsAreCopiesAndGradientsAreKeptApart) {
   EXPECT_TRUE(at::allclose(ga, Direct(a, at::zeros({32, 24})), 1e-5, 1e-5));
   EXPECT_TRUE(at::allclose(gb, Direct(b, at::zeros({24, 40})), 1e-5, 1e-5));
   // One buffer of 64 rows of x and g per gradient, as the cost model counts them.
-  EXPECT_EQ(batched.allocated_bytes(), BatchedWeightGradientBufferBytes(64, 32 + 24 + 24 + 40, 4));
+  EXPECT_EQ(batched.allocated_bytes(), 64 * (32 + 24 + 24 + 40) * 4);
 }
 
 }  // namespace

@@ -113,15 +113,7 @@ bool ForwardCopiesApply(const DeviceProfile& profile, DType dtype) {
 }
 
 int64_t BatchedWeightGradientBytes(const ModelConfig& c, const Plan& plan, const DeviceProfile& profile) {
-  if (absl::StartsWith(profile.device, "cuda") || plan.slice <= 0 ||
-      plan.slice >= performer::kBatchedWeightGradientRows || plan.prefix_mode != PrefixMode::kChunked ||
-      c.feature_map == FeatureMap::kFavor || plan.recompute != performer::LayerRecompute::kNone) {
-    return 0;
-  }
-  // q|k|v (d → 3d), the FFN's two maps (d → f → d) per layer, and the output head (d → vocab).
-  const int64_t widths = c.layers * (6 * c.d_model + 2 * c.d_ff) + c.d_model + c.vocab;
-  return performer::BatchedWeightGradientBufferBytes(performer::kBatchedWeightGradientRows, widths,
-                                                     performer::DTypeBytes(plan.dtype));
+  return absl::StartsWith(profile.device, "cuda") ? 0 : performer::BatchedWeightGradientBytes(c, plan);
 }
 
 int64_t SweepSlicesPerStretch(const ModelConfig& c, const Plan& plan) {

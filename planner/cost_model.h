@@ -76,12 +76,10 @@ double SliceSeconds(const performer::ModelConfig& model, int64_t tokens, const p
                     bool with_output, const DeviceProfile& profile);
 
 // Bytes of the buffers in which the engine gathers small CPU slices' weight gradients before adding
-// them (performer::BatchedWeightGradients: kBatchedWeightGradientRows rows of every linear map's
-// input and output, on a CPU, for slices shorter than that, where the hand-written backward runs:
-// chunked prefix sums, no FAVOR+, no layer recomputation); 0 elsewhere. Conservative: counted in
-// the working set for the whole call (the sweep policies allocate them at the first backward),
-// and for calls the planner cannot tell run through autograd (bfloat16 products, or the
-// hand-written path turned off).
+// them (performer::BatchedWeightGradientBytes, the engine's own rule, on a CPU); 0 on CUDA and for
+// plans that do not batch. Conservative: counted in the working set for the whole call (the sweep
+// policies allocate them at the first backward), and for calls the planner cannot tell run through
+// autograd (bfloat16 products, or the hand-written path turned off).
 int64_t BatchedWeightGradientBytes(const performer::ModelConfig& model, const performer::Plan& plan,
                                    const DeviceProfile& profile);
 
