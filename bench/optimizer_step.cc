@@ -2,10 +2,13 @@
 // with AdamW on a model's float32 parameters, in one pass per tensor (performer/adamw_step.h, the
 // default) or through torch::optim::AdamW (--fused=false). Prints the median step time and the
 // step's transient memory: the peak resident set during the timed steps above the resident set
-// before them (the AdamW state exists by then: one warm-up step creates it).
+// before them (the AdamW state exists by then: one warm-up step creates it). With
+// --optimizer_state_dir the moments are kept in files there (Trainer::KeepOptimizerStateIn), as
+// slimfit-coordinator --optimizer_state_dir keeps them.
 //
 //   bazel-bin/bench/optimizer_step --fused=true  --threads=2     # the 100M model of round_data_path.sh
 //   bazel-bin/bench/optimizer_step --fused=false --threads=2
+//   bazel-bin/bench/optimizer_step --threads=2 --optimizer_state_dir=/var/tmp
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -31,6 +34,7 @@ ABSL_FLAG(int, threads, 2, "intra-op threads");
 ABSL_FLAG(int, repeats, 5, "timed steps (median reported)");
 ABSL_FLAG(bool, fused, true, "one pass per tensor (true) or torch::optim::AdamW (false)");
 ABSL_FLAG(double, clip, 1.0, "gradient_clip_norm (0: no clipping)");
+ABSL_FLAG(std::string, optimizer_state_dir, "", "keep AdamW's moments in files in this directory (empty: memory)");
 
 namespace slimfit::bench {
 namespace {
@@ -62,6 +66,13 @@ int Run() {
   }
   model = absl::CancelledError();  // the trainer holds its own copy
   (*trainer)->set_fused_steps(absl::GetFlag(FLAGS_fused));
+  const std::string state_dir = absl::GetFlag(FLAGS_optimizer_state_dir);
+  if (!state_dir.empty()) {
+    if (absl::Status kept = (*trainer)->KeepOptimizerStateIn(state_dir); !kept.ok()) {
+      std::fprintf(stderr, "optimizer_step: %s\n", std::string(kept.message()).c_str());
+      return 1;
+    }
+  }
   int64_t parameters = 0;
   // The round's sum, reused every step as the coordinator's is. With --fused=false and clipping,
   // LibTorch's path scales it in place, so it shrinks step after step: the time is the same.
@@ -93,9 +104,10 @@ int Run() {
   std::sort(seconds.begin(), seconds.end());
   const double bytes = 4.0 * static_cast<double>(parameters);
   std::printf(
-      "{\"fused\": %s, \"parameters\": %lld, \"threads\": %d, \"step_s_median\": %.4f, \"step_s_min\": %.4f, "
+      "{\"fused\": %s, \"moments_on_disk\": %s, \"parameters\": %lld, \"threads\": %d, \"step_s_median\": %.4f, \"step_s_min\": %.4f, "
       "\"transient_mib\": %.1f, \"rss_mib\": %.1f, \"rss_over_parameter_bytes\": %.2f}\n",
-      absl::GetFlag(FLAGS_fused) ? "true" : "false", static_cast<long long>(parameters), at::get_num_threads(),
+      absl::GetFlag(FLAGS_fused) ? "true" : "false", state_dir.empty() ? "false" : "true",
+      static_cast<long long>(parameters), at::get_num_threads(),
       seconds[seconds.size() / 2], seconds.front(),
       static_cast<double>(after->peak_rss_bytes - before->rss_bytes) / (1 << 20),
       static_cast<double>(before->rss_bytes) / (1 << 20), static_cast<double>(before->rss_bytes) / bytes);

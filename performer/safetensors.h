@@ -40,6 +40,7 @@
 #ifndef SLIMFIT_PERFORMER_SAFETENSORS_H_
 #define SLIMFIT_PERFORMER_SAFETENSORS_H_
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -112,7 +113,14 @@ absl::StatusOr<std::string> SerializeSafetensors(const TensorFile& file);
 // does not exist; PERMISSION_DENIED if it is not writable; RESOURCE_EXHAUSTED
 // if the disk or quota is full; other I/O failures map from errno
 // (base/files.h). Messages name the path.
-absl::Status WriteSafetensors(const std::string& path, const TensorFile& file);
+struct SafetensorsWriteOptions {
+  // Called once each tensor's bytes are written, with the tensor written (the one of `file`, or
+  // its contiguous CPU copy): e.g. to take a file-backed tensor's pages out of the resident set
+  // (file_backed_tensors.h).
+  std::function<void(const at::Tensor&)> after_each_tensor;
+};
+absl::Status WriteSafetensors(const std::string& path, const TensorFile& file,
+                              const SafetensorsWriteOptions& options = {});
 
 }  // namespace performer
 }  // namespace slimfit

@@ -121,7 +121,7 @@ absl::StatusOr<std::string> SerializeSafetensors(const TensorFile& file) {
   return out;
 }
 
-absl::Status WriteSafetensors(const std::string& path, const TensorFile& file) {
+absl::Status WriteSafetensors(const std::string& path, const TensorFile& file, const SafetensorsWriteOptions& options) {
   absl::StatusOr<Encoding> encoding = Encode(file);
   if (!encoding.ok()) return WithPath(path, encoding.status());
   // Tensor bytes are streamed from the tensors, not staged in one buffer.
@@ -130,6 +130,7 @@ absl::Status WriteSafetensors(const std::string& path, const TensorFile& file) {
   if (absl::Status s = writer->Append(encoding->head); !s.ok()) return s;
   for (const at::Tensor& tensor : encoding->tensors) {
     if (absl::Status s = writer->Append(absl::string_view(TensorBytes(tensor), tensor.nbytes())); !s.ok()) return s;
+    if (options.after_each_tensor) options.after_each_tensor(tensor);
   }
   return writer->Commit();
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "performer/adamw_step.h"
+#include "performer/file_backed_tensors.h"
 #include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
@@ -38,6 +39,13 @@ Key StateKeyOf(const void* impl) {
 
 OptimizerStateKey StateKey(const at::Tensor& parameter) {
   return StateKeyOf<OptimizerStateKey>(parameter.unsafeGetTensorImpl());
+}
+
+// The optimizer state's file; file-backed moments leave the resident set as each is written.
+absl::Status WriteOptimizerState(const std::string& path, const performer::TensorFile& state) {
+  SafetensorsWriteOptions options;
+  options.after_each_tensor = [](const at::Tensor& tensor) { ReleaseResidentPages(tensor); };
+  return performer::WriteSafetensors(path, state, options);
 }
 
 }  // namespace
@@ -201,6 +209,13 @@ absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
         parameters_[i].mutable_grad() = std::move(grads[i]);
       }
       optimizer_->step();
+      if (!state_directory_.empty()) {
+        for (const auto& [key, state] : optimizer_->state()) {
+          const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+          ReleaseResidentPages(s.exp_avg());
+          ReleaseResidentPages(s.exp_avg_sq());
+        }
+      }
     }
     for (at::Tensor& p : parameters_) p.mutable_grad() = at::Tensor();
   } catch (const c10::Error& e) {
@@ -244,8 +259,12 @@ bool Trainer::StepAdamWFused(std::vector<at::Tensor>& grads, double scale) {
     torch::optim::AdamWParamState& state = *stepped[i];
     state.step(state.step() + 1);
     at::Tensor p = parameters_[i].detach();
+    PrepareForWriting(state.exp_avg());  // file-backed moments: mapped in one call each
+    PrepareForWriting(state.exp_avg_sq());
     AdamWStep(p, grads[i], state.exp_avg(), state.exp_avg_sq(), state.step(), hyper, scale);
     grads[i] = at::Tensor();  // released as soon as it is used
+    ReleaseResidentPages(state.exp_avg());  // file-backed moments leave the resident set
+    ReleaseResidentPages(state.exp_avg_sq());
   }
   return true;
 }
@@ -272,7 +291,7 @@ absl::Status Trainer::WriteCheckpoint(const Checkpoint& checkpoint, const std::s
       !saved.ok()) {
     return saved;
   }
-  return performer::WriteSafetensors(optimizer_path, checkpoint.optimizer_state);
+  return WriteOptimizerState(optimizer_path, checkpoint.optimizer_state);
 }
 
 absl::Status Trainer::SetParameters(const std::vector<at::Tensor>& values) {
@@ -309,7 +328,7 @@ absl::Status Trainer::SeparateParameters() {
 }
 
 absl::Status Trainer::SaveOptimizerState(const std::string& optimizer_path) const {
-  return performer::WriteSafetensors(optimizer_path, OptimizerState());
+  return WriteOptimizerState(optimizer_path, OptimizerState());
 }
 
 performer::TensorFile Trainer::OptimizerState() const {
@@ -322,6 +341,7 @@ performer::TensorFile Trainer::OptimizerState() const {
     if (it == states.end()) continue;
     if (spec_.has_adamw()) {
       const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      if (s.step() == 0) continue;  // made ahead of its first step (KeepOptimizerStateIn)
       state.tensors["exp_avg." + names_[i]] = s.exp_avg();
       state.tensors["exp_avg_sq." + names_[i]] = s.exp_avg_sq();
       state.tensors["step." + names_[i]] = torch::tensor({s.step()}, torch::kLong);
@@ -354,7 +374,10 @@ absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
       auto get = [&](const std::string& prefix) -> at::Tensor {
         auto it = file->tensors.find(prefix + names_[i]);
         if (it == file->tensors.end()) return at::Tensor();
-        return it->second.to(p.options().requires_grad(false)).clone();
+        // The file's tensor is owned (safetensors.h): used as it is when it has the right type.
+        at::Tensor t = it->second.to(p.options().requires_grad(false));
+        file->tensors.erase(it);
+        return t;
       };
       if (spec_.has_adamw()) {
         at::Tensor exp_avg = get("exp_avg."), exp_avg_sq = get("exp_avg_sq.");
@@ -383,6 +406,54 @@ absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
     return absl::InternalError(absl::StrCat(optimizer_path, ": restoring optimizer state: ", e.what_without_backtrace()));
   }
   steps_ = steps;
+  file->tensors.clear();
+  if (!state_directory_.empty()) return MoveAdamWStateToFiles(state_directory_);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::KeepOptimizerStateIn(const std::string& directory) {
+  if (!spec_.has_adamw()) {
+    return absl::FailedPreconditionError("optimizer state on disk: only AdamW's moments can be kept in files");
+  }
+  if (directory.empty()) return absl::InvalidArgumentError("optimizer state on disk: no directory given");
+  if (absl::Status moved = MoveAdamWStateToFiles(directory); !moved.ok()) return moved;
+  state_directory_ = directory;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::MoveAdamWStateToFiles(const std::string& directory) {
+  auto& states = optimizer_->state();
+  // Every file first: a failure leaves the state as it was.
+  std::vector<std::pair<size_t, std::unique_ptr<torch::optim::AdamWParamState>>> moved;
+  try {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (!trainable_[i]) continue;
+      const at::Tensor& p = parameters_[i];
+      auto it = states.find(StateKey(p));
+      const auto* old = it == states.end() ? nullptr : static_cast<const torch::optim::AdamWParamState*>(it->second.get());
+      if (old != nullptr && IsFileBacked(old->exp_avg()) && IsFileBacked(old->exp_avg_sq())) continue;
+      auto state = std::make_unique<torch::optim::AdamWParamState>();
+      state->step(old != nullptr ? old->step() : 0);
+      for (const bool second : {false, true}) {
+        absl::StatusOr<at::Tensor> moment = FileBackedZerosLike(directory, p);
+        if (!moment.ok()) {
+          return absl::Status(moment.status().code(),
+                              absl::StrCat("optimizer state of ", names_[i], ": ", moment.status().message()));
+        }
+        if (old != nullptr) moment->copy_(second ? old->exp_avg_sq() : old->exp_avg());
+        ReleaseResidentPages(*moment);
+        if (second) {
+          state->exp_avg_sq(*moment);
+        } else {
+          state->exp_avg(*moment);
+        }
+      }
+      moved.emplace_back(i, std::move(state));
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("moving the optimizer state to ", directory, ": ", e.what_without_backtrace()));
+  }
+  for (auto& [i, state] : moved) states[StateKey(parameters_[i])] = std::move(state);
   return absl::OkStatus();
 }
 

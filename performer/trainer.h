@@ -89,6 +89,18 @@ class Trainer {
   // global parameters. INVALID_ARGUMENT for a shape mismatch (nothing is changed then).
   absl::Status SetParameters(const std::vector<at::Tensor>& values);
 
+  // Keeps AdamW's moments in unnamed files in `directory` (file_backed_tensors.h) from now on,
+  // moving any the trainer has there: they are resident only while a step or a checkpoint passes
+  // over them, one tensor at a time, so the trainer's resident memory is its parameters and the
+  // gradient it is given (the coordinator's sum) instead of twice that. The files' blocks are
+  // allocated here, 2× the trainable parameters' bytes; the steps and checkpoints are bit for bit
+  // those of moments in memory. SGD's momentum stays in memory (FAILED_PRECONDITION for SGD).
+  // Errors of FileBackedZerosLike (NOT_FOUND for a missing directory, RESOURCE_EXHAUSTED for a
+  // full disk), naming the directory; the state is unchanged then.
+  absl::Status KeepOptimizerStateIn(const std::string& directory);
+  // The directory of KeepOptimizerStateIn; empty: the moments are in memory.
+  const std::string& optimizer_state_directory() const { return state_directory_; }
+
   // AdamW steps run as one pass per tensor (adamw_step.h; the default) or through
   // torch::optim::AdamW (false; for tests and benchmarks that compare the two). The state and the
   // checkpoints are the same either way.
@@ -134,6 +146,9 @@ class Trainer {
   // adamw_step.h takes (it always is for the trainer's CPU float32/float64 parameters): true when
   // it stepped (each used gradient released), false when the optimizer's own step must run.
   bool StepAdamWFused(std::vector<at::Tensor>& grads, double scale);
+  // With state_directory_: every trainable parameter's AdamW state in files (fresh ones at step 0,
+  // which OptimizerState leaves out, as if they did not exist yet).
+  absl::Status MoveAdamWStateToFiles(const std::string& directory);
 
   performer::ModelConfig config_;
   performer::DType dtype_ = performer::DType::kFloat32;
@@ -144,6 +159,7 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int64_t steps_ = 0;
   bool fused_steps_ = true;
+  std::string state_directory_;
 };
 
 }  // namespace slimfit::performer

@@ -28,6 +28,18 @@ const v1::Optimizer& JobRunner::StepOptimizer(const v1::JobSpec& spec) {
   return spec.has_local_steps() ? spec.outer_optimizer() : spec.optimizer();
 }
 
+absl::StatusOr<std::unique_ptr<performer::Trainer>> JobRunner::NewTrainer(std::vector<at::Tensor> parameters,
+                                                                          const v1::JobSpec& spec) const {
+  absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
+      performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec), trainable_);
+  if (!trainer.ok()) return trainer.status();
+  const std::string& directory = deps_.options.optimizer_state_directory;
+  if (!directory.empty() && StepOptimizer(spec).has_adamw()) {
+    if (absl::Status kept = (*trainer)->KeepOptimizerStateIn(directory); !kept.ok()) return kept;
+  }
+  return trainer;
+}
+
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobData data,
                                                              performer::ModelConfig config,
                                                              std::vector<at::Tensor> initial,
@@ -54,9 +66,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   if (!checkpoints.ok()) return checkpoints.status();
   runner->RemoveUnrecordedFiles(*checkpoints);
   if (checkpoints->empty()) {
-    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
-        performer::Trainer::Create(config, runner->dtype_, std::move(initial), StepOptimizer(spec),
-                                   runner->trainable_);
+    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer = runner->NewTrainer(std::move(initial), spec);
     if (!trainer.ok()) return trainer.status();
     runner->trainer_ = *std::move(trainer);
     runner->record_.Update([&](v1::Job* job) {

@@ -103,8 +103,7 @@ absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
     parameters.push_back(it->second);
   }
   const v1::JobSpec spec = record_.Snapshot().spec();
-  absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
-      performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec), trainable_);
+  absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer = NewTrainer(std::move(parameters), spec);
   if (!trainer.ok()) return trainer.status();
   trainer_ = *std::move(trainer);
   if (absl::Status loaded = trainer_->LoadOptimizerState(latest.optimizer_path); !loaded.ok()) return loaded;

@@ -1,7 +1,10 @@
 // End to end at a real size: a model whose large tensors are 9 MiB each (nine 1 MiB chunks on the
 // wire, both ways), trained by three workers on different plans with several shards each, equals
 // the same rounds in one process — with each shard's gradient assembled before it is summed, and
-// with every shard summed chunk by chunk as it arrives (--stream_into_sum_bytes=0).
+// with every shard summed chunk by chunk as it arrives (--stream_into_sum_bytes=0) and AdamW's
+// moments kept in files (--optimizer_state_dir).
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,13 +44,32 @@ v1::JobSpec LargeSpec(const std::string& dataset) {
   return spec;
 }
 
+// Mappings of the coordinator's memory that are files in `directory` (an unnamed file shows as
+// "<directory>/#<inode> (deleted)").
+int MappedFilesIn(pid_t pid, const std::string& directory) {
+  std::ifstream maps(absl::StrCat("/proc/", pid, "/maps"));
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(" " + directory + "/") != std::string::npos) ++count;
+  }
+  return count;
+}
+
 // `streams`: every shard not spot-checked is summed as it arrives (else every shard is assembled).
+// `moments_dir`: where the coordinator keeps AdamW's moments (empty: in memory).
 void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::string>& coordinator_flags,
-                            bool streams) {
+                            bool streams, const std::string& moments_dir = "") {
   Cluster cluster(name);
+  if (!moments_dir.empty()) {
+    // A directory that cannot hold them stops the start, saying which flag.
+    EXPECT_FALSE(cluster.StartCoordinator({"--optimizer_state_dir=/nonexistent/moments"}).ok());
+    EXPECT_THAT(cluster.Logs(), ::testing::HasSubstr("--optimizer_state_dir: /nonexistent/moments"));
+    std::filesystem::create_directories(moments_dir);
+  }
   // One sequence per shard: six shards a round, two or so per worker.
   std::vector<std::string> flags = {"--max_sequences_per_shard=1"};
   flags.insert(flags.end(), coordinator_flags.begin(), coordinator_flags.end());
+  if (!moments_dir.empty()) flags.push_back("--optimizer_state_dir=" + moments_dir);
   ASSERT_TRUE(cluster.StartCoordinator(flags).ok()) << cluster.Logs();
   // Parameters, their gradient and the running sum take ~124 MiB; the rest decides the plan: a
   // short slice, a long one, full back-propagation.
@@ -69,6 +91,18 @@ void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::stri
   }
   absl::StatusOr<v1::Job> job = cluster.Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
+  if (!moments_dir.empty()) {
+    // Two files per parameter tensor (both moments) while the job runs.
+    const int want = 2 * static_cast<int>(performer::ParameterNames(*config).size());
+    int mapped = 0;
+    for (int i = 0; i < 1200 && mapped < want; ++i) {
+      mapped = std::max(mapped, MappedFilesIn(cluster.coordinator().pid(), moments_dir));
+      absl::StatusOr<v1::Job> now = cluster.GetJob(job->job_id());
+      if (!now.ok() || now->state() >= v1::JOB_STATE_SUCCEEDED) break;  // terminal
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    EXPECT_EQ(mapped, want) << cluster.Logs();
+  }
   absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(240));
   ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
   ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
@@ -100,8 +134,9 @@ TEST(LargeModelEndToEndTest, NineMiBTensorsOnThreePlansEqualOneProcess) {
   ExpectEqualsOneProcess("large", {"--stream_into_sum_bytes=1TiB"}, /*streams=*/false);
 }
 
-TEST(LargeModelEndToEndTest, NineMiBTensorsSummedAsTheyArriveEqualOneProcess) {
-  ExpectEqualsOneProcess("large_streamed", {"--stream_into_sum_bytes=0"}, /*streams=*/true);
+TEST(LargeModelEndToEndTest, NineMiBTensorsSummedAsTheyArriveWithMomentsOnDiskEqualOneProcess) {
+  ExpectEqualsOneProcess("large_streamed", {"--stream_into_sum_bytes=0"}, /*streams=*/true,
+                         ::testing::TempDir() + "moments");
 }
 
 }  // namespace
