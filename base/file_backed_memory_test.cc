@@ -11,14 +11,9 @@
 namespace slimfit::base {
 namespace {
 
-std::string TempDirectory() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
-
 TEST(FileBackedMemoryTest, StartsAsZerosAndKeepsWhatIsWrittenAfterItsPagesAreReleased) {
   const int64_t bytes = (int64_t{8} << 20) + 123;  // not a whole number of pages
-  absl::StatusOr<std::unique_ptr<FileBackedMemory>> memory = FileBackedMemory::Create(TempDirectory(), bytes);
+  absl::StatusOr<std::unique_ptr<FileBackedMemory>> memory = FileBackedMemory::Create(::testing::TempDir(), bytes);
   ASSERT_TRUE(memory.ok()) << memory.status();
   ASSERT_EQ((*memory)->size(), bytes);
   auto* data = static_cast<unsigned char*>((*memory)->data());
@@ -41,8 +36,8 @@ TEST(FileBackedMemoryTest, StartsAsZerosAndKeepsWhatIsWrittenAfterItsPagesAreRel
 }
 
 TEST(FileBackedMemoryTest, TwoBlocksAreIndependent) {
-  auto a = FileBackedMemory::Create(TempDirectory(), 4096);
-  auto b = FileBackedMemory::Create(TempDirectory(), 4096);
+  auto a = FileBackedMemory::Create(::testing::TempDir(), 4096);
+  auto b = FileBackedMemory::Create(::testing::TempDir(), 4096);
   ASSERT_TRUE(a.ok() && b.ok());
   std::memset((*a)->data(), 1, 4096);
   EXPECT_EQ(static_cast<unsigned char*>((*b)->data())[0], 0);
@@ -56,7 +51,7 @@ TEST(FileBackedMemoryTest, AMissingDirectoryIsNotFoundAndNamed) {
 }
 
 TEST(FileBackedMemoryTest, ARegularFileIsNotADirectory) {
-  const std::string file = TempDirectory() + "/file_backed_memory_test_plain_file";
+  const std::string file = ::testing::TempDir() + "/file_backed_memory_test_plain_file";
   FILE* f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fclose(f);
@@ -65,7 +60,7 @@ TEST(FileBackedMemoryTest, ARegularFileIsNotADirectory) {
 }
 
 TEST(FileBackedMemoryTest, NoBytesIsAnError) {
-  auto memory = FileBackedMemory::Create(TempDirectory(), 0);
+  auto memory = FileBackedMemory::Create(::testing::TempDir(), 0);
   ASSERT_FALSE(memory.ok());
   EXPECT_EQ(memory.status().code(), absl::StatusCode::kInvalidArgument);
 }

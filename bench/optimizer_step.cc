@@ -3,12 +3,12 @@
 // default) or through torch::optim::AdamW (--fused=false). Prints the median step time and the
 // step's transient memory: the peak resident set during the timed steps above the resident set
 // before them (the AdamW state exists by then: one warm-up step creates it). With
-// --optimizer_state_dir the moments are kept in files there (Trainer::KeepOptimizerStateIn), as
-// slimfit-coordinator --optimizer_state_dir keeps them.
+// --offload_dir the moments are kept in files there (Trainer::KeepOptimizerStateIn), as
+// slimfit-coordinator --offload_dir keeps them.
 //
 //   bazel-bin/bench/optimizer_step --fused=true  --threads=2     # the 100M model of round_data_path.sh
 //   bazel-bin/bench/optimizer_step --fused=false --threads=2
-//   bazel-bin/bench/optimizer_step --threads=2 --optimizer_state_dir=/var/tmp
+//   bazel-bin/bench/optimizer_step --threads=2 --offload_dir=/var/tmp
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -34,7 +34,7 @@ ABSL_FLAG(int, threads, 2, "intra-op threads");
 ABSL_FLAG(int, repeats, 5, "timed steps (median reported)");
 ABSL_FLAG(bool, fused, true, "one pass per tensor (true) or torch::optim::AdamW (false)");
 ABSL_FLAG(double, clip, 1.0, "gradient_clip_norm (0: no clipping)");
-ABSL_FLAG(std::string, optimizer_state_dir, "", "keep AdamW's moments in files in this directory (empty: memory)");
+ABSL_FLAG(std::string, offload_dir, "", "keep AdamW's moments in files in this directory (empty: memory)");
 
 namespace slimfit::bench {
 namespace {
@@ -66,7 +66,7 @@ int Run() {
   }
   model = absl::CancelledError();  // the trainer holds its own copy
   (*trainer)->set_fused_steps(absl::GetFlag(FLAGS_fused));
-  const std::string state_dir = absl::GetFlag(FLAGS_optimizer_state_dir);
+  const std::string state_dir = absl::GetFlag(FLAGS_offload_dir);
   if (!state_dir.empty()) {
     if (absl::Status kept = (*trainer)->KeepOptimizerStateIn(state_dir); !kept.ok()) {
       std::fprintf(stderr, "optimizer_step: %s\n", std::string(kept.message()).c_str());

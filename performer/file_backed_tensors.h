@@ -1,5 +1,5 @@
 // Tensors whose memory is a file's (base/file_backed_memory.h): the coordinator's optimizer moments
-// when it is told to keep them on disk (slimfit-coordinator --optimizer_state_dir). Such a tensor is
+// when it is told to keep them on disk (slimfit-coordinator --offload_dir). Such a tensor is
 // an ordinary contiguous CPU tensor to every reader and writer; ReleaseResidentPages takes its pages
 // out of the process's resident set after a pass over it (they stay in the page cache or the file).
 // The file lives as long as the tensor's storage: the last tensor or view of it unmaps it.
@@ -21,6 +21,8 @@ namespace slimfit::performer {
 // Errors: those of base::FileBackedMemory::Create (NOT_FOUND for a missing directory,
 // RESOURCE_EXHAUSTED for a full disk, ...), naming the directory.
 absl::StatusOr<at::Tensor> FileBackedZerosLike(const std::string& directory, const at::Tensor& like);
+// The same by shape and dtype.
+absl::StatusOr<at::Tensor> FileBackedZeros(const std::string& directory, at::IntArrayRef shape, at::ScalarType dtype);
 
 // Whether `tensor`'s memory is a file's (made by FileBackedZerosLike).
 bool IsFileBacked(const at::Tensor& tensor);

@@ -10,14 +10,9 @@
 namespace slimfit::performer {
 namespace {
 
-std::string TempDirectory() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
-
 TEST(FileBackedTensorsTest, ZerosShapedAndTypedLikeTheTemplate) {
   const at::Tensor like = at::randn({33, 65}, at::kDouble);
-  absl::StatusOr<at::Tensor> t = FileBackedZerosLike(TempDirectory(), like);
+  absl::StatusOr<at::Tensor> t = FileBackedZerosLike(::testing::TempDir(), like);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE(t->sizes().equals(like.sizes()));
   EXPECT_EQ(t->scalar_type(), at::kDouble);
@@ -31,7 +26,7 @@ TEST(FileBackedTensorsTest, ZerosShapedAndTypedLikeTheTemplate) {
 
 TEST(FileBackedTensorsTest, ValuesSurviveReleasingThePagesAndViewsShareTheFile) {
   const at::Tensor values = at::randn({1024, 1024});  // 4 MiB
-  absl::StatusOr<at::Tensor> t = FileBackedZerosLike(TempDirectory(), values);
+  absl::StatusOr<at::Tensor> t = FileBackedZerosLike(::testing::TempDir(), values);
   ASSERT_TRUE(t.ok()) << t.status();
   t->copy_(values);
   EXPECT_GE(ResidentBytes(*t), 4 << 20);
@@ -56,7 +51,7 @@ TEST(FileBackedTensorsTest, AnonymousMemoryIsLeftAlone) {
 TEST(FileBackedTensorsTest, OutlivesTheTensorItWasMadeFrom) {
   at::Tensor view;
   {
-    absl::StatusOr<at::Tensor> t = FileBackedZerosLike(TempDirectory(), at::ones({4096}));
+    absl::StatusOr<at::Tensor> t = FileBackedZerosLike(::testing::TempDir(), at::ones({4096}));
     ASSERT_TRUE(t.ok()) << t.status();
     t->fill_(3);
     view = t->narrow(0, 10, 5);
@@ -65,7 +60,7 @@ TEST(FileBackedTensorsTest, OutlivesTheTensorItWasMadeFrom) {
 }
 
 TEST(FileBackedTensorsTest, AnEmptyTensorWorks) {
-  absl::StatusOr<at::Tensor> t = FileBackedZerosLike(TempDirectory(), at::ones({0, 3}));
+  absl::StatusOr<at::Tensor> t = FileBackedZerosLike(::testing::TempDir(), at::ones({0, 3}));
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->numel(), 0);
   EXPECT_TRUE(t->sizes().equals({0, 3}));

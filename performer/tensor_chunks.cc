@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "performer/file_backed_tensors.h"
 #include "performer/performer_model.h"
 
 namespace slimfit::performer {
@@ -184,7 +185,13 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
     if (absl::Status s = Stream(chunk, count); !s.ok()) return absl::Status(s.code(), absl::StrCat(where(), s.message()));
   } else {
     if (!tensors_[current_].defined()) {
-      tensors_[current_] = at::empty(spec.shape, at::TensorOptions().dtype(ToScalarType(dtype_)));
+      if (file_directory_.empty()) {
+        tensors_[current_] = at::empty(spec.shape, at::TensorOptions().dtype(ToScalarType(dtype_)));
+      } else {
+        absl::StatusOr<at::Tensor> in_file = FileBackedZeros(file_directory_, spec.shape, ToScalarType(dtype_));
+        if (!in_file.ok()) return absl::Status(in_file.status().code(), absl::StrCat(where(), in_file.status().message()));
+        tensors_[current_] = *std::move(in_file);
+      }
     }
     char* out = static_cast<char*>(tensors_[current_].data_ptr()) + offset_;
     if (IsCompressed(encoding)) {
@@ -195,6 +202,7 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
   }
   started_[current_] = true;
   offset_ += count * element;
+  if (offset_ == total && !sink_) ReleaseResidentPages(tensors_[current_]);  // complete: file-backed pages go
   bytes_received_ += ChunkWireBytes(chunk);
   return absl::OkStatus();
 }

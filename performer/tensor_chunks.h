@@ -78,6 +78,12 @@ class TensorAssembler {
   TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std::string what, v1::Compression compression,
                   ValueSink sink);
 
+  // Tensors (not streaming) are allocated in unnamed files in `directory` (file_backed_tensors.h)
+  // and leave the resident set as each is complete: for results held long (a spot-checked shard's,
+  // until its check settles). Call before the first Add. A file that cannot be made fails the
+  // chunk that needed it (RESOURCE_EXHAUSTED for a full disk, ...).
+  void AllocateInFiles(std::string directory) { file_directory_ = std::move(directory); }
+
   // INVALID_ARGUMENT when the chunk is not the next expected piece: unknown or out-of-order name,
   // wrong dtype, encoding or shape, offset not where the previous chunk ended, empty or oversized
   // data, data past the tensor's end, a partial element; for INT8, a chunk that does not end on
@@ -104,6 +110,7 @@ class TensorAssembler {
   std::string what_;
   v1::Compression compression_;  // NONE for exact values
   ValueSink sink_;                   // streaming when set
+  std::string file_directory_;       // AllocateInFiles
   std::vector<at::Tensor> tensors_;  // allocated when their first chunk arrives (not streaming)
   std::vector<bool> started_;        // whether a chunk of each tensor arrived
   at::Tensor scratch_;               // streaming: decoded or realigned chunk values, reused

@@ -1,5 +1,6 @@
 #include "performer/tensor_chunks.h"
 
+#include "performer/file_backed_tensors.h"
 #include "performer/performer_model.h"
 
 #include <algorithm>
@@ -546,6 +547,42 @@ TEST(TensorChunksTest, BytesReceivedCountsOnlyAcceptedChunks) {
   for (const EncodedTensor& t : tensors) wire_bytes += t.wire_bytes();
   EXPECT_EQ(want, wire_bytes);
   EXPECT_EQ(want, 900 + 512 + 7 + 4 * (4 + 2 + 1));
+}
+
+}  // namespace
+}  // namespace slimfit::performer
+
+namespace slimfit::performer {
+namespace {
+
+TEST(TensorChunksTest, AssembledInFilesEqualsAssembledInMemoryAndLeavesTheResidentSet) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    const std::vector<v1::TensorChunk> chunks = Chunks(dtype, 10);
+    TensorAssembler in_memory(Specs(), dtype, "test");
+    TensorAssembler in_files(Specs(), dtype, "test");
+    in_files.AllocateInFiles(::testing::TempDir());
+    for (const v1::TensorChunk& c : chunks) {
+      ASSERT_TRUE(in_memory.Add(c).ok());
+      ASSERT_TRUE(in_files.Add(c).ok());
+    }
+    const std::vector<at::Tensor> want = *in_memory.Finish();
+    absl::StatusOr<std::vector<at::Tensor>> got = in_files.Finish();
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(IsFileBacked((*got)[i])) << i;
+      EXPECT_EQ(ResidentBytes((*got)[i]), 0) << i;  // released once complete
+      EXPECT_TRUE(SameBits((*got)[i], want[i])) << i;
+    }
+  }
+}
+
+TEST(TensorChunksTest, AFileThatCannotBeMadeFailsTheChunkWithoutBlamingTheSender) {
+  TensorAssembler assembler(Specs(), DType::kFloat32, "gradient of shard 3");
+  assembler.AllocateInFiles("/nonexistent/held-results");
+  const absl::Status status = assembler.Add(Chunks(DType::kFloat32, 10).front());
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);  // not INVALID_ARGUMENT: the sender did nothing wrong
+  EXPECT_THAT(status.message(), HasSubstr("gradient of shard 3"));
+  EXPECT_THAT(status.message(), HasSubstr("/nonexistent/held-results"));
 }
 
 }  // namespace

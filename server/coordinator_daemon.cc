@@ -76,12 +76,12 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   CoordinatorMetrics metrics(&metrics_registry);
   rpc::RpcMetrics rpc_metrics(&metrics_registry, {v1::Coordinator::service_full_name()});
   if (absl::Status s = metrics_registry.registration_status(); !s.ok()) return FailStart(err, s.message());
-  if (!flags.optimizer_state_dir.empty()) {
+  if (!flags.offload_dir.empty()) {
     // One small file now, so that a directory that cannot hold the moments stops the start instead
     // of failing every job (resumed ones included) at its first step.
     absl::StatusOr<std::unique_ptr<base::FileBackedMemory>> probe =
-        base::FileBackedMemory::Create(flags.optimizer_state_dir, 1);
-    if (!probe.ok()) return FailStart(err, absl::StrCat("--optimizer_state_dir: ", probe.status().message()));
+        base::FileBackedMemory::Create(flags.offload_dir, 1);
+    if (!probe.ok()) return FailStart(err, absl::StrCat("--offload_dir: ", probe.status().message()));
   }
   CoordinatorOptions options;
   options.event_observer = [&metrics](const v1::JobEvent& event) { metrics.ObserveEvent(event); };
@@ -96,7 +96,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   options.runner.max_assembly_bytes = flags.max_assembly_bytes;
   options.runner.stream_into_sum_bytes = flags.stream_into_sum_bytes;
   options.runner.max_sequences_per_shard = flags.max_sequences_per_shard;
-  options.runner.optimizer_state_directory = flags.optimizer_state_dir;
+  options.runner.offload_directory = flags.offload_dir;
   options.upload_limit_bytes = flags.upload_limit_bytes;
   options.max_model_bytes = flags.max_model_bytes;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(options);
@@ -216,18 +216,19 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   flags.ByteSize("stream_into_sum_bytes", &o.stream_into_sum_bytes,
                  "a shard gradient at least this large is summed as it arrives, no copy of it held (a "
                  "stream that fails midway costs its round, computed again); 0: every shard");
-  flags.String("optimizer_state_dir", &o.optimizer_state_dir,
-               "keep AdamW's moments in unnamed files in this directory (resident only while the step or "
-               "a checkpoint passes over them): the coordinator holds 2x the parameter bytes in tensors "
-               "instead of 4x, and each step passes over 2x more through the page cache or the disk",
+  flags.String("offload_dir", &o.offload_dir,
+               "keep AdamW's moments and spot-checked shards' results (while they wait for their check) "
+               "in unnamed files in this directory, resident only while a pass works on them: the "
+               "coordinator holds 2x the parameter bytes in tensors instead of 4x (6x in a round with a "
+               "spot check), and each step passes over 2x more through the page cache or the disk",
                base::FlagSet::kOptionalNoDefault);
   flags.ByteSize("upload_limit", &o.upload_limit_bytes, "largest accepted upload");
   flags.ByteSize("max_model_bytes", &o.max_model_bytes,
                  "largest model a job may train: its parameters' bytes in the job's dtype (the coordinator "
-                 "holds about 4x this (2x with --optimizer_state_dir), 1x more with compressed parameter "
+                 "holds about 4x this (2x with --offload_dir), 1x more with compressed parameter "
                  "broadcasts, plus the gradients being assembled: up to --max_assembly_bytes, none of those "
                  "--stream_into_sum_bytes sums as they arrive, and 2x more for a spot-checked shard's two "
-                 "results)");
+                 "results unless --offload_dir)");
   flags.String("port_file", &o.port_file, "write the bound host:port here once serving");
   rpc::AddMetricsFlags(flags, "Prometheus metrics (/metrics) and the status page (/)", &o.metrics_listen,
                        &o.metrics_port_file);

@@ -57,7 +57,7 @@ struct CoordinatorDaemonOptions {
   int64_t max_assembly_bytes = int64_t{512} << 20;  // shard gradients a job assembles at once
   int64_t stream_into_sum_bytes = int64_t{128} << 20;  // larger shard gradients are summed as they arrive
   int64_t max_sequences_per_shard = 0;     // 0: as many as fit one request
-  std::string optimizer_state_dir;         // --optimizer_state_dir: AdamW's moments in files here; "" memory
+  std::string offload_dir;  // --offload_dir: AdamW's moments, spot-checked results in files here; "" memory
   int64_t upload_limit_bytes = int64_t{1} << 30;
   int64_t max_model_bytes = int64_t{2} << 30;  // largest model (parameter bytes) a job may train
   std::string port_file;                   // --port_file=FILE: the bound host:port, once serving

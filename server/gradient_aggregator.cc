@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 
 #include "absl/strings/str_cat.h"
+#include "performer/file_backed_tensors.h"
 #include "performer/tensor_norms.h"
 
 namespace slimfit::server {
@@ -126,6 +127,7 @@ absl::Status GradientAggregator::Validate(const ShardResult& result) const {
       return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", i, " has the wrong shape"));
     }
     if (absl::Status values = ValidateValues(what, i, result.gradient[i]); !values.ok()) return values;
+    performer::ReleaseResidentPages(result.gradient[i]);  // a held result in a file: out of memory again
   }
   return absl::OkStatus();
 }
@@ -152,7 +154,10 @@ absl::Status GradientAggregator::Add(ShardResult result) {
   if (absl::Status valid = Validate(result); !valid.ok()) return valid;
   absl::MutexLock lock(&mutex_);
   if (absl::Status counted = CountLocked(result.summary); !counted.ok()) return counted;
-  for (size_t i = 0; i < sum_.size(); ++i) AddInto(sum_[i], result.gradient[i]);
+  for (size_t i = 0; i < sum_.size(); ++i) {
+    AddInto(sum_[i], result.gradient[i]);
+    performer::ReleaseResidentPages(result.gradient[i]);
+  }
   return absl::OkStatus();
 }
 

@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<performer::Trainer>> JobRunner::NewTrainer(std::v
   absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
       performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec), trainable_);
   if (!trainer.ok()) return trainer.status();
-  const std::string& directory = deps_.options.optimizer_state_directory;
+  const std::string& directory = deps_.options.offload_directory;
   if (!directory.empty() && StepOptimizer(spec).has_adamw()) {
     if (absl::Status kept = (*trainer)->KeepOptimizerStateIn(directory); !kept.ok()) return kept;
   }

@@ -154,7 +154,7 @@ class JobRunner {
   // What the coordinator's optimizer steps with: the job's optimizer, or a local-steps job's outer one.
   static const v1::Optimizer& StepOptimizer(const v1::JobSpec& spec);
   // The job's trainer over `parameters`, its AdamW moments kept on disk where the coordinator was
-  // told to (RunnerOptions::optimizer_state_directory).
+  // told to (RunnerOptions::offload_directory).
   absl::StatusOr<std::unique_ptr<performer::Trainer>> NewTrainer(std::vector<at::Tensor> parameters,
                                                                   const v1::JobSpec& spec) const;
 

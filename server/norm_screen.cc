@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "performer/file_backed_tensors.h"
 #include "performer/tensor_norms.h"
 
 namespace slimfit::server {
@@ -12,7 +13,10 @@ namespace slimfit::server {
 double PerTokenGradientNorm(const std::vector<at::Tensor>& gradient, int64_t normalizer, int64_t tokens) {
   if (tokens <= 0) return 0;
   double squares = 0;
-  for (const at::Tensor& g : gradient) squares += performer::SquaredNorm(g);
+  for (const at::Tensor& g : gradient) {
+    squares += performer::SquaredNorm(g);
+    performer::ReleaseResidentPages(g);  // a held result in a file: out of memory again
+  }
   return PerTokenNorm(squares, normalizer, tokens);
 }
 

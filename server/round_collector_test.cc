@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "performer/file_backed_tensors.h"
+
 namespace slimfit::server {
 namespace {
 
@@ -210,6 +212,45 @@ TEST_F(RoundCollectorTest, AnAbandonedCheckCountsTheHeldResultOrTheNextOne) {
   ASSERT_TRUE(collector.complete());
   EXPECT_DOUBLE_EQ(collector.gradient()[1][2].item<double>(), 3.0);
   EXPECT_TRUE(collector.TakeVerdicts().empty());
+}
+
+}  // namespace
+}  // namespace slimfit::server
+
+namespace slimfit::server {
+namespace {
+
+// `r`'s tensors moved into files, as the dispatcher assembles a checked shard's where the
+// coordinator offloads.
+ShardResult InFiles(ShardResult r) {
+  for (at::Tensor& t : r.gradient) {
+    at::Tensor in_file = *performer::FileBackedZerosLike(::testing::TempDir(), t);
+    in_file.copy_(t);
+    performer::ReleaseResidentPages(in_file);
+    t = in_file;
+  }
+  return r;
+}
+
+void ExpectNotResident(const ShardResult& r, const std::string& where) {
+  for (size_t i = 0; i < r.gradient.size(); ++i) {
+    ASSERT_TRUE(performer::IsFileBacked(r.gradient[i]));
+    EXPECT_EQ(performer::ResidentBytes(r.gradient[i]), 0) << where << ", tensor " << i;
+  }
+}
+
+TEST_F(RoundCollectorTest, CheckedResultsHeldInFilesLeaveTheResidentSetAfterEveryPass) {
+  RoundCollector collector = Collector(1);
+  collector.ExpectCheck(0);
+  const ShardResult first = InFiles(Result(0, 1.0f));
+  const ShardResult second = InFiles(Result(0, 1.0f + 1e-7f));
+  ASSERT_TRUE(collector.Accept("w-a", first).ok());  // validated and screened, then held
+  ExpectNotResident(first, "held");
+  ASSERT_TRUE(collector.Accept("w-b", second).ok());  // compared, and the first summed
+  ExpectNotResident(first, "summed");
+  ExpectNotResident(second, "compared");
+  ASSERT_TRUE(collector.complete());
+  EXPECT_DOUBLE_EQ(collector.gradient()[1][2].item<double>(), 1.0);
 }
 
 }  // namespace

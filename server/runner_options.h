@@ -29,11 +29,13 @@ struct RunnerOptions {
   // local-steps rounds (never computed again: the workers' inner optimizers would step twice) are
   // always assembled.
   int64_t stream_into_sum_bytes = int64_t{128} << 20;
-  // Where AdamW's moments are kept (performer::Trainer::KeepOptimizerStateIn): unnamed files in
-  // this directory, resident only while the step or a checkpoint passes over them — the
-  // coordinator then holds 2× the parameter bytes in tensors instead of 4×, for a pass over 2×
-  // of page cache or disk a step. Empty: in memory.
-  std::string optimizer_state_directory;
+  // Where what the coordinator touches only now and then is kept: unnamed files in this directory
+  // (performer/file_backed_tensors.h), resident only while a pass works on them, a tensor at a
+  // time — AdamW's moments (performer::Trainer::KeepOptimizerStateIn; the step and checkpoints
+  // pass over them) and spot-checked shards' results while they wait for their check. The
+  // coordinator then holds 2× the parameter bytes in tensors instead of 4× (6× in a round with a
+  // spot check), for a pass over 2× of page cache or disk a step. Empty: in memory.
+  std::string offload_directory;
   double safety_margin = 0.10;  // plans keep predicted peaks under (1 − margin) · budget
   // Replan a worker when its measured peak exceeds the prediction by this factor.
   double replan_ratio = 1.25;

@@ -153,6 +153,13 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
                                        })
           : performer::TensorAssembler(std::move(specs), deps_.dtype, stream_name,
                                        request.local_steps().compression());
+  // A spot-checked shard's result waits whole for the other opinion (and a tiebreak): where the
+  // coordinator offloads, it waits in files, resident only while it arrives and is compared, screened
+  // and summed, a tensor at a time.
+  if (!streamed.has_value() && !evaluate_only && !deps_.options.offload_directory.empty() &&
+      collector->IsChecked(task.id)) {
+    assembler.AllocateInFiles(deps_.options.offload_directory);
+  }
   std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
       plan.worker.stub->ComputeGradient(context.get(), request);
   GradientStream stream = ReadGradientStream(reader.get(), context.get(), &assembler, evaluate_only,

@@ -2,7 +2,7 @@
 // wire, both ways), trained by three workers on different plans with several shards each, equals
 // the same rounds in one process — with each shard's gradient assembled before it is summed, and
 // with every shard summed chunk by chunk as it arrives (--stream_into_sum_bytes=0) and AdamW's
-// moments kept in files (--optimizer_state_dir).
+// moments and spot-checked results kept in files (--offload_dir).
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -56,20 +56,20 @@ int MappedFilesIn(pid_t pid, const std::string& directory) {
 }
 
 // `streams`: every shard not spot-checked is summed as it arrives (else every shard is assembled).
-// `moments_dir`: where the coordinator keeps AdamW's moments (empty: in memory).
+// `offload_dir`: the coordinator's --offload_dir (empty: none).
 void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::string>& coordinator_flags,
-                            bool streams, const std::string& moments_dir = "") {
+                            bool streams, const std::string& offload_dir = "") {
   Cluster cluster(name);
-  if (!moments_dir.empty()) {
+  if (!offload_dir.empty()) {
     // A directory that cannot hold them stops the start, saying which flag.
-    EXPECT_FALSE(cluster.StartCoordinator({"--optimizer_state_dir=/nonexistent/moments"}).ok());
-    EXPECT_THAT(cluster.Logs(), ::testing::HasSubstr("--optimizer_state_dir: /nonexistent/moments"));
-    std::filesystem::create_directories(moments_dir);
+    EXPECT_FALSE(cluster.StartCoordinator({"--offload_dir=/nonexistent/moments"}).ok());
+    EXPECT_THAT(cluster.Logs(), ::testing::HasSubstr("--offload_dir: /nonexistent/moments"));
+    std::filesystem::create_directories(offload_dir);
   }
   // One sequence per shard: six shards a round, two or so per worker.
   std::vector<std::string> flags = {"--max_sequences_per_shard=1"};
   flags.insert(flags.end(), coordinator_flags.begin(), coordinator_flags.end());
-  if (!moments_dir.empty()) flags.push_back("--optimizer_state_dir=" + moments_dir);
+  if (!offload_dir.empty()) flags.push_back("--offload_dir=" + offload_dir);
   ASSERT_TRUE(cluster.StartCoordinator(flags).ok()) << cluster.Logs();
   // Parameters, their gradient and the running sum take ~124 MiB; the rest decides the plan: a
   // short slice, a long one, full back-propagation.
@@ -81,7 +81,9 @@ void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::stri
   absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
   ASSERT_TRUE(dataset.ok()) << dataset.status();
 
-  const v1::JobSpec spec = LargeSpec(*dataset);
+  v1::JobSpec spec = LargeSpec(*dataset);
+  // Offloading: spot checks too, whose held results wait in files.
+  if (!offload_dir.empty()) spec.set_verify_fraction(0.25);
   absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
   ASSERT_TRUE(config.ok());
   for (const std::vector<int64_t>& shape : performer::ParameterShapes(*config)) {
@@ -91,12 +93,12 @@ void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::stri
   }
   absl::StatusOr<v1::Job> job = cluster.Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status() << cluster.Logs();
-  if (!moments_dir.empty()) {
+  if (!offload_dir.empty()) {
     // Two files per parameter tensor (both moments) while the job runs.
     const int want = 2 * static_cast<int>(performer::ParameterNames(*config).size());
     int mapped = 0;
     for (int i = 0; i < 1200 && mapped < want; ++i) {
-      mapped = std::max(mapped, MappedFilesIn(cluster.coordinator().pid(), moments_dir));
+      mapped = std::max(mapped, MappedFilesIn(cluster.coordinator().pid(), offload_dir));
       absl::StatusOr<v1::Job> now = cluster.GetJob(job->job_id());
       if (!now.ok() || now->state() >= v1::JOB_STATE_SUCCEEDED) break;  // terminal
       absl::SleepFor(absl::Milliseconds(200));
@@ -128,13 +130,14 @@ void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::stri
   EXPECT_EQ(max_shards, 6);
   EXPECT_EQ(workers, 3);
   EXPECT_EQ(streamed, streams ? shards - checked : 0) << shards << " shards, " << checked << " checked";
+  if (!offload_dir.empty()) EXPECT_GT(checked, 0);
 }
 
 TEST(LargeModelEndToEndTest, NineMiBTensorsOnThreePlansEqualOneProcess) {
   ExpectEqualsOneProcess("large", {"--stream_into_sum_bytes=1TiB"}, /*streams=*/false);
 }
 
-TEST(LargeModelEndToEndTest, NineMiBTensorsSummedAsTheyArriveWithMomentsOnDiskEqualOneProcess) {
+TEST(LargeModelEndToEndTest, NineMiBTensorsSummedAsTheyArriveAndOffloadedEqualOneProcess) {
   ExpectEqualsOneProcess("large_streamed", {"--stream_into_sum_bytes=0"}, /*streams=*/true,
                          ::testing::TempDir() + "moments");
 }
