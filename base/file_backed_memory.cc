@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,6 +32,14 @@ int OpenUnnamedFile(const std::string& directory) {
 }
 
 }  // namespace
+
+bool IsInMemoryFileSystem(const std::string& directory) {
+  struct statfs info;
+  if (statfs(directory.c_str(), &info) != 0) return false;
+  constexpr int64_t kTmpfs = 0x01021994, kRamfs = 0x858458f6;  // linux/magic.h
+  const auto type = static_cast<int64_t>(info.f_type);
+  return type == kTmpfs || type == kRamfs;
+}
 
 absl::StatusOr<std::unique_ptr<FileBackedMemory>> FileBackedMemory::Create(const std::string& directory,
                                                                            int64_t bytes) {

@@ -25,6 +25,10 @@
 
 namespace slimfit::base {
 
+// Whether `directory` is on a file system kept in memory (tmpfs, ramfs: /dev/shm, often /tmp),
+// where file-backed memory saves no memory at all. False when it cannot be told.
+bool IsInMemoryFileSystem(const std::string& directory);
+
 class FileBackedMemory {
  public:
   // `bytes` (≥ 1) of zeros in an unnamed file in `directory`. Errors, naming the directory: the

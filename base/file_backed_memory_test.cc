@@ -59,6 +59,23 @@ TEST(FileBackedMemoryTest, ARegularFileIsNotADirectory) {
   EXPECT_FALSE(memory.ok());
 }
 
+TEST(FileBackedMemoryTest, TellsAFileSystemInMemory) {
+  EXPECT_FALSE(IsInMemoryFileSystem("/nonexistent/slimfit-state"));
+  EXPECT_FALSE(IsInMemoryFileSystem("/proc"));  // procfs: not a place for files, not tmpfs either
+  FILE* mounts = std::fopen("/proc/mounts", "r");
+  ASSERT_NE(mounts, nullptr);
+  char device[256], mount_point[1024], type[64];
+  int checked = 0;
+  while (std::fscanf(mounts, "%255s %1023s %63s %*[^\n]", device, mount_point, type) == 3) {
+    const std::string kind = type;
+    if (kind != "tmpfs" && kind != "ext4" && kind != "xfs") continue;
+    EXPECT_EQ(IsInMemoryFileSystem(mount_point), kind == "tmpfs") << mount_point << " is " << kind;
+    ++checked;
+  }
+  std::fclose(mounts);
+  EXPECT_GT(checked, 0) << "no tmpfs, ext4 or xfs mount to check against";
+}
+
 TEST(FileBackedMemoryTest, NoBytesIsAnError) {
   auto memory = FileBackedMemory::Create(::testing::TempDir(), 0);
   ASSERT_FALSE(memory.ok());

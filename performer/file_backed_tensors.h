@@ -1,5 +1,6 @@
 // Tensors whose memory is a file's (base/file_backed_memory.h): the coordinator's optimizer moments
-// when it is told to keep them on disk (slimfit-coordinator --offload_dir). Such a tensor is
+// and spot-checked shards' results waiting for their check, where it is told to offload them
+// (slimfit-coordinator --offload_dir). Such a tensor is
 // an ordinary contiguous CPU tensor to every reader and writer; ReleaseResidentPages takes its pages
 // out of the process's resident set after a pass over it (they stay in the page cache or the file).
 // The file lives as long as the tensor's storage: the last tensor or view of it unmaps it.
@@ -24,7 +25,7 @@ absl::StatusOr<at::Tensor> FileBackedZerosLike(const std::string& directory, con
 // The same by shape and dtype.
 absl::StatusOr<at::Tensor> FileBackedZeros(const std::string& directory, at::IntArrayRef shape, at::ScalarType dtype);
 
-// Whether `tensor`'s memory is a file's (made by FileBackedZerosLike).
+// Whether `tensor`'s memory is a file's (made by FileBackedZerosLike or FileBackedZeros).
 bool IsFileBacked(const at::Tensor& tensor);
 
 // Drops the pages of `tensor`'s whole storage from the resident set when it is file-backed; nothing

@@ -185,12 +185,16 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
     if (absl::Status s = Stream(chunk, count); !s.ok()) return absl::Status(s.code(), absl::StrCat(where(), s.message()));
   } else {
     if (!tensors_[current_].defined()) {
-      if (file_directory_.empty()) {
-        tensors_[current_] = at::empty(spec.shape, at::TensorOptions().dtype(ToScalarType(dtype_)));
-      } else {
+      if (!file_directory_.empty()) {
         absl::StatusOr<at::Tensor> in_file = FileBackedZeros(file_directory_, spec.shape, ToScalarType(dtype_));
-        if (!in_file.ok()) return absl::Status(in_file.status().code(), absl::StrCat(where(), in_file.status().message()));
-        tensors_[current_] = *std::move(in_file);
+        if (in_file.ok()) {
+          tensors_[current_] = *std::move(in_file);
+        } else if (file_error_.ok()) {
+          file_error_ = absl::Status(in_file.status().code(), absl::StrCat(where(), in_file.status().message()));
+        }
+      }
+      if (!tensors_[current_].defined()) {  // in memory: the default, or no file could be made
+        tensors_[current_] = at::empty(spec.shape, at::TensorOptions().dtype(ToScalarType(dtype_)));
       }
     }
     char* out = static_cast<char*>(tensors_[current_].data_ptr()) + offset_;

@@ -80,9 +80,12 @@ class TensorAssembler {
 
   // Tensors (not streaming) are allocated in unnamed files in `directory` (file_backed_tensors.h)
   // and leave the resident set as each is complete: for results held long (a spot-checked shard's,
-  // until its check settles). Call before the first Add. A file that cannot be made fails the
-  // chunk that needed it (RESOURCE_EXHAUSTED for a full disk, ...).
+  // until its check settles). Call before the first Add. Where a file cannot be made (the
+  // receiver's disk is full, say) the tensor is allocated in memory instead — the sender did
+  // nothing wrong — and file_error() says why.
   void AllocateInFiles(std::string directory) { file_directory_ = std::move(directory); }
+  // The first failure to allocate a tensor in a file (OK when none).
+  const absl::Status& file_error() const { return file_error_; }
 
   // INVALID_ARGUMENT when the chunk is not the next expected piece: unknown or out-of-order name,
   // wrong dtype, encoding or shape, offset not where the previous chunk ended, empty or oversized
@@ -111,6 +114,7 @@ class TensorAssembler {
   v1::Compression compression_;  // NONE for exact values
   ValueSink sink_;                   // streaming when set
   std::string file_directory_;       // AllocateInFiles
+  absl::Status file_error_;
   std::vector<at::Tensor> tensors_;  // allocated when their first chunk arrives (not streaming)
   std::vector<bool> started_;        // whether a chunk of each tensor arrived
   at::Tensor scratch_;               // streaming: decoded or realigned chunk values, reused

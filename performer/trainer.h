@@ -96,7 +96,10 @@ class Trainer {
   // allocated here, 2× the trainable parameters' bytes; the steps and checkpoints are bit for bit
   // those of moments in memory. SGD's momentum stays in memory (FAILED_PRECONDITION for SGD).
   // Errors of FileBackedZerosLike (NOT_FOUND for a missing directory, RESOURCE_EXHAUSTED for a
-  // full disk), naming the directory; the state is unchanged then.
+  // full disk), naming the directory; the state is unchanged then. (With set_fused_steps(false)
+  // LibTorch's step passes over every tensor before the pages are dropped: the moments are all
+  // resident during that step. A resume passes them through memory once: LoadOptimizerState reads
+  // the file whole.)
   absl::Status KeepOptimizerStateIn(const std::string& directory);
   // The directory of KeepOptimizerStateIn; empty: the moments are in memory.
   const std::string& optimizer_state_directory() const { return state_directory_; }

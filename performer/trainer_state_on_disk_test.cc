@@ -114,28 +114,43 @@ TEST(TrainerStateOnDiskTest, StepsAndCheckpointsEqualMomentsInMemoryBitForBit) {
 
 TEST(TrainerStateOnDiskTest, ResumedStateGoesToDiskAndContinuesExactly) {
   const std::vector<at::Tensor> start = Start();
-  auto straight = Trainer::Create(Small(), DType::kFloat32, start, AdamW());
+  const std::vector<int> trainable = {1, 2, 4, 6};
+  auto straight = Trainer::Create(Small(), DType::kFloat32, start, AdamW(), trainable);
   ASSERT_TRUE(straight.ok());
   for (int s = 1; s <= 2; ++s) ASSERT_TRUE((*straight)->Step(RandomGradient(start, s)).ok());
   const std::string model = testing_util::TempPath("resume-model.safetensors");
   const std::string optimizer = testing_util::TempPath("resume-optimizer.safetensors");
   ASSERT_TRUE((*straight)->Save(model, optimizer, {}).ok());
 
-  // Loaded after KeepOptimizerStateIn, and moved there after loading: both end on disk.
+  // Loaded after KeepOptimizerStateIn, and moved there after loading: both end on disk; both
+  // step paths.
   for (const bool keep_first : {true, false}) {
-    auto resumed = Trainer::Create(Small(), DType::kFloat32, (*straight)->parameters(), AdamW());
-    ASSERT_TRUE(resumed.ok());
-    if (keep_first) ASSERT_TRUE((*resumed)->KeepOptimizerStateIn(::testing::TempDir()).ok());
-    ASSERT_TRUE((*resumed)->LoadOptimizerState(optimizer).ok());
-    if (!keep_first) ASSERT_TRUE((*resumed)->KeepOptimizerStateIn(::testing::TempDir()).ok());
-    EXPECT_EQ((*resumed)->steps(), 2);
-    ExpectMomentsOnDiskAndNotResident(**resumed, absl::StrCat("loaded, keep first ", keep_first));
-    auto reference = Trainer::Create(Small(), DType::kFloat32, (*straight)->parameters(), AdamW());
-    ASSERT_TRUE((*reference)->LoadOptimizerState(optimizer).ok());
-    const std::vector<at::Tensor> g = RandomGradient(start, 3);
-    ASSERT_TRUE((*resumed)->Step(Clone(g)).ok());
-    ASSERT_TRUE((*reference)->Step(Clone(g)).ok());
-    ExpectBitForBit(**resumed, **reference, absl::StrCat("keep first ", keep_first));
+    for (const bool fused : {true, false}) {
+      const std::string where = absl::StrCat("keep first ", keep_first, ", fused ", fused);
+      auto resumed = Trainer::Create(Small(), DType::kFloat32, (*straight)->parameters(), AdamW(), trainable);
+      ASSERT_TRUE(resumed.ok());
+      (*resumed)->set_fused_steps(fused);
+      if (keep_first) ASSERT_TRUE((*resumed)->KeepOptimizerStateIn(::testing::TempDir()).ok());
+      ASSERT_TRUE((*resumed)->LoadOptimizerState(optimizer).ok());
+      if (!keep_first) ASSERT_TRUE((*resumed)->KeepOptimizerStateIn(::testing::TempDir()).ok());
+      EXPECT_EQ((*resumed)->steps(), 2);
+      EXPECT_EQ(ExpectMomentsOnDiskAndNotResident(**resumed, where), 2 * static_cast<int>(trainable.size()));
+      auto reference = Trainer::Create(Small(), DType::kFloat32, (*straight)->parameters(), AdamW(), trainable);
+      ASSERT_TRUE(reference.ok());
+      (*reference)->set_fused_steps(fused);
+      ASSERT_TRUE((*reference)->LoadOptimizerState(optimizer).ok());
+      const std::vector<at::Tensor> g = RandomGradient(start, 3);
+      ASSERT_TRUE((*resumed)->Step(Clone(g)).ok());
+      ASSERT_TRUE((*reference)->Step(Clone(g)).ok());
+      ExpectBitForBit(**resumed, **reference, where);
+      EXPECT_EQ(ExpectMomentsOnDiskAndNotResident(**resumed, where + ", stepped"),
+                2 * static_cast<int>(trainable.size()));
+      const std::string resumed_path = testing_util::TempPath("resumed-optimizer.safetensors");
+      const std::string reference_path = testing_util::TempPath("reference-optimizer.safetensors");
+      ASSERT_TRUE((*resumed)->SaveOptimizerState(resumed_path).ok());
+      ASSERT_TRUE((*reference)->SaveOptimizerState(reference_path).ok());
+      EXPECT_EQ(*base::ReadFileToString(resumed_path), *base::ReadFileToString(reference_path)) << where;
+    }
   }
 }
 

@@ -82,6 +82,10 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
     absl::StatusOr<std::unique_ptr<base::FileBackedMemory>> probe =
         base::FileBackedMemory::Create(flags.offload_dir, 1);
     if (!probe.ok()) return FailStart(err, absl::StrCat("--offload_dir: ", probe.status().message()));
+    if (base::IsInMemoryFileSystem(flags.offload_dir)) {
+      base::LogWarning("--offload_dir=", flags.offload_dir,
+                       " is on a file system in memory (tmpfs): what is offloaded there still takes memory");
+    }
   }
   CoordinatorOptions options;
   options.event_observer = [&metrics](const v1::JobEvent& event) { metrics.ObserveEvent(event); };
@@ -218,9 +222,10 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
                  "stream that fails midway costs its round, computed again); 0: every shard");
   flags.String("offload_dir", &o.offload_dir,
                "keep AdamW's moments and spot-checked shards' results (while they wait for their check) "
-               "in unnamed files in this directory, resident only while a pass works on them: the "
-               "coordinator holds 2x the parameter bytes in tensors instead of 4x (6x in a round with a "
-               "spot check), and each step passes over 2x more through the page cache or the disk",
+               "in unnamed files in this directory (on a disk, not tmpfs), resident only while a pass "
+               "works on them: the coordinator's tensors are 2x the parameter bytes in every round, "
+               "where in memory they are 4x (6x in a round with a spot check); each step passes over "
+               "2x the parameter bytes more through the page cache or the disk",
                base::FlagSet::kOptionalNoDefault);
   flags.ByteSize("upload_limit", &o.upload_limit_bytes, "largest accepted upload");
   flags.ByteSize("max_model_bytes", &o.max_model_bytes,

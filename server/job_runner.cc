@@ -29,10 +29,14 @@ const v1::Optimizer& JobRunner::StepOptimizer(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<std::unique_ptr<performer::Trainer>> JobRunner::NewTrainer(std::vector<at::Tensor> parameters,
-                                                                          const v1::JobSpec& spec) const {
+                                                                          const v1::JobSpec& spec,
+                                                                          const std::string& optimizer_path) const {
   absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
       performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec), trainable_);
   if (!trainer.ok()) return trainer.status();
+  if (!optimizer_path.empty()) {
+    if (absl::Status loaded = (*trainer)->LoadOptimizerState(optimizer_path); !loaded.ok()) return loaded;
+  }
   const std::string& directory = deps_.options.offload_directory;
   if (!directory.empty() && StepOptimizer(spec).has_adamw()) {
     if (absl::Status kept = (*trainer)->KeepOptimizerStateIn(directory); !kept.ok()) return kept;

@@ -153,10 +153,13 @@ class JobRunner {
   bool stopping() const { return stopping_.load(); }
   // What the coordinator's optimizer steps with: the job's optimizer, or a local-steps job's outer one.
   static const v1::Optimizer& StepOptimizer(const v1::JobSpec& spec);
-  // The job's trainer over `parameters`, its AdamW moments kept on disk where the coordinator was
-  // told to (RunnerOptions::offload_directory).
+  // The job's trainer over `parameters`, with the optimizer state of `optimizer_path` (a
+  // checkpoint's; none when empty), its AdamW moments then moved to files where the coordinator
+  // offloads (RunnerOptions::offload_directory; moved after loading, so that no files are made
+  // for moments the checkpoint replaces).
   absl::StatusOr<std::unique_ptr<performer::Trainer>> NewTrainer(std::vector<at::Tensor> parameters,
-                                                                  const v1::JobSpec& spec) const;
+                                                                  const v1::JobSpec& spec,
+                                                                  const std::string& optimizer_path = "") const;
 
   const RunnerDeps deps_;
   const JobData data_;

@@ -103,10 +103,10 @@ absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
     parameters.push_back(it->second);
   }
   const v1::JobSpec spec = record_.Snapshot().spec();
-  absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer = NewTrainer(std::move(parameters), spec);
+  absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
+      NewTrainer(std::move(parameters), spec, latest.optimizer_path);
   if (!trainer.ok()) return trainer.status();
   trainer_ = *std::move(trainer);
-  if (absl::Status loaded = trainer_->LoadOptimizerState(latest.optimizer_path); !loaded.ok()) return loaded;
   int64_t tokens_trained = 0;
   if (auto it = file->metadata.find("tokens_trained"); it != file->metadata.end()) {
     (void)absl::SimpleAtoi(it->second, &tokens_trained);

@@ -233,6 +233,10 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   outcome.inner_steps = summary->local_steps();
   ShardResult result;
   result.summary = *summary;
+  if (!assembler.file_error().ok()) {
+    base::LogWarning(deps_.record->job_id(), ": ", stream_name, ": held in memory, not in --offload_dir: ",
+                     assembler.file_error().message());
+  }
   if (!evaluate_only) {
     absl::StatusOr<std::vector<at::Tensor>> gradient = assembler.Finish();
     if (!gradient.ok()) return misbehaved(gradient.status());

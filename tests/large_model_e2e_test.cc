@@ -103,7 +103,7 @@ void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::stri
       if (!now.ok() || now->state() >= v1::JOB_STATE_SUCCEEDED) break;  // terminal
       absl::SleepFor(absl::Milliseconds(200));
     }
-    EXPECT_EQ(mapped, want) << cluster.Logs();
+    EXPECT_GE(mapped, want) << cluster.Logs();  // more while a spot check's results wait in files
   }
   absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(240));
   ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
