@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<performer::Trainer>> JobRunner::NewTrainer(std::v
   const std::string& directory = deps_.options.offload_directory;
   if (!directory.empty() && StepOptimizer(spec).has_adamw()) {
     if (absl::Status kept = (*trainer)->KeepOptimizerStateIn(directory); !kept.ok()) return kept;
+    base::LogInfo(record_.job_id(), ": AdamW's moments are kept in files in ", directory);
   }
   return trainer;
 }
