@@ -20,6 +20,7 @@
 #include "base/http_server.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/process_metrics.h"
 #include "base/service_notify.h"
 #include "base/signal_pipe.h"
 #include "performer/cpu_runtime.h"
@@ -75,6 +76,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   base::MetricRegistry metrics_registry;
   CoordinatorMetrics metrics(&metrics_registry);
   rpc::RpcMetrics rpc_metrics(&metrics_registry, {v1::Coordinator::service_full_name()});
+  base::AddProcessMetrics(&metrics_registry);
   if (absl::Status s = metrics_registry.registration_status(); !s.ok()) return FailStart(err, s.message());
   if (!flags.offload_dir.empty()) {
     // One small file now, so that a directory that cannot hold the moments stops the start instead

@@ -127,6 +127,9 @@ TEST(OperationsE2E, MetricsOfACoordinatorAndTwoWorkersAfterAJob) {
 
   // Job events.
   EXPECT_EQ(coordinator.families.at("slimfit_rounds"), "counter");
+  EXPECT_GT(coordinator.Sum("process_resident_memory_bytes"), 0);
+  EXPECT_GE(coordinator.Sum("process_resident_memory_max_bytes"), coordinator.Sum("process_resident_memory_bytes"));
+  EXPECT_GT(coordinator.Sum("process_cpu_seconds_total"), 0);
   EXPECT_EQ(coordinator.Sum("slimfit_rounds_total"), 3);
   EXPECT_EQ(coordinator.Sum("slimfit_round_seconds_count"), 3);
   EXPECT_GT(coordinator.Sum("slimfit_round_seconds_sum"), 0);
@@ -171,6 +174,10 @@ TEST(OperationsE2E, MetricsOfACoordinatorAndTwoWorkersAfterAJob) {
     EXPECT_NE(std::find(worker_ids.begin(), worker_ids.end(), ids[0]), worker_ids.end()) << ids[0];
     EXPECT_EQ(worker.Sum("slimfit_memory_budget_bytes"), 4 * 1024 * 1024);
     EXPECT_GE(worker.Sum("slimfit_parameter_cache_bytes"), 0);
+    // The process: it holds at least its parameter cache, and computed for a while.
+    EXPECT_GT(worker.Sum("process_resident_memory_bytes"), worker.Sum("slimfit_parameter_cache_bytes"));
+    EXPECT_GT(worker.Sum("process_cpu_seconds_total"), 0);
+    EXPECT_EQ(worker.families.at("process_cpu_seconds"), "counter");
     const double shards = worker.Sum("slimfit_engine_seconds_count");
     EXPECT_EQ(worker.Sum("slimfit_rpc_server_seconds_count",
                          {{"method", "/slimfit.v1.Worker/ComputeGradient"}, {"code", "OK"}}),

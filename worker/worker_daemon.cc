@@ -28,6 +28,7 @@
 #include "base/http_server.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/process_metrics.h"
 #include "base/process_memory.h"
 #include "base/service_notify.h"
 #include "base/signal_pipe.h"
@@ -254,6 +255,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   base::MetricRegistry metrics_registry;
   WorkerMetrics metrics(&metrics_registry);
   rpc::RpcMetrics rpc_metrics(&metrics_registry, {v1::Worker::service_full_name()});
+  base::AddProcessMetrics(&metrics_registry);
   rpc_metrics.ObserveSent("/slimfit.v1.Worker/ComputeGradient",
                           [&metrics](const google::protobuf::Message& message) {
                             const auto* response = dynamic_cast<const v1::ComputeGradientResponse*>(&message);
