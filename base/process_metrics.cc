@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "base/process_memory.h"
+
 namespace slimfit::base {
 namespace {
 
@@ -97,19 +99,18 @@ std::optional<double> OpenFileDescriptors() {
 }
 
 void Collect(std::vector<MetricFamily>* families) {
-  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
   if (const std::optional<std::vector<std::string>> stat = StatFields()) {
     const std::vector<std::string>& f = *stat;
-    // proc(5): utime 14, stime 15, num_threads 20, starttime 22, vsize 23, rss 24.
+    // proc(5): utime 14, stime 15, num_threads 20, starttime 22, vsize 23.
     Set(families, kCpu, (std::strtod(f[11].c_str(), nullptr) + std::strtod(f[12].c_str(), nullptr)) / ticks);
     Set(families, kThreads, std::strtod(f[17].c_str(), nullptr));
     if (const std::optional<double> boot = BootTime()) {
       Set(families, kStart, *boot + std::strtod(f[19].c_str(), nullptr) / ticks);
     }
     Set(families, kVirtual, std::strtod(f[20].c_str(), nullptr));
-    Set(families, kResident, std::strtod(f[21].c_str(), nullptr) * page);
   }
+  if (const int64_t resident = ResidentBytes(); resident > 0) Set(families, kResident, static_cast<double>(resident));
   if (const std::optional<double> peak = PeakResidentBytes()) Set(families, kResidentMax, *peak);
   if (const std::optional<double> open = OpenFileDescriptors()) Set(families, kOpenFds, *open);
   struct rlimit limit;

@@ -2,7 +2,7 @@
 // operator's first questions of a process (how much memory, how much CPU, since when, how many
 // files) answered on the same /metrics as the service's own families. Read from /proc at each
 // scrape (Linux):
-//   process_resident_memory_bytes       resident set size now (/proc/self/stat)
+//   process_resident_memory_bytes       resident set size now (base::ResidentBytes)
 //   process_resident_memory_max_bytes   its peak since the process started (VmHWM)
 //   process_virtual_memory_bytes        virtual size
 //   process_cpu_seconds_total           user + system CPU time
