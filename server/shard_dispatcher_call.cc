@@ -155,18 +155,17 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
                                        request.local_steps().compression());
   // A spot-checked shard's result waits whole for the other opinion (and a tiebreak): where the
   // coordinator offloads, it waits in files, resident only while it arrives and is compared, screened
-  // and summed, a tensor at a time.
-  if (!streamed.has_value() && !evaluate_only && !deps_.options.offload_directory.empty() &&
-      collector->IsChecked(task.id)) {
-    assembler.AllocateInFiles(deps_.options.offload_directory);
-  }
+  // and summed, a tensor at a time — so it takes no assembly room either.
+  const bool in_files = !streamed.has_value() && !evaluate_only && !deps_.options.offload_directory.empty() &&
+                        collector->IsChecked(task.id);
+  if (in_files) assembler.AllocateInFiles(deps_.options.offload_directory);
   std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
       plan.worker.stub->ComputeGradient(context.get(), request);
   GradientStream stream = ReadGradientStream(reader.get(), context.get(), &assembler, evaluate_only,
                                              [&] {
                                                // A round under a time budget does not queue its
                                                // results: waiting would count against its deadline.
-                                               if (!streamed.has_value() &&
+                                               if (!streamed.has_value() && !in_files &&
                                                    (task.sequences_per_step.empty() ||
                                                     deps_.round_time_budget_seconds <= 0)) {
                                                  room.emplace(this, ShardGradientBytes());
