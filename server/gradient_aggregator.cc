@@ -152,6 +152,10 @@ absl::Status GradientAggregator::CountLocked(const v1::GradientSummary& s) {
 
 absl::Status GradientAggregator::Add(ShardResult result) {
   if (absl::Status valid = Validate(result); !valid.ok()) return valid;
+  return AddValidated(std::move(result));
+}
+
+absl::Status GradientAggregator::AddValidated(ShardResult result) {
   absl::MutexLock lock(&mutex_);
   if (absl::Status counted = CountLocked(result.summary); !counted.ok()) return counted;
   for (size_t i = 0; i < sum_.size(); ++i) {

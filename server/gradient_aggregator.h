@@ -56,6 +56,9 @@ class GradientAggregator {
   // Counts the result once. ALREADY_EXISTS when the shard already counted (the result is dropped,
   // harmless); the errors of Validate.
   absl::Status Add(ShardResult result);
+  // Add without Validate's pass over the values: for a result that passed Validate already (the
+  // round collector validates every result as it arrives). ALREADY_EXISTS as Add.
+  absl::Status AddValidated(ShardResult result);
 
   // Sums `values` (finite, within the bound Validate applies) into gradient tensor `tensor` of the
   // sum from element `first_element` on, for shard `shard_id`, not counted yet. INVALID_ARGUMENT

@@ -39,6 +39,19 @@ TEST(GradientAggregatorTest, SumsEveryShardOnce) {
   EXPECT_DOUBLE_EQ(sum[1][2].item<double>(), 1.75);
 }
 
+TEST(GradientAggregatorTest, AddValidatedCountsAndSumsAsAddDoesWithoutCheckingValuesAgain) {
+  GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false, at::kFloat);
+  const ShardResult first = Result(0, 10, 5.0, 1.5f);
+  ASSERT_TRUE(aggregator.Validate(first).ok());
+  ASSERT_TRUE(aggregator.AddValidated(first).ok());
+  EXPECT_EQ(aggregator.AddValidated(first).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(aggregator.Add(first).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(aggregator.Add(Result(1, 20, 7.0, 0.25f)).ok());
+  ASSERT_TRUE(aggregator.complete());
+  EXPECT_DOUBLE_EQ(aggregator.loss_sum(), 12.0);
+  EXPECT_DOUBLE_EQ(aggregator.gradient()[0][1][1].item<double>(), 1.75);
+}
+
 TEST(GradientAggregatorTest, AStepBoundarysCountAndADroppedShardComplete) {
   GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false, at::kFloat);
   aggregator.AllowTokenCounts(1, {6, 13, 20});  // shard 1's three inner steps

@@ -32,6 +32,7 @@ absl::Status RoundCollector::Accept(const std::string& worker_id, ShardResult re
   {
     absl::MutexLock lock(&mutex_);
     if (held_.count(shard_id) == 0) held_.emplace(shard_id, std::make_pair(worker_id, result));
+    answer_norms_.emplace(std::make_pair(shard_id, worker_id), norm);
   }
   SpotChecks::Decision decision = checks_.Add(shard_id, worker_id, std::move(result));
   if (decision.kind == SpotChecks::Decision::Kind::kPending) return absl::OkStatus();
@@ -43,11 +44,15 @@ absl::Status RoundCollector::Accept(const std::string& worker_id, ShardResult re
     if (decision.kind == SpotChecks::Decision::Kind::kResolved && credited == decision.odd) {
       credited = decision.workers[1];
     }
-    ShardResult accepted = decision.accepted;
-    counted = Count(credited, std::move(accepted), PerTokenGradientNorm(decision.accepted.gradient, normalizer_,
-                                                                        decision.accepted.summary.token_count()));
+    double accepted_norm = 0;
+    {
+      absl::MutexLock lock(&mutex_);
+      accepted_norm = answer_norms_.at(std::make_pair(shard_id, credited));  // computed as it arrived
+    }
+    counted = Count(credited, decision.accepted, accepted_norm);
     absl::MutexLock lock(&mutex_);
     held_.erase(shard_id);
+    ForgetNormsLocked(shard_id);
   }
   absl::MutexLock lock(&mutex_);
   verdicts_.push_back(Verdict{shard_id, std::move(decision)});
@@ -56,7 +61,7 @@ absl::Status RoundCollector::Accept(const std::string& worker_id, ShardResult re
 
 absl::Status RoundCollector::Count(const std::string& worker_id, ShardResult result, double per_token_norm) {
   const int64_t shard_id = result.summary.shard_id();
-  absl::Status added = aggregator_.Add(std::move(result));
+  absl::Status added = aggregator_.AddValidated(std::move(result));  // Accept validated it
   if (!added.ok()) return added;
   Credit(worker_id, shard_id, per_token_norm);
   return absl::OkStatus();
@@ -139,18 +144,25 @@ std::vector<RoundCollector::Verdict> RoundCollector::TakeVerdicts() {
 
 absl::Status RoundCollector::AbandonCheck(int64_t shard_id) {
   std::optional<std::pair<std::string, ShardResult>> held;
+  double norm = 0;
   {
     absl::MutexLock lock(&mutex_);
     if (auto it = held_.find(shard_id); it != held_.end()) {
       held = std::move(it->second);
       held_.erase(it);
+      norm = answer_norms_.at(std::make_pair(shard_id, held->first));  // computed as it arrived
     }
+    ForgetNormsLocked(shard_id);
   }
   checks_.Forget(shard_id);
   if (!held.has_value()) return absl::OkStatus();
-  const double norm = PerTokenGradientNorm(held->second.gradient, normalizer_, held->second.summary.token_count());
   absl::Status counted = Count(held->first, std::move(held->second), norm);
   return counted.ok() || absl::IsAlreadyExists(counted) ? absl::OkStatus() : counted;
+}
+
+void RoundCollector::ForgetNormsLocked(int64_t shard_id) {
+  answer_norms_.erase(answer_norms_.lower_bound(std::make_pair(shard_id, std::string())),
+                      answer_norms_.lower_bound(std::make_pair(shard_id + 1, std::string())));
 }
 
 std::map<std::string, std::set<int64_t>> RoundCollector::contributions() const {

@@ -126,6 +126,7 @@ class RoundCollector {
   absl::Status Screen(int64_t shard_id, double per_token_norm) const;
   // Records an accepted shard's contribution and norm.
   void Credit(const std::string& worker_id, int64_t shard_id, double per_token_norm);
+  void ForgetNormsLocked(int64_t shard_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const bool evaluate_only_;
   const int64_t normalizer_;
@@ -138,6 +139,9 @@ class RoundCollector {
   std::vector<Verdict> verdicts_ ABSL_GUARDED_BY(mutex_);
   // Held results of checked shards, by shard: the first answer (for AbandonCheck).
   std::map<int64_t, std::pair<std::string, ShardResult>> held_ ABSL_GUARDED_BY(mutex_);
+  // Per-token norms of the answers to checked shards, by (shard, worker): computed once, as each
+  // arrived, and used again when one of them counts (no second pass over a held result).
+  std::map<std::pair<int64_t, std::string>, double> answer_norms_ ABSL_GUARDED_BY(mutex_);
   std::set<std::string> tainting_workers_ ABSL_GUARDED_BY(mutex_);
 };
 

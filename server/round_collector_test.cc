@@ -255,3 +255,34 @@ TEST_F(RoundCollectorTest, CheckedResultsHeldInFilesLeaveTheResidentSetAfterEver
 
 }  // namespace
 }  // namespace slimfit::server
+
+namespace slimfit::server {
+namespace {
+
+TEST_F(RoundCollectorTest, ACheckedShardCountsWithTheNormOfTheAnswerThatWon) {
+  NormScreen screen(/*factor=*/1e6, /*window=*/64, /*min_history=*/100);  // records, refuses nothing
+  RoundCollector collector = Collector(1, &screen);
+  collector.ExpectCheck(0);
+  ASSERT_TRUE(collector.Accept("w-liar", Result(0, 1.3f)).ok());
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 1.0f)).ok());
+  ASSERT_TRUE(collector.Accept("w-b", Result(0, 1.0f)).ok());
+  ASSERT_TRUE(collector.complete());
+  const ShardResult honest = Result(0, 1.0f);
+  const double want = PerTokenGradientNorm(honest.gradient, /*normalizer=*/100, kTokens);
+  ASSERT_EQ(screen.Snapshot().size(), 1u);
+  EXPECT_DOUBLE_EQ(screen.Snapshot().front(), want);  // w-a's, not the liar's
+}
+
+TEST_F(RoundCollectorTest, AnAbandonedCheckCountsTheHeldResultWithItsOwnNorm) {
+  NormScreen screen(/*factor=*/1e6, /*window=*/64, /*min_history=*/100);
+  RoundCollector collector = Collector(1, &screen);
+  collector.ExpectCheck(0);
+  ASSERT_TRUE(collector.Accept("w-a", Result(0, 2.0f)).ok());
+  ASSERT_TRUE(collector.AbandonCheck(0).ok());
+  ASSERT_TRUE(collector.complete());
+  ASSERT_EQ(screen.Snapshot().size(), 1u);
+  EXPECT_DOUBLE_EQ(screen.Snapshot().front(), PerTokenGradientNorm(Result(0, 2.0f).gradient, 100, kTokens));
+}
+
+}  // namespace
+}  // namespace slimfit::server
