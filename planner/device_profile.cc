@@ -23,6 +23,17 @@ absl::Status DeviceProfile::Validate() const {
         "device profile: half_rate_rows, seconds_per_element, layer_overhead_s, activation_overhead_bytes, "
         "resident_overhead_bytes and total_memory_bytes must not be negative");
   }
+  // Bounds no device comes near, so that predicted peaks (int64 bytes) cannot overflow.
+  constexpr int64_t kMaxBytes = int64_t{1} << 50;  // 1 PiB
+  if (activation_overhead_bytes > kMaxBytes || resident_overhead_bytes > kMaxBytes || total_memory_bytes > kMaxBytes) {
+    return absl::InvalidArgumentError(
+        "device profile: activation_overhead_bytes, resident_overhead_bytes and total_memory_bytes must be at most "
+        "1 PiB");
+  }
+  if (activation_scale > 1e3 || backward_factor > 1e3) {
+    return absl::InvalidArgumentError(absl::StrCat("device profile: activation_scale and backward_factor must be at "
+                                                   "most 1000, got ", activation_scale, " and ", backward_factor));
+  }
   return absl::OkStatus();
 }
 

@@ -179,6 +179,9 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
     }
     absl::StatusOr<Prediction> prediction = PredictWithForwards(request.workload, plan, profile, dp_forwards);
     if (!prediction.ok()) continue;  // e.g. a schedule too long for the programs' tables
+    // A profile of valid but extreme values (a rate of 1e-300 FLOP/s) predicts no finite time:
+    // such a plan cannot be compared with any other.
+    if (!std::isfinite(prediction->seconds)) continue;
     plan.predicted_peak_bytes = prediction->peak_bytes;
     plan.predicted_time_s = prediction->seconds;
     all.push_back(PlanCandidate{plan, *prediction});
@@ -187,7 +190,10 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
   for (const PlanCandidate& candidate : all) {
     result.candidate_points.emplace_back(candidate.prediction.peak_bytes, candidate.prediction.seconds);
   }
-  if (all.empty()) return absl::InternalError("the plan search produced no candidate");
+  if (all.empty()) {
+    return absl::InvalidArgumentError(
+        "device profile: no plan has a finite predicted time (are its rates and overheads realistic?)");
+  }
   for (const PlanCandidate& candidate : all) {
     if (candidate.plan.slice == 0 && candidate.plan.prefix_mode == PrefixMode::kChunked &&
         (result.full_backprop.plan.predicted_time_s == 0 ||

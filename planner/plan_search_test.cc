@@ -1,5 +1,7 @@
 #include "planner/plan_search.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -117,6 +119,41 @@ TEST(PlanSearchTest, HumanBytes) {
   EXPECT_EQ(HumanBytes(512), "512 B");
   EXPECT_EQ(HumanBytes(37.5 * 1024 * 1024), "37.5 MiB");
   EXPECT_EQ(HumanBytes(2.0 * 1024 * 1024 * 1024), "2.0 GiB");
+}
+
+}  // namespace
+}  // namespace slimfit::planner
+
+namespace slimfit::planner {
+namespace {
+
+// A worker's registration can carry any valid profile: one whose extreme values make every
+// predicted time infinite is refused with a reason, never a crash (a fuzzing finding).
+TEST(PlanSearchTest, AProfileThatPredictsNoFiniteTimeIsRefused) {
+  DeviceProfile slow = Profile();
+  slow.flops_per_second = 1e-300;
+  absl::StatusOr<PlanSearchResult> result = SearchPlans(ConfigA(64), slow);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), HasSubstr("finite predicted time"));
+  DeviceProfile overhead = Profile();
+  overhead.layer_overhead_s = 1e308;
+  EXPECT_EQ(SearchPlans(ConfigA(64), overhead).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Values no device comes near are refused up front, so that predicted peaks cannot overflow.
+TEST(PlanSearchTest, AProfileBeyondAnyDeviceIsRefused) {
+  DeviceProfile p = Profile();
+  p.resident_overhead_bytes = int64_t{1} << 50;
+  EXPECT_TRUE(p.Validate().ok());
+  p.resident_overhead_bytes = std::numeric_limits<int64_t>::max();
+  EXPECT_THAT(SearchPlans(ConfigA(64), p).status().message(), HasSubstr("at most 1 PiB"));
+  p = Profile();
+  p.activation_scale = 1e4;
+  EXPECT_THAT(p.Validate().message(), HasSubstr("at most 1000"));
+  p = Profile();
+  p.backward_factor = 1e300;
+  EXPECT_EQ(p.Validate().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
