@@ -1,8 +1,11 @@
 #include "base/file_backed_memory.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
@@ -62,18 +65,23 @@ TEST(FileBackedMemoryTest, ARegularFileIsNotADirectory) {
 TEST(FileBackedMemoryTest, TellsAFileSystemInMemory) {
   EXPECT_FALSE(IsInMemoryFileSystem("/nonexistent/slimfit-state"));
   EXPECT_FALSE(IsInMemoryFileSystem("/proc"));  // procfs: not a place for files, not tmpfs either
+  // The file system on top at each mount point: a later line mounts over an earlier one.
+  std::map<std::string, std::string> top;
   FILE* mounts = std::fopen("/proc/mounts", "r");
   ASSERT_NE(mounts, nullptr);
   char device[256], mount_point[1024], type[64];
+  while (std::fscanf(mounts, "%255s %1023s %63s %*[^\n]", device, mount_point, type) == 3) top[mount_point] = type;
+  std::fclose(mounts);
   int checked = 0;
-  while (std::fscanf(mounts, "%255s %1023s %63s %*[^\n]", device, mount_point, type) == 3) {
-    const std::string kind = type;
+  for (const auto& [where, kind] : top) {
     if (kind != "tmpfs" && kind != "ext4" && kind != "xfs") continue;
-    EXPECT_EQ(IsInMemoryFileSystem(mount_point), kind == "tmpfs") << mount_point << " is " << kind;
+    // Mount points this process cannot see (another mount namespace's, a sandbox's) or whose
+    // names /proc/mounts escapes (\040 for a space) cannot be checked.
+    if (where.find('\\') != std::string::npos || access(where.c_str(), F_OK) != 0) continue;
+    EXPECT_EQ(IsInMemoryFileSystem(where), kind == "tmpfs") << where << " is " << kind;
     ++checked;
   }
-  std::fclose(mounts);
-  EXPECT_GT(checked, 0) << "no tmpfs, ext4 or xfs mount to check against";
+  if (checked == 0) GTEST_SKIP() << "no tmpfs, ext4 or xfs mount visible to check against";
 }
 
 TEST(FileBackedMemoryTest, NoBytesIsAnError) {
