@@ -43,7 +43,8 @@ absl::StatusOr<CalibrationOutcome> CalibrateDevice(const CalibrationRequest& req
   CalibrationOutcome outcome;
   outcome.profile = result->profile;
   for (const planner::ProbeResult& probe : result->probes) {
-    outcome.probes.push_back(CalibrationProbe{probe.plan.slice, probe.seconds, probe.working_bytes});
+    outcome.probes.push_back(
+        CalibrationProbe{probe.plan.slice, probe.seconds, probe.working_bytes, probe.seq_len, probe.graph_pool_bytes});
   }
   return outcome;
 }
@@ -103,6 +104,8 @@ absl::Status RunCalibrateCommand(absl::Span<const std::string> args, std::ostrea
       entry["slice"] = probe.slice;
       entry["seconds"] = probe.seconds;
       entry["working_bytes"] = probe.working_bytes;
+      entry["seq_len"] = probe.seq_len;
+      entry["graph_pool_bytes"] = probe.graph_pool_bytes;
       probes.push_back(std::move(entry));
     }
     report["probes"] = std::move(probes);

@@ -39,7 +39,7 @@ class FixedCalibrator {
     outcome.profile.total_memory_bytes = int64_t{16} << 30;
     outcome.profile.activation_scale = 1.0 / 3.0;
     outcome.profile.flops_per_second = 1.25e11;
-    outcome.probes = {{8, 0.5, 1000}, {32, 0.25, 4000}, {0, 0.125, 64000}};
+    outcome.probes = {{8, 0.5, 1000, 128}, {32, 0.25, 4000, 128, 2048}, {0, 0.125, 64000, 128}};
     return outcome;
   }
   std::vector<CalibrationRequest> requests;
@@ -97,6 +97,9 @@ TEST_F(CalibrateCommandTest, JsonHasProfileOutAndProbes) {
   EXPECT_EQ(json["probes"][1]["slice"], 32);
   EXPECT_EQ(json["probes"][1]["seconds"], 0.25);
   EXPECT_EQ(json["probes"][1]["working_bytes"], 4000);
+  EXPECT_EQ(json["probes"][1]["seq_len"], 128);
+  EXPECT_EQ(json["probes"][1]["graph_pool_bytes"], 2048);
+  EXPECT_EQ(json["probes"][0]["graph_pool_bytes"], 0);
   absl::StatusOr<std::string> written = base::ReadFileToString(path);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_FALSE(written->empty());

@@ -33,6 +33,8 @@ struct CalibrationProbe {
   int64_t slice = 0;  // 0: full back-propagation
   double seconds = 0;
   int64_t working_bytes = 0;
+  int64_t seq_len = 0;
+  int64_t graph_pool_bytes = 0;  // the CUDA graphs' pool (in working_bytes); 0 where slices ran op by op
 };
 
 struct CalibrationOutcome {

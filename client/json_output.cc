@@ -12,6 +12,8 @@ nlohmann::ordered_json DeviceProfileToJson(const planner::DeviceProfile& profile
   json["activation_overhead_bytes"] = profile.activation_overhead_bytes;
   json["resident_overhead_bytes"] = profile.resident_overhead_bytes;
   json["forward_weight_copies"] = profile.forward_weight_copies;
+  json["replays_slices"] = profile.replays_slices;
+  json["graph_pool_overhead_bytes"] = profile.graph_pool_overhead_bytes;
   json["flops_per_second"] = profile.flops_per_second;
   json["half_rate_rows"] = profile.half_rate_rows;
   json["seconds_per_element"] = profile.seconds_per_element;

@@ -15,6 +15,9 @@
 //      profiles without them under-predict a GPU's peak and over-predict a oneDNN-less CPU's
 //   4  2026-11-26: small CPU slices add their weight gradients 64 inner rows at a time
 //      (batched_weight_gradients.h): C ≤ 32 faster, and calibration subtracts the buffers
+//   5  2026-11-27: calibration measures the memory pool of slices replayed as CUDA graphs
+//      (DeviceProfile::replays_slices, graph_pool_overhead_bytes); profiles without it
+//      under-predict a GPU's peak wherever slices replay
 //
 // Thread safety: a constant.
 #ifndef SLIMFIT_PERFORMER_ENGINE_REVISION_H_
@@ -22,7 +25,7 @@
 
 namespace slimfit::performer {
 
-inline constexpr int kEngineRevision = 4;
+inline constexpr int kEngineRevision = 5;
 
 }  // namespace slimfit::performer
 

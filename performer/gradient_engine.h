@@ -44,8 +44,9 @@ namespace slimfit::performer {
 // as a CUDA graph and replayed (one launch instead of a few hundred LibTorch calls per slice).
 enum class SliceReplay {
   kAuto,   // CUDA graphs on a CUDA device in builds that have them (scripts/cuda/), for calls of at
-           // least 8 slices of at most 256 tokens (fewer do not repay the captures; larger ones gain
-           // little for the scratch memory the graphs keep); op by op elsewhere
+           // least 8 slices of at most 256 tokens (AutoReplaysSlices, slice_replay_rule.h: fewer do
+           // not repay the captures; larger ones gain little for the scratch memory the graphs
+           // keep); op by op elsewhere
   kOff,    // every slice op by op
   kRerun,  // the replay path without capture, on any device (tests of its buffer handling)
 };

@@ -62,7 +62,7 @@ std::optional<ReplayableWork::Mode> SliceGraphs::ModeFor(SliceReplay replay, con
     case SliceReplay::kAuto:
       break;
   }
-  if (!device.is_cuda() || !ReplayableWork::CudaGraphsBuilt() || slices < kMinSlices || slice > kMaxSlice) {
+  if (!device.is_cuda() || !ReplayableWork::CudaGraphsBuilt() || !AutoReplaysSlices(slices, slice)) {
     return std::nullopt;
   }
   if (std::optional<std::string> disabled = CapturesDisabledBecause()) {

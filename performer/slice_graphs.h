@@ -27,28 +27,20 @@
 
 #include "performer/gradient_engine.h"
 #include "performer/replayable_work.h"
+#include "performer/slice_replay_rule.h"
 #include "performer/slice_runner.h"
 
 namespace slimfit::performer::internal {
 
 class SliceGraphs {
  public:
-  // Calls with larger slices run op by op (kAuto). The graphs' pool keeps about one slice's
-  // scratch for the whole call, beside the scratch of the slices that still run directly (the
-  // last, those with a document start), so a call's peak grows by about one slice's working memory
-  // — which the planner's cost model does not have as a term. Up to C = 256 that is a few tens of
-  // MiB at most and the gain is 2–8× (H100, BENCHMARKS.md); at C = 1024 on a d_model 1024 model the
-  // gain was 1.37× for 632 MiB.
-  static constexpr int64_t kMaxSlice = 256;
+  // The longest slice replayed (slice_replay_rule.h: calls with larger slices run op by op).
+  static constexpr int64_t kMaxSlice = kMaxReplayedSlice;
   // The longest stretch replayed: the forward sweep's three slices of kMaxSlice.
   static constexpr int64_t kMaxRows = 3 * kMaxSlice;
   // Shapes captured per call at most: backward steps (entry given or subtracted, a full slice or
   // one that ends the last document) and the forward sweep's stretches of one to three slices.
   static constexpr int kMaxShapes = 8;
-  // Calls of fewer slices run op by op: a shape is replayed from its third occurrence on, and the
-  // capture costs about one direct run, so a few slices do not repay it (on an H100, C = 1024 at
-  // L = 4096 — 4 slices — took 0.114 s with graphs against 0.089 s without; 8 slices of 512 gained).
-  static constexpr int64_t kMinSlices = 8;
 
   // How a call of `slices` slices of `slice` tokens on `device` replays them under `replay`
   // (GradientOptions::slice_replay), or nothing for op by op; `*why_not` says why CUDA graphs that

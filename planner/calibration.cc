@@ -19,6 +19,7 @@
 #include "performer/gradient_engine.h"
 #include "performer/memory_tracker.h"
 #include "performer/performer_model.h"
+#include "performer/slice_replay_rule.h"
 #include "planner/cost_model.h"
 
 namespace slimfit::planner {
@@ -109,7 +110,22 @@ std::array<double, K> NonNegativeLeastSquares(const std::vector<std::array<doubl
   return best;
 }
 
+// A sliced probe whose graphs kept a pool: what GraphPoolOverheadBytes needs once activation_scale
+// is known.
+struct PoolPoint {
+  ModelConfig model;
+  int64_t seq_len = 0;
+  Plan plan;
+  int64_t pool_bytes = 0;
+};
+
 }  // namespace
+
+int64_t GraphPoolOverheadBytes(const std::vector<std::array<int64_t, 2>>& scratch_and_pool) {
+  int64_t overhead = 0;
+  for (const auto& [scratch, pool] : scratch_and_pool) overhead = std::max(overhead, pool - scratch);
+  return overhead;
+}
 
 ModelConfig ProbeModel(int64_t d_model) {
   ModelConfig config;
@@ -151,6 +167,8 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   profile.total_memory_bytes = device_memory.ok() ? *device_memory : 0;
 
   int64_t resident = 0;
+  std::vector<PoolPoint> pool_points;
+  bool replayed = false;  // some probe replayed its slices as CUDA graphs (not kRerun's CPU replays)
   std::vector<std::array<double, 2>> memory_x;
   std::vector<double> memory_y;
   std::vector<std::array<double, 4>> time_x;
@@ -159,11 +177,13 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
     absl::StatusOr<PerformerModel> model =
         PerformerModel::Create(probe_model, options.dtype, *device, options.seed);
     if (!model.ok()) return model.status();
-    PackedBatch batch;
-    std::mt19937_64 generator(options.seed);
-    for (int64_t i = 0; i < options.seq_len; ++i) {
-      batch.tokens.push_back(static_cast<int64_t>(generator() % probe_model.vocab));
-    }
+    auto random_batch = [&](int64_t tokens) {
+      PackedBatch batch;
+      std::mt19937_64 generator(options.seed);
+      for (int64_t i = 0; i < tokens; ++i) batch.tokens.push_back(static_cast<int64_t>(generator() % probe_model.vocab));
+      return batch;
+    };
+    const PackedBatch batch = random_batch(options.seq_len);
     for (int64_t slice : options.slices) {
       Plan plan;
       plan.slice = slice;
@@ -180,9 +200,11 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
         last = *std::move(gradient);
       }
       std::sort(seconds.begin(), seconds.end());
-      ProbeResult probe{plan, seconds[seconds.size() / 2],
-                        last.peak_bytes - last.start_bytes - model->parameter_bytes()};
+      ProbeResult probe{plan, options.seq_len, seconds[seconds.size() / 2],
+                        last.peak_bytes - last.start_bytes - model->parameter_bytes(), last.graph_pool_bytes};
       result.probes.push_back(probe);
+      replayed = replayed || (device->is_cuda() && last.replayed_slices > 0);
+      if (probe.graph_pool_bytes > 0) pool_points.push_back({probe_model, options.seq_len, plan, probe.graph_pool_bytes});
       // What the device held before the call beyond the probe model's parameters: after the
       // untimed first run, the libraries' workspaces (cuBLAS keeps one per stream and thread, the
       // CUDA graphs add a side stream); the largest over the probes, which run graphs and not.
@@ -200,7 +222,8 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       const double fronts = (slice == 0 ? 0 : 4.0 * FrontBytes(probe_model, options.dtype)) + layouts +
                             static_cast<double>(BatchedWeightGradientBytes(probe_model, plan, profile));
       memory_x.push_back({elements * DTypeBytes(options.dtype), 1.0});
-      memory_y.push_back(std::max(1.0, static_cast<double>(probe.working_bytes) - fronts));
+      memory_y.push_back(
+          std::max(1.0, static_cast<double>(probe.working_bytes - probe.graph_pool_bytes) - fronts));
 
       // Time: Σ over computations w · [(F + h·H)/R + e · elements + o · layers] (cost_model.h),
       // w = 1 for forwards and backward_factor for backwards: linear in 1/R, h/R, e and o.
@@ -231,12 +254,42 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       time_x.push_back({flops, size_weighted, elements_touched, computations});
       time_y.push_back(probe.seconds);
     }
+    // The graphs' pool at the C the probes above replay few slices of (one untimed call each: a
+    // call captures its own graphs).
+    if (!device->is_cuda() || options.slice_replay != performer::SliceReplay::kAuto) continue;
+    const PackedBatch long_batch = random_batch(options.graph_pool_seq_len);
+    for (int64_t slice : options.graph_pool_slices) {
+      if (!performer::AutoReplaysSlices((options.graph_pool_seq_len + slice - 1) / slice, slice)) continue;
+      Plan plan;
+      plan.slice = slice;
+      plan.dtype = options.dtype;
+      performer::GradientOptions gradient_options;
+      gradient_options.slice_replay = options.slice_replay;
+      absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, long_batch, plan, gradient_options);
+      if (!gradient.ok()) return gradient.status();
+      ProbeResult probe{plan, options.graph_pool_seq_len, gradient->seconds,
+                        gradient->peak_bytes - gradient->start_bytes - model->parameter_bytes(),
+                        gradient->graph_pool_bytes, /*pool_only=*/true};
+      result.probes.push_back(probe);
+      replayed = replayed || gradient->replayed_slices > 0;
+      if (probe.graph_pool_bytes > 0) {
+        pool_points.push_back({probe_model, options.graph_pool_seq_len, plan, probe.graph_pool_bytes});
+      }
+    }
   }
 
   const std::array<double, 2> memory = NonNegativeLeastSquares<2>(memory_x, memory_y);
   profile.activation_scale = memory[0] > 0 ? memory[0] : 1.0;
   profile.activation_overhead_bytes = static_cast<int64_t>(std::llround(memory[1]));
   profile.resident_overhead_bytes = resident;
+  profile.replays_slices = replayed;
+  std::vector<std::array<int64_t, 2>> pools;
+  for (const PoolPoint& point : pool_points) {
+    pools.push_back({SliceGraphBytes(point.model, point.plan.slice, point.plan, profile) +
+                         SweepStretchBytes(point.model, point.seq_len, point.plan),
+                     point.pool_bytes});
+  }
+  profile.graph_pool_overhead_bytes = GraphPoolOverheadBytes(pools);
   profile.forward_weight_copies = performer::CopiesForwardLayouts(*device, performer::DType::kFloat32);
   const std::array<double, 4> time = NonNegativeLeastSquares<4>(time_x, time_y);
   if (!(time[0] > 0)) {

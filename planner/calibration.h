@@ -2,10 +2,12 @@
 // the planner's cost model (device_profile.h, cost_model.h). The planner runs the engine here;
 // the engine knows nothing of the planner.
 //
-// Memory: the working bytes of sliced gradients at a few C (peak − start − gradient) against the
-// model's analytic saved elements give activation_scale and activation_overhead_bytes (least
-// squares); what the device holds before a call beyond the model's parameters (the libraries'
-// workspaces, once the engine has run) gives resident_overhead_bytes. Time: the wall times of the
+// Memory: the working bytes of sliced gradients at a few C (peak − start − gradient, without the
+// CUDA graphs' pool) against the model's analytic saved elements give activation_scale and
+// activation_overhead_bytes (least squares); what the device holds before a call beyond the
+// model's parameters (the libraries' workspaces, once the engine has run) gives
+// resident_overhead_bytes; where slices replay as CUDA graphs, the most any probe's graph pool
+// held beyond the scratch the cost model counts gives graph_pool_overhead_bytes. Time: the wall times of the
 // same probes against their matrix-product FLOPs, their size-weighted FLOPs, the elements they
 // touch and their number of slice computations give flops_per_second, half_rate_rows,
 // seconds_per_element and layer_overhead_s (non-negative least squares on relative errors). A
@@ -21,6 +23,7 @@
 #ifndef SLIMFIT_PLANNER_CALIBRATION_H_
 #define SLIMFIT_PLANNER_CALIBRATION_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -49,15 +52,28 @@ struct CalibrationOptions {
   // As the worker will run slices (performer::GradientOptions::slice_replay): on a GPU, CUDA graphs
   // change both the per-slice time and the memory the probes measure.
   performer::SliceReplay slice_replay = performer::SliceReplay::kAuto;
+  // Where slices replay as CUDA graphs (slice_replay kAuto on a CUDA device): probes that measure
+  // only the graphs' memory pool, on every probe model at each of these C over this many tokens
+  // (enough slices that every replayed shape is captured; the probes above have few of C = 256).
+  int64_t graph_pool_seq_len = 4096;
+  std::vector<int64_t> graph_pool_slices = {64, 256};
   uint64_t seed = 1;
 };
 
 // One probe's measurements, for reports and tests.
 struct ProbeResult {
   performer::Plan plan;
+  int64_t seq_len = 0;
   double seconds = 0;
-  int64_t working_bytes = 0;
+  int64_t working_bytes = 0;     // peak − start − parameters, the graphs' pool included
+  int64_t graph_pool_bytes = 0;  // the CUDA graphs' pool; 0 where the slices ran op by op
+  bool pool_only = false;        // a graph-pool probe (not in the time and activation fits)
 };
+
+// DeviceProfile::graph_pool_overhead_bytes from probes' {scratch, pool} bytes — the scratch the cost
+// model counts for a call's graph pool (GraphPoolBytes without the overhead) and the pool the call's
+// graphs kept: the most a pool exceeded its scratch, rounded up to a byte; 0 for none.
+int64_t GraphPoolOverheadBytes(const std::vector<std::array<int64_t, 2>>& scratch_and_pool);
 
 struct CalibrationResult {
   DeviceProfile profile;

@@ -1,5 +1,7 @@
 #include "planner/calibration.h"
 
+#include <cstdint>
+
 #include <gtest/gtest.h>
 
 #include "performer/gradient_engine.h"
@@ -38,6 +40,25 @@ TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
   EXPECT_LT(result->profile.resident_overhead_bytes, int64_t{1} << 20);
   // What this build's engine does on the CPU (oneDNN products: the forward copies; none without).
   EXPECT_EQ(result->profile.forward_weight_copies, performer::OneDnnProducts());
+  // A CPU replays no slice as a CUDA graph: no pool, no pool probes.
+  EXPECT_FALSE(result->profile.replays_slices);
+  EXPECT_EQ(result->profile.graph_pool_overhead_bytes, 0);
+  for (const ProbeResult& probe : result->probes) {
+    EXPECT_EQ(probe.graph_pool_bytes, 0);
+    EXPECT_FALSE(probe.pool_only);
+    EXPECT_EQ(probe.seq_len, 128);
+  }
+}
+
+TEST(CalibrationTest, TheGraphPoolOverheadIsTheMostAPoolExceededItsScratch) {
+  EXPECT_EQ(GraphPoolOverheadBytes({}), 0);
+  EXPECT_EQ(GraphPoolOverheadBytes({{10, 4}}), 0);  // a pool under its scratch needs none
+  EXPECT_EQ(GraphPoolOverheadBytes({{1, 5}, {3, 9}, {5, 8}}), 6);
+  // Pools measured on an H100 (BENCHMARKS.md, "The graphs' pool in the plan"): the 20 MiB segment
+  // of the caching allocator shows where blocks of 1–10 MiB first appear.
+  constexpr int64_t kMiB = 1 << 20;
+  EXPECT_EQ(GraphPoolOverheadBytes({{2 * kMiB, 4 * kMiB}, {12 * kMiB, 28 * kMiB}, {47 * kMiB, 58 * kMiB}}),
+            16 * kMiB);
 }
 
 // The engine's batched weight-gradient buffers are what the cost model counts, for the plans it

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "performer/batched_weight_gradient_rows.h"
+#include "performer/slice_replay_rule.h"
 #include "planner/bptt_schedule.h"
 
 namespace slimfit::planner {
@@ -116,6 +117,20 @@ int64_t BatchedWeightGradientBytes(const ModelConfig& c, const Plan& plan, const
   return absl::StartsWith(profile.device, "cuda") ? 0 : performer::BatchedWeightGradientBytes(c, plan);
 }
 
+int64_t SweepStretchBytes(const ModelConfig& c, int64_t seq_len, const Plan& plan) {
+  const int64_t sweep_tokens = std::min<int64_t>(SweepSlicesPerStretch(c, plan) * plan.slice, seq_len);
+  // Measured here: a graph-free layer forward peaks at about 2·d_ff + 7·d_model values per token
+  // (the FFN's hidden activation and its GELU, the fused q/k/v output, features, attention).
+  return sweep_tokens * (2 * c.d_ff + 7 * c.d_model) * performer::DTypeBytes(plan.dtype);
+}
+
+int64_t GraphPoolBytes(const ModelConfig& c, int64_t seq_len, const Plan& plan, const DeviceProfile& profile) {
+  if (plan.slice <= 0 || !profile.replays_slices) return 0;
+  if (!performer::AutoReplaysSlices((seq_len + plan.slice - 1) / plan.slice, plan.slice)) return 0;
+  return SliceGraphBytes(c, plan.slice, plan, profile) + SweepStretchBytes(c, seq_len, plan) +
+         profile.graph_pool_overhead_bytes;
+}
+
 int64_t SweepSlicesPerStretch(const ModelConfig& c, const Plan& plan) {
   if (plan.front_policy == FrontPolicy::kStore || c.feature_map == FeatureMap::kRelu) return 1;
   if (plan.front_policy == FrontPolicy::kResync) return std::min<int64_t>(3, plan.resync_every);
@@ -190,16 +205,13 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     }
     const int64_t graph = SliceGraphBytes(c, plan.slice, plan, profile);
     p.kept_bytes = kept_fronts * front + kept_graphs * (graph + front);
-    // The forward sweep (over up to three slices at once, no graph) and the backward sweep (one
-    // slice graph) do not overlap: the larger of the two counts.
-    const int64_t per_stretch = SweepSlicesPerStretch(c, plan);
-    const int64_t sweep_tokens = std::min<int64_t>(per_stretch * plan.slice, w.seq_len);
-    // Measured here: a graph-free layer forward peaks at about 2·d_ff + 7·d_model values per token
-    // (the FFN's hidden activation and its GELU, the fused q/k/v output, features, attention).
-    const int64_t sweep = sweep_tokens * (2 * c.d_ff + 7 * c.d_model) * dtype_bytes;
-    p.working_bytes =
-        std::max(graph, sweep) + 4 * front + forward_layouts + BatchedWeightGradientBytes(c, plan, profile);
+    // The forward sweep (a stretch of slices, no graph) and the backward sweep (one slice graph) do
+    // not overlap: the larger of the two counts.
+    p.working_bytes = std::max(graph, SweepStretchBytes(c, w.seq_len, plan)) + 4 * front + forward_layouts +
+                      BatchedWeightGradientBytes(c, plan, profile);
+    p.graph_pool_bytes = GraphPoolBytes(c, w.seq_len, plan, profile);
     p.slice_forwards = forwards;
+    const int64_t per_stretch = SweepSlicesPerStretch(c, plan);
 
     // Time: `slices` graph builds and backwards, the rest forwards without a graph.
     auto phase_seconds = [&](int64_t tokens, bool with_output) {
@@ -224,8 +236,8 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   // factor for all plans: it decides only between plans that fit, where the sliced ones dominate.
   if (copies_apply && !plan.copy_forward_weights) p.seconds *= kOneWeightLayoutSlowdown;
   p.resident_bytes = profile.resident_overhead_bytes;
-  p.peak_bytes =
-      p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes + p.working_bytes + p.resident_bytes;
+  p.peak_bytes = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes + p.working_bytes +
+                 p.resident_bytes + p.graph_pool_bytes;
   return p;
 }
 

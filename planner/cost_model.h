@@ -9,7 +9,10 @@
 //     + activation_overhead_bytes, where the saved elements are counted from the engine's code
 //     (SavedElementsPerToken) — what autograd keeps per token and layer for each prefix mode
 //   + the handful of fronts the sliced sweep holds at once (U(n), U(n−1), G(n), G(n−1))
-//   + the device's resident overhead: what its libraries hold outside tensors (BLAS workspaces).
+//   + the device's resident overhead: what its libraries hold outside tensors (BLAS workspaces)
+//   + where the worker replays the call's slices as CUDA graphs (performer::AutoReplaysSlices), the
+//     graphs' private pool, kept for the whole call: the scratch of the slice graph and of the
+//     forward sweep's stretch, both captured, plus the allocator's rounding (GraphPoolBytes).
 // Time: every slice computation (a forward without graph, a forward building the graph, the
 // backward of a graph) costs Σ over its matrix products of F/R · (1 + h/M + h/K + h/N) +
 // layer_overhead_s · layers, with F = 2·M·K·N the FLOPs of an (M×K)·(K×N) product, R =
@@ -50,6 +53,7 @@ struct Prediction {
   int64_t kept_bytes = 0;     // fronts and slice graphs kept by the policy and at document starts
   int64_t working_bytes = 0;  // one slice graph and the sweep's own fronts
   int64_t resident_bytes = 0;  // the device's resident overhead (DeviceProfile::resident_overhead_bytes)
+  int64_t graph_pool_bytes = 0;  // the CUDA graphs' pool where slices are replayed (GraphPoolBytes)
   int64_t peak_bytes = 0;      // the sum of the above
   double seconds = 0;
   int64_t slice_forwards = 0;  // forward slice computations (0 for full back-propagation: 1)
@@ -93,6 +97,17 @@ bool ForwardCopiesApply(const DeviceProfile& profile, performer::DType dtype);
 // front inside a stretch is needed, 1 for store and for relu's onset bookkeeping. Document starts
 // break stretches too; the model ignores that (a conservative choice for time).
 int64_t SweepSlicesPerStretch(const performer::ModelConfig& model, const performer::Plan& plan);
+
+// Bytes of the forward sweep's largest stretch of a sliced call (plan.slice > 0): a graph-free
+// forward over up to SweepSlicesPerStretch slices.
+int64_t SweepStretchBytes(const performer::ModelConfig& model, int64_t seq_len, const performer::Plan& plan);
+
+// Device bytes the CUDA graphs of a call's replayed slices keep (DeviceProfile::replays_slices):
+// SliceGraphBytes(C) + SweepStretchBytes + graph_pool_overhead_bytes; 0 for full
+// back-propagation, for calls the engine runs op by op (performer::AutoReplaysSlices) and on
+// profiles that do not replay.
+int64_t GraphPoolBytes(const performer::ModelConfig& model, int64_t seq_len, const performer::Plan& plan,
+                       const DeviceProfile& profile);
 
 // Bytes of a slice graph over S tokens (working set), by the calibrated model.
 int64_t SliceGraphBytes(const performer::ModelConfig& model, int64_t tokens, const performer::Plan& plan,

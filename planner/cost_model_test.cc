@@ -1,8 +1,12 @@
 #include "planner/cost_model.h"
 
+#include <algorithm>
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "planner/bptt_schedule.h"
 
 namespace slimfit::planner {
@@ -93,6 +97,45 @@ TEST(CostModelTest, TheDevicesResidentOverheadIsInEveryPeakOnce) {
       EXPECT_EQ(with.peak_bytes - without.peak_bytes, int64_t{65} << 20) << "C = " << c;
       EXPECT_EQ(with.working_bytes, without.working_bytes) << "C = " << c;
       EXPECT_EQ(with.seconds, without.seconds) << "C = " << c;
+    }
+  }
+}
+
+// The CUDA graphs' pool: in the peak of exactly the calls the engine replays (at least 8 slices of
+// at most 256 tokens) on a device that replays, as the two captured computations' scratch and the
+// allocator's rounding.
+TEST(CostModelTest, TheGraphsPoolIsInThePeakOfCallsWhoseSlicesReplay) {
+  DeviceProfile cuda = Profile();
+  cuda.device = "cuda:0";
+  DeviceProfile replaying = cuda;
+  replaying.replays_slices = true;
+  replaying.graph_pool_overhead_bytes = int64_t{16} << 20;
+  struct Case {
+    int64_t seq_len;
+    int64_t slice;
+    bool replays;
+  };
+  for (const Case& c : {Case{4096, 16, true}, Case{4096, 256, true}, Case{2048, 256, true}, Case{1793, 256, true},
+                        Case{1792, 256, false} /* 7 slices */, Case{4096, 512, false}, Case{4096, 0, false}}) {
+    const Workload w{ConfigA(), c.seq_len};
+    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
+      if (c.slice == 0 && policy != FrontPolicy::kReverse) continue;
+      const Plan plan = Sliced(c.slice, policy);
+      const Prediction without = *Predict(w, plan, cuda);
+      const Prediction with = *Predict(w, plan, replaying);
+      // The forward sweep's stretch: three slices (one under store), at most L tokens, at
+      // 2·d_ff + 7·d_model values per token.
+      const int64_t stretch = std::min<int64_t>((policy == FrontPolicy::kStore ? 1 : 3) * c.slice, c.seq_len);
+      const int64_t pool = c.replays ? SliceGraphBytes(w.model, c.slice, plan, replaying) +
+                                           stretch * (2 * 1024 + 7 * 256) * 4 + (int64_t{16} << 20)
+                                     : 0;
+      const std::string what = absl::StrCat("L = ", c.seq_len, ", C = ", c.slice, ", ", performer::FrontPolicyName(policy));
+      EXPECT_EQ(with.graph_pool_bytes, pool) << what;
+      EXPECT_EQ(GraphPoolBytes(w.model, c.seq_len, plan, replaying), pool) << what;
+      EXPECT_EQ(with.peak_bytes - without.peak_bytes, pool) << what;
+      EXPECT_EQ(without.graph_pool_bytes, 0) << what;
+      EXPECT_EQ(with.working_bytes, without.working_bytes) << what;
+      EXPECT_EQ(with.seconds, without.seconds) << what;
     }
   }
 }

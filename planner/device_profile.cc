@@ -18,17 +18,18 @@ absl::Status DeviceProfile::Validate() const {
     if (absl::Status s = positive(field, value); !s.ok()) return s;
   }
   if (!(half_rate_rows >= 0) || !(layer_overhead_s >= 0) || !(seconds_per_element >= 0) || activation_overhead_bytes < 0 ||
-      resident_overhead_bytes < 0 || total_memory_bytes < 0) {
+      resident_overhead_bytes < 0 || total_memory_bytes < 0 || graph_pool_overhead_bytes < 0) {
     return absl::InvalidArgumentError(
         "device profile: half_rate_rows, seconds_per_element, layer_overhead_s, activation_overhead_bytes, "
-        "resident_overhead_bytes and total_memory_bytes must not be negative");
+        "resident_overhead_bytes, total_memory_bytes and graph_pool_overhead_bytes must not be negative");
   }
   // Bounds no device comes near, so that predicted peaks (int64 bytes) cannot overflow.
   constexpr int64_t kMaxBytes = int64_t{1} << 50;  // 1 PiB
-  if (activation_overhead_bytes > kMaxBytes || resident_overhead_bytes > kMaxBytes || total_memory_bytes > kMaxBytes) {
+  if (activation_overhead_bytes > kMaxBytes || resident_overhead_bytes > kMaxBytes || total_memory_bytes > kMaxBytes ||
+      graph_pool_overhead_bytes > kMaxBytes) {
     return absl::InvalidArgumentError(
-        "device profile: activation_overhead_bytes, resident_overhead_bytes and total_memory_bytes must be at most "
-        "1 PiB");
+        "device profile: activation_overhead_bytes, resident_overhead_bytes, total_memory_bytes and "
+        "graph_pool_overhead_bytes must be at most 1 PiB");
   }
   if (activation_scale > 1e3 || backward_factor > 1e3) {
     return absl::InvalidArgumentError(absl::StrCat("device profile: activation_scale and backward_factor must be at "

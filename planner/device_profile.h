@@ -33,6 +33,15 @@ struct DeviceProfile {
   // float32 on this device (performer::CopiesForwardLayouts: a CPU with oneDNN products; a CPU
   // worker of a CUDA build has none). True for profiles written before this field existed.
   bool forward_weight_copies = true;
+  // Whether the calibrated worker replays slices as CUDA graphs (a CUDA device, graphs on, a build
+  // with them). A call whose slices replay (performer::AutoReplaysSlices) keeps the graphs' private
+  // memory pool for its whole length: the cost model counts the scratch of the two computations
+  // captured — the backward sweep's slice graph and the forward sweep's stretch, which do not reuse
+  // each other's blocks — plus graph_pool_overhead_bytes, the caching allocator's rounding of
+  // blocks into segments (2 MiB for small blocks, 20 MiB for those of 1–10 MiB), measured by
+  // calibration. false and 0 on a CPU, with graphs off, and in profiles written before these fields.
+  bool replays_slices = false;
+  int64_t graph_pool_overhead_bytes = 0;
 
   // Time (planner/cost_model.h). One slice computation over S tokens takes
   //   Σ_products F/flops_per_second · (1 + h/M + h/K + h/N)   (h = half_rate_rows)

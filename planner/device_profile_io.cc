@@ -48,6 +48,8 @@ v1::DeviceProfile DeviceProfileToProto(const DeviceProfile& profile) {
   proto.set_activation_overhead_bytes(profile.activation_overhead_bytes);
   proto.set_resident_overhead_bytes(profile.resident_overhead_bytes);
   proto.set_forward_weight_copies(profile.forward_weight_copies);
+  proto.set_replays_slices(profile.replays_slices);
+  proto.set_graph_pool_overhead_bytes(profile.graph_pool_overhead_bytes);
   proto.set_flops_per_second(profile.flops_per_second);
   proto.set_half_rate_rows(profile.half_rate_rows);
   proto.set_layer_overhead_s(profile.layer_overhead_s);
@@ -68,6 +70,8 @@ DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto) {
   }
   if (proto.has_resident_overhead_bytes()) profile.resident_overhead_bytes = proto.resident_overhead_bytes();
   if (proto.has_forward_weight_copies()) profile.forward_weight_copies = proto.forward_weight_copies();
+  if (proto.has_replays_slices()) profile.replays_slices = proto.replays_slices();
+  if (proto.has_graph_pool_overhead_bytes()) profile.graph_pool_overhead_bytes = proto.graph_pool_overhead_bytes();
   if (proto.has_flops_per_second()) profile.flops_per_second = proto.flops_per_second();
   if (proto.has_half_rate_rows()) profile.half_rate_rows = proto.half_rate_rows();
   if (proto.has_layer_overhead_s()) profile.layer_overhead_s = proto.layer_overhead_s();

@@ -29,6 +29,8 @@ DeviceProfile SampleProfile() {
   profile.activation_overhead_bytes = 12345678901;
   profile.resident_overhead_bytes = 68157440;
   profile.forward_weight_copies = false;  // not the default: must be written and read back
+  profile.replays_slices = true;
+  profile.graph_pool_overhead_bytes = 25165824;
   profile.flops_per_second = 4.56789e14;
   profile.half_rate_rows = 0;  // a zero that must still be written and read back
   profile.layer_overhead_s = 2.5e-5;
@@ -46,6 +48,8 @@ void ExpectSameProfile(const DeviceProfile& got, const DeviceProfile& want) {
   EXPECT_EQ(got.activation_overhead_bytes, want.activation_overhead_bytes);
   EXPECT_EQ(got.resident_overhead_bytes, want.resident_overhead_bytes);
   EXPECT_EQ(got.forward_weight_copies, want.forward_weight_copies);
+  EXPECT_EQ(got.replays_slices, want.replays_slices);
+  EXPECT_EQ(got.graph_pool_overhead_bytes, want.graph_pool_overhead_bytes);
   EXPECT_EQ(got.flops_per_second, want.flops_per_second);
   EXPECT_EQ(got.half_rate_rows, want.half_rate_rows);
   EXPECT_EQ(got.seconds_per_element, want.seconds_per_element);

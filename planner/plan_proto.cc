@@ -208,6 +208,7 @@ v1::Prediction PredictionToProto(const Prediction& prediction) {
   proto.set_kept_bytes(prediction.kept_bytes);
   proto.set_working_bytes(prediction.working_bytes);
   proto.set_resident_bytes(prediction.resident_bytes);
+  proto.set_graph_pool_bytes(prediction.graph_pool_bytes);
   proto.set_peak_bytes(prediction.peak_bytes);
   proto.set_seconds(prediction.seconds);
   proto.set_slice_forwards(prediction.slice_forwards);
@@ -222,6 +223,7 @@ Prediction PredictionFromProto(const v1::Prediction& proto) {
   prediction.kept_bytes = proto.kept_bytes();
   prediction.working_bytes = proto.working_bytes();
   prediction.resident_bytes = proto.resident_bytes();
+  prediction.graph_pool_bytes = proto.graph_pool_bytes();
   prediction.peak_bytes = proto.peak_bytes();
   prediction.seconds = proto.seconds();
   prediction.slice_forwards = proto.slice_forwards();
