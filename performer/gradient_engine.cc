@@ -213,7 +213,10 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
           return s;
         }
       } else {
-        internal::SweepGradient(runner, replay, plan, config, &result.stored_fronts_peak);
+        internal::ConditioningCounts conditioning;
+        internal::SweepGradient(runner, replay, plan, config, &result.stored_fronts_peak, &conditioning);
+        result.conditioning_fronts = conditioning.kept;
+        result.conditioning_fronts_recomputed = conditioning.recomputed;
       }
       if (batched) {
         batched->Flush();

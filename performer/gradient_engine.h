@@ -95,6 +95,12 @@ struct GradientResult {
   double seconds = 0;                 // wall time of the call
   int64_t slice_forwards = 0;         // slice computations run (forward sweep + rebuilds)
   int64_t stored_fronts_peak = 0;     // most fronts held at once by the front policy
+  // Fronts the subtracting policies (reverse, resync) kept because rebuilding them by subtraction
+  // would have lost their precision (the sweep's conditioning, sliced_gradient.h), and those they
+  // recomputed instead by a forward from an exact front (in slice_forwards) once
+  // kMaxConditioningFronts were kept.
+  int64_t conditioning_fronts = 0;
+  int64_t conditioning_fronts_recomputed = 0;
   int64_t replayed_slices = 0;        // slice computations launched as a replay (SliceReplay)
   int64_t graph_pool_bytes = 0;       // device memory the captured graphs held for their scratch
   // Buffers of small CPU slices' weight gradients, added a batch at a time (BatchedWeightGradients).

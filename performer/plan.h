@@ -35,6 +35,13 @@ enum class FrontPolicy {
   kDp,  // keep at most `slots` fronts/slice graphs, following a checkpoint schedule (checkpoint_schedule.h)
 };
 
+// The most fronts the subtracting policies (kReverse, kResync) keep in one call beyond their own,
+// where a front rebuilt by subtraction would lose its precision (the denominators it would be
+// rebuilt from have grown too far past its own: sliced_gradient.h); further such fronts are
+// recomputed by a forward instead. The planner counts them. Ordinary text needs 0–2: the growth
+// is about the growth in tokens, and each keep covers 256× of it.
+inline constexpr int64_t kMaxConditioningFronts = 2;
+
 // What one slice's autograd graph keeps (Korthikanti et al.'s trade at layer granularity).
 enum class LayerRecompute {
   kNone,    // every activation of every layer

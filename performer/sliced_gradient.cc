@@ -1,8 +1,10 @@
 #include "performer/sliced_gradient.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -13,8 +15,54 @@
 
 namespace slimfit::performer::internal {
 
+namespace {
+
+// The growth bound of the conditioning guard (sliced_gradient.h): a front rebuilt by subtraction
+// from one whose denominators are at most this many times its own loses at most about 8 bits more
+// than that front's rounding (2⁻¹⁵ relative in float32), in any dtype.
+constexpr double kMaxRebuildGrowth = 256;
+
+// The denominators of a run of fronts that the backward sweep will rebuild from one front, as
+// each head's total Σ_f Z_f (the size a query's denominator φ(q)·Z is measured against): a lower
+// bound of the run's (the floor), against which a later front's growth is measured.
+class RebuildFloor {
+ public:
+  double max_growth() const { return kMaxRebuildGrowth; }
+  bool set() const { return floor_.defined(); }
+  // A document starts: its fronts begin anew from zero; the floor is set by its first front.
+  void Clear() { floor_ = at::Tensor(); }
+  void Set(const ModelFront& front) { floor_ = Totals(front); }
+  // Heads whose floor is still zero (relu's, before any feature switches on) take `front`'s.
+  void Fill(const ModelFront& front) {
+    at::NoGradGuard no_grad;
+    const at::Tensor totals = Totals(front);
+    floor_ = at::where(floor_ > 0, floor_, totals);
+  }
+  // The most any head's total in `front` exceeds that in `base` (the floor when null) by, as a
+  // factor, over the heads where the latter is positive.
+  double Growth(const ModelFront& front, const ModelFront* base = nullptr) const {
+    at::NoGradGuard no_grad;
+    const at::Tensor below = base != nullptr ? Totals(*base) : floor_;
+    const at::Tensor totals = Totals(front);
+    return at::where(below > 0, totals / below, at::zeros_like(below)).max().item<double>();
+  }
+
+ private:
+  // [layers, heads]: each head's Σ over features of the denominator.
+  static at::Tensor Totals(const ModelFront& front) {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> per_layer;
+    for (const Front& f : front) per_layer.push_back(f.denominator.sum(-1));
+    return at::stack(per_layer);
+  }
+
+  at::Tensor floor_;
+};
+
+}  // namespace
+
 void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, const ModelConfig& c,
-                   int64_t* stored_fronts_peak) {
+                   int64_t* stored_fronts_peak, ConditioningCounts* conditioning) {
   const int64_t slices = runner.slices();
   // Features are non-negative, so a denominator component that is exactly zero stays zero until
   // some token of the document switches it on; relu features do this all the time. Subtraction
@@ -47,15 +95,31 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
            (plan.front_policy == FrontPolicy::kStore || !runner.Reversible(n) ||
             (plan.front_policy == FrontPolicy::kResync && n % plan.resync_every == 0));
   };
-  ModelFront front = runner.ZeroModelFront();
-  int64_t n = 0;
-  while (n + 1 < slices) {
-    if (keep(n)) kept.emplace(n, Kept{front, onset});
-    *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
-    int64_t end = n + 1;
-    if (!track_onset) {
-      while (end < slices - 1 && end - n < kSweepSlices && !keep(end)) ++end;
+  // The subtracting policies bound how far a front's denominators grow past those of the fronts
+  // that will be rebuilt from it (sliced_gradient.h); sweeps over several slices start only once
+  // the run's floor is known.
+  const bool guard = plan.front_policy != FrontPolicy::kStore;
+  RebuildFloor run_floor;
+  // Fronts the guard needed exact once kMaxConditioningFronts were kept: the backward sweep
+  // recomputes each by a forward from the nearest exact front below it.
+  std::set<int64_t> recompute;
+  auto keep_for_precision = [&](int64_t n, const ModelFront& entering, const std::vector<at::Tensor>& entering_onset) {
+    if (n == 0 || kept.count(n) > 0 || recompute.count(n) > 0) return;  // U(0) is zero; kept fronts are exact
+    if (conditioning->kept >= kMaxConditioningFronts) {
+      recompute.insert(n);
+      ++conditioning->recomputed;
+      return;
     }
+    kept.emplace(n, Kept{entering, entering_onset});
+    ++conditioning->kept;
+    *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
+  };
+  ModelFront front = runner.ZeroModelFront();
+  // Sweeps slices [n, end) from `front` (U(n)) to U(end); under the guard, keeps U(n) where the
+  // stretch grew the denominators too far past the floor (`exact`: slice by slice, no second try).
+  std::function<void(int64_t, int64_t, bool)> sweep = [&](int64_t n, int64_t end, bool exact) {
+    const ModelFront entering = front;
+    const std::vector<at::Tensor> entering_onset = onset;
     const Stretch stretch = runner.StretchOfSlices(n, end);
     front = graphs != nullptr && graphs->Replayable(stretch) ? graphs->Advance(stretch, front, end - n)
                                                              : runner.Advance(stretch, front, end - n);
@@ -68,8 +132,72 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
                              stretch.layout.reversible ? onset[r] : at::full({}, never, long_options));
       }
     }
+    if (!guard) return;
+    if (!run_floor.set()) {
+      run_floor.Set(front);  // the first front a run will rebuild (the stretch is one slice)
+      return;
+    }
+    if (!(run_floor.Growth(front) > run_floor.max_growth())) {  // (a NaN front keeps nothing)
+      run_floor.Fill(front);
+      return;
+    }
+    if (!exact && end - n > 1 && run_floor.Growth(front, &entering) > run_floor.max_growth()) {
+      // The stretch alone grew that far: the fronts inside it need the keep placed exactly.
+      front = entering;
+      onset = entering_onset;
+      for (int64_t j = n; j < end; ++j) sweep(j, j + 1, true);
+      return;
+    }
+    // U(n) ends the run; the next one starts with the fronts after it.
+    keep_for_precision(n, entering, entering_onset);
+    if (end - n == 1) {
+      run_floor.Set(front);
+    } else {
+      run_floor.Set(entering);
+      run_floor.Fill(front);
+    }
+  };
+  int64_t n = 0;
+  while (n + 1 < slices) {
+    if (keep(n)) {
+      kept.emplace(n, Kept{front, onset});
+      // A document starting in slice n restarts the fronts; a front kept by the policy begins a
+      // new run of rebuilt fronts, all at or above it.
+      if (runner.Reversible(n)) {
+        run_floor.Set(front);
+      } else {
+        run_floor.Clear();
+      }
+    }
+    *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
+    int64_t end = n + 1;
+    if (!track_onset && (!guard || run_floor.set())) {
+      while (end < slices - 1 && end - n < kSweepSlices && !keep(end)) ++end;
+    }
+    sweep(n, end, false);
     n = end;
   }
+
+  // U(n) exactly, by a forward from the nearest exact front below it (kept, or U(0) = 0; a document
+  // starting in between would have been kept), in stretches as the forward sweep runs them.
+  auto forward_to = [&](int64_t n) {
+    auto below = kept.lower_bound(n);
+    int64_t j = 0;
+    ModelFront value = runner.ZeroModelFront();
+    if (below != kept.begin()) {
+      --below;
+      j = below->first;
+      value = below->second.fronts;
+    }
+    while (j < n) {
+      const int64_t end = std::min(n, j + kSweepSlices);
+      const Stretch stretch = runner.StretchOfSlices(j, end);
+      value = graphs != nullptr && graphs->Replayable(stretch) ? graphs->Advance(stretch, value, end - j)
+                                                               : runner.Advance(stretch, value, end - j);
+      j = end;
+    }
+    return value;
+  };
 
   // `front` is now U(N−1), the last slice's incoming front; walk back. `exit_grad` is G(n) for the
   // slice being rebuilt, and `front` the front leaving it.
@@ -77,19 +205,21 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
   for (int64_t n = slices - 1; n >= 0; --n) {
     const Stretch stretch = runner.StretchOf(n);
     auto kept_it = kept.find(n);
+    std::optional<ModelFront> recomputed;
+    if (recompute.count(n) > 0) recomputed = forward_to(n);
+    const ModelFront* given = kept_it != kept.end() ? &kept_it->second.fronts : recomputed ? &*recomputed : nullptr;
     // A replayed step: a slice that continues its front, whose G(n) is known, and whose entry is
-    // kept or recovered by plain subtraction (relu's onset zeros are restored directly).
-    const bool subtract = kept_it == kept.end();
+    // given or recovered by plain subtraction (relu's onset zeros are restored directly).
+    const bool subtract = given == nullptr;
     if (graphs != nullptr && n > 0 && !exit_grad.empty() && graphs->Replayable(stretch) &&
         !(subtract && track_onset)) {
-      SliceGraphs::StepResult step =
-          graphs->Step(n, stretch, subtract ? front : kept_it->second.fronts, subtract, exit_grad);
+      SliceGraphs::StepResult step = graphs->Step(n, stretch, subtract ? front : *given, subtract, exit_grad);
       front = std::move(step.entry);
       exit_grad = std::move(step.entry_grad);
     } else {
       SliceRunner::Graph graph = runner.Build(n, stretch, [&](int64_t r, const AttentionInputs& in) -> Front {
         if (n == 0) return runner.zero();
-        if (kept_it != kept.end()) return kept_it->second.fronts[r];
+        if (given != nullptr) return (*given)[r];
         if (n + 1 == slices) return front[r];
         // U(n−1) by subtraction, with the components that switched on in slice n or later restored
         // to exact zeros.

@@ -16,13 +16,33 @@
 
 namespace slimfit::performer::internal {
 
+// What a sweep did to stay precise (GradientResult::conditioning_fronts and _recomputed).
+struct ConditioningCounts {
+  int64_t kept = 0;        // fronts kept because their subtraction would have lost precision
+  int64_t recomputed = 0;  // such fronts recomputed instead: kMaxConditioningFronts were kept already
+};
+
 // The SLiM paper's Algorithms 1–2 (Likhosherstov et al.): a forward sweep keeping fronts, then a
 // backward sweep that obtains each U(n−1) by subtraction (reverse), from a kept front (store,
 // resync) — and from a kept front wherever a document starts, under every policy.
+//
+// Conditioning (reverse, resync): a front rebuilt by subtractions that start from a front U(m)
+// carries U(m)'s rounding, about ε·Z(m) in each denominator component (ε the dtype's unit
+// roundoff). Features are non-negative, so within a document the denominators only grow, and a
+// front whose components are far below Z(m)'s is rebuilt as noise: relu features whose first keys
+// are near zero made `reverse` 38% off in float32 (BENCHMARKS.md, "Float32 and small blocks"). So
+// the forward sweep bounds, for every run of fronts that will be rebuilt from the same front, how
+// far a head's denominators (Σ over features) grow past the run's first front: where a stretch
+// would take them past 256× (8 bits: 2⁻¹⁵ relative in float32), the front entering the stretch is
+// kept (a stretch that grew that much by itself is swept again slice by slice to place the keep
+// exactly). At most
+// kMaxConditioningFronts such fronts per call; past them, the backward sweep recomputes each front
+// that needs it by a forward from the nearest exact front below (time instead of memory: the
+// gradient stays precise). `conditioning` counts both.
 // `graphs` (may be null) replays the slices it can (slice_graphs.h).
 // REQUIRES: plan.front_policy is kReverse, kStore or kResync.
 void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, const ModelConfig& c,
-                   int64_t* stored_fronts_peak);
+                   int64_t* stored_fronts_peak, ConditioningCounts* conditioning);
 
 // The dp front policy: runs `schedule` (checkpoint_schedule.h) action by action. Fronts are never
 // recovered by subtraction, so the result is exact whatever N.

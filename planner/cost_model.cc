@@ -203,6 +203,11 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
         kept_graphs = plan.schedule == ScheduleKind::kIsm ? plan.slots : 0;
         break;
     }
+    // The subtracting policies may keep up to kMaxConditioningFronts more where a front rebuilt by
+    // subtraction would lose its precision (performer/sliced_gradient.h): counted as kept.
+    if (plan.front_policy == FrontPolicy::kReverse || plan.front_policy == FrontPolicy::kResync) {
+      kept_fronts = std::min(std::max<int64_t>(slices - 2, 0), kept_fronts + performer::kMaxConditioningFronts);
+    }
     const int64_t graph = SliceGraphBytes(c, plan.slice, plan, profile);
     p.kept_bytes = kept_fronts * front + kept_graphs * (graph + front);
     // The forward sweep (a stretch of slices, no graph) and the backward sweep (one slice graph) do

@@ -55,9 +55,10 @@ TEST(CostModelTest, PeakIsTheSumOfItsParts) {
   EXPECT_EQ(p->parameter_bytes, ConfigA().parameter_count() * 4);
   EXPECT_EQ(p->gradient_bytes, p->parameter_bytes);
   EXPECT_EQ(p->optimizer_bytes, 0);
-  EXPECT_EQ(p->kept_bytes, 0);
+  // reverse: room for the fronts the sweep may keep to stay precise (performer::kMaxConditioningFronts).
+  EXPECT_EQ(p->kept_bytes, performer::kMaxConditioningFronts * FrontBytes(ConfigA(), performer::DType::kFloat32));
   EXPECT_EQ(p->resident_bytes, 0);
-  EXPECT_EQ(p->peak_bytes, p->parameter_bytes + p->gradient_bytes + p->working_bytes);
+  EXPECT_EQ(p->peak_bytes, p->parameter_bytes + p->gradient_bytes + p->kept_bytes + p->working_bytes);
   Workload adam = w;
   adam.optimizer_bytes_per_parameter = 8;
   EXPECT_EQ(Predict(adam, Sliced(256), Profile())->optimizer_bytes, ConfigA().parameter_count() * 8);
@@ -178,15 +179,20 @@ TEST(CostModelTest, MemoryFollowsTheSliceAndThePolicy) {
   const int64_t reverse64 = Predict(w, Sliced(64), Profile())->peak_bytes;
   EXPECT_LT(reverse64, Predict(w, Sliced(256), Profile())->peak_bytes);
   EXPECT_LT(Predict(w, Sliced(256), Profile())->peak_bytes, Predict(w, Sliced(0), Profile())->peak_bytes);
-  // store keeps N − 1 fronts; resync every r-th.
+  // store keeps N − 1 fronts; resync every r-th; both subtracting policies up to
+  // kMaxConditioningFronts more for precision, never more than store.
+  const int64_t conditioning = performer::kMaxConditioningFronts;
   EXPECT_EQ(Predict(w, Sliced(64, FrontPolicy::kStore), Profile())->kept_bytes, 62 * front);
   Plan resync = Sliced(64, FrontPolicy::kResync);
   resync.resync_every = 8;
-  EXPECT_EQ(Predict(w, resync, Profile())->kept_bytes, 7 * front);  // entering slices 8, 16, …, 56
+  EXPECT_EQ(Predict(w, resync, Profile())->kept_bytes, (7 + conditioning) * front);  // entering 8, 16, …, 56
+  resync.resync_every = 1;
+  EXPECT_EQ(Predict(w, resync, Profile())->kept_bytes, 62 * front);
+  EXPECT_EQ(Predict(Workload{ConfigA(), 3 * 64}, Sliced(64), Profile())->kept_bytes, 1 * front);  // 3 slices
   // Each document start may force one kept front.
   Workload packed = w;
   packed.documents = 10;
-  EXPECT_EQ(Predict(packed, Sliced(64), Profile())->kept_bytes, 9 * front);
+  EXPECT_EQ(Predict(packed, Sliced(64), Profile())->kept_bytes, (9 + conditioning) * front);
 }
 
 TEST(CostModelTest, DpCountsTheProgramsForwards) {

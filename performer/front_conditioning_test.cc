@@ -1,0 +1,160 @@
+// The subtracting front policies stay precise where denominators grow by orders of magnitude
+// (sliced_gradient.h, "Conditioning"): a stream whose first keys have near-zero features, then
+// ordinary ones, so the first fronts' denominators are ~10⁻⁶ of the later ones'. Rebuilt by
+// subtraction from a later front, such a front would be float32 rounding noise; the sweep keeps the
+// fronts where that would happen, and `reverse` and `resync` come out as precise as `store`.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "performer/gradient_engine.h"
+#include "performer/gradient_engine_test_cases.h"
+
+namespace slimfit::performer {
+namespace {
+
+// Every layer-0 key is `bias + weight · e` with e the first embedding coordinate, `first[token]`
+// (0 past its end); the layer's queries and values do not see that coordinate.
+void SetFirstLayerKeys(const PerformerModel& model, const std::vector<double>& first, double weight, double bias) {
+  at::NoGradGuard no_grad;
+  const std::vector<std::string>& names = model.names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    at::Tensor p = model.parameters()[i];
+    if (names[i] == "input_map.weight") {
+      p.select(1, 0).fill_(0);
+      for (size_t t = 0; t < first.size(); ++t) p[static_cast<int64_t>(t)][0].fill_(first[t]);
+    } else if (names[i] == "layers.0.attention.k_map.weight") {
+      p.fill_(0);
+      p.select(1, 0).fill_(weight);
+    } else if (names[i] == "layers.0.attention.k_map.bias") {
+      p.fill_(bias);
+    } else if (names[i] == "layers.0.attention.q_map.weight" || names[i] == "layers.0.attention.v_map.weight") {
+      p.select(1, 0).fill_(0);
+    }
+  }
+}
+
+// `near_zero` tokens 0, then tokens cycling through 1..vocab−1: one document.
+PackedBatch NearZeroThenOrdinary(int64_t near_zero, int64_t ordinary, int64_t vocab) {
+  PackedBatch batch;
+  for (int64_t i = 0; i < near_zero; ++i) batch.tokens.push_back(0);
+  for (int64_t i = 0; i < ordinary; ++i) batch.tokens.push_back(1 + (i * 5) % (vocab - 1));
+  return batch;
+}
+
+struct Sliced {
+  FrontPolicy policy;
+  int64_t resync_every = 0;
+};
+
+std::string Name(const Sliced& s) { return std::string(FrontPolicyName(s.policy)); }
+
+// Gradients of `batch` in float32 at C = `slice` under each subtracting policy and under `store`,
+// against float64 full back-propagation of the same model.
+void ExpectAsPreciseAsStore(FeatureMap map, double key_weight, double key_bias, const PackedBatch& batch,
+                            int64_t slice, bool expect_second_sweep) {
+  const ModelConfig config = SmallEngineConfig(map);
+  const PerformerModel model32 = MustCreateModel(config, DType::kFloat32, 3);
+  const PerformerModel model64 = MustCreateModel(config, DType::kFloat64, 3);
+  // Token 0's keys are key_bias + key_weight, every other token's key_bias.
+  SetFirstLayerKeys(model32, {1}, key_weight, key_bias);
+  SetFirstLayerKeys(model64, {1}, key_weight, key_bias);
+  Plan full;
+  full.dtype = DType::kFloat64;
+  const GradientResult exact = MustCompute(model64, batch, full);
+
+  Plan store;
+  store.slice = slice;
+  store.front_policy = FrontPolicy::kStore;
+  const GradientResult stored = MustCompute(model32, batch, store);
+  const double store_error = RelativeDiscrepancy(stored.gradients, exact.gradients);
+  EXPECT_EQ(stored.conditioning_fronts, 0) << "store keeps every front anyway";
+
+  const int64_t slices = (batch.size() + slice - 1) / slice;
+  for (const Sliced& s : {Sliced{FrontPolicy::kReverse}, Sliced{FrontPolicy::kResync, 5}}) {
+    Plan plan;
+    plan.slice = slice;
+    plan.front_policy = s.policy;
+    plan.resync_every = s.resync_every;
+    const GradientResult result = MustCompute(model32, batch, plan);
+    const double error = RelativeDiscrepancy(result.gradients, exact.gradients);
+    std::printf("%s, C = %lld, %s: rel. discrepancy %.3g (store %.3g), fronts kept %lld, recomputed %lld, "
+                "slice forwards %lld of %lld\n",
+                std::string(FeatureMapName(map)).c_str(), static_cast<long long>(slice), Name(s).c_str(), error,
+                store_error, static_cast<long long>(result.conditioning_fronts),
+                static_cast<long long>(result.conditioning_fronts_recomputed),
+                static_cast<long long>(result.slice_forwards), static_cast<long long>(2 * slices - 1));
+    EXPECT_GE(result.conditioning_fronts, 1) << Name(s);
+    EXPECT_EQ(result.conditioning_fronts_recomputed, 0) << Name(s);
+    EXPECT_LE(error, 4 * store_error + 1e-6) << Name(s) << ": store's error " << store_error;
+    // A stretch of three slices that grew past the bound by itself is swept again slice by slice.
+    if (expect_second_sweep) {
+      EXPECT_GT(result.slice_forwards, 2 * slices - 1) << Name(s);
+    } else {
+      EXPECT_EQ(result.slice_forwards, 2 * slices - 1) << Name(s);
+    }
+    // The same in float64: the same keeps (the bound is on growth, whatever the dtype), exact.
+    Plan plan64 = plan;
+    plan64.dtype = DType::kFloat64;
+    const GradientResult result64 = MustCompute(model64, batch, plan64);
+    EXPECT_EQ(result64.conditioning_fronts, result.conditioning_fronts) << Name(s);
+    EXPECT_LE(RelativeDiscrepancy(result64.gradients, exact.gradients), 1e-10) << Name(s);
+  }
+}
+
+// relu: token 0's key features are ~10⁻⁶ (not exactly zero: relu's onset bookkeeping restores only
+// exact zeros). The sweep goes slice by slice (relu), so keeps fall on the exact boundary.
+TEST(FrontConditioningTest, ReluFeaturesNearZeroAtTheStart) {
+  const PackedBatch batch = NearZeroThenOrdinary(8, 16, SmallEngineConfig(FeatureMap::kRelu).vocab);
+  ExpectAsPreciseAsStore(FeatureMap::kRelu, /*key_weight=*/1e-6 - 1, /*key_bias=*/1, batch, /*slice=*/4,
+                         /*expect_second_sweep=*/false);
+}
+
+// elu+1: token 0's key features are e⁻¹⁴ ≈ 8·10⁻⁷. The sweep runs three slices at a time once a
+// run's floor is known, so the jump falls inside a stretch, which is swept again slice by slice.
+TEST(FrontConditioningTest, EluFeaturesNearZeroAtTheStartInsideAStretch) {
+  const PackedBatch batch = NearZeroThenOrdinary(8, 40, SmallEngineConfig(FeatureMap::kElu1).vocab);
+  ExpectAsPreciseAsStore(FeatureMap::kElu1, /*key_weight=*/-14, /*key_bias=*/0, batch, /*slice=*/4,
+                         /*expect_second_sweep=*/true);
+}
+
+// No more than kMaxConditioningFronts keeps in a call, where every slice would need one: sqr
+// features of keys 10^1.5 larger in each slice than in the last (features 1000× larger). The rest
+// are recomputed by forwards from the nearest exact front, and the gradient is as precise as
+// store's.
+TEST(FrontConditioningTest, KeepsAreBoundedAndTheRestRecomputed) {
+  const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr);
+  const PerformerModel model = MustCreateModel(config, DType::kFloat32, 3);
+  const PerformerModel model64 = MustCreateModel(config, DType::kFloat64, 3);
+  const int64_t slice = 4, slices = 12;
+  std::vector<double> first;
+  for (int64_t j = 0; j < 10; ++j) first.push_back(std::pow(10.0, -7 + 1.5 * static_cast<double>(j)));
+  SetFirstLayerKeys(model, first, /*weight=*/1, /*bias=*/0);
+  SetFirstLayerKeys(model64, first, /*weight=*/1, /*bias=*/0);
+  PackedBatch batch;
+  for (int64_t i = 0; i < slice * slices; ++i) batch.tokens.push_back(std::min<int64_t>(i / slice, 9));
+  Plan full;
+  full.dtype = DType::kFloat64;
+  const GradientResult exact = MustCompute(model64, batch, full);
+  Plan plan;
+  plan.slice = slice;
+  const GradientResult result = MustCompute(model, batch, plan);
+  EXPECT_EQ(result.conditioning_fronts, kMaxConditioningFronts);
+  EXPECT_GE(result.conditioning_fronts_recomputed, 3);
+  EXPECT_EQ(result.stored_fronts_peak, kMaxConditioningFronts);
+  EXPECT_GT(result.slice_forwards, 2 * slices - 1 + 3);  // the recomputations
+  plan.front_policy = FrontPolicy::kStore;
+  const GradientResult stored = MustCompute(model, batch, plan);
+  EXPECT_LE(RelativeDiscrepancy(result.gradients, exact.gradients),
+            4 * RelativeDiscrepancy(stored.gradients, exact.gradients) + 1e-6);
+}
+
+}  // namespace
+}  // namespace slimfit::performer
