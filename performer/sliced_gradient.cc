@@ -22,41 +22,42 @@ namespace {
 // than that front's rounding (2⁻¹⁵ relative in float32), in any dtype.
 constexpr double kMaxRebuildGrowth = 256;
 
-// The denominators of a run of fronts that the backward sweep will rebuild from one front, as
-// each head's total Σ_f Z_f (the size a query's denominator φ(q)·Z is measured against): a lower
-// bound of the run's (the floor), against which a later front's growth is measured.
+// Each head's denominator total Σ_f Z_f of a front, layer by layer (the size a query's
+// denominator φ(q)·Z is measured against), on the host: one small copy per front checked.
+std::vector<double> HeadTotals(const ModelFront& front) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> per_layer;
+  for (const Front& f : front) per_layer.push_back(f.denominator.sum(-1));
+  const at::Tensor totals = at::stack(per_layer).to(at::kDouble).cpu().contiguous();
+  return std::vector<double>(totals.data_ptr<double>(), totals.data_ptr<double>() + totals.numel());
+}
+
+// The denominators of a run of fronts that the backward sweep will rebuild from one front: a
+// lower bound of their head totals (the floor), against which a later front's growth is measured.
 class RebuildFloor {
  public:
-  double max_growth() const { return kMaxRebuildGrowth; }
-  bool set() const { return floor_.defined(); }
+  bool set() const { return !floor_.empty(); }
   // A document starts: its fronts begin anew from zero; the floor is set by its first front.
-  void Clear() { floor_ = at::Tensor(); }
-  void Set(const ModelFront& front) { floor_ = Totals(front); }
-  // Heads whose floor is still zero (relu's, before any feature switches on) take `front`'s.
-  void Fill(const ModelFront& front) {
-    at::NoGradGuard no_grad;
-    const at::Tensor totals = Totals(front);
-    floor_ = at::where(floor_ > 0, floor_, totals);
+  void Clear() { floor_.clear(); }
+  void Set(std::vector<double> totals) { floor_ = std::move(totals); }
+  // Heads whose floor is still zero (relu's, before any feature switches on) take `totals`.
+  void Fill(const std::vector<double>& totals) {
+    for (size_t i = 0; i < floor_.size(); ++i) {
+      if (!(floor_[i] > 0)) floor_[i] = totals[i];
+    }
   }
-  // The most any head's total in `front` exceeds that in `base` (the floor when null) by, as a
-  // factor, over the heads where the latter is positive.
-  double Growth(const ModelFront& front, const ModelFront* base = nullptr) const {
-    at::NoGradGuard no_grad;
-    const at::Tensor below = base != nullptr ? Totals(*base) : floor_;
-    const at::Tensor totals = Totals(front);
-    return at::where(below > 0, totals / below, at::zeros_like(below)).max().item<double>();
+  // Whether some head's total in `totals` exceeds `base` (the floor when null) by more than
+  // kMaxRebuildGrowth, over the heads where the latter is positive (a NaN total exceeds nothing).
+  bool Outgrown(const std::vector<double>& totals, const std::vector<double>* base = nullptr) const {
+    const std::vector<double>& below = base != nullptr ? *base : floor_;
+    for (size_t i = 0; i < below.size(); ++i) {
+      if (below[i] > 0 && totals[i] > kMaxRebuildGrowth * below[i]) return true;
+    }
+    return false;
   }
 
  private:
-  // [layers, heads]: each head's Σ over features of the denominator.
-  static at::Tensor Totals(const ModelFront& front) {
-    at::NoGradGuard no_grad;
-    std::vector<at::Tensor> per_layer;
-    for (const Front& f : front) per_layer.push_back(f.denominator.sum(-1));
-    return at::stack(per_layer);
-  }
-
-  at::Tensor floor_;
+  std::vector<double> floor_;
 };
 
 }  // namespace
@@ -133,15 +134,17 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
       }
     }
     if (!guard) return;
+    std::vector<double> totals = HeadTotals(front);
     if (!run_floor.set()) {
-      run_floor.Set(front);  // the first front a run will rebuild (the stretch is one slice)
+      run_floor.Set(std::move(totals));  // the first front a run will rebuild (the stretch is one slice)
       return;
     }
-    if (!(run_floor.Growth(front) > run_floor.max_growth())) {  // (a NaN front keeps nothing)
-      run_floor.Fill(front);
+    if (!run_floor.Outgrown(totals)) {
+      run_floor.Fill(totals);
       return;
     }
-    if (!exact && end - n > 1 && run_floor.Growth(front, &entering) > run_floor.max_growth()) {
+    std::vector<double> entering_totals = HeadTotals(entering);
+    if (!exact && end - n > 1 && run_floor.Outgrown(totals, &entering_totals)) {
       // The stretch alone grew that far: the fronts inside it need the keep placed exactly.
       front = entering;
       onset = entering_onset;
@@ -151,10 +154,10 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
     // U(n) ends the run; the next one starts with the fronts after it.
     keep_for_precision(n, entering, entering_onset);
     if (end - n == 1) {
-      run_floor.Set(front);
+      run_floor.Set(std::move(totals));
     } else {
-      run_floor.Set(entering);
-      run_floor.Fill(front);
+      run_floor.Set(std::move(entering_totals));
+      run_floor.Fill(totals);
     }
   };
   int64_t n = 0;
@@ -163,9 +166,9 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
       kept.emplace(n, Kept{front, onset});
       // A document starting in slice n restarts the fronts; a front kept by the policy begins a
       // new run of rebuilt fronts, all at or above it.
-      if (runner.Reversible(n)) {
-        run_floor.Set(front);
-      } else {
+      if (guard && runner.Reversible(n)) {
+        run_floor.Set(HeadTotals(front));
+      } else if (guard) {
         run_floor.Clear();
       }
     }
