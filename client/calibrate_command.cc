@@ -44,7 +44,8 @@ absl::StatusOr<CalibrationOutcome> CalibrateDevice(const CalibrationRequest& req
   outcome.profile = result->profile;
   for (const planner::ProbeResult& probe : result->probes) {
     outcome.probes.push_back(
-        CalibrationProbe{probe.plan.slice, probe.seconds, probe.working_bytes, probe.seq_len, probe.graph_pool_bytes});
+        CalibrationProbe{probe.plan.slice, probe.seconds, probe.working_bytes, probe.seq_len, probe.graph_pool_bytes,
+                         probe.pool_only});
   }
   return outcome;
 }
@@ -106,6 +107,7 @@ absl::Status RunCalibrateCommand(absl::Span<const std::string> args, std::ostrea
       entry["working_bytes"] = probe.working_bytes;
       entry["seq_len"] = probe.seq_len;
       entry["graph_pool_bytes"] = probe.graph_pool_bytes;
+      entry["pool_only"] = probe.pool_only;
       probes.push_back(std::move(entry));
     }
     report["probes"] = std::move(probes);

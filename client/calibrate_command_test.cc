@@ -100,6 +100,7 @@ TEST_F(CalibrateCommandTest, JsonHasProfileOutAndProbes) {
   EXPECT_EQ(json["probes"][1]["seq_len"], 128);
   EXPECT_EQ(json["probes"][1]["graph_pool_bytes"], 2048);
   EXPECT_EQ(json["probes"][0]["graph_pool_bytes"], 0);
+  EXPECT_EQ(json["probes"][1]["pool_only"], false);
   absl::StatusOr<std::string> written = base::ReadFileToString(path);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_FALSE(written->empty());

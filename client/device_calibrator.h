@@ -35,6 +35,7 @@ struct CalibrationProbe {
   int64_t working_bytes = 0;
   int64_t seq_len = 0;
   int64_t graph_pool_bytes = 0;  // the CUDA graphs' pool (in working_bytes); 0 where slices ran op by op
+  bool pool_only = false;        // a graph-pool probe: one call (its capture included), not a timed median
 };
 
 struct CalibrationOutcome {

@@ -24,7 +24,8 @@ bool SameProfile(const planner::DeviceProfile& a, const planner::DeviceProfile& 
          a.total_memory_bytes == b.total_memory_bytes && SameBits(a.activation_scale, b.activation_scale) &&
          a.activation_overhead_bytes == b.activation_overhead_bytes &&
          a.resident_overhead_bytes == b.resident_overhead_bytes &&
-         a.forward_weight_copies == b.forward_weight_copies &&
+         a.forward_weight_copies == b.forward_weight_copies && a.replays_slices == b.replays_slices &&
+         a.graph_pool_overhead_bytes == b.graph_pool_overhead_bytes &&
          SameBits(a.flops_per_second, b.flops_per_second) && SameBits(a.half_rate_rows, b.half_rate_rows) &&
          SameBits(a.seconds_per_element, b.seconds_per_element) &&
          SameBits(a.layer_overhead_s, b.layer_overhead_s) && SameBits(a.backward_factor, b.backward_factor);

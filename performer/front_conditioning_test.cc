@@ -56,10 +56,12 @@ struct Sliced {
 
 std::string Name(const Sliced& s) { return std::string(FrontPolicyName(s.policy)); }
 
-// Gradients of `batch` in float32 at C = `slice` under each subtracting policy and under `store`,
-// against float64 full back-propagation of the same model.
+// Gradients of `batch` in float32 at C = `slice` under each subtracting policy (resync keeping every
+// `resync_every`-th front) and under `store`, against float64 full back-propagation of the same
+// model; and the same calls through the replay path (SliceReplay::kRerun: what CUDA graphs run,
+// without capture), which must give the same gradient.
 void ExpectAsPreciseAsStore(FeatureMap map, double key_weight, double key_bias, const PackedBatch& batch,
-                            int64_t slice, bool expect_second_sweep) {
+                            int64_t slice, bool expect_second_sweep, int64_t resync_every = 3) {
   const ModelConfig config = SmallEngineConfig(map);
   const PerformerModel model32 = MustCreateModel(config, DType::kFloat32, 3);
   const PerformerModel model64 = MustCreateModel(config, DType::kFloat64, 3);
@@ -78,7 +80,7 @@ void ExpectAsPreciseAsStore(FeatureMap map, double key_weight, double key_bias, 
   EXPECT_EQ(stored.conditioning_fronts, 0) << "store keeps every front anyway";
 
   const int64_t slices = (batch.size() + slice - 1) / slice;
-  for (const Sliced& s : {Sliced{FrontPolicy::kReverse}, Sliced{FrontPolicy::kResync, 5}}) {
+  for (const Sliced& s : {Sliced{FrontPolicy::kReverse}, Sliced{FrontPolicy::kResync, resync_every}}) {
     Plan plan;
     plan.slice = slice;
     plan.front_policy = s.policy;
@@ -100,6 +102,12 @@ void ExpectAsPreciseAsStore(FeatureMap map, double key_weight, double key_bias, 
     } else {
       EXPECT_EQ(result.slice_forwards, 2 * slices - 1) << Name(s);
     }
+    GradientOptions rerun;
+    rerun.slice_replay = SliceReplay::kRerun;
+    const GradientResult replayed = MustCompute(model32, batch, plan, rerun);
+    EXPECT_GT(replayed.replayed_slices, 0) << Name(s);
+    EXPECT_EQ(replayed.conditioning_fronts, result.conditioning_fronts) << Name(s);
+    EXPECT_LE(RelativeDiscrepancy(replayed.gradients, result.gradients), 1e-6) << Name(s) << ", replayed";
     // The same in float64: the same keeps (the bound is on growth, whatever the dtype), exact.
     Plan plan64 = plan;
     plan64.dtype = DType::kFloat64;
@@ -123,6 +131,18 @@ TEST(FrontConditioningTest, EluFeaturesNearZeroAtTheStartInsideAStretch) {
   const PackedBatch batch = NearZeroThenOrdinary(8, 40, SmallEngineConfig(FeatureMap::kElu1).vocab);
   ExpectAsPreciseAsStore(FeatureMap::kElu1, /*key_weight=*/-14, /*key_bias=*/0, batch, /*slice=*/4,
                          /*expect_second_sweep=*/true);
+}
+
+// Two documents, each starting with near-zero keys: each document's fronts begin anew (the floor
+// restarts at the document start), and each needs its own keep.
+TEST(FrontConditioningTest, EveryDocumentStartsItsOwnRun) {
+  const int64_t vocab = SmallEngineConfig(FeatureMap::kElu1).vocab;
+  PackedBatch batch = NearZeroThenOrdinary(8, 28, vocab);
+  const PackedBatch second = NearZeroThenOrdinary(8, 28, vocab);
+  batch.doc_starts = {0, batch.size()};
+  batch.tokens.insert(batch.tokens.end(), second.tokens.begin(), second.tokens.end());
+  ExpectAsPreciseAsStore(FeatureMap::kElu1, /*key_weight=*/-14, /*key_bias=*/0, batch, /*slice=*/4,
+                         /*expect_second_sweep=*/true, /*resync_every=*/5);
 }
 
 // No more than kMaxConditioningFronts keeps in a call, where every slice would need one: sqr
@@ -154,6 +174,13 @@ TEST(FrontConditioningTest, KeepsAreBoundedAndTheRestRecomputed) {
   const GradientResult stored = MustCompute(model, batch, plan);
   EXPECT_LE(RelativeDiscrepancy(result.gradients, exact.gradients),
             4 * RelativeDiscrepancy(stored.gradients, exact.gradients) + 1e-6);
+  // Through the replay path: the recomputations' forwards and the steps from recomputed fronts.
+  plan.front_policy = FrontPolicy::kReverse;
+  GradientOptions rerun;
+  rerun.slice_replay = SliceReplay::kRerun;
+  const GradientResult replayed = MustCompute(model, batch, plan, rerun);
+  EXPECT_EQ(replayed.conditioning_fronts_recomputed, result.conditioning_fronts_recomputed);
+  EXPECT_LE(RelativeDiscrepancy(replayed.gradients, result.gradients), 1e-6);
 }
 
 }  // namespace

@@ -182,7 +182,10 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
   }
 
   // U(n) exactly, by a forward from the nearest exact front below it (kept, or U(0) = 0; a document
-  // starting in between would have been kept), in stretches as the forward sweep runs them.
+  // starting in between would have been kept), in stretches as the forward sweep runs them. Each
+  // recomputed front marks a 256-fold growth of some head's total, so a call needs few (the dtype's
+  // range bounds them: float32's spans 256³⁴), each at most N slice forwards; they show in
+  // slice_forwards and conditioning_fronts_recomputed.
   auto forward_to = [&](int64_t n) {
     auto below = kept.lower_bound(n);
     int64_t j = 0;
@@ -193,7 +196,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
       value = below->second.fronts;
     }
     while (j < n) {
-      const int64_t end = std::min(n, j + kSweepSlices);
+      const int64_t end = std::min(n, j + (track_onset ? 1 : kSweepSlices));
       const Stretch stretch = runner.StretchOfSlices(j, end);
       value = graphs != nullptr && graphs->Replayable(stretch) ? graphs->Advance(stretch, value, end - j)
                                                                : runner.Advance(stretch, value, end - j);
@@ -212,10 +215,13 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
     if (recompute.count(n) > 0) recomputed = forward_to(n);
     const ModelFront* given = kept_it != kept.end() ? &kept_it->second.fronts : recomputed ? &*recomputed : nullptr;
     // A replayed step: a slice that continues its front, whose G(n) is known, and whose entry is
-    // given or recovered by plain subtraction (relu's onset zeros are restored directly).
+    // given or recovered by plain subtraction (relu's onset zeros are restored directly). Under
+    // `reverse` a given entry is one the guard kept or recomputed — a few a call at most — so its
+    // slice runs directly: a graph captured for it would never repay its memory pool, which the
+    // planner counts for one step graph (`resync`, whose kept fronts recur, replays both kinds).
     const bool subtract = given == nullptr;
     if (graphs != nullptr && n > 0 && !exit_grad.empty() && graphs->Replayable(stretch) &&
-        !(subtract && track_onset)) {
+        !(subtract && track_onset) && (subtract || plan.front_policy != FrontPolicy::kReverse)) {
       SliceGraphs::StepResult step = graphs->Step(n, stretch, subtract ? front : *given, subtract, exit_grad);
       front = std::move(step.entry);
       exit_grad = std::move(step.entry_grad);

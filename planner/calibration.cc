@@ -168,7 +168,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
 
   int64_t resident = 0;
   std::vector<PoolPoint> pool_points;
-  bool replayed = false;  // some probe replayed its slices as CUDA graphs (not kRerun's CPU replays)
+  bool replayed = false;  // some probe replayed its slices as CUDA graphs (not kRerun's re-runs)
   std::vector<std::array<double, 2>> memory_x;
   std::vector<double> memory_y;
   std::vector<std::array<double, 4>> time_x;
@@ -203,7 +203,8 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       ProbeResult probe{plan, options.seq_len, seconds[seconds.size() / 2],
                         last.peak_bytes - last.start_bytes - model->parameter_bytes(), last.graph_pool_bytes};
       result.probes.push_back(probe);
-      replayed = replayed || (device->is_cuda() && last.replayed_slices > 0);
+      replayed = replayed || (device->is_cuda() && options.slice_replay == performer::SliceReplay::kAuto &&
+                              last.replayed_slices > 0);
       if (probe.graph_pool_bytes > 0) pool_points.push_back({probe_model, options.seq_len, plan, probe.graph_pool_bytes});
       // What the device held before the call beyond the probe model's parameters: after the
       // untimed first run, the libraries' workspaces (cuBLAS keeps one per stream and thread, the

@@ -125,9 +125,11 @@ int64_t SweepStretchBytes(const ModelConfig& c, int64_t seq_len, const Plan& pla
 }
 
 int64_t GraphPoolBytes(const ModelConfig& c, int64_t seq_len, const Plan& plan, const DeviceProfile& profile) {
-  if (plan.slice <= 0 || !profile.replays_slices) return 0;
+  if (plan.slice <= 0 || !profile.replays_slices || !absl::StartsWith(profile.device, "cuda")) return 0;
   if (!performer::AutoReplaysSlices((seq_len + plan.slice - 1) / plan.slice, plan.slice)) return 0;
-  return SliceGraphBytes(c, plan.slice, plan, profile) + SweepStretchBytes(c, seq_len, plan) +
+  // resync replays backward steps of both kinds (from a kept front, by subtraction): two graphs.
+  const int64_t step_graphs = plan.front_policy == FrontPolicy::kResync ? 2 : 1;
+  return step_graphs * SliceGraphBytes(c, plan.slice, plan, profile) + SweepStretchBytes(c, seq_len, plan) +
          profile.graph_pool_overhead_bytes;
 }
 

@@ -103,9 +103,10 @@ int64_t SweepSlicesPerStretch(const performer::ModelConfig& model, const perform
 int64_t SweepStretchBytes(const performer::ModelConfig& model, int64_t seq_len, const performer::Plan& plan);
 
 // Device bytes the CUDA graphs of a call's replayed slices keep (DeviceProfile::replays_slices):
-// SliceGraphBytes(C) + SweepStretchBytes + graph_pool_overhead_bytes; 0 for full
-// back-propagation, for calls the engine runs op by op (performer::AutoReplaysSlices) and on
-// profiles that do not replay.
+// SliceGraphBytes(C) (twice under resync, which replays steps from kept fronts and by
+// subtraction) + SweepStretchBytes + graph_pool_overhead_bytes; 0 for full back-propagation, for
+// calls the engine runs op by op (performer::AutoReplaysSlices) and on profiles of devices that do
+// not replay (not CUDA, or replays_slices false).
 int64_t GraphPoolBytes(const performer::ModelConfig& model, int64_t seq_len, const performer::Plan& plan,
                        const DeviceProfile& profile);
 
