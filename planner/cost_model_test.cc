@@ -139,6 +139,16 @@ TEST(CostModelTest, TheGraphsPoolIsInThePeakOfCallsWhoseSlicesReplay) {
       EXPECT_EQ(with.seconds, without.seconds) << what;
     }
   }
+  // resync replays steps from kept fronts and by subtraction: two step graphs. A profile that is
+  // not a CUDA device's replays nothing, whatever it says.
+  Plan resync = Sliced(64, FrontPolicy::kResync);
+  resync.resync_every = 8;
+  EXPECT_EQ(GraphPoolBytes(ConfigA(), 4096, resync, replaying),
+            2 * SliceGraphBytes(ConfigA(), 64, resync, replaying) + 3 * 64 * (2 * 1024 + 7 * 256) * 4 +
+                (int64_t{16} << 20));
+  DeviceProfile cpu = replaying;
+  cpu.device = "cpu";
+  EXPECT_EQ(GraphPoolBytes(ConfigA(), 4096, Sliced(64), cpu), 0);
 }
 
 TEST(CostModelTest, OneWeightLayoutSavesTheForwardCopiesAndCostsTime) {
