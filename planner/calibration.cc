@@ -284,11 +284,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   profile.activation_overhead_bytes = static_cast<int64_t>(std::llround(memory[1]));
   profile.resident_overhead_bytes = resident;
   profile.replays_slices = replayed;
-  std::vector<std::array<int64_t, 2>> pools;
+  std::vector<std::array<int64_t, 2>> pools;  // the cost model's pool (its overhead still 0 here), measured
   for (const PoolPoint& point : pool_points) {
-    pools.push_back({SliceGraphBytes(point.model, point.plan.slice, point.plan, profile) +
-                         SweepStretchBytes(point.model, point.seq_len, point.plan),
-                     point.pool_bytes});
+    pools.push_back({GraphPoolBytes(point.model, point.seq_len, point.plan, profile), point.pool_bytes});
   }
   profile.graph_pool_overhead_bytes = GraphPoolOverheadBytes(pools);
   profile.forward_weight_copies = performer::CopiesForwardLayouts(*device, performer::DType::kFloat32);
