@@ -22,12 +22,16 @@ namespace {
 // than that front's rounding (2⁻¹⁵ relative in float32), in any dtype.
 constexpr double kMaxRebuildGrowth = 256;
 
-// Each head's denominator total Σ_f Z_f of a front, layer by layer (the size a query's
-// denominator φ(q)·Z is measured against), on the host: one small copy per front checked.
-std::vector<double> HeadTotals(const ModelFront& front) {
+// The sizes a query's denominator φ(q)·Z is measured against, layer by layer, on the host (one
+// small copy per front checked): each head's total Σ_f Z_f, or with `per_feature` every Z_f — for
+// relu, whose features switch on and off by feature, so that a query can weigh exactly the
+// features an early front barely has while the head's total is large (a fuzzing input: 38% off
+// with totals alone). Smooth feature maps spread every key over every feature, and the totals
+// keep their sweeps in stretches (per feature, x²'s small slices would be swept again often).
+std::vector<double> HeadTotals(const ModelFront& front, bool per_feature) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> per_layer;
-  for (const Front& f : front) per_layer.push_back(f.denominator.sum(-1));
+  for (const Front& f : front) per_layer.push_back(per_feature ? f.denominator : f.denominator.sum(-1));
   const at::Tensor totals = at::stack(per_layer).to(at::kDouble).cpu().contiguous();
   return std::vector<double>(totals.data_ptr<double>(), totals.data_ptr<double>() + totals.numel());
 }
@@ -134,7 +138,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
       }
     }
     if (!guard) return;
-    std::vector<double> totals = HeadTotals(front);
+    std::vector<double> totals = HeadTotals(front, track_onset);
     if (!run_floor.set()) {
       run_floor.Set(std::move(totals));  // the first front a run will rebuild (the stretch is one slice)
       return;
@@ -143,7 +147,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
       run_floor.Fill(totals);
       return;
     }
-    std::vector<double> entering_totals = HeadTotals(entering);
+    std::vector<double> entering_totals = HeadTotals(entering, track_onset);
     if (!exact && end - n > 1 && run_floor.Outgrown(totals, &entering_totals)) {
       // The stretch alone grew that far: the fronts inside it need the keep placed exactly.
       front = entering;
@@ -167,7 +171,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
       // A document starting in slice n restarts the fronts; a front kept by the policy begins a
       // new run of rebuilt fronts, all at or above it.
       if (guard && runner.Reversible(n)) {
-        run_floor.Set(HeadTotals(front));
+        run_floor.Set(HeadTotals(front, track_onset));
       } else if (guard) {
         run_floor.Clear();
       }

@@ -32,7 +32,8 @@ struct ConditioningCounts {
 // front whose components are far below Z(m)'s is rebuilt as noise: relu features whose first keys
 // are near zero made `reverse` 38% off in float32 (BENCHMARKS.md, "Float32 and small blocks"). So
 // the forward sweep bounds, for every run of fronts that will be rebuilt from the same front, how
-// far a head's denominators (Σ over features) grow past the run's first front: where a stretch
+// far a head's denominators (Σ over features; each feature for relu) grow past the run's first
+// front: where a stretch
 // would take them past 256× (8 bits: 2⁻¹⁵ relative in float32), the front entering the stretch is
 // kept (a stretch that grew that much by itself is swept again slice by slice to place the keep
 // exactly). At most
