@@ -2,7 +2,9 @@
 // (sliced_gradient.h, "Conditioning"): a stream whose first keys have near-zero features, then
 // ordinary ones, so the first fronts' denominators are ~10⁻⁶ of the later ones'. Rebuilt by
 // subtraction from a later front, such a front would be float32 rounding noise; the sweep keeps the
-// fronts where that would happen, and `reverse` and `resync` come out as precise as `store`.
+// fronts where that would happen, and `reverse` and `resync` come out as precise as `store`. Every
+// case runs on the CPU and, where LibTorch has a GPU, on CUDA (its slices replayed as CUDA graphs
+// where the engine's rule replays them); the CUDA cases skip without one.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,10 +14,13 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
 #include "performer/gradient_engine_test_cases.h"
+#include "performer/replayable_work.h"
+#include "performer/slice_replay_rule.h"
 
 namespace slimfit::performer {
 namespace {
@@ -49,6 +54,29 @@ PackedBatch NearZeroThenOrdinary(int64_t near_zero, int64_t ordinary, int64_t vo
   return batch;
 }
 
+// The replay path on `device`: on the CPU SliceReplay::kRerun (what CUDA graphs run, without
+// capture), on a GPU the real graphs (kAuto).
+GradientOptions ReplayOptions(at::Device device) {
+  GradientOptions options;
+  options.slice_replay = device.is_cuda() ? SliceReplay::kAuto : SliceReplay::kRerun;
+  return options;
+}
+
+// Whether ReplayOptions(device) replays some of a call's `slices` slices of `slice` tokens.
+bool ExpectReplays(at::Device device, int64_t slices, int64_t slice) {
+  if (!device.is_cuda()) return true;
+  return ReplayableWork::CudaGraphsBuilt() && AutoReplaysSlices(slices, slice);
+}
+
+// Each case on the CPU and on CUDA; the CUDA instances skip where LibTorch has no GPU.
+class FrontConditioningTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (device().is_cuda() && !at::hasCUDA()) GTEST_SKIP() << "no CUDA device: nothing to run on CUDA";
+  }
+  at::Device device() const { return at::Device(GetParam()); }
+};
+
 struct Sliced {
   FrontPolicy policy;
   int64_t resync_every = 0;
@@ -58,13 +86,14 @@ std::string Name(const Sliced& s) { return std::string(FrontPolicyName(s.policy)
 
 // Gradients of `batch` in float32 at C = `slice` under each subtracting policy (resync keeping every
 // `resync_every`-th front) and under `store`, against float64 full back-propagation of the same
-// model; and the same calls through the replay path (SliceReplay::kRerun: what CUDA graphs run,
-// without capture), which must give the same gradient.
-void ExpectAsPreciseAsStore(FeatureMap map, double key_weight, double key_bias, const PackedBatch& batch,
-                            int64_t slice, bool expect_second_sweep, int64_t resync_every = 3) {
+// model, all on `device`; and the same calls through the replay path, which must give the same
+// gradient.
+void ExpectAsPreciseAsStore(at::Device device, FeatureMap map, double key_weight, double key_bias,
+                            const PackedBatch& batch, int64_t slice, bool expect_second_sweep,
+                            int64_t resync_every = 3) {
   const ModelConfig config = SmallEngineConfig(map);
-  const PerformerModel model32 = MustCreateModel(config, DType::kFloat32, 3);
-  const PerformerModel model64 = MustCreateModel(config, DType::kFloat64, 3);
+  const PerformerModel model32 = MustCreateModel(config, DType::kFloat32, 3, device);
+  const PerformerModel model64 = MustCreateModel(config, DType::kFloat64, 3, device);
   // Token 0's keys are key_bias + key_weight, every other token's key_bias.
   SetFirstLayerKeys(model32, {1}, key_weight, key_bias);
   SetFirstLayerKeys(model64, {1}, key_weight, key_bias);
@@ -87,9 +116,10 @@ void ExpectAsPreciseAsStore(FeatureMap map, double key_weight, double key_bias, 
     plan.resync_every = s.resync_every;
     const GradientResult result = MustCompute(model32, batch, plan);
     const double error = RelativeDiscrepancy(result.gradients, exact.gradients);
-    std::printf("%s, C = %lld, %s: rel. discrepancy %.3g (store %.3g), fronts kept %lld, recomputed %lld, "
+    std::printf("%s, %s, C = %lld, %s: rel. discrepancy %.3g (store %.3g), fronts kept %lld, recomputed %lld, "
                 "slice forwards %lld of %lld\n",
-                std::string(FeatureMapName(map)).c_str(), static_cast<long long>(slice), Name(s).c_str(), error,
+                device.str().c_str(), std::string(FeatureMapName(map)).c_str(), static_cast<long long>(slice),
+                Name(s).c_str(), error,
                 store_error, static_cast<long long>(result.conditioning_fronts),
                 static_cast<long long>(result.conditioning_fronts_recomputed),
                 static_cast<long long>(result.slice_forwards), static_cast<long long>(2 * slices - 1));
@@ -102,10 +132,8 @@ void ExpectAsPreciseAsStore(FeatureMap map, double key_weight, double key_bias, 
     } else {
       EXPECT_EQ(result.slice_forwards, 2 * slices - 1) << Name(s);
     }
-    GradientOptions rerun;
-    rerun.slice_replay = SliceReplay::kRerun;
-    const GradientResult replayed = MustCompute(model32, batch, plan, rerun);
-    EXPECT_GT(replayed.replayed_slices, 0) << Name(s);
+    const GradientResult replayed = MustCompute(model32, batch, plan, ReplayOptions(device));
+    if (ExpectReplays(device, slices, slice)) EXPECT_GT(replayed.replayed_slices, 0) << Name(s);
     EXPECT_EQ(replayed.conditioning_fronts, result.conditioning_fronts) << Name(s);
     EXPECT_LE(RelativeDiscrepancy(replayed.gradients, result.gradients), 1e-6) << Name(s) << ", replayed";
     // The same in float64: the same keeps (the bound is on growth, whatever the dtype), exact.
@@ -119,29 +147,29 @@ void ExpectAsPreciseAsStore(FeatureMap map, double key_weight, double key_bias, 
 
 // relu: token 0's key features are ~10⁻⁶ (not exactly zero: relu's onset bookkeeping restores only
 // exact zeros). The sweep goes slice by slice (relu), so keeps fall on the exact boundary.
-TEST(FrontConditioningTest, ReluFeaturesNearZeroAtTheStart) {
+TEST_P(FrontConditioningTest, ReluFeaturesNearZeroAtTheStart) {
   const PackedBatch batch = NearZeroThenOrdinary(8, 16, SmallEngineConfig(FeatureMap::kRelu).vocab);
-  ExpectAsPreciseAsStore(FeatureMap::kRelu, /*key_weight=*/1e-6 - 1, /*key_bias=*/1, batch, /*slice=*/4,
+  ExpectAsPreciseAsStore(device(), FeatureMap::kRelu, /*key_weight=*/1e-6 - 1, /*key_bias=*/1, batch, /*slice=*/4,
                          /*expect_second_sweep=*/false);
 }
 
 // elu+1: token 0's key features are e⁻¹⁴ ≈ 8·10⁻⁷. The sweep runs three slices at a time once a
 // run's floor is known, so the jump falls inside a stretch, which is swept again slice by slice.
-TEST(FrontConditioningTest, EluFeaturesNearZeroAtTheStartInsideAStretch) {
+TEST_P(FrontConditioningTest, EluFeaturesNearZeroAtTheStartInsideAStretch) {
   const PackedBatch batch = NearZeroThenOrdinary(8, 40, SmallEngineConfig(FeatureMap::kElu1).vocab);
-  ExpectAsPreciseAsStore(FeatureMap::kElu1, /*key_weight=*/-14, /*key_bias=*/0, batch, /*slice=*/4,
+  ExpectAsPreciseAsStore(device(), FeatureMap::kElu1, /*key_weight=*/-14, /*key_bias=*/0, batch, /*slice=*/4,
                          /*expect_second_sweep=*/true);
 }
 
 // Two documents, each starting with near-zero keys: each document's fronts begin anew (the floor
 // restarts at the document start), and each needs its own keep.
-TEST(FrontConditioningTest, EveryDocumentStartsItsOwnRun) {
+TEST_P(FrontConditioningTest, EveryDocumentStartsItsOwnRun) {
   const int64_t vocab = SmallEngineConfig(FeatureMap::kElu1).vocab;
   PackedBatch batch = NearZeroThenOrdinary(8, 28, vocab);
   const PackedBatch second = NearZeroThenOrdinary(8, 28, vocab);
   batch.doc_starts = {0, batch.size()};
   batch.tokens.insert(batch.tokens.end(), second.tokens.begin(), second.tokens.end());
-  ExpectAsPreciseAsStore(FeatureMap::kElu1, /*key_weight=*/-14, /*key_bias=*/0, batch, /*slice=*/4,
+  ExpectAsPreciseAsStore(device(), FeatureMap::kElu1, /*key_weight=*/-14, /*key_bias=*/0, batch, /*slice=*/4,
                          /*expect_second_sweep=*/true, /*resync_every=*/5);
 }
 
@@ -149,10 +177,10 @@ TEST(FrontConditioningTest, EveryDocumentStartsItsOwnRun) {
 // features of keys 10^1.5 larger in each slice than in the last (features 1000× larger). The rest
 // are recomputed by forwards from the nearest exact front, and the gradient is as precise as
 // store's.
-TEST(FrontConditioningTest, KeepsAreBoundedAndTheRestRecomputed) {
+TEST_P(FrontConditioningTest, KeepsAreBoundedAndTheRestRecomputed) {
   const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr);
-  const PerformerModel model = MustCreateModel(config, DType::kFloat32, 3);
-  const PerformerModel model64 = MustCreateModel(config, DType::kFloat64, 3);
+  const PerformerModel model = MustCreateModel(config, DType::kFloat32, 3, device());
+  const PerformerModel model64 = MustCreateModel(config, DType::kFloat64, 3, device());
   const int64_t slice = 4, slices = 12;
   std::vector<double> first;
   for (int64_t j = 0; j < 10; ++j) first.push_back(std::pow(10.0, -7 + 1.5 * static_cast<double>(j)));
@@ -176,12 +204,16 @@ TEST(FrontConditioningTest, KeepsAreBoundedAndTheRestRecomputed) {
             4 * RelativeDiscrepancy(stored.gradients, exact.gradients) + 1e-6);
   // Through the replay path: the recomputations' forwards and the steps from recomputed fronts.
   plan.front_policy = FrontPolicy::kReverse;
-  GradientOptions rerun;
-  rerun.slice_replay = SliceReplay::kRerun;
-  const GradientResult replayed = MustCompute(model, batch, plan, rerun);
+  const GradientResult replayed = MustCompute(model, batch, plan, ReplayOptions(device()));
+  if (ExpectReplays(device(), slices, slice)) EXPECT_GT(replayed.replayed_slices, 0);
   EXPECT_EQ(replayed.conditioning_fronts_recomputed, result.conditioning_fronts_recomputed);
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, result.gradients), 1e-6);
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, FrontConditioningTest, ::testing::Values("cpu", "cuda:0"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "cpu" ? std::string("cpu") : std::string("cuda");
+                         });
 
 }  // namespace
 }  // namespace slimfit::performer

@@ -266,7 +266,7 @@ double RelativeDiscrepancy(const std::vector<at::Tensor>& got, const std::vector
     TORCH_CHECK(got[i].sizes() == want[i].sizes(), "RelativeDiscrepancy: tensor ", i, " has shape ",
                 got[i].sizes(), " against ", want[i].sizes());
     const at::Tensor w = want[i].to(at::kDouble);
-    difference_squared += (got[i].to(at::kDouble) - w).pow(2).sum().item<double>();
+    difference_squared += (got[i].to(w.device(), at::kDouble) - w).pow(2).sum().item<double>();
     want_squared += w.pow(2).sum().item<double>();
   }
   return std::sqrt(difference_squared) / std::sqrt(want_squared);

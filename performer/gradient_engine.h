@@ -124,11 +124,12 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
 
 // How far one gradient is from another, taking all tensors as one vector:
 // ‖got − want‖₂ / ‖want‖₂ over every element of every tensor, computed in float64 whatever the
-// tensors' dtype. This is how the tests and //bench:gradient_bench compare a sliced gradient with
-// the full one (GradientResult::gradients of both).
-// REQUIRES: got.size() == want.size(), got[i] and want[i] of the same shape and on the same
-// device; a violation is a programming error and throws c10::Error. When want is all zeros the
-// result is +inf (NaN if got is all zeros too).
+// tensors' dtype and on want's device (got may be on another: a GPU's gradient against a CPU's).
+// This is how the tests and //bench:gradient_bench compare a sliced gradient with the full one
+// (GradientResult::gradients of both).
+// REQUIRES: got.size() == want.size(), got[i] and want[i] of the same shape; a violation is a
+// programming error and throws c10::Error. When want is all zeros the result is +inf (NaN if got
+// is all zeros too).
 double RelativeDiscrepancy(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want);
 
 }  // namespace slimfit::performer

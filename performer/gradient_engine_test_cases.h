@@ -56,9 +56,10 @@ inline ModelConfig SmallEngineConfig(FeatureMap map, LayerNormPlacement ln = Lay
   return config;
 }
 
-// PerformerModel::Create on the CPU, failing the test on an error.
-inline PerformerModel MustCreateModel(const ModelConfig& config, DType dtype, uint64_t seed) {
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, at::kCPU, seed);
+// PerformerModel::Create (on the CPU unless told), failing the test on an error.
+inline PerformerModel MustCreateModel(const ModelConfig& config, DType dtype, uint64_t seed,
+                                      at::Device device = at::kCPU) {
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, device, seed);
   EXPECT_TRUE(model.ok()) << model.status();
   return *std::move(model);
 }
