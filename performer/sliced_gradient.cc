@@ -1,7 +1,6 @@
 #include "performer/sliced_gradient.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "performer/async_host_copy.h"
 
 namespace slimfit::performer::internal {
 
@@ -22,18 +22,24 @@ namespace {
 // than that front's rounding (2⁻¹⁵ relative in float32), in any dtype.
 constexpr double kMaxRebuildGrowth = 256;
 
-// The sizes a query's denominator φ(q)·Z is measured against, layer by layer, on the host (one
-// small copy per front checked): each head's total Σ_f Z_f, or with `per_feature` every Z_f — for
+// The sizes a query's denominator φ(q)·Z is measured against, layer by layer, as one float64
+// tensor on the front's device: each head's total Σ_f Z_f, or with `per_feature` every Z_f — for
 // relu, whose features switch on and off by feature, so that a query can weigh exactly the
 // features an early front barely has while the head's total is large (a fuzzing input: 38% off
 // with totals alone). Smooth feature maps spread every key over every feature, and the totals
 // keep their sweeps in stretches (per feature, x²'s small slices would be swept again often).
-std::vector<double> HeadTotals(const ModelFront& front, bool per_feature) {
+at::Tensor HeadTotals(const ModelFront& front, bool per_feature) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> per_layer;
-  for (const Front& f : front) per_layer.push_back(per_feature ? f.denominator : f.denominator.sum(-1));
-  const at::Tensor totals = at::stack(per_layer).to(at::kDouble).cpu().contiguous();
-  return std::vector<double>(totals.data_ptr<double>(), totals.data_ptr<double>() + totals.numel());
+  std::vector<at::Tensor> denominators;
+  for (const Front& f : front) denominators.push_back(f.denominator);
+  // Two operations whatever the depth: they are launched once a stretch, on a host that is the
+  // bottleneck where slices are small.
+  const at::Tensor all = at::stack(denominators);
+  return per_feature ? all.to(at::kDouble) : all.sum(-1, /*keepdim=*/false, at::kDouble);
+}
+
+std::vector<double> ToVector(const at::Tensor& host) {
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
 }
 
 // The denominators of a run of fronts that the backward sweep will rebuild from one front: a
@@ -120,11 +126,19 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
     *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
   };
   ModelFront front = runner.ZeroModelFront();
-  // Sweeps slices [n, end) from `front` (U(n)) to U(end); under the guard, keeps U(n) where the
-  // stretch grew the denominators too far past the floor (`exact`: slice by slice, no second try).
-  std::function<void(int64_t, int64_t, bool)> sweep = [&](int64_t n, int64_t end, bool exact) {
-    const ModelFront entering = front;
-    const std::vector<at::Tensor> entering_onset = onset;
+  // A swept stretch whose check waits for its exit front's head totals. The totals are read one
+  // stretch late, while the device runs the next stretch (AsyncHostCopy): reading them at once
+  // would drain a GPU's queue at every stretch (6–10% of config A's time at C ≤ 256 on an H100).
+  struct Swept {
+    int64_t n = 0, end = 0;
+    bool exact = false;  // slice by slice after a stretch that outgrew the bound by itself
+    ModelFront entering;  // U(n)
+    std::vector<at::Tensor> entering_onset;
+    AsyncHostCopy totals;  // of U(end), under the guard
+  };
+  // Sweeps slices [n, end) from `front` (U(n)) to U(end) and starts the copy of U(end)'s totals.
+  auto advance = [&](int64_t n, int64_t end, bool exact) {
+    Swept swept{n, end, exact, front, onset, AsyncHostCopy()};
     const Stretch stretch = runner.StretchOfSlices(n, end);
     front = graphs != nullptr && graphs->Replayable(stretch) ? graphs->Advance(stretch, front, end - n)
                                                              : runner.Advance(stretch, front, end - n);
@@ -137,53 +151,87 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
                              stretch.layout.reversible ? onset[r] : at::full({}, never, long_options));
       }
     }
-    if (!guard) return;
-    std::vector<double> totals = HeadTotals(front, track_onset);
-    if (!run_floor.set()) {
-      run_floor.Set(std::move(totals));  // the first front a run will rebuild (the stretch is one slice)
-      return;
-    }
-    if (!run_floor.Outgrown(totals)) {
-      run_floor.Fill(totals);
-      return;
-    }
-    std::vector<double> entering_totals = HeadTotals(entering, track_onset);
-    if (!exact && end - n > 1 && run_floor.Outgrown(totals, &entering_totals)) {
-      // The stretch alone grew that far: the fronts inside it need the keep placed exactly.
-      front = entering;
-      onset = entering_onset;
-      for (int64_t j = n; j < end; ++j) sweep(j, j + 1, true);
-      return;
-    }
-    // U(n) ends the run; the next one starts with the fronts after it.
-    keep_for_precision(n, entering, entering_onset);
-    if (end - n == 1) {
-      run_floor.Set(std::move(totals));
-    } else {
-      run_floor.Set(std::move(entering_totals));
-      run_floor.Fill(totals);
-    }
+    if (guard) swept.totals = AsyncHostCopy(HeadTotals(front, track_onset));
+    return swept;
   };
+  // The guard's check of a swept stretch, in sweep order: keeps U(n) where the stretch grew the
+  // denominators too far past the floor, then restarts the floor where the policy keeps U(end).
+  // False where the stretch grew that far by itself: the fronts inside it need the keep placed
+  // exactly, and the caller sweeps it again slice by slice.
+  auto check = [&](Swept& swept) {
+    std::vector<double> totals = ToVector(swept.totals.Read());
+    if (!run_floor.set()) {
+      run_floor.Set(totals);  // the first front a run will rebuild (the stretch is one slice)
+    } else if (!run_floor.Outgrown(totals)) {
+      run_floor.Fill(totals);
+    } else {
+      std::vector<double> entering_totals = ToVector(HeadTotals(swept.entering, track_onset).cpu());
+      if (!swept.exact && swept.end - swept.n > 1 && run_floor.Outgrown(totals, &entering_totals)) return false;
+      // U(n) ends the run; the next one starts with the fronts after it.
+      keep_for_precision(swept.n, swept.entering, swept.entering_onset);
+      if (swept.end - swept.n == 1) {
+        run_floor.Set(totals);
+      } else {
+        run_floor.Set(std::move(entering_totals));
+        run_floor.Fill(totals);
+      }
+    }
+    // A document starting in the next slice restarts the fronts; a front kept by the policy begins
+    // a new run of rebuilt fronts, all at or above it.
+    if (keep(swept.end)) {
+      if (runner.Reversible(swept.end)) {
+        run_floor.Set(std::move(totals));
+      } else {
+        run_floor.Clear();
+      }
+    }
+    return true;
+  };
+  std::optional<Swept> unchecked;
+  // Checks `unchecked`. Where its stretch must be swept again, rolls the sweep back to the stretch's
+  // start — dropping the stretch swept after it and a policy front kept at its end — and sweeps it
+  // slice by slice, checking each slice at once (rare: each such stretch grew 256-fold). Returns
+  // whether it rolled back; `front` is then U(end) of the checked stretch.
+  auto settle = [&]() {
+    if (!unchecked) return false;
+    Swept swept = std::move(*unchecked);
+    unchecked.reset();
+    if (check(swept)) return false;
+    front = swept.entering;
+    onset = swept.entering_onset;
+    kept.erase(kept.upper_bound(swept.n), kept.end());
+    for (int64_t j = swept.n; j < swept.end; ++j) {
+      Swept one = advance(j, j + 1, /*exact=*/true);
+      check(one);
+    }
+    return true;
+  };
+  // Whether the current run's floor is set, or will be once the stretches swept are checked:
+  // sweeps over several slices start only then.
+  bool run_started = false;
   int64_t n = 0;
   while (n + 1 < slices) {
     if (keep(n)) {
       kept.emplace(n, Kept{front, onset});
-      // A document starting in slice n restarts the fronts; a front kept by the policy begins a
-      // new run of rebuilt fronts, all at or above it.
-      if (guard && runner.Reversible(n)) {
-        run_floor.Set(HeadTotals(front, track_onset));
-      } else if (guard) {
-        run_floor.Clear();
-      }
+      run_started = runner.Reversible(n);
     }
     *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
     int64_t end = n + 1;
-    if (!track_onset && (!guard || run_floor.set())) {
+    if (!track_onset && (!guard || run_started)) {
       while (end < slices - 1 && end - n < kSweepSlices && !keep(end)) ++end;
     }
-    sweep(n, end, false);
+    Swept swept = advance(n, end, /*exact=*/false);
+    if (!guard) {
+      n = end;
+      continue;
+    }
+    run_started = true;
+    // The previous stretch's check, while the device runs this one.
+    if (settle()) continue;  // swept again up to n: this stretch is dropped and swept anew
+    unchecked = std::move(swept);
     n = end;
   }
+  settle();
 
   // U(n) exactly, by a forward from the nearest exact front below it (kept, or U(0) = 0; a document
   // starting in between would have been kept), in stretches as the forward sweep runs them. Each

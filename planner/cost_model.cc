@@ -213,7 +213,9 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     const int64_t graph = SliceGraphBytes(c, plan.slice, plan, profile);
     p.kept_bytes = kept_fronts * front + kept_graphs * (graph + front);
     // The forward sweep (a stretch of slices, no graph) and the backward sweep (one slice graph) do
-    // not overlap: the larger of the two counts.
+    // not overlap: the larger of the two counts. Fronts in flight: the backward sweep's U(n), G(n),
+    // U(n−1) and G(n−1); the forward sweep's stretch entry and exit, and the entry of the stretch
+    // before, held until its check is read (performer/sliced_gradient.cc).
     p.working_bytes = std::max(graph, SweepStretchBytes(c, w.seq_len, plan)) + 4 * front + forward_layouts +
                       BatchedWeightGradientBytes(c, plan, profile);
     p.graph_pool_bytes = GraphPoolBytes(c, w.seq_len, plan, profile);
