@@ -128,7 +128,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
   ModelFront front = runner.ZeroModelFront();
   // A swept stretch whose check waits for its exit front's head totals. The totals are read one
   // stretch late, while the device runs the next stretch (AsyncHostCopy): reading them at once
-  // would drain a GPU's queue at every stretch (6–10% of config A's time at C ≤ 256 on an H100).
+  // would drain a GPU's queue at every stretch (9–10% of config A's time at C = 16 on an H100).
   struct Swept {
     int64_t n = 0, end = 0;
     bool exact = false;  // slice by slice after a stretch that outgrew the bound by itself

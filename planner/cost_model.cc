@@ -134,7 +134,10 @@ int64_t GraphPoolBytes(const ModelConfig& c, int64_t seq_len, const Plan& plan, 
 }
 
 int64_t SweepSlicesPerStretch(const ModelConfig& c, const Plan& plan) {
-  if (plan.front_policy == FrontPolicy::kStore || c.feature_map == FeatureMap::kRelu) return 1;
+  if (plan.front_policy == FrontPolicy::kStore || plan.front_policy == FrontPolicy::kDp ||
+      c.feature_map == FeatureMap::kRelu) {
+    return 1;
+  }
   if (plan.front_policy == FrontPolicy::kResync) return std::min<int64_t>(3, plan.resync_every);
   return 3;
 }
@@ -228,11 +231,9 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     };
     const double build = (slices - 1) * phase_seconds(plan.slice, true) + phase_seconds(last, true);
     const int64_t advances = forwards - slices;
-    // The sweep policies advance several slices per stretch (SweepSlicesPerStretch); dp advances
-    // slice by slice.
-    const int64_t per_advance = plan.front_policy == FrontPolicy::kDp ? 1 : per_stretch;
+    // The sweep policies advance several slices per stretch; dp's schedule slice by slice.
     const double advance_one =
-        phase_seconds(std::min<int64_t>(per_advance * plan.slice, w.seq_len), false) / static_cast<double>(per_advance);
+        phase_seconds(std::min<int64_t>(per_stretch * plan.slice, w.seq_len), false) / static_cast<double>(per_stretch);
     // Layer recomputation runs every graph build's forward twice: once keeping layer inputs, once
     // layer by layer with autograd during the backward.
     const double build_passes =

@@ -94,7 +94,8 @@ int64_t BatchedWeightGradientBytes(const performer::ModelConfig& model, const pe
 bool ForwardCopiesApply(const DeviceProfile& profile, performer::DType dtype);
 
 // Slices the engine's forward sweep runs per stretch under `plan` (gradient_engine.cc): 3 where no
-// front inside a stretch is needed, 1 for store and for relu's onset bookkeeping. Document starts
+// front inside a stretch is needed, 1 for store, for dp (whose schedule advances slice by slice)
+// and for relu's onset bookkeeping. Document starts
 // break stretches too; the model ignores that (a conservative choice for time).
 int64_t SweepSlicesPerStretch(const performer::ModelConfig& model, const performer::Plan& plan);
 

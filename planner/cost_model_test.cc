@@ -146,6 +146,11 @@ TEST(CostModelTest, TheGraphsPoolIsInThePeakOfCallsWhoseSlicesReplay) {
   EXPECT_EQ(GraphPoolBytes(ConfigA(), 4096, resync, replaying),
             2 * SliceGraphBytes(ConfigA(), 64, resync, replaying) + 3 * 64 * (2 * 1024 + 7 * 256) * 4 +
                 (int64_t{16} << 20));
+  // dp's schedule advances slice by slice: its stretch is one slice.
+  Plan dp = Sliced(64, FrontPolicy::kDp);
+  dp.slots = 4;
+  EXPECT_EQ(GraphPoolBytes(ConfigA(), 4096, dp, replaying),
+            SliceGraphBytes(ConfigA(), 64, dp, replaying) + 64 * (2 * 1024 + 7 * 256) * 4 + (int64_t{16} << 20));
   DeviceProfile cpu = replaying;
   cpu.device = "cpu";
   EXPECT_EQ(GraphPoolBytes(ConfigA(), 4096, Sliced(64), cpu), 0);
