@@ -8,7 +8,8 @@ namespace slimfit::performer {
 
 AsyncHostCopy::AsyncHostCopy(const at::Tensor& value) {
   if (!value.device().is_cuda()) {
-    host_ = value.to(at::kCPU).contiguous();
+    // A copy, never a view: Read() gives the value as it was, whatever the caller writes later.
+    host_ = value.to(at::kCPU, value.scalar_type(), /*non_blocking=*/false, /*copy=*/true).contiguous();
     return;
   }
   host_ = at::empty(value.sizes(), value.options().device(at::kCPU).pinned_memory(true));

@@ -8,7 +8,10 @@
 // way, one stretch late.
 //
 // On a CUDA device the copy goes to pinned host memory on the current stream, followed by an event
-// that Read() waits for; on any other device it is made at once (the CPU's "copy" is a view).
+// that Read() waits for: until the stream reaches the copy (the work queued before it, not the
+// work queued since), spinning on the event as CUDA's default wait does (not every LibTorch this
+// builds against can block on a c10::Event). On any other device the copy is made at once. Either
+// way Read() gives the value as it was when the copy was queued, whatever is written to it later.
 //
 // Ownership: the object holds the host tensor (and the event); moving it moves both.
 // Thread safety: one thread; Read() on the thread whose current stream the copy was queued on, or
@@ -33,7 +36,7 @@ class AsyncHostCopy {
   AsyncHostCopy(AsyncHostCopy&&) = default;
   AsyncHostCopy& operator=(AsyncHostCopy&&) = default;
 
-  // `value` on the host, contiguous, once the copy is done (waits for it, and only for it).
+  // `value` on the host, contiguous, once the copy is done.
   at::Tensor Read();
 
  private:

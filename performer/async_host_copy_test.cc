@@ -21,6 +21,13 @@ TEST(AsyncHostCopyTest, ReadsTheValueOnTheHostContiguous) {
   EXPECT_TRUE(at::equal(copy.Read(), value)) << "a second Read gives the same";
 }
 
+TEST(AsyncHostCopyTest, ReadsTheValueAtTheTimeOfTheCopyOnTheCpuToo) {
+  at::Tensor value = at::full({4}, 7.0, at::kDouble);  // contiguous: `to` alone would alias it
+  AsyncHostCopy copy(value);
+  value.fill_(-1);
+  EXPECT_TRUE(at::equal(copy.Read(), at::full({4}, 7.0, at::kDouble)));
+}
+
 // On a GPU: the value the device holds when the copy is queued, even where the device is still
 // busy with earlier work and later work overwrites the source.
 TEST(AsyncHostCopyTest, OnCudaReadsTheValueAtTheTimeOfTheCopy) {

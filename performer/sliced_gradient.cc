@@ -131,14 +131,13 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
   // would drain a GPU's queue at every stretch (9–10% of config A's time at C = 16 on an H100).
   struct Swept {
     int64_t n = 0, end = 0;
-    bool exact = false;  // slice by slice after a stretch that outgrew the bound by itself
     ModelFront entering;  // U(n)
     std::vector<at::Tensor> entering_onset;
     AsyncHostCopy totals;  // of U(end), under the guard
   };
   // Sweeps slices [n, end) from `front` (U(n)) to U(end) and starts the copy of U(end)'s totals.
-  auto advance = [&](int64_t n, int64_t end, bool exact) {
-    Swept swept{n, end, exact, front, onset, AsyncHostCopy()};
+  auto advance = [&](int64_t n, int64_t end) {
+    Swept swept{n, end, front, onset, AsyncHostCopy()};
     const Stretch stretch = runner.StretchOfSlices(n, end);
     front = graphs != nullptr && graphs->Replayable(stretch) ? graphs->Advance(stretch, front, end - n)
                                                              : runner.Advance(stretch, front, end - n);
@@ -156,8 +155,8 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
   };
   // The guard's check of a swept stretch, in sweep order: keeps U(n) where the stretch grew the
   // denominators too far past the floor, then restarts the floor where the policy keeps U(end).
-  // False where the stretch grew that far by itself: the fronts inside it need the keep placed
-  // exactly, and the caller sweeps it again slice by slice.
+  // False where a stretch of several slices grew that far by itself: the fronts inside it need the
+  // keep placed exactly, and the caller sweeps it again slice by slice.
   auto check = [&](Swept& swept) {
     std::vector<double> totals = ToVector(swept.totals.Read());
     if (!run_floor.set()) {
@@ -166,7 +165,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
       run_floor.Fill(totals);
     } else {
       std::vector<double> entering_totals = ToVector(HeadTotals(swept.entering, track_onset).cpu());
-      if (!swept.exact && swept.end - swept.n > 1 && run_floor.Outgrown(totals, &entering_totals)) return false;
+      if (swept.end - swept.n > 1 && run_floor.Outgrown(totals, &entering_totals)) return false;
       // U(n) ends the run; the next one starts with the fronts after it.
       keep_for_precision(swept.n, swept.entering, swept.entering_onset);
       if (swept.end - swept.n == 1) {
@@ -189,19 +188,21 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
   };
   std::optional<Swept> unchecked;
   // Checks `unchecked`. Where its stretch must be swept again, rolls the sweep back to the stretch's
-  // start — dropping the stretch swept after it and a policy front kept at its end — and sweeps it
-  // slice by slice, checking each slice at once (rare: each such stretch grew 256-fold). Returns
-  // whether it rolled back; `front` is then U(end) of the checked stretch.
-  auto settle = [&]() {
+  // start — dropping `launched_after` (the stretch swept after it, if any: released first, so the
+  // sweep holds no more fronts than usual) and a policy front kept at its end — and sweeps it slice
+  // by slice, checking each slice at once (rare: each such stretch grew 256-fold). Returns whether
+  // it rolled back; `front` is then U(end) of the checked stretch.
+  auto settle = [&](std::optional<Swept>* launched_after) {
     if (!unchecked) return false;
     Swept swept = std::move(*unchecked);
     unchecked.reset();
     if (check(swept)) return false;
+    if (launched_after != nullptr) launched_after->reset();
     front = swept.entering;
     onset = swept.entering_onset;
-    kept.erase(kept.upper_bound(swept.n), kept.end());
+    kept.erase(swept.end);  // the only kept front past swept.n: fronts kept for precision lie below
     for (int64_t j = swept.n; j < swept.end; ++j) {
-      Swept one = advance(j, j + 1, /*exact=*/true);
+      Swept one = advance(j, j + 1);
       check(one);
     }
     return true;
@@ -220,18 +221,18 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
     if (!track_onset && (!guard || run_started)) {
       while (end < slices - 1 && end - n < kSweepSlices && !keep(end)) ++end;
     }
-    Swept swept = advance(n, end, /*exact=*/false);
+    std::optional<Swept> swept = advance(n, end);
     if (!guard) {
       n = end;
       continue;
     }
     run_started = true;
     // The previous stretch's check, while the device runs this one.
-    if (settle()) continue;  // swept again up to n: this stretch is dropped and swept anew
+    if (settle(&swept)) continue;  // swept again up to n: this stretch is dropped and swept anew
     unchecked = std::move(swept);
     n = end;
   }
-  settle();
+  settle(nullptr);
 
   // U(n) exactly, by a forward from the nearest exact front below it (kept, or U(0) = 0; a document
   // starting in between would have been kept), in stretches as the forward sweep runs them. Each
