@@ -14,15 +14,17 @@ defines
   :safetensors_corpus_test   a cc_test that runs every file of corpus/safetensors/ through the target
                              once: under gcc in the ordinary `bazel test //...`, under ASan with
                              `bazel test --config=fuzz //fuzz:all`.
+copts are the target code's compiler options (e.g. TORCH_COPTS for code that includes LibTorch).
 """
 
-def slimfit_fuzz_target(name, srcs, deps, data = [], size = "small"):
+def slimfit_fuzz_target(name, srcs, deps, data = [], copts = [], size = "small"):
     library = name + "_fuzz_target"
     corpus = "corpus/" + name
     native.cc_library(
         name = library,
         testonly = 1,
         srcs = srcs,
+        copts = copts,
         data = data,
         # LLVMFuzzerTestOneInput is only referenced from the main() linked beside it.
         alwayslink = 1,
