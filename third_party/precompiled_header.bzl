@@ -13,6 +13,9 @@ given the `.gch` itself (-include-pch). Where the precompiled file does not matc
 and says so (-Winvalid-pch), clang stops with an error.
 The header is included before anything else in the source file, so a file that opts in sees the
 listed headers even where it does not include them: opt in only files that use them.
+gcc's dependency file (-MD) names neither the precompiled file nor its header, so Bazel does not
+recompile a dependent when only they change: give `copts` a flag that changes with the header list
+and put it in the dependents' copts too (as torch.bzl does).
 """
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
@@ -52,7 +55,7 @@ def _precompiled_header_impl(ctx):
         source_file = "-" if from_stdin else header.path,
         output_file = precompiled.path,
         user_compile_flags = ctx.fragments.cpp.copts + ctx.fragments.cpp.cxxopts +
-                             ["-x", "c++-header"],
+                             ctx.attr.copts + ["-x", "c++-header"],
         include_directories = deps_context.includes,
         quote_include_directories = deps_context.quote_includes,
         system_include_directories = deps_context.system_includes,
@@ -98,6 +101,9 @@ precompiled_header = rule(
         "system_headers": attr.string_list(
             mandatory = True,
             doc = "Headers to include, as written between <> (e.g. \"ATen/ATen.h\").",
+        ),
+        "copts": attr.string_list(
+            doc = "Extra compiler flags; every file that uses the precompiled header needs them too.",
         ),
         "deps": attr.label_list(
             providers = [CcInfo],

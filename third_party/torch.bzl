@@ -7,7 +7,15 @@ Not on targets whose own copts change the language (e.g. -fno-math-errno): gcc t
 header instead and says so (-Winvalid-pch: correct, only slower); clang refuses the compile.
 """
 
-TORCH_COPTS = select({
+# What //third_party:torch_precompiled precompiles.
+TORCH_PRECOMPILED_HEADERS = ["ATen/ATen.h"]
+
+# gcc names neither the precompiled file nor its header in a compile's dependency file (-MD), so
+# Bazel would not recompile a dependent when only the list above changed: the list is on every
+# dependent's command line and the precompiled file's, as a macro nothing reads.
+TORCH_PRECOMPILED_KEY = "-DSLIMFIT_TORCH_PRECOMPILED=" + ":".join(TORCH_PRECOMPILED_HEADERS)
+
+TORCH_COPTS = [TORCH_PRECOMPILED_KEY] + select({
     # clang takes the precompiled file itself (it was built from stdin, see precompiled_header.bzl).
     "//third_party:compiler_is_clang": [
         "-include-pch",
