@@ -133,7 +133,9 @@ void ExpectAsPreciseAsStore(at::Device device, FeatureMap map, double key_weight
       EXPECT_EQ(result.slice_forwards, 2 * slices - 1) << Name(s);
     }
     const GradientResult replayed = MustCompute(model32, batch, plan, ReplayOptions(device));
-    if (ExpectReplays(device, slices, slice)) EXPECT_GT(replayed.replayed_slices, 0) << Name(s);
+    if (ExpectReplays(device, slices, slice)) {
+      EXPECT_GT(replayed.replayed_slices, 0) << Name(s);
+    }
     EXPECT_EQ(replayed.conditioning_fronts, result.conditioning_fronts) << Name(s);
     EXPECT_LE(RelativeDiscrepancy(replayed.gradients, result.gradients), 1e-6) << Name(s) << ", replayed";
     // The same in float64: the same keeps (the bound is on growth, whatever the dtype), exact.
@@ -205,7 +207,9 @@ TEST_P(FrontConditioningTest, KeepsAreBoundedAndTheRestRecomputed) {
   // Through the replay path: the recomputations' forwards and the steps from recomputed fronts.
   plan.front_policy = FrontPolicy::kReverse;
   const GradientResult replayed = MustCompute(model, batch, plan, ReplayOptions(device()));
-  if (ExpectReplays(device(), slices, slice)) EXPECT_GT(replayed.replayed_slices, 0);
+  if (ExpectReplays(device(), slices, slice)) {
+    EXPECT_GT(replayed.replayed_slices, 0);
+  }
   EXPECT_EQ(replayed.conditioning_fronts_recomputed, result.conditioning_fronts_recomputed);
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, result.gradients), 1e-6);
 }

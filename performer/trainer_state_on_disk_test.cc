@@ -130,9 +130,13 @@ TEST(TrainerStateOnDiskTest, ResumedStateGoesToDiskAndContinuesExactly) {
       auto resumed = Trainer::Create(Small(), DType::kFloat32, (*straight)->parameters(), AdamW(), trainable);
       ASSERT_TRUE(resumed.ok());
       (*resumed)->set_fused_steps(fused);
-      if (keep_first) ASSERT_TRUE((*resumed)->KeepOptimizerStateIn(::testing::TempDir()).ok());
+      if (keep_first) {
+        ASSERT_TRUE((*resumed)->KeepOptimizerStateIn(::testing::TempDir()).ok());
+      }
       ASSERT_TRUE((*resumed)->LoadOptimizerState(optimizer).ok());
-      if (!keep_first) ASSERT_TRUE((*resumed)->KeepOptimizerStateIn(::testing::TempDir()).ok());
+      if (!keep_first) {
+        ASSERT_TRUE((*resumed)->KeepOptimizerStateIn(::testing::TempDir()).ok());
+      }
       EXPECT_EQ((*resumed)->steps(), 2);
       EXPECT_EQ(ExpectMomentsOnDiskAndNotResident(**resumed, where), 2 * static_cast<int>(trainable.size()));
       auto reference = Trainer::Create(Small(), DType::kFloat32, (*straight)->parameters(), AdamW(), trainable);

@@ -141,7 +141,6 @@ class WorkerRegistry {
   std::set<std::string> finished_jobs_ ABSL_GUARDED_BY(mutex_);
   uint64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Time last_sweep_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();  // of ExpireSilentWorkers
-  uint64_t next_number_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace slimfit::server

@@ -130,7 +130,9 @@ void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::stri
   EXPECT_EQ(max_shards, 6);
   EXPECT_EQ(workers, 3);
   EXPECT_EQ(streamed, streams ? shards - checked : 0) << shards << " shards, " << checked << " checked";
-  if (!offload_dir.empty()) EXPECT_GT(checked, 0);
+  if (!offload_dir.empty()) {
+    EXPECT_GT(checked, 0);
+  }
 }
 
 TEST(LargeModelEndToEndTest, NineMiBTensorsOnThreePlansEqualOneProcess) {
