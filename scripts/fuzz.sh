@@ -6,7 +6,7 @@
 # Builds them with clang-14, AddressSanitizer and libFuzzer (--config=fuzz) in a separate Bazel
 # output base ($SLIMFIT_FUZZ_OUTPUT_BASE, default ~/.cache/slimfit-fuzz), so the ordinary gcc
 # build's cache is untouched, then runs each TARGET (default: every target; names as in
-# fuzz/corpus/, e.g. safetensors) one after another for SECONDS seconds on a copy of its corpus
+# fuzz/corpus/, e.g. safetensors) for SECONDS seconds on a copy of its corpus
 # fuzz/corpus/TARGET. --merge adds the inputs that found new coverage to fuzz/corpus/TARGET
 # (minimised with libFuzzer's -merge=1); without it the repository is not touched.
 #
@@ -15,6 +15,7 @@
 # SLIMFIT_FUZZ_TIMEOUT), ran out of memory (3 GiB), leaked or broke an invariant: the input is kept
 # under out/fuzz/TARGET/ and the line says how to reproduce it. Full libFuzzer logs are in
 # out/fuzz/TARGET/fuzz.log. Environment: SLIMFIT_FUZZ_JOBS (build jobs, default 2),
+# SLIMFIT_FUZZ_PARALLEL (targets fuzzed at a time, one core each; default: the number of cores),
 # SLIMFIT_FUZZ_TIMEOUT (seconds one input may take, default 20).
 set -euo pipefail
 
@@ -66,25 +67,26 @@ trap 'rm -rf "$work"' EXIT
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export ASAN_SYMBOLIZER_PATH="${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolizer-14 || command -v llvm-symbolizer || true)}"
 
-failed=0
-printf '%-22s %7s %11s %8s %-16s %-11s %s\n' target seconds executions exec/s "coverage (new)" corpus result
-for t in "${targets[@]}"; do
-  artifacts="$repo_root/out/fuzz/$t"
+# Fuzzes target $1 for $seconds seconds and prints its summary line (with the log's key lines when
+# it failed); returns 1 if it failed. Targets run $parallel at a time, each in its own process.
+fuzz_one() {
+  local t="$1"
+  local artifacts="$repo_root/out/fuzz/$t"
   mkdir -p "$artifacts"
   rm -f "$artifacts"/crash-* "$artifacts"/timeout-* "$artifacts"/leak-* "$artifacts"/oom-* "$artifacts"/slow-unit-*
-  corpus="$work/$t"
+  local corpus="$work/corpus/$t"
   mkdir -p "$corpus"
   cp -r "fuzz/corpus/$t/." "$corpus/"
+  local seeds
   seeds=$(find "$corpus" -type f | wc -l)
-  options=(-max_total_time="$seconds" -timeout="${SLIMFIT_FUZZ_TIMEOUT:-20}" -rss_limit_mb=3072
-           -print_final_stats=1 -artifact_prefix="$artifacts/" -close_fd_mask=1)
+  local options=(-max_total_time="$seconds" -timeout="${SLIMFIT_FUZZ_TIMEOUT:-20}" -rss_limit_mb=3072
+                 -print_final_stats=1 -artifact_prefix="$artifacts/" -close_fd_mask=1)
   [ -f "fuzz/dict/$t.dict" ] && options+=(-dict="fuzz/dict/$t.dict")
-  log="$artifacts/fuzz.log"
-  set +e
-  "$bin/${t}_fuzzer" "${options[@]}" "$corpus" >"$log" 2>&1
-  rc=$?
-  set -e
+  local log="$artifacts/fuzz.log"
+  local rc=0
+  "$bin/${t}_fuzzer" "${options[@]}" "$corpus" >"$log" 2>&1 || rc=$?
   stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
+  local executions rate start_coverage coverage size finding slow result failed=0
   executions=$(stat number_of_executed_units)
   rate=$(stat average_exec_per_sec)
   # Edge coverage after loading the corpus (INITED) and at the end: what the run added.
@@ -105,7 +107,7 @@ for t in "${targets[@]}"; do
       result="FAILED (exit $rc): see $log"
     fi
   fi
-  coverage_text="${coverage:-?}"
+  local coverage_text="${coverage:-?}"
   if [ -n "${start_coverage:-}" ] && [ -n "${coverage:-}" ]; then
     coverage_text="$coverage (+$((coverage - start_coverage)))"
   fi
@@ -119,5 +121,28 @@ for t in "${targets[@]}"; do
       >"$artifacts/merge.log" 2>&1 || { echo "fuzz.sh: merging $t failed: $artifacts/merge.log"; failed=1; }
     echo "    merged: fuzz/corpus/$t now holds $(find "fuzz/corpus/$t" -type f | wc -l) inputs"
   fi
+  return "$failed"
+}
+
+# libFuzzer runs on one core: on a 2-core machine two targets at a time halve the wall time without
+# giving any target fewer executions.
+parallel="${SLIMFIT_FUZZ_PARALLEL:-$(nproc)}"
+mkdir -p "$work/summary"
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$parallel" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  ( status=0; fuzz_one "$t" >"$work/summary/$t" 2>&1 || status=$?; echo "$status" >"$work/summary/$t.status" ) &
+  running=$((running + 1))
+done
+wait
+
+failed=0
+printf '%-22s %7s %11s %8s %-16s %-11s %s\n' target seconds executions exec/s "coverage (new)" corpus result
+for t in "${targets[@]}"; do
+  cat "$work/summary/$t"
+  [ "$(cat "$work/summary/$t.status" 2>/dev/null)" = 0 ] || failed=1
 done
 exit "$failed"
