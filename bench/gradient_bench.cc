@@ -309,7 +309,8 @@ absl::Status Run() {
         absl::StrAppend(&json, R"(, "replay_fallback": )", nlohmann::json(last.replay_fallback).dump());
       }
       absl::StrAppend(&json, R"(, "conditioning_fronts": )", last.conditioning_fronts,
-                      R"(, "conditioning_fronts_recomputed": )", last.conditioning_fronts_recomputed);
+                      R"(, "conditioning_fronts_recomputed": )", last.conditioning_fronts_recomputed,
+                      R"(, "conditioning_forwards": )", last.conditioning_forwards);
       const double discrepancy =
           full_gradient.empty() ? -1 : RelativeDiscrepancy(last.gradients, full_gradient);
       if (discrepancy >= 0) absl::StrAppendFormat(&json, R"(, "rel_discrepancy": %.3e)", discrepancy);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,45 @@ void SetFirstLayerKeys(const PerformerModel& model, const std::vector<double>& f
       p.select(1, 0).fill_(0);
     }
   }
+}
+
+// Layer 0 split by feature. Token 0's keys are `small_key` on the first half of each head's
+// coordinates and `ordinary_key` on the rest, every other token's `ordinary_key` everywhere; every
+// query is `weighed_query` on the first half and `ignored_query` on the rest. Each head's total
+// grows only as the tokens do, but the queries weigh the features token 0 barely has, so over the
+// first fronts their denominators are ~10⁻⁶ of the later fronts' (the shape of a fuzzing input for
+// relu: a check of head totals alone misses it).
+void SetHalfFeatureAttention(const PerformerModel& model, double small_key, double ordinary_key,
+                             double weighed_query, double ignored_query) {
+  at::NoGradGuard no_grad;
+  const int64_t head_dim = model.config().d_model / model.config().heads;
+  auto first_half = [&](int64_t row) { return row % head_dim < head_dim / 2; };
+  const std::vector<std::string>& names = model.names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    at::Tensor p = model.parameters()[i];
+    if (names[i] == "input_map.weight") {
+      p.select(1, 0).fill_(0);
+      p[0][0].fill_(1);
+    } else if (names[i] == "layers.0.attention.k_map.weight") {
+      p.fill_(0);
+      for (int64_t row = 0; row < p.size(0); ++row) {
+        if (first_half(row)) p[row][0].fill_(small_key - ordinary_key);
+      }
+    } else if (names[i] == "layers.0.attention.k_map.bias") {
+      p.fill_(ordinary_key);
+    } else if (names[i] == "layers.0.attention.q_map.weight") {
+      p.fill_(0);
+    } else if (names[i] == "layers.0.attention.q_map.bias") {
+      for (int64_t row = 0; row < p.size(0); ++row) p[row].fill_(first_half(row) ? weighed_query : ignored_query);
+    } else if (names[i] == "layers.0.attention.v_map.weight") {
+      p.select(1, 0).fill_(0);
+    }
+  }
+}
+
+// Token 0's keys `bias + weight` in every coordinate, every other token's `bias`.
+std::function<void(const PerformerModel&)> TokenZeroKeys(double weight, double bias) {
+  return [=](const PerformerModel& model) { SetFirstLayerKeys(model, {1}, weight, bias); };
 }
 
 // `near_zero` tokens 0, then tokens cycling through 1..vocab−1: one document.
@@ -88,15 +128,15 @@ std::string Name(const Sliced& s) { return std::string(FrontPolicyName(s.policy)
 // `resync_every`-th front) and under `store`, against float64 full back-propagation of the same
 // model, all on `device`; and the same calls through the replay path, which must give the same
 // gradient.
-void ExpectAsPreciseAsStore(at::Device device, FeatureMap map, double key_weight, double key_bias,
+void ExpectAsPreciseAsStore(at::Device device, FeatureMap map,
+                            const std::function<void(const PerformerModel&)>& shape_model,
                             const PackedBatch& batch, int64_t slice, bool expect_second_sweep,
                             int64_t resync_every = 3) {
   const ModelConfig config = SmallEngineConfig(map);
   const PerformerModel model32 = MustCreateModel(config, DType::kFloat32, 3, device);
   const PerformerModel model64 = MustCreateModel(config, DType::kFloat64, 3, device);
-  // Token 0's keys are key_bias + key_weight, every other token's key_bias.
-  SetFirstLayerKeys(model32, {1}, key_weight, key_bias);
-  SetFirstLayerKeys(model64, {1}, key_weight, key_bias);
+  shape_model(model32);
+  shape_model(model64);
   Plan full;
   full.dtype = DType::kFloat64;
   const GradientResult exact = MustCompute(model64, batch, full);
@@ -126,6 +166,7 @@ void ExpectAsPreciseAsStore(at::Device device, FeatureMap map, double key_weight
     EXPECT_GE(result.conditioning_fronts, 1) << Name(s);
     EXPECT_EQ(result.conditioning_fronts_recomputed, 0) << Name(s);
     EXPECT_LE(error, 4 * store_error + 1e-6) << Name(s) << ": store's error " << store_error;
+    EXPECT_EQ(result.slice_forwards, 2 * slices - 1 + result.conditioning_forwards) << Name(s);
     // A stretch of three slices that grew past the bound by itself is swept again slice by slice.
     if (expect_second_sweep) {
       EXPECT_GT(result.slice_forwards, 2 * slices - 1) << Name(s);
@@ -151,16 +192,42 @@ void ExpectAsPreciseAsStore(at::Device device, FeatureMap map, double key_weight
 // exact zeros). The sweep goes slice by slice (relu), so keeps fall on the exact boundary.
 TEST_P(FrontConditioningTest, ReluFeaturesNearZeroAtTheStart) {
   const PackedBatch batch = NearZeroThenOrdinary(8, 16, SmallEngineConfig(FeatureMap::kRelu).vocab);
-  ExpectAsPreciseAsStore(device(), FeatureMap::kRelu, /*key_weight=*/1e-6 - 1, /*key_bias=*/1, batch, /*slice=*/4,
-                         /*expect_second_sweep=*/false);
+  ExpectAsPreciseAsStore(device(), FeatureMap::kRelu, TokenZeroKeys(/*weight=*/1e-6 - 1, /*bias=*/1), batch,
+                         /*slice=*/4, /*expect_second_sweep=*/false);
 }
 
 // elu+1: token 0's key features are e⁻¹⁴ ≈ 8·10⁻⁷. The sweep runs three slices at a time once a
 // run's floor is known, so the jump falls inside a stretch, which is swept again slice by slice.
 TEST_P(FrontConditioningTest, EluFeaturesNearZeroAtTheStartInsideAStretch) {
   const PackedBatch batch = NearZeroThenOrdinary(8, 40, SmallEngineConfig(FeatureMap::kElu1).vocab);
-  ExpectAsPreciseAsStore(device(), FeatureMap::kElu1, /*key_weight=*/-14, /*key_bias=*/0, batch, /*slice=*/4,
-                         /*expect_second_sweep=*/true);
+  ExpectAsPreciseAsStore(device(), FeatureMap::kElu1, TokenZeroKeys(/*weight=*/-14, /*bias=*/0), batch,
+                         /*slice=*/4, /*expect_second_sweep=*/true);
+}
+
+// elu+1 with the features split: token 0's first-half key features e⁻¹⁴, the queries weighing the
+// first half (e² against e⁻¹⁴). Each head's total only grows as the tokens do, so the sweep must
+// measure every feature's growth to keep the first fronts exact.
+TEST_P(FrontConditioningTest, EluQueriesWeighTheFeaturesTheFirstFrontsLack) {
+  const PackedBatch batch = NearZeroThenOrdinary(8, 40, SmallEngineConfig(FeatureMap::kElu1).vocab);
+  ExpectAsPreciseAsStore(
+      device(), FeatureMap::kElu1,
+      [](const PerformerModel& model) {
+        SetHalfFeatureAttention(model, /*small_key=*/-14, /*ordinary_key=*/0, /*weighed_query=*/1,
+                                /*ignored_query=*/-14);
+      },
+      batch, /*slice=*/4, /*expect_second_sweep=*/true);
+}
+
+// The same for x²: token 0's first-half key features 10⁻⁶, the queries' other features 10⁻⁶.
+TEST_P(FrontConditioningTest, SqrQueriesWeighTheFeaturesTheFirstFrontsLack) {
+  const PackedBatch batch = NearZeroThenOrdinary(8, 40, SmallEngineConfig(FeatureMap::kSqr).vocab);
+  ExpectAsPreciseAsStore(
+      device(), FeatureMap::kSqr,
+      [](const PerformerModel& model) {
+        SetHalfFeatureAttention(model, /*small_key=*/1e-3, /*ordinary_key=*/1, /*weighed_query=*/1,
+                                /*ignored_query=*/1e-3);
+      },
+      batch, /*slice=*/4, /*expect_second_sweep=*/true);
 }
 
 // Two documents, each starting with near-zero keys: each document's fronts begin anew (the floor
@@ -171,8 +238,8 @@ TEST_P(FrontConditioningTest, EveryDocumentStartsItsOwnRun) {
   const PackedBatch second = NearZeroThenOrdinary(8, 28, vocab);
   batch.doc_starts = {0, batch.size()};
   batch.tokens.insert(batch.tokens.end(), second.tokens.begin(), second.tokens.end());
-  ExpectAsPreciseAsStore(device(), FeatureMap::kElu1, /*key_weight=*/-14, /*key_bias=*/0, batch, /*slice=*/4,
-                         /*expect_second_sweep=*/true, /*resync_every=*/5);
+  ExpectAsPreciseAsStore(device(), FeatureMap::kElu1, TokenZeroKeys(/*weight=*/-14, /*bias=*/0), batch,
+                         /*slice=*/4, /*expect_second_sweep=*/true, /*resync_every=*/5);
 }
 
 // No more than kMaxConditioningFronts keeps in a call, where every slice would need one: sqr
@@ -200,6 +267,7 @@ TEST_P(FrontConditioningTest, KeepsAreBoundedAndTheRestRecomputed) {
   EXPECT_GE(result.conditioning_fronts_recomputed, 3);
   EXPECT_EQ(result.stored_fronts_peak, kMaxConditioningFronts);
   EXPECT_GT(result.slice_forwards, 2 * slices - 1 + 3);  // the recomputations
+  EXPECT_EQ(result.slice_forwards, 2 * slices - 1 + result.conditioning_forwards);
   plan.front_policy = FrontPolicy::kStore;
   const GradientResult stored = MustCompute(model, batch, plan);
   EXPECT_LE(RelativeDiscrepancy(result.gradients, exact.gradients),

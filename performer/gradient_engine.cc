@@ -217,6 +217,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
         internal::SweepGradient(runner, replay, plan, config, &result.stored_fronts_peak, &conditioning);
         result.conditioning_fronts = conditioning.kept;
         result.conditioning_fronts_recomputed = conditioning.recomputed;
+        result.conditioning_forwards = conditioning.forwards;
       }
       if (batched) {
         batched->Flush();

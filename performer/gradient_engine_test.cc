@@ -70,7 +70,12 @@ TEST_P(SlicedEqualsFullTest, EveryCGivesTheFullGradientAndLoss) {
       plan.block = block;
       const GradientResult sliced = MustCompute(*model, batch, plan, options);
       const int64_t slices = (length + slice - 1) / slice;
-      EXPECT_EQ(sliced.slice_forwards, 2 * slices - 1);
+      // 2N − 1, and what keeping the fronts precise cost (x²'s random small-model features grow
+      // unevenly at small C: some features of the first fronts are far below the later ones').
+      EXPECT_EQ(sliced.slice_forwards, 2 * slices - 1 + sliced.conditioning_forwards) << "C=" << slice;
+      if (sliced.conditioning_forwards > 0) {
+        EXPECT_GT(sliced.conditioning_fronts + sliced.conditioning_fronts_recomputed, 0) << "C=" << slice;
+      }
       EXPECT_LE(RelativeDiscrepancy(sliced.gradients, reference.gradients), tolerance)
           << "C=" << slice << " block=" << block;
       EXPECT_NEAR(sliced.loss_sum, reference.loss_sum, tolerance * std::abs(reference.loss_sum))
@@ -287,13 +292,17 @@ TEST(GradientEngineTest, ReverseKeepsOnlyTheFrontsOfSlicesWithDocumentStarts) {
   PackedBatch one_document = PackedStream(config.vocab);
   one_document.doc_starts = {0};
   Plan plan{.slice = 4, .dtype = DType::kFloat64};
-  EXPECT_EQ(MustCompute(*model, one_document, plan).stored_fronts_peak, 0);
+  // Beside the fronts kept for precision (conditioning), which stay until the backward sweep.
+  auto policy_fronts = [](const GradientResult& result) {
+    return result.stored_fronts_peak - result.conditioning_fronts;
+  };
+  EXPECT_EQ(policy_fronts(MustCompute(*model, one_document, plan)), 0);
   plan.front_policy = FrontPolicy::kStore;
   EXPECT_EQ(MustCompute(*model, one_document, plan).stored_fronts_peak, 8);  // entering slices 1..8
   // Starts at 11 (slice 2), 12 and 20 (starting slices 3 and 5: their incoming front still has to
   // be kept for walking back the slice before) and 30 (slice 7).
   plan.front_policy = FrontPolicy::kReverse;
-  EXPECT_EQ(MustCompute(*model, PackedStream(config.vocab), plan).stored_fronts_peak, 4);
+  EXPECT_EQ(policy_fronts(MustCompute(*model, PackedStream(config.vocab), plan)), 4);
 }
 
 TEST(GradientEngineTest, PackedGradientIsTheTokenWeightedSumOfDocumentGradients) {

@@ -22,20 +22,19 @@ namespace {
 // than that front's rounding (2⁻¹⁵ relative in float32), in any dtype.
 constexpr double kMaxRebuildGrowth = 256;
 
-// The sizes a query's denominator φ(q)·Z is measured against, layer by layer, as one float64
-// tensor on the front's device: each head's total Σ_f Z_f, or with `per_feature` every Z_f — for
-// relu, whose features switch on and off by feature, so that a query can weigh exactly the
-// features an early front barely has while the head's total is large (a fuzzing input: 38% off
-// with totals alone). Smooth feature maps spread every key over every feature, and the totals
-// keep their sweeps in stretches (per feature, x²'s small slices would be swept again often).
-at::Tensor HeadTotals(const ModelFront& front, bool per_feature) {
+// What a query's denominator φ(q)·Z is measured against, layer by layer: every feature's
+// component Z_f, as one float64 tensor on the front's device. Features and queries are
+// non-negative, so a query's denominator grows past a front's by at most its largest component
+// ratio, whichever features it weighs; head totals Σ_f Z_f alone miss a query that weighs the
+// features an early front barely has while the head's total is large (fuzzing found such an input
+// for relu, 38% off; front_conditioning_test builds them for elu+1 and x², 4% and 211% off).
+at::Tensor FeatureTotals(const ModelFront& front) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> denominators;
   for (const Front& f : front) denominators.push_back(f.denominator);
   // Two operations whatever the depth: they are launched once a stretch, on a host that is the
   // bottleneck where slices are small.
-  const at::Tensor all = at::stack(denominators);
-  return per_feature ? all.to(at::kDouble) : all.sum(-1, /*keepdim=*/false, at::kDouble);
+  return at::stack(denominators).to(at::kDouble);
 }
 
 std::vector<double> ToVector(const at::Tensor& host) {
@@ -43,21 +42,22 @@ std::vector<double> ToVector(const at::Tensor& host) {
 }
 
 // The denominators of a run of fronts that the backward sweep will rebuild from one front: a
-// lower bound of their head totals (the floor), against which a later front's growth is measured.
+// lower bound of their denominator components (the floor), against which a later front's growth
+// is measured.
 class RebuildFloor {
  public:
   bool set() const { return !floor_.empty(); }
   // A document starts: its fronts begin anew from zero; the floor is set by its first front.
   void Clear() { floor_.clear(); }
   void Set(std::vector<double> totals) { floor_ = std::move(totals); }
-  // Heads whose floor is still zero (relu's, before any feature switches on) take `totals`.
+  // Components whose floor is still zero (relu's, before the feature switches on) take `totals`.
   void Fill(const std::vector<double>& totals) {
     for (size_t i = 0; i < floor_.size(); ++i) {
       if (!(floor_[i] > 0)) floor_[i] = totals[i];
     }
   }
-  // Whether some head's total in `totals` exceeds `base` (the floor when null) by more than
-  // kMaxRebuildGrowth, over the heads where the latter is positive (a NaN total exceeds nothing).
+  // Whether some component in `totals` exceeds `base` (the floor when null) by more than
+  // kMaxRebuildGrowth, over the components where the latter is positive (NaN exceeds nothing).
   bool Outgrown(const std::vector<double>& totals, const std::vector<double>* base = nullptr) const {
     const std::vector<double>& below = base != nullptr ? *base : floor_;
     for (size_t i = 0; i < below.size(); ++i) {
@@ -126,7 +126,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
     *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
   };
   ModelFront front = runner.ZeroModelFront();
-  // A swept stretch whose check waits for its exit front's head totals. The totals are read one
+  // A swept stretch whose check waits for its exit front's components. They are read one
   // stretch late, while the device runs the next stretch (AsyncHostCopy): reading them at once
   // would drain a GPU's queue at every stretch (9–10% of config A's time at C = 16 on an H100).
   struct Swept {
@@ -150,7 +150,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
                              stretch.layout.reversible ? onset[r] : at::full({}, never, long_options));
       }
     }
-    if (guard) swept.totals = AsyncHostCopy(HeadTotals(front, track_onset));
+    if (guard) swept.totals = AsyncHostCopy(FeatureTotals(front));
     return swept;
   };
   // The guard's check of a swept stretch, in sweep order: keeps U(n) where the stretch grew the
@@ -164,7 +164,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
     } else if (!run_floor.Outgrown(totals)) {
       run_floor.Fill(totals);
     } else {
-      std::vector<double> entering_totals = ToVector(HeadTotals(swept.entering, track_onset).cpu());
+      std::vector<double> entering_totals = ToVector(FeatureTotals(swept.entering).cpu());
       if (swept.end - swept.n > 1 && run_floor.Outgrown(totals, &entering_totals)) return false;
       // U(n) ends the run; the next one starts with the fronts after it.
       keep_for_precision(swept.n, swept.entering, swept.entering_onset);
@@ -197,7 +197,11 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
     Swept swept = std::move(*unchecked);
     unchecked.reset();
     if (check(swept)) return false;
-    if (launched_after != nullptr) launched_after->reset();
+    conditioning->forwards += swept.end - swept.n;
+    if (launched_after != nullptr && launched_after->has_value()) {
+      conditioning->forwards += (*launched_after)->end - (*launched_after)->n;
+      launched_after->reset();
+    }
     front = swept.entering;
     onset = swept.entering_onset;
     kept.erase(swept.end);  // the only kept front past swept.n: fronts kept for precision lie below
@@ -236,7 +240,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
 
   // U(n) exactly, by a forward from the nearest exact front below it (kept, or U(0) = 0; a document
   // starting in between would have been kept), in stretches as the forward sweep runs them. Each
-  // recomputed front marks a 256-fold growth of some head's total, so a call needs few (the dtype's
+  // recomputed front marks a 256-fold growth of some denominator component, so a call needs few (the dtype's
   // range bounds them: float32's spans 256³⁴), each at most N slice forwards; they show in
   // slice_forwards and conditioning_fronts_recomputed.
   auto forward_to = [&](int64_t n) {
@@ -250,6 +254,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
     }
     while (j < n) {
       const int64_t end = std::min(n, j + (track_onset ? 1 : kSweepSlices));
+      conditioning->forwards += end - j;
       const Stretch stretch = runner.StretchOfSlices(j, end);
       value = graphs != nullptr && graphs->Replayable(stretch) ? graphs->Advance(stretch, value, end - j)
                                                                : runner.Advance(stretch, value, end - j);

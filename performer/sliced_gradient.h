@@ -16,10 +16,13 @@
 
 namespace slimfit::performer::internal {
 
-// What a sweep did to stay precise (GradientResult::conditioning_fronts and _recomputed).
+// What a sweep did to stay precise (GradientResult::conditioning_fronts, _recomputed, _forwards).
 struct ConditioningCounts {
   int64_t kept = 0;        // fronts kept because their subtraction would have lost precision
   int64_t recomputed = 0;  // such fronts recomputed instead: kMaxConditioningFronts were kept already
+  // Slice forwards this cost beyond the sweeps' 2N − 1: stretches swept again slice by slice (their
+  // first sweep, and the stretch swept after one before its check came back) and recomputations.
+  int64_t forwards = 0;
 };
 
 // The SLiM paper's Algorithms 1–2 (Likhosherstov et al.): a forward sweep keeping fronts, then a
@@ -32,9 +35,9 @@ struct ConditioningCounts {
 // front whose components are far below Z(m)'s is rebuilt as noise: relu features whose first keys
 // are near zero made `reverse` 38% off in float32 (BENCHMARKS.md, "Float32 and small blocks"). So
 // the forward sweep bounds, for every run of fronts that will be rebuilt from the same front, how
-// far a head's denominators (Σ over features; each feature for relu) grow past the run's first
-// front: where a stretch
-// would take them past 256× (8 bits: 2⁻¹⁵ relative in float32), the front entering the stretch is
+// far each denominator component Z_f grows past the run's first front — a query's denominator
+// φ(q)·Z grows by at most the largest such ratio, whichever features it weighs: where a stretch
+// would take one past 256× (8 bits: 2⁻¹⁵ relative in float32), the front entering the stretch is
 // kept (a stretch that grew that much by itself is swept again slice by slice to place the keep
 // exactly). At most
 // kMaxConditioningFronts such fronts per call; past them, the backward sweep recomputes each front
