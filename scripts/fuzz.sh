@@ -38,13 +38,19 @@ for arg in "$@"; do
     -*) usage ;;
     *)
       [ -d "fuzz/corpus/$arg" ] || { echo "fuzz.sh: unknown target $arg" >&2; usage; }
-      targets+=("$arg")
+      # Each target once: two runs of one target would share its artifacts and corpus copy.
+      [[ " ${targets[*]} " == *" $arg "* ]] || targets+=("$arg")
       ;;
   esac
 done
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(ls fuzz/corpus)
 fi
+parallel="${SLIMFIT_FUZZ_PARALLEL:-$(nproc)}"
+[[ "$parallel" =~ ^[0-9]+$ ]] && [ "$parallel" -ge 1 ] || {
+  echo "fuzz.sh: SLIMFIT_FUZZ_PARALLEL must be a positive number of targets, not '$parallel'" >&2
+  exit 2
+}
 
 bash scripts/setup.sh
 
@@ -59,7 +65,18 @@ echo "fuzz.sh: built ${#targets[@]} targets in $((SECONDS - build_start)) s"
 bin="$("${bazel_fuzz[@]}" info --config=fuzz bazel-bin 2>/dev/null)/fuzz"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/slimfit-fuzz.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+# Stops the targets still fuzzing (on an interrupt or an error: each job's fuzzer is its child)
+# before their files are removed.
+stop_targets() {
+  local job
+  for job in $(jobs -p); do
+    pkill -TERM -P "$job" 2>/dev/null || true
+    kill "$job" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+}
+trap 'stop_targets; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
 
 # Nothing is suppressed: LibTorch, gRPC and protobuf (not instrumented, but their mallocs and frees
 # go through ASan) trip neither alloc-dealloc checks nor LeakSanitizer, per input or at exit, over
@@ -72,11 +89,14 @@ export ASAN_SYMBOLIZER_PATH="${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolize
 fuzz_one() {
   local t="$1"
   local artifacts="$repo_root/out/fuzz/$t"
-  mkdir -p "$artifacts"
+  mkdir -p "$artifacts" || { echo "$t: could not create $artifacts"; return 1; }
   rm -f "$artifacts"/crash-* "$artifacts"/timeout-* "$artifacts"/leak-* "$artifacts"/oom-* "$artifacts"/slow-unit-*
   local corpus="$work/corpus/$t"
-  mkdir -p "$corpus"
-  cp -r "fuzz/corpus/$t/." "$corpus/"
+  # (errexit does not apply inside a function called before ||.)
+  mkdir -p "$corpus" && cp -r "fuzz/corpus/$t/." "$corpus/" || {
+    echo "$t: could not copy its corpus to $corpus"
+    return 1
+  }
   local seeds
   seeds=$(find "$corpus" -type f | wc -l)
   local options=(-max_total_time="$seconds" -timeout="${SLIMFIT_FUZZ_TIMEOUT:-20}" -rss_limit_mb=3072
@@ -126,7 +146,7 @@ fuzz_one() {
 
 # libFuzzer runs on one core: on a 2-core machine two targets at a time halve the wall time without
 # giving any target fewer executions.
-parallel="${SLIMFIT_FUZZ_PARALLEL:-$(nproc)}"
+echo "fuzz.sh: fuzzing ${#targets[@]} targets for ${seconds} s each, ${parallel} at a time"
 mkdir -p "$work/summary"
 running=0
 for t in "${targets[@]}"; do

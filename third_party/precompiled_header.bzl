@@ -3,8 +3,9 @@
 Parsing <ATen/ATen.h> takes ~7 s of a LibTorch source file's compile on the 2-core CI machine, and
 130 of the build's ~340 source files include it. `precompiled_header` writes a header that includes
 the given system headers and precompiles it with the current C++ toolchain, the current
-configuration's flags (--copt, --cxxopt, the compilation mode's features) and its deps' include
-paths and defines, as position-independent code (.bazelrc sets --force_pic, so every object is).
+configuration's flags (--copt, --cxxopt, the compilation mode's features; not --per_file_copt,
+which names source files) and its deps' include paths and defines, as position-independent code
+(.bazelrc sets --force_pic, so every object is).
 
 A target opts in with `copts = TORCH_COPTS` (third_party/torch.bzl) and a dep on the rule's target:
 gcc is told to `-include` the generated header and finds the precompiled `.gch` beside it; clang is
@@ -15,7 +16,8 @@ The header is included before anything else in the source file, so a file that o
 listed headers even where it does not include them: opt in only files that use them.
 gcc's dependency file (-MD) names neither the precompiled file nor its header, so Bazel does not
 recompile a dependent when only they change: give `copts` a flag that changes with the header list
-and put it in the dependents' copts too (as torch.bzl does).
+and put it in the dependents' copts too (as torch.bzl does). Like every compile, it does not track
+the system headers themselves: after upgrading the packages that provide them, `bazel clean`.
 """
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
