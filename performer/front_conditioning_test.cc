@@ -178,6 +178,7 @@ void ExpectAsPreciseAsStore(at::Device device, FeatureMap map,
       EXPECT_GT(replayed.replayed_slices, 0) << Name(s);
     }
     EXPECT_EQ(replayed.conditioning_fronts, result.conditioning_fronts) << Name(s);
+    EXPECT_EQ(replayed.slice_forwards, 2 * slices - 1 + replayed.conditioning_forwards) << Name(s);
     EXPECT_LE(RelativeDiscrepancy(replayed.gradients, result.gradients), 1e-6) << Name(s) << ", replayed";
     // The same in float64: the same keeps (the bound is on growth, whatever the dtype), exact.
     Plan plan64 = plan;
@@ -205,7 +206,7 @@ TEST_P(FrontConditioningTest, EluFeaturesNearZeroAtTheStartInsideAStretch) {
 }
 
 // elu+1 with the features split: token 0's first-half key features e⁻¹⁴, the queries weighing the
-// first half (e² against e⁻¹⁴). Each head's total only grows as the tokens do, so the sweep must
+// first half (2 against e⁻¹⁴). Each head's total only grows as the tokens do, so the sweep must
 // measure every feature's growth to keep the first fronts exact.
 TEST_P(FrontConditioningTest, EluQueriesWeighTheFeaturesTheFirstFrontsLack) {
   const PackedBatch batch = NearZeroThenOrdinary(8, 40, SmallEngineConfig(FeatureMap::kElu1).vocab);
@@ -279,6 +280,7 @@ TEST_P(FrontConditioningTest, KeepsAreBoundedAndTheRestRecomputed) {
     EXPECT_GT(replayed.replayed_slices, 0);
   }
   EXPECT_EQ(replayed.conditioning_fronts_recomputed, result.conditioning_fronts_recomputed);
+  EXPECT_EQ(replayed.slice_forwards, 2 * slices - 1 + replayed.conditioning_forwards);
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, result.gradients), 1e-6);
 }
 

@@ -101,8 +101,9 @@ struct GradientResult {
   // kMaxConditioningFronts were kept.
   int64_t conditioning_fronts = 0;
   int64_t conditioning_fronts_recomputed = 0;
-  // The slice forwards (in slice_forwards) that conditioning cost beyond the policy's own: stretches
-  // swept again slice by slice to place a keep exactly, and the recomputations.
+  // The slice forwards (in slice_forwards) that conditioning cost beyond the policy's own 2N − 1:
+  // stretches swept again slice by slice to place a keep exactly (their first sweep, and the stretch
+  // swept after one before its check came back), and the recomputations.
   int64_t conditioning_forwards = 0;
   int64_t replayed_slices = 0;        // slice computations launched as a replay (SliceReplay)
   int64_t graph_pool_bytes = 0;       // device memory the captured graphs held for their scratch

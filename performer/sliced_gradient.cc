@@ -175,15 +175,10 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
         run_floor.Fill(totals);
       }
     }
-    // A document starting in the next slice restarts the fronts; a front kept by the policy begins
-    // a new run of rebuilt fronts, all at or above it.
-    if (keep(swept.end)) {
-      if (runner.Reversible(swept.end)) {
-        run_floor.Set(std::move(totals));
-      } else {
-        run_floor.Clear();
-      }
-    }
+    // A front kept by the policy (or where a document starts) begins a new run: the fronts after it,
+    // rebuilt from a later front. The run's floor is the first of them, U(end + 1), which the next
+    // stretch (one slice) ends with.
+    if (keep(swept.end)) run_floor.Clear();
     return true;
   };
   std::optional<Swept> unchecked;
@@ -218,7 +213,7 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
   while (n + 1 < slices) {
     if (keep(n)) {
       kept.emplace(n, Kept{front, onset});
-      run_started = runner.Reversible(n);
+      run_started = false;  // the next run's floor is the front after this one
     }
     *stored_fronts_peak = std::max<int64_t>(*stored_fronts_peak, kept.size());
     int64_t end = n + 1;
