@@ -40,7 +40,9 @@ TEST(PlanSearchTest, ChosenPlanFitsTheBudgetAndIsTheFastestThatDoes) {
     const double usable = 0.9 * static_cast<double>(request.memory_budget_bytes);
     EXPECT_LE(result->chosen.prediction.peak_bytes, usable);
     for (const PlanCandidate& c : result->frontier) {
-      if (c.prediction.peak_bytes <= usable) EXPECT_GE(c.prediction.seconds, result->chosen.prediction.seconds);
+      if (c.prediction.peak_bytes <= usable) {
+        EXPECT_GE(c.prediction.seconds, result->chosen.prediction.seconds);
+      }
     }
     EXPECT_EQ(result->chosen.plan.predicted_peak_bytes, result->chosen.prediction.peak_bytes);
     EXPECT_THAT(result->reason, HasSubstr("fastest plan"));
