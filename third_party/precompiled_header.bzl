@@ -1,23 +1,26 @@
-"""A precompiled header for heavy system headers (LibTorch's <ATen/ATen.h>), built by Bazel.
+"""Precompiled headers, built by Bazel: heavy headers parsed once per configuration, not per file.
 
-Parsing <ATen/ATen.h> takes ~7 s of a LibTorch source file's compile on the 2-core CI machine, and
-130 of the build's ~340 source files include it. `precompiled_header` writes a header that includes
-the given system headers and precompiles it with the current C++ toolchain, the current
-configuration's flags (--copt, --cxxopt, the compilation mode's features; not --per_file_copt,
-which names source files) and its deps' include paths and defines, as position-independent code
-(.bazelrc sets --force_pic, so every object is).
+Parsing LibTorch's <ATen/ATen.h> takes ~7 s of a source file's compile on the 2-core CI machine,
+and 130 of the build's ~340 source files include it; gRPC and the service protos (~3 s) another
+~90. `precompiled_header` writes a header that includes what it is given and precompiles it with
+the current C++ toolchain, the current configuration's flags (--copt, --cxxopt, the compilation
+mode's features; not --per_file_copt, which names source files) and its deps' include paths and
+defines, as position-independent code (.bazelrc sets --force_pic, so every object is).
 
-A target opts in with `copts = TORCH_COPTS` (third_party/torch.bzl) and a dep on the rule's target:
-gcc is told to `-include` the generated header and finds the precompiled `.gch` beside it; clang is
-given the `.gch` itself (-include-pch). Where the precompiled file does not match a compile's flags
-(e.g. a target's own -fno-math-errno changes a predefined macro), gcc parses the header instead
-and says so (-Winvalid-pch), clang stops with an error.
+A target opts in with copts from `precompiled_header_copts` (TORCH_COPTS, third_party/torch.bzl;
+SERVICE_COPTS, proto/service_copts.bzl) and a dep on the rule's target: gcc is told to `-include`
+the generated header and finds the precompiled `.gch` beside it; clang is given the `.gch` itself
+(-include-pch). A file takes one precompiled header (the first). Where the precompiled file does
+not match a compile's flags (e.g. a target's own -fno-math-errno changes a predefined macro), gcc
+parses the header instead and says so (-Winvalid-pch), clang stops with an error.
 The header is included before anything else in the source file, so a file that opts in sees the
-listed headers even where it does not include them: opt in only files that use them.
+listed headers even where it does not include them: opt in only files that use them (and -c dbg,
+which does not precompile, checks that each file includes what it uses).
 gcc's dependency file (-MD) names neither the precompiled file nor its header, so Bazel does not
-recompile a dependent when only they change: give `copts` a flag that changes with the header list
-and put it in the dependents' copts too (as torch.bzl does). Like every compile, it does not track
-the system headers themselves: after upgrading the packages that provide them, `bazel clean`.
+recompile a dependent when only they change: give `copts` a flag that changes with the include
+list and put it in the dependents' copts too (`key` of precompiled_header_copts). Like every
+compile, it does not track system headers: after upgrading the packages that provide them,
+`bazel clean`.
 """
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
@@ -43,14 +46,26 @@ def _precompiled_header_impl(ctx):
                 ctx.label.package,
                 ctx.label.name,
             ),
-        ] + ["#include <%s>\n" % h for h in ctx.attr.system_headers]),
+        ] + ["#include %s\n" % h for h in ctx.attr.includes]),
     )
-    precompiled = ctx.actions.declare_file(ctx.attr.name + ".h.gch")
-
     # clang records the header's absolute path (inside this action's sandbox) in the precompiled
     # file and refuses it where that path is missing, i.e. in every other sandbox; reading the
-    # header from stdin records none. gcc records no path, but cannot precompile from stdin.
+    # header from stdin records none, but the files it includes are recorded all the same: only
+    # system headers (absolute paths everywhere) can be precompiled for clang. gcc records no path,
+    # but cannot precompile from stdin.
     from_stdin = cc_toolchain.compiler == "clang"
+    if from_stdin and not ctx.attr.clang:
+        return [
+            DefaultInfo(files = depset([header])),
+            cc_common.merge_cc_infos(
+                direct_cc_infos = [CcInfo(compilation_context = cc_common.create_compilation_context(
+                    headers = depset([header]),
+                ))],
+                cc_infos = [deps],
+            ),
+        ]
+    precompiled = ctx.actions.declare_file(ctx.attr.name + ".h.gch")
+
     variables = cc_common.create_compile_variables(
         cc_toolchain = cc_toolchain,
         feature_configuration = features,
@@ -98,14 +113,18 @@ def _precompiled_header_impl(ctx):
 
 precompiled_header = rule(
     implementation = _precompiled_header_impl,
-    doc = "Generates <name>.h including `system_headers` and precompiles it (<name>.h.gch).",
+    doc = "Generates <name>.h including `includes` and precompiles it (<name>.h.gch).",
     attrs = {
-        "system_headers": attr.string_list(
+        "includes": attr.string_list(
             mandatory = True,
-            doc = "Headers to include, as written between <> (e.g. \"ATen/ATen.h\").",
+            doc = "What the header includes, as written after #include: <ATen/ATen.h>, \"proto/x.pb.h\".",
         ),
         "copts": attr.string_list(
             doc = "Extra compiler flags; every file that uses the precompiled header needs them too.",
+        ),
+        "clang": attr.bool(
+            default = True,
+            doc = "Precompile for clang too: only where every include is a system header (see above).",
         ),
         "deps": attr.label_list(
             providers = [CcInfo],
@@ -120,3 +139,23 @@ precompiled_header = rule(
     incompatible_use_toolchain_transition = True,
     provides = [CcInfo],
 )
+
+def precompiled_header_copts(header, key, clang = True):
+    """Compiler options that start a target's files with a precompiled_header.
+
+    Args:
+      header: the rule's generated header, as a path under the bin directory
+        ("third_party/torch_precompiled.h" for //third_party:torch_precompiled).
+      key: the flag that changes with what the header includes (also in the rule's copts).
+      clang: the rule's `clang`: false where clang is not given a precompiled file.
+
+    Returns:
+      copts: gcc is told to -include the header and finds its .gch beside it (-Winvalid-pch says when
+      it cannot use it); clang takes the .gch itself; -c dbg and fastbuild parse the headers (their
+      files compile at other -O levels than the precompiled header, see //third_party:opt_build).
+    """
+    return [key] + select({
+        "//third_party:opt_build_clang": ["-include-pch", "$(BINDIR)/%s.gch" % header] if clang else [],
+        "//third_party:opt_build": ["-include", "$(BINDIR)/" + header, "-Winvalid-pch"],
+        "//conditions:default": [],
+    })

@@ -1,32 +1,22 @@
 """Compiler options for source files that use LibTorch (see //third_party:torch_precompiled).
 
-TORCH_COPTS makes a target's files start with the precompiled <ATen/ATen.h> in optimised builds (the
-target must depend on //third_party:torch, directly or through its deps). Use it on targets whose files include
-<ATen/ATen.h>, directly or through the project's headers; on others it only costs the ~1.5 s load.
-Not on targets whose own copts change the language (e.g. -fno-math-errno): gcc then parses the
-header instead and says so (-Winvalid-pch: correct, only slower); clang refuses the compile.
+TORCH_COPTS makes a target's files start with the precompiled <ATen/ATen.h> in optimised builds
+(the target must depend on //third_party:torch, directly or through its deps). Use it on targets
+whose files include <ATen/ATen.h>, directly or through the project's headers; on others it only
+costs the ~1.5 s load. Not on targets whose own copts change the language (e.g. -fno-math-errno):
+gcc then parses the header instead and says so (-Winvalid-pch: correct, only slower); clang
+refuses the compile.
 """
+load(":precompiled_header.bzl", "precompiled_header_copts")
 
 # What //third_party:torch_precompiled precompiles.
-TORCH_PRECOMPILED_HEADERS = ["ATen/ATen.h"]
+TORCH_PRECOMPILED_INCLUDES = ["<ATen/ATen.h>"]
 
 # gcc names neither the precompiled file nor its header in a compile's dependency file (-MD), so
 # Bazel would not recompile a dependent when only the list above changed: the list is on every
 # dependent's command line and the precompiled file's, as a macro nothing reads.
-TORCH_PRECOMPILED_KEY = "-DSLIMFIT_TORCH_PRECOMPILED=" + ":".join(TORCH_PRECOMPILED_HEADERS)
+TORCH_PRECOMPILED_KEY = "-DSLIMFIT_TORCH_PRECOMPILED=" + ":".join(
+    [h.strip("<>\"") for h in TORCH_PRECOMPILED_INCLUDES],
+)
 
-TORCH_COPTS = [TORCH_PRECOMPILED_KEY] + select({
-    # clang takes the precompiled file itself (it was built from stdin, see precompiled_header.bzl).
-    "//third_party:opt_build_clang": [
-        "-include-pch",
-        "$(BINDIR)/third_party/torch_precompiled.h.gch",
-    ],
-    # gcc finds <header>.gch beside the header it is told to include.
-    "//third_party:opt_build": [
-        "-include",
-        "$(BINDIR)/third_party/torch_precompiled.h",
-        "-Winvalid-pch",
-    ],
-    # -c dbg and fastbuild parse the headers (see //third_party:opt_build).
-    "//conditions:default": [],
-})
+TORCH_COPTS = precompiled_header_copts("third_party/torch_precompiled.h", TORCH_PRECOMPILED_KEY)
