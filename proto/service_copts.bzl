@@ -6,7 +6,7 @@ Use it on targets whose files include the service protos or gRPC and not LibTorc
 one precompiled header: LibTorch's, TORCH_COPTS, saves more).
 """
 
-load("//third_party:precompiled_header.bzl", "precompiled_header_copts")
+load("//third_party:precompiled_header.bzl", "precompiled_header_copts", "precompiled_header_key")
 
 # What //proto:service_precompiled precompiles.
 SERVICE_PRECOMPILED_INCLUDES = [
@@ -14,9 +14,10 @@ SERVICE_PRECOMPILED_INCLUDES = [
     "\"proto/slimfit.grpc.pb.h\"",
 ]
 
-# On every dependent's command line, as TORCH_PRECOMPILED_KEY (third_party/torch.bzl).
-SERVICE_PRECOMPILED_KEY = "-DSLIMFIT_SERVICE_PRECOMPILED=" + ":".join(
-    [h.strip("<>\"") for h in SERVICE_PRECOMPILED_INCLUDES],
+# On every dependent's command line and the precompiled file's (precompiled_header_key).
+SERVICE_PRECOMPILED_KEY = precompiled_header_key(
+    "SLIMFIT_SERVICE_PRECOMPILED",
+    SERVICE_PRECOMPILED_INCLUDES,
 )
 
 # gcc only: clang records the generated proto headers' sandbox paths (precompiled_header.bzl).

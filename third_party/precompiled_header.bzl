@@ -54,16 +54,17 @@ def _precompiled_header_impl(ctx):
     # system headers (absolute paths everywhere) can be precompiled for clang. gcc records no path,
     # but cannot precompile from stdin.
     from_stdin = cc_toolchain.compiler == "clang"
-    if from_stdin and not ctx.attr.clang:
-        return [
-            DefaultInfo(files = depset([header])),
-            cc_common.merge_cc_infos(
-                direct_cc_infos = [CcInfo(compilation_context = cc_common.create_compilation_context(
-                    headers = depset([header]),
-                ))],
-                cc_infos = [deps],
-            ),
-        ]
+    files = [header]
+    if not from_stdin or ctx.attr.clang:
+        files.append(_precompile(ctx, cc_toolchain, features, deps_context, header, from_stdin))
+    own = CcInfo(compilation_context = cc_common.create_compilation_context(headers = depset(files)))
+    return [
+        DefaultInfo(files = depset(files)),
+        cc_common.merge_cc_infos(direct_cc_infos = [own], cc_infos = [deps]),
+    ]
+
+# Compiles `header` into <header>.gch with the configuration's compile command line.
+def _precompile(ctx, cc_toolchain, features, deps_context, header, from_stdin):
     precompiled = ctx.actions.declare_file(ctx.attr.name + ".h.gch")
 
     variables = cc_common.create_compile_variables(
@@ -103,13 +104,7 @@ def _precompiled_header_impl(ctx):
         progress_message = "Precompiling %s" % header.short_path,
     )
 
-    own = CcInfo(compilation_context = cc_common.create_compilation_context(
-        headers = depset([header, precompiled]),
-    ))
-    return [
-        DefaultInfo(files = depset([header, precompiled])),
-        cc_common.merge_cc_infos(direct_cc_infos = [own], cc_infos = [deps]),
-    ]
+    return precompiled
 
 precompiled_header = rule(
     implementation = _precompiled_header_impl,
@@ -159,3 +154,12 @@ def precompiled_header_copts(header, key, clang = True):
         "//third_party:opt_build": ["-include", "$(BINDIR)/" + header, "-Winvalid-pch"],
         "//conditions:default": [],
     })
+
+def precompiled_header_key(macro, includes):
+    """The flag that puts `includes` on a command line, as the never-read macro `macro`.
+
+    gcc's dependency file (-MD) names neither a precompiled file nor its header, so Bazel would not
+    recompile a dependent when only the include list changed: give the key to the rule's copts and
+    to precompiled_header_copts, and every dependent's command line changes with the list.
+    """
+    return "-D%s=%s" % (macro, ":".join([h.strip("<>\"") for h in includes]))

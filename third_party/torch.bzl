@@ -7,16 +7,12 @@ costs the ~1.5 s load. Not on targets whose own copts change the language (e.g. 
 gcc then parses the header instead and says so (-Winvalid-pch: correct, only slower); clang
 refuses the compile.
 """
-load(":precompiled_header.bzl", "precompiled_header_copts")
+load(":precompiled_header.bzl", "precompiled_header_copts", "precompiled_header_key")
 
 # What //third_party:torch_precompiled precompiles.
 TORCH_PRECOMPILED_INCLUDES = ["<ATen/ATen.h>"]
 
-# gcc names neither the precompiled file nor its header in a compile's dependency file (-MD), so
-# Bazel would not recompile a dependent when only the list above changed: the list is on every
-# dependent's command line and the precompiled file's, as a macro nothing reads.
-TORCH_PRECOMPILED_KEY = "-DSLIMFIT_TORCH_PRECOMPILED=" + ":".join(
-    [h.strip("<>\"") for h in TORCH_PRECOMPILED_INCLUDES],
-)
+# On every dependent's command line and the precompiled file's (precompiled_header_key).
+TORCH_PRECOMPILED_KEY = precompiled_header_key("SLIMFIT_TORCH_PRECOMPILED", TORCH_PRECOMPILED_INCLUDES)
 
 TORCH_COPTS = precompiled_header_copts("third_party/torch_precompiled.h", TORCH_PRECOMPILED_KEY)
