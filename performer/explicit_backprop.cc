@@ -344,7 +344,7 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
 }  // namespace
 
 bool ExplicitBackpropApplies(bool wanted, const Context& ctx, const at::Device& device, LayerRecompute recompute) {
-  if (!wanted || !device.is_cpu() || recompute != LayerRecompute::kNone) return false;
+  if (!wanted || recompute != LayerRecompute::kNone) return false;
   if (ctx.mode != PrefixMode::kChunked || ctx.config.feature_map == FeatureMap::kFavor) return false;
   if (ctx.weights.gradient_sink == nullptr || ctx.weights.layers.empty()) return false;
   if (ctx.weights.products != at::ScalarType::Undefined) return false;  // mixed precision: autograd

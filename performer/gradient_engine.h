@@ -67,10 +67,11 @@ struct GradientOptions {
   // before running it.
   std::function<absl::StatusOr<Schedule>(const Plan& plan, int64_t slices)> dp_schedule;
   SliceReplay slice_replay = SliceReplay::kAuto;
-  // Where it applies (CPU, float32/float64, relu / elu+1 / sqr features, chunked prefix sums, no
-  // layer recomputation), run each slice's forward and backward as hand-written tensor operations
-  // instead of through autograd: the same gradient to rounding, with a fraction of the LibTorch
-  // calls per slice. false: autograd everywhere (for tests and benchmarks that compare the two).
+  // Where it applies (any device, float32/float64, relu / elu+1 / sqr features, chunked prefix sums,
+  // no layer recomputation, no bfloat16 products), run each slice's forward and backward as
+  // hand-written tensor operations instead of through autograd: the same gradient to rounding, with
+  // a fraction of the LibTorch calls (on a GPU, kernels) per slice. false: autograd everywhere (for
+  // tests and benchmarks that compare the two).
   bool explicit_backprop = true;
   // Mixed precision: the linear maps' matrix products (forward, input and weight gradients) in
   // bfloat16 with float32 accumulation, everything else in float32 — features, prefix sums and

@@ -186,6 +186,53 @@ TEST(CudaGradientTest, StepsAndAdvancesBothReplay) {
   EXPECT_LE(RelativeDiscrepancy(replayed.gradients, direct.gradients), 1e-12);
 }
 
+// Slices by hand (explicit_backprop.h, the default wherever it applies) against autograd on the
+// device, full back-propagation and sliced, with slices replayed as CUDA graphs where built: the
+// same gradient and loss (and, in float64, slice forwards), for every feature map the hand-written path serves and
+// both LayerNorm placements; in float64 to 1e-10, in float32 to 1e-5.
+TEST(CudaGradientTest, SlicesByHandGiveTheAutogradGradient) {
+  SKIP_WITHOUT_CUDA();
+  for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr}) {
+    for (LayerNormPlacement ln : {LayerNormPlacement::kPost, LayerNormPlacement::kPre}) {
+      for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+        const ModelConfig config = Config(map, ln);
+        absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, dtype, kCuda, 5);
+        ASSERT_TRUE(model.ok()) << model.status();
+        for (bool documents : {true, false}) {
+          const PackedBatch batch = Stream(640, config.vocab, documents);
+          for (int64_t slice : {int64_t{0}, int64_t{16}, int64_t{48}, int64_t{320}}) {
+            Plan plan;
+            plan.dtype = dtype;
+            plan.slice = slice;
+            GradientOptions options;
+            options.explicit_backprop = false;
+            const GradientResult autograd = MustCompute(*model, batch, plan, options);
+            options.explicit_backprop = true;
+            const GradientResult by_hand = MustCompute(*model, batch, plan, options);
+            const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString(),
+                                                  ln == LayerNormPlacement::kPre ? ", pre-LN" : ", post-LN",
+                                                  documents ? ", documents" : ", one document");
+            const double tolerance = dtype == DType::kFloat64 ? 1e-10 : 1e-5;
+            EXPECT_TRUE(by_hand.explicit_backprop) << what;
+            EXPECT_FALSE(autograd.explicit_backprop) << what;
+            EXPECT_LE(RelativeDiscrepancy(by_hand.gradients, autograd.gradients), tolerance) << what;
+            EXPECT_NEAR(by_hand.loss_sum, autograd.loss_sum, tolerance * autograd.loss_sum) << what;
+            if (dtype == DType::kFloat64) {  // float32 rounding may tip a front guard's decision
+              EXPECT_EQ(by_hand.slice_forwards, autograd.slice_forwards) << what;
+              EXPECT_EQ(by_hand.replayed_slices, autograd.replayed_slices) << what;
+            }
+            EXPECT_EQ(by_hand.replay_fallback, "") << what;
+            // One document in 16-token slices: 40 slices, most of them replayed where graphs are built.
+            if (ReplayableWork::CudaGraphsBuilt() && !documents && slice == 16) {
+              EXPECT_GT(by_hand.replayed_slices, 0) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // kAuto leaves calls of few slices, and of slices over 256 tokens, op by op.
 TEST(CudaGradientTest, FewOrLargeSlicesRunOpByOp) {
   SKIP_WITHOUT_CUDA();

@@ -21,13 +21,13 @@
 namespace slimfit::performer {
 namespace {
 
-// Through autograd, as slices replay on a GPU (the hand-written path, explicit_backprop_test, is
-// the CPU's).
-GradientOptions Replay(SliceReplay replay) {
+// Slices by hand (explicit_backprop.h) where that path serves the call, as on a GPU, or through
+// autograd (`by_hand` false: favor+, layer recomputation and bfloat16 products take it anyway).
+GradientOptions Replay(SliceReplay replay, bool by_hand = true) {
   GradientOptions options;
   options.feature_seed = 4;
   options.slice_replay = replay;
-  options.explicit_backprop = false;
+  options.explicit_backprop = by_hand;
   return options;
 }
 
@@ -49,16 +49,22 @@ TEST(SliceReplayTest, EveryPolicyAndRecomputationGivesTheOpByOpGradient) {
     for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync}) {
       for (LayerRecompute recompute : {LayerRecompute::kNone, LayerRecompute::kLayers}) {
         for (int64_t slice : {1, 4, 7}) {
-          Plan plan;
-          plan.dtype = DType::kFloat64;
-          plan.slice = slice;
-          plan.front_policy = policy;
-          plan.resync_every = 3;
-          plan.recompute = recompute;
-          const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString());
-          const GradientResult direct = MustCompute(model, batch, plan, Replay(SliceReplay::kOff));
-          const GradientResult replayed = MustCompute(model, batch, plan, Replay(SliceReplay::kRerun));
-          ExpectSameResult(replayed, direct, what);
+          for (bool by_hand : {true, false}) {
+            Plan plan;
+            plan.dtype = DType::kFloat64;
+            plan.slice = slice;
+            plan.front_policy = policy;
+            plan.resync_every = 3;
+            plan.recompute = recompute;
+            const std::string what =
+                absl::StrCat(FeatureMapName(map), " ", plan.DebugString(), by_hand ? ", by hand" : ", autograd");
+            const GradientResult direct = MustCompute(model, batch, plan, Replay(SliceReplay::kOff, by_hand));
+            const GradientResult replayed = MustCompute(model, batch, plan, Replay(SliceReplay::kRerun, by_hand));
+            ExpectSameResult(replayed, direct, what);
+            EXPECT_EQ(replayed.explicit_backprop,
+                      by_hand && map != FeatureMap::kFavor && recompute == LayerRecompute::kNone)
+                << what;
+          }
         }
       }
     }

@@ -49,7 +49,7 @@ struct ProfileKey {
   // earlier engine is not reused, so a worker calibrates again once after an upgrade.
   int engine_revision = performer::kEngineRevision;
 
-  // "device=cpu threads=2 dtype=float32 engine_revision=5", with " cuda_graphs=false" before the
+  // "device=cpu threads=2 dtype=float32 engine_revision=6", with " cuda_graphs=false" before the
   // revision when off: how the key is written in the cache file. Revision 1 is not written (the
   // spelling of caches from before the field existed).
   std::string ToString() const;
