@@ -91,9 +91,13 @@ struct ReplayableWork::CudaGraphState {};
 
 namespace {
 std::atomic<int> captures_to_fail{0};
+std::atomic<ReplayableWork::InjectedFailure> injected_failure{ReplayableWork::InjectedFailure::kBeforeBody};
 }  // namespace
 
-void ReplayableWork::FailCapturesForTesting(int count) { captures_to_fail.store(count); }
+void ReplayableWork::FailCapturesForTesting(int count, InjectedFailure where) {
+  injected_failure.store(where);
+  captures_to_fail.store(count);
+}
 
 bool ReplayableWork::CudaGraphsBuilt() {
 #ifdef SLIMFIT_CUDA_GRAPHS_ENABLED
@@ -144,11 +148,13 @@ ReplayableWork::Phase ReplayableWork::next_phase() const {
 
 void ReplayableWork::Run(const std::function<void()>& body) {
   const Phase phase = next_phase();
+  bool break_capture = false;  // fail inside the capture, after the body (kInsideCapture)
   if (phase == Phase::kCapture) {
     int left = captures_to_fail.load();
     while (left > 0 && !captures_to_fail.compare_exchange_weak(left, left - 1)) {
     }
-    TORCH_CHECK(left <= 0, "ReplayableWork: capture failed on purpose (FailCapturesForTesting)");
+    break_capture = left > 0 && mode_ == Mode::kCudaGraph && injected_failure.load() == InjectedFailure::kInsideCapture;
+    TORCH_CHECK(left <= 0 || break_capture, "ReplayableWork: capture failed on purpose (FailCapturesForTesting)");
   }
   if (mode_ == Mode::kRerun) {
     body();
@@ -170,6 +176,11 @@ void ReplayableWork::Run(const std::function<void()>& body) {
       g.graph.capture_begin(g.pool);
       try {
         body();
+        if (break_capture) {
+          // FailCapturesForTesting(kInsideCapture): a host read, which CUDA refuses in a capture.
+          (void)at::zeros({1}, at::TensorOptions().device(device_)).item<float>();
+          TORCH_CHECK(false, "ReplayableWork: a host read inside a capture did not fail (FailCapturesForTesting)");
+        }
       } catch (...) {
         try {
           g.graph.capture_end();

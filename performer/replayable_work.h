@@ -72,10 +72,20 @@ class ReplayableWork {
   // throws does not count: the next one is of the same phase).
   void Run(const std::function<void()>& body);
 
-  // Makes the next `count` capture-phase Runs in this process (either mode) throw a c10::Error
-  // before anything of the body runs, as a failed capture does: how tests reach their callers'
-  // fallback, which no well-formed body can be made to take on purpose. Thread safety: atomic.
-  static void FailCapturesForTesting(int count);
+  // Where a capture made to fail (FailCapturesForTesting) fails.
+  enum class InjectedFailure {
+    // Before anything of the body runs (either mode): a c10::Error from Run itself.
+    kBeforeBody,
+    // kCudaGraph: after the body's host code has run inside the capture, by a read of a device
+    // value on the host — a real CUDA capture failure, which CUDA reports and which leaves the
+    // capture broken as any illegal call in a body would; nothing of the body runs on the device.
+    // kRerun: as kBeforeBody (a body run directly cannot fail after it without having run).
+    kInsideCapture,
+  };
+  // Makes the next `count` capture-phase Runs in this process fail at `where`, as a failed capture
+  // does: how tests reach their callers' fallback, which no well-formed body can be made to take on
+  // purpose. Thread safety: atomic.
+  static void FailCapturesForTesting(int count, InjectedFailure where = InjectedFailure::kBeforeBody);
 
   Mode mode() const { return mode_; }
   bool captured() const;

@@ -55,6 +55,21 @@ TEST(ReplayableWorkTest, CapturesFailedForTestingThrowBeforeTheBodyAndDoNotCount
   EXPECT_EQ(work.next_phase(), Phase::kReplay);
 }
 
+// Rerun mode cannot fail inside a capture it does not make: a failure asked for there throws before
+// the body, as kBeforeBody does (slice_capture_failure_cuda_test breaks real captures on a GPU).
+TEST(ReplayableWorkTest, FailuresInsideACaptureThrowBeforeTheBodyInRerunMode) {
+  ReplayableWork work(ReplayableWork::Mode::kRerun, at::kCPU);
+  int calls = 0;
+  auto body = [&] { ++calls; };
+  work.Run(body);
+  ReplayableWork::FailCapturesForTesting(1, ReplayableWork::InjectedFailure::kInsideCapture);
+  EXPECT_THROW(work.Run(body), c10::Error);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(work.next_phase(), Phase::kCapture);
+  work.Run(body);
+  EXPECT_EQ(calls, 2);
+}
+
 TEST(ReplayableWorkTest, CudaGraphModeNeedsTheBuildAndACudaDevice) {
   EXPECT_THROW(ReplayableWork(ReplayableWork::Mode::kCudaGraph, at::kCPU), c10::Error);
 }
