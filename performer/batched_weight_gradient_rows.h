@@ -19,19 +19,19 @@ namespace slimfit::performer {
 inline constexpr int64_t kBatchedWeightGradientRows = 64;
 
 // Whether a gradient call with `plan` on a CPU batches its weight gradients: slices shorter than
-// kBatchedWeightGradientRows on the hand-written backward's path (chunked prefix sums, no FAVOR+,
-// no layer recomputation; a call that still runs through autograd — bfloat16 products, or the
-// hand-written path turned off — allocates nothing).
-inline bool BatchesWeightGradients(const ModelConfig& config, const Plan& plan) {
+// kBatchedWeightGradientRows on the hand-written backward's path (chunked prefix sums, no layer
+// recomputation; a call that still runs through autograd — bfloat16 products, or the hand-written
+// path turned off — allocates nothing), for every feature map.
+inline bool BatchesWeightGradients(const Plan& plan) {
   return plan.slice > 0 && plan.slice < kBatchedWeightGradientRows && plan.prefix_mode == PrefixMode::kChunked &&
-         config.feature_map != FeatureMap::kFavor && plan.recompute == LayerRecompute::kNone;
+         plan.recompute == LayerRecompute::kNone;
 }
 
 // The buffers for such a call: kBatchedWeightGradientRows rows of every linear map's input and
 // output — q|k|v (d → 3d) and the FFN's two maps (d → f → d) per layer, the output head
 // (d → vocab) — in the plan's dtype; 0 for a plan that does not batch.
 inline int64_t BatchedWeightGradientBytes(const ModelConfig& config, const Plan& plan) {
-  if (!BatchesWeightGradients(config, plan)) return 0;
+  if (!BatchesWeightGradients(plan)) return 0;
   const int64_t widths = config.layers * (6 * config.d_model + 2 * config.d_ff) + config.d_model + config.vocab;
   return kBatchedWeightGradientRows * widths * DTypeBytes(plan.dtype);
 }

@@ -1,5 +1,6 @@
 #include "performer/explicit_backprop.h"
 
+#include <cmath>
 #include <tuple>
 #include <utility>
 
@@ -37,26 +38,55 @@ at::Tensor HeadMajor(const at::Tensor& rows_by_d, int64_t heads) {
   return rows_by_d.view({rows, heads, rows_by_d.size(1) / heads}).transpose(0, 1);
 }
 
-// φ(raw) into `out` (same shape), the kernels autograd's forms of Features run.
-void FeaturesInto(FeatureMap map, const at::Tensor& raw, at::Tensor& out) {
+// FAVOR+'s scaling of q and k before the projection (performer_model.cc's Features): head_dim^(−1/4).
+double FavorScale(const at::Tensor& raw) { return std::pow(static_cast<double>(raw.size(-1)), -0.25); }
+
+// φ(raw) into `out`, the kernels autograd's forms of Features run. raw: [..., k, S, head_dim];
+// out: the same, with M = projection.size(2) features for FAVOR+ (Choromanski et al., positive
+// random features: φ(x) = exp(s·W − |s|²/2) with s = x·head_dim^(−1/4), W = `projection`
+// [k, head_dim, M]; undefined for the other maps).
+void FeaturesInto(FeatureMap map, const at::Tensor& raw, const at::Tensor& projection, at::Tensor& out) {
   switch (map) {
     case FeatureMap::kRelu: at::clamp_min_out(out, raw, 0); return;
     case FeatureMap::kElu1: at::elu_out(out, raw); out.add_(1); return;
     case FeatureMap::kSqr: at::mul_out(out, raw, raw); return;
-    case FeatureMap::kFavor: break;  // not served (ExplicitBackpropApplies)
+    case FeatureMap::kFavor: {
+      const at::Tensor scaled = raw * FavorScale(raw);
+      const at::Tensor half_norms = (scaled * scaled).sum(-1, true).mul_(0.5);
+      at::matmul_out(out, scaled, projection).sub_(half_norms).exp_();
+      return;
+    }
   }
-  TORCH_CHECK(false, "explicit backprop: feature map not served");
+  TORCH_CHECK(false, "explicit backprop: unknown feature map");
 }
 
-// ∂φ/∂raw · g_phi into `out`.
-void FeatureGradientInto(FeatureMap map, const at::Tensor& raw, const at::Tensor& g_phi, at::Tensor out) {
+// ∂φ/∂raw · g_phi into `out`; `phi` is φ(raw) (FAVOR+ reads it, the others do not).
+void FeatureGradientInto(FeatureMap map, const at::Tensor& raw, const at::Tensor& phi, const at::Tensor& projection,
+                         const at::Tensor& g_phi, at::Tensor out) {
   switch (map) {
     case FeatureMap::kRelu: at::threshold_backward_out(out, g_phi, raw, 0); return;
     case FeatureMap::kElu1: at::elu_backward_out(out, g_phi, 1, 1, 1, /*is_result=*/false, raw); return;
     case FeatureMap::kSqr: at::mul_out(out, raw, g_phi); out.mul_(2); return;  // g·x + g·x, as autograd
-    case FeatureMap::kFavor: break;
+    case FeatureMap::kFavor: {
+      // With a = s·W − |s|²/2 and φ = exp(a): ∂/∂a = g_phi·φ, ∂/∂s = (∂/∂a)·Wᵀ − s·Σ_m ∂/∂a_m.
+      const double scale = FavorScale(raw);
+      const at::Tensor g_a = g_phi * phi;
+      const at::Tensor sums = g_a.sum(-1, true).mul_(scale);
+      at::mul_out(out, at::matmul(g_a, projection.transpose(-1, -2)).addcmul_(raw, sums, -1), scale);
+      return;
+    }
   }
-  TORCH_CHECK(false, "explicit backprop: feature map not served");
+  TORCH_CHECK(false, "explicit backprop: unknown feature map");
+}
+
+// Layer r's FAVOR+ projection [k, head_dim, M], or undefined for the other feature maps.
+at::Tensor ProjectionOf(const Context& ctx, int64_t r) {
+  return ctx.config.feature_map == FeatureMap::kFavor ? ctx.projections[r] : at::Tensor();
+}
+
+// Whether the CPU's row kernels split and join heads for this map (they serve the elementwise maps).
+bool HeadKernelsApply(FeatureMap map, const at::Tensor& qkv) {
+  return map != FeatureMap::kFavor && LayerKernelsApply(qkv);
 }
 
 bool KernelsApply(std::initializer_list<const at::Tensor*> tensors) {
@@ -197,13 +227,13 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
   t.h = x;
   if (!post) std::tie(t.h, t.h_mean, t.h_rstd) = Normalize(x, w.norm1_weight, w.norm1_bias);
   t.qkv = AddBiasProduct(w.qkv_bias, t.h, w.qkv_weight_t);
-  t.phi = at::empty({2, c.heads, rows, c.head_dim()}, x.options());
-  if (LayerKernelsApply(t.qkv)) {
+  t.phi = at::empty({2, c.heads, rows, c.features_per_head()}, x.options());
+  if (HeadKernelsApply(c.feature_map, t.qkv)) {
     t.v = at::empty({c.heads, rows, c.head_dim()}, x.options());
     SplitHeadsCpu(c.feature_map, t.qkv, c.heads, t.phi, t.v);
   } else {
     const at::Tensor heads = HeadsOf(t.qkv, c.heads);
-    FeaturesInto(c.feature_map, heads.narrow(0, 0, 2), t.phi);
+    FeaturesInto(c.feature_map, heads.narrow(0, 0, 2), ProjectionOf(ctx, r), t.phi);
     t.v = heads.select(0, 2).contiguous();
   }
   if (!keep) t.h = t.qkv = at::Tensor();
@@ -315,21 +345,22 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
                                      g_den, g_exit);
   if (g_entry != nullptr) *g_entry = g.start.numerator.defined() ? g.start : Front{at::zeros_like(zero.numerator),
                                                                                     at::zeros_like(zero.denominator)};
-  t.phi = t.v = at::Tensor();
+  t.v = at::Tensor();
   t.entry = Front();
 
   // F: q, k, v = [LN1](x)·W + b, then φ.
   at::Tensor g_qkv = at::empty({rows, 3 * c.d_model}, gy.options());
-  if (KernelsApply({&t.qkv, &g.phi_q, &g.phi_k, &g.v})) {
+  if (HeadKernelsApply(c.feature_map, t.qkv) && KernelsApply({&g.phi_q, &g.phi_k, &g.v})) {
     JoinHeadGradientsCpu(c.feature_map, t.qkv, g.phi_q, g.phi_k, g.v, g_qkv);
   } else {
     const at::Tensor g_heads = HeadsOf(g_qkv, c.heads);
     const at::Tensor heads = HeadsOf(t.qkv, c.heads);
-    FeatureGradientInto(c.feature_map, heads.select(0, 0), g.phi_q, g_heads.select(0, 0));
-    FeatureGradientInto(c.feature_map, heads.select(0, 1), g.phi_k, g_heads.select(0, 1));
+    const at::Tensor projection = ProjectionOf(ctx, r);
+    FeatureGradientInto(c.feature_map, heads.select(0, 0), phi_q, projection, g.phi_q, g_heads.select(0, 0));
+    FeatureGradientInto(c.feature_map, heads.select(0, 1), phi_k, projection, g.phi_k, g_heads.select(0, 1));
     g_heads.select(0, 2).copy_(g.v);
   }
-  t.qkv = at::Tensor();
+  t.qkv = t.phi = at::Tensor();
   AddWeightGradient(ctx, sink.qkv_weight_t, t.h, g_qkv);
   AddColumnSums(sink.qkv_bias, g_qkv);
   at::Tensor g_x = LinearInputGradient(g_qkv, w.qkv_gradient_pieces);
@@ -345,7 +376,10 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
 
 bool ExplicitBackpropApplies(bool wanted, const Context& ctx, const at::Device& device, LayerRecompute recompute) {
   if (!wanted || recompute != LayerRecompute::kNone) return false;
-  if (ctx.mode != PrefixMode::kChunked || ctx.config.feature_map == FeatureMap::kFavor) return false;
+  if (ctx.mode != PrefixMode::kChunked) return false;
+  if (ctx.config.feature_map == FeatureMap::kFavor && ctx.projections.size() != static_cast<size_t>(ctx.config.layers)) {
+    return false;
+  }
   if (ctx.weights.gradient_sink == nullptr || ctx.weights.layers.empty()) return false;
   if (ctx.weights.products != at::ScalarType::Undefined) return false;  // mixed precision: autograd
   for (const LayerWeights& w : ctx.weights.layers) {

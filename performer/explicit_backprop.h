@@ -16,9 +16,10 @@
 //
 // Served: any device (on a GPU the same calls are fewer kernels per slice than autograd's, and
 // slices replay as CUDA graphs the same way; the row kernels are the CPU's, LibTorch's kernels run
-// elsewhere), float32 and float64, the relu / elu+1 / sqr feature maps, pre- and post-LN, the
-// chunked prefix mode, no layer recomputation. Everything else (favor+, the cumsum reference mode,
-// layer recomputation, bfloat16 products) keeps the autograd path.
+// elsewhere), float32 and float64, every feature map (FAVOR+'s through LibTorch's kernels, the
+// others' through the row kernels on a CPU), pre- and post-LN, the chunked prefix mode, no layer
+// recomputation. Everything else (the cumsum reference mode, layer recomputation, bfloat16
+// products) keeps the autograd path.
 //
 // Thread safety: as SliceRunner (one thread; reads the Context it is given).
 #ifndef SLIMFIT_PERFORMER_EXPLICIT_BACKPROP_H_

@@ -106,7 +106,7 @@ TEST_P(ExplicitBackpropTest, EqualsAutogradForEveryPolicyAndSlice) {
 
 INSTANTIATE_TEST_SUITE_P(
     Served, ExplicitBackpropTest,
-    ::testing::Combine(::testing::Values(FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr),
+    ::testing::Combine(::testing::Values(FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr, FeatureMap::kFavor),
                        ::testing::Values(LayerNormPlacement::kPost, LayerNormPlacement::kPre),
                        ::testing::Values(DType::kFloat64, DType::kFloat32)),
     [](const ::testing::TestParamInfo<ServedCase>& info) {
@@ -159,16 +159,16 @@ TEST(ExplicitBackpropReplayTest, RerunReplaysGiveTheDirectGradient) {
 }
 
 // What the hand-written path does not serve runs through autograd, whatever the option says.
-TEST(ExplicitBackpropScopeTest, FavorCumsumAndLayerRecomputationKeepAutograd) {
+TEST(ExplicitBackpropScopeTest, CumsumAndLayerRecomputationKeepAutograd) {
   const PackedBatch batch = FiveDocumentStream(37);
   struct Case {
     FeatureMap map;
     PrefixMode mode;
     LayerRecompute recompute;
   };
-  for (const Case& c : {Case{FeatureMap::kFavor, PrefixMode::kChunked, LayerRecompute::kNone},
+  for (const Case& c : {Case{FeatureMap::kFavor, PrefixMode::kCumsum, LayerRecompute::kNone},
                         Case{FeatureMap::kSqr, PrefixMode::kCumsum, LayerRecompute::kNone},
-                        Case{FeatureMap::kSqr, PrefixMode::kChunked, LayerRecompute::kLayers}}) {
+                        Case{FeatureMap::kFavor, PrefixMode::kChunked, LayerRecompute::kLayers}}) {
     absl::StatusOr<PerformerModel> model =
         PerformerModel::Create(SmallEngineConfig(c.map), DType::kFloat64, at::kCPU, 5);
     ASSERT_TRUE(model.ok()) << model.status();
@@ -180,14 +180,37 @@ TEST(ExplicitBackpropScopeTest, FavorCumsumAndLayerRecomputationKeepAutograd) {
     const GradientResult result = MustCompute(*model, batch, plan, Options(true));
     EXPECT_FALSE(result.explicit_backprop) << plan.DebugString();
   }
-  // And a served plan does run by hand.
-  absl::StatusOr<PerformerModel> model =
-      PerformerModel::Create(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, at::kCPU, 5);
-  ASSERT_TRUE(model.ok()) << model.status();
-  Plan plan;
-  plan.dtype = DType::kFloat64;
-  plan.slice = 8;
-  EXPECT_TRUE(MustCompute(*model, batch, plan, Options(true)).explicit_backprop);
+  // And served plans do run by hand, every feature map.
+  for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr, FeatureMap::kFavor}) {
+    absl::StatusOr<PerformerModel> model = PerformerModel::Create(SmallEngineConfig(map), DType::kFloat64, at::kCPU, 5);
+    ASSERT_TRUE(model.ok()) << model.status();
+    Plan plan;
+    plan.dtype = DType::kFloat64;
+    plan.slice = 8;
+    EXPECT_TRUE(MustCompute(*model, batch, plan, Options(true)).explicit_backprop) << FeatureMapName(map);
+  }
+}
+
+// FAVOR+ with projections the caller gives (GradientOptions::favor_projections) instead of a seed:
+// by hand and through autograd use the same ones.
+TEST(ExplicitBackpropFavorTest, GivenProjectionsEqualAutograd) {
+  const PerformerModel model = MustCreateModel(SmallEngineConfig(FeatureMap::kFavor), DType::kFloat64, 7);
+  const PackedBatch batch = FiveDocumentStream(model.config().vocab);
+  for (int64_t slice : {0, 6}) {
+    Plan plan;
+    plan.dtype = DType::kFloat64;
+    plan.slice = slice;
+    GradientOptions by_hand = Options(true);
+    by_hand.favor_projections = SampleFavorProjections(model.config(), 11, at::TensorOptions().dtype(at::kDouble));
+    GradientOptions autograd = by_hand;
+    autograd.explicit_backprop = false;
+    const GradientResult a = MustCompute(model, batch, plan, by_hand);
+    const GradientResult b = MustCompute(model, batch, plan, autograd);
+    const GradientResult seeded = MustCompute(model, batch, plan, Options(true));
+    EXPECT_TRUE(a.explicit_backprop);
+    EXPECT_LE(RelativeDiscrepancy(a.gradients, b.gradients), 1e-11) << plan.DebugString();
+    EXPECT_GT(RelativeDiscrepancy(a.gradients, seeded.gradients), 1e-6) << "the given projections were not used";
+  }
 }
 
 }  // namespace

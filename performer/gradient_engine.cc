@@ -195,7 +195,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       // Small CPU slices add their weight gradients a few slices at a time (the hand-written backward
       // only; flushed below, before the sinks are read).
       std::optional<BatchedWeightGradients> batched;
-      if (device.is_cpu() && BatchesWeightGradients(config, plan)) {
+      if (device.is_cpu() && BatchesWeightGradients(plan)) {
         batched.emplace(kBatchedWeightGradientRows);
         ctx.weight_gradients = &*batched;
       }

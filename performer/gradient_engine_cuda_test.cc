@@ -188,11 +188,12 @@ TEST(CudaGradientTest, StepsAndAdvancesBothReplay) {
 
 // Slices by hand (explicit_backprop.h, the default wherever it applies) against autograd on the
 // device, full back-propagation and sliced, with slices replayed as CUDA graphs where built: the
-// same gradient and loss (and, in float64, slice forwards), for every feature map the hand-written path serves and
-// both LayerNorm placements; in float64 to 1e-10, in float32 to 1e-5.
+// same gradient and loss (and, in float64, slice forwards), for every feature map (FAVOR+ with the
+// same drawn features both ways) and both LayerNorm placements; in float64 to 1e-10, in float32 to
+// 1e-5.
 TEST(CudaGradientTest, SlicesByHandGiveTheAutogradGradient) {
   SKIP_WITHOUT_CUDA();
-  for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr}) {
+  for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr, FeatureMap::kFavor}) {
     for (LayerNormPlacement ln : {LayerNormPlacement::kPost, LayerNormPlacement::kPre}) {
       for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
         const ModelConfig config = Config(map, ln);
@@ -205,6 +206,7 @@ TEST(CudaGradientTest, SlicesByHandGiveTheAutogradGradient) {
             plan.dtype = dtype;
             plan.slice = slice;
             GradientOptions options;
+            options.feature_seed = 8;
             options.explicit_backprop = false;
             const GradientResult autograd = MustCompute(*model, batch, plan, options);
             options.explicit_backprop = true;

@@ -22,7 +22,7 @@ namespace slimfit::performer {
 namespace {
 
 // Slices by hand (explicit_backprop.h) where that path serves the call, as on a GPU, or through
-// autograd (`by_hand` false: favor+, layer recomputation and bfloat16 products take it anyway).
+// autograd (`by_hand` false: layer recomputation and bfloat16 products take it anyway).
 GradientOptions Replay(SliceReplay replay, bool by_hand = true) {
   GradientOptions options;
   options.feature_seed = 4;
@@ -61,9 +61,7 @@ TEST(SliceReplayTest, EveryPolicyAndRecomputationGivesTheOpByOpGradient) {
             const GradientResult direct = MustCompute(model, batch, plan, Replay(SliceReplay::kOff, by_hand));
             const GradientResult replayed = MustCompute(model, batch, plan, Replay(SliceReplay::kRerun, by_hand));
             ExpectSameResult(replayed, direct, what);
-            EXPECT_EQ(replayed.explicit_backprop,
-                      by_hand && map != FeatureMap::kFavor && recompute == LayerRecompute::kNone)
-                << what;
+            EXPECT_EQ(replayed.explicit_backprop, by_hand && recompute == LayerRecompute::kNone) << what;
           }
         }
       }

@@ -75,7 +75,7 @@ TEST(CalibrationTest, TheCostModelCountsTheBatchedWeightGradientBuffersTheEngine
   using performer::LayerRecompute;
   for (const Case& c : {Case{true, 16}, Case{true, 24},
                         Case{true, 16, FeatureMap::kSqr, LayerRecompute::kNone, performer::DType::kFloat64},
-                        Case{false, 0}, Case{false, 64}, Case{false, 16, FeatureMap::kFavor},
+                        Case{false, 0}, Case{false, 64}, Case{true, 16, FeatureMap::kFavor},
                         Case{false, 16, FeatureMap::kSqr, LayerRecompute::kLayers}}) {
     performer::ModelConfig config = ProbeModel(32);
     config.feature_map = c.features;

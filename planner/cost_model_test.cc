@@ -74,10 +74,13 @@ TEST(CostModelTest, SmallCpuSlicesCountTheirBatchedWeightGradientBuffers) {
   EXPECT_EQ(BatchedWeightGradientBytes(m, Sliced(0), Profile()), 0);
   DeviceProfile cuda = Profile();
   cuda.device = "cuda:0";
-  EXPECT_EQ(BatchedWeightGradientBytes(m, Sliced(16), cuda), 0);  // the hand-written path is the CPU's
+  EXPECT_EQ(BatchedWeightGradientBytes(m, Sliced(16), cuda), 0);  // batching is the CPU's
   Plan recomputed = Sliced(16);
   recomputed.recompute = performer::LayerRecompute::kLayers;
   EXPECT_EQ(BatchedWeightGradientBytes(m, recomputed, Profile()), 0);  // through autograd
+  ModelConfig favor = m;  // FAVOR+ runs by hand too
+  favor.feature_map = performer::FeatureMap::kFavor;
+  EXPECT_EQ(BatchedWeightGradientBytes(favor, Sliced(16), Profile()), 64 * widths * 4);
   // In the working set of the plans that have them, next to what the same plan on CUDA holds.
   EXPECT_EQ(Predict(w, Sliced(16), Profile())->working_bytes - Predict(w, Sliced(16), cuda)->working_bytes,
             64 * widths * 4 + (m.forward_layout_values(true) - m.forward_layout_values(false)) * 4);
