@@ -16,9 +16,12 @@ parses the header instead and says so (-Winvalid-pch), clang stops with an error
 The header is included before anything else in the source file, so a file that opts in sees the
 listed headers even where it does not include them: opt in only files that use them (and -c dbg,
 which does not precompile, checks that each file includes what it uses).
-gcc's dependency file (-MD) names neither the precompiled file nor its header, so Bazel does not
-recompile a dependent when only they change: give `copts` a flag that changes with the include
-list and put it in the dependents' copts too (`key` of precompiled_header_copts). Like every
+gcc's dependency file (-MD) names neither the precompiled file nor the headers it holds, so Bazel
+does not recompile a dependent when only they change. Hence: precompile only headers that do not
+change with the workspace — system headers (a workspace header, e.g. generated from a .proto, would
+leave dependents compiled against its old contents after an edit: seen with the service protos,
+whose objects then disagreed on a message's layout) — and give `copts` a flag that changes with
+the include list, in the dependents' copts too (`key` of precompiled_header_copts). Like every
 compile, it does not track system headers: after upgrading the packages that provide them,
 `bazel clean`.
 """
