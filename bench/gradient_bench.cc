@@ -86,7 +86,7 @@ ABSL_FLAG(std::string, slice_replay, "auto",
           "(the replay path without capture)");
 ABSL_FLAG(bool, bf16_products, false,
           "mixed precision: the linear maps' matrix products in bfloat16, the rest in float32 "
-          "(GradientOptions::bf16_products; needs --dtype=float32); --check_full then compares with the "
+          "(Plan::bf16_products; needs --dtype=float32); --check_full then compares with the "
           "float32 gradient");
 ABSL_FLAG(bool, explicit_backprop, true,
           "run slices' forward and backward by hand where the engine can (GradientOptions::explicit_backprop); "
@@ -176,6 +176,7 @@ absl::Status Run() {
   if (!mode.ok()) return mode.status();
   base.prefix_mode = *mode;
   base.block = absl::GetFlag(FLAGS_block);
+  base.bf16_products = absl::GetFlag(FLAGS_bf16_products);
   absl::StatusOr<FrontPolicy> policy = ParseFrontPolicy(absl::GetFlag(FLAGS_front_policy));
   if (!policy.ok()) return policy.status();
   base.front_policy = *policy;
@@ -233,7 +234,6 @@ absl::Status Run() {
   options.feature_seed = seed;
   options.dp_schedule = planner::ScheduleForPlan;
   options.explicit_backprop = absl::GetFlag(FLAGS_explicit_backprop);
-  options.bf16_products = absl::GetFlag(FLAGS_bf16_products);
   const std::string replay = absl::GetFlag(FLAGS_slice_replay);
   if (replay == "auto") {
     options.slice_replay = SliceReplay::kAuto;
@@ -255,9 +255,9 @@ absl::Status Run() {
       Plan full = base;
       full.slice = 0;
       full.recompute = LayerRecompute::kNone;
+      full.bf16_products = false;  // the float32 gradient: what bfloat16 products approximate
       GradientOptions autograd = options;
       autograd.explicit_backprop = false;
-      autograd.bf16_products = false;  // the float32 gradient: what bfloat16 products approximate
       absl::StatusOr<GradientResult> reference = ComputeGradient(*model, *batch, full, autograd);
       if (!reference.ok()) return reference.status();
       full_gradient = reference->gradients;
@@ -297,13 +297,13 @@ absl::Status Run() {
           last.peak_bytes - last.start_bytes - param_bytes, last.loss(),
           last.token_count, last.slice_forwards, last.stored_fronts_peak,
           GradientFlops(config, length, plan.block) / median / 1e9,
-          options.bf16_products                                                                ? "bf16"
+          plan.bf16_products                                                                   ? "bf16"
           : device.is_cpu() && plan.dtype == DType::kFloat32 && performer::OneDnnProducts() ? "onednn"
                                                                                               : "libtorch",
           CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights ? "true" : "false",
           absl::GetFlag(FLAGS_fused_prefix) && performer::OneDnnProducts() ? "true" : "false", replay,
           last.replayed_slices, last.graph_pool_bytes, last.explicit_backprop ? "true" : "false",
-          options.bf16_products ? "true" : "false",
+          plan.bf16_products ? "true" : "false",
           !device.is_cpu() && performer::BlockParallelPrefixEnabled() ? "true" : "false");
       if (!last.replay_fallback.empty()) {
         absl::StrAppend(&json, R"(, "replay_fallback": )", nlohmann::json(last.replay_fallback).dump());

@@ -30,6 +30,7 @@ struct CoordinatorPlanOptions {
   int64_t documents = 1;
   std::string objective = "time";
   std::string dtype = "float32";
+  bool bf16_products = false;
   double safety_margin = 0.10;
   bool frontier = false;
 };
@@ -149,6 +150,8 @@ absl::Status RunCoordinatorPlanCommand(absl::Span<const std::string> args, std::
   flags.Int("documents", &options.documents, "documents packed into the L tokens (without --job)");
   flags.String("objective", &options.objective, "time (fastest plan that fits) or memory (least peak)");
   flags.String("dtype", &options.dtype, "float32 or float64 (with --job: the job's, if given)");
+  flags.Bool("bf16_products", &options.bf16_products,
+             "plans with bfloat16 products (float32 only; with --job: the job's, if given)");
   flags.Double("safety_margin", &options.safety_margin,
                "fraction of each budget kept free: predicted peaks stay under (1 - margin) * budget");
   flags.Bool("frontier", &options.frontier,
@@ -218,6 +221,7 @@ absl::Status RunCoordinatorPlanCommand(absl::Span<const std::string> args, std::
         absl::StrCat("--safety_margin=", options.safety_margin, ": expected 0 <= margin < 1"));
   }
   if (flags.IsSet("safety_margin")) request.set_safety_margin(options.safety_margin);
+  if (flags.IsSet("bf16_products")) request.set_bf16_products(options.bf16_products);
   if (flags.IsSet("frontier")) request.set_include_frontier(options.frontier);
   if (options.all) request.set_page_size(50);
 

@@ -40,6 +40,7 @@ nlohmann::ordered_json PlanToJson(const performer::Plan& plan) {
                              : nlohmann::ordered_json(nullptr);
   json["recompute"] = std::string(performer::LayerRecomputeName(plan.recompute));
   json["copy_forward_weights"] = plan.copy_forward_weights;
+  json["bf16_products"] = plan.bf16_products;
   json["predicted_peak_bytes"] = plan.predicted_peak_bytes;
   json["predicted_time_s"] = plan.predicted_time_s;
   return json;

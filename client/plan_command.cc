@@ -46,6 +46,7 @@ struct PerformerPlanOptions {
   int64_t threads = 1;
   std::string objective = "time";
   std::string dtype = "float32";
+  bool bf16_products = false;
   std::string optimizer = "none";
   double safety_margin = 0.10;
   bool json = false;
@@ -344,6 +345,9 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   flags.Int("threads", &options.threads, "--device: compute threads to calibrate with");
   flags.String("objective", &options.objective, "time (fastest plan that fits) or memory (least peak)");
   flags.String("dtype", &options.dtype, "float32 or float64");
+  flags.Bool("bf16_products", &options.bf16_products,
+             "plans with bfloat16 products (float32 only): their bfloat16 copies in memory, the profile's "
+             "bf16_time_ratio in time");
   flags.String("optimizer", &options.optimizer,
                "none (the coordinator steps the optimizer) or adam (two moments on the device)");
   flags.Double("safety_margin", &options.safety_margin,
@@ -371,6 +375,9 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   absl::StatusOr<performer::DType> dtype = performer::ParseDType(options.dtype);
   if (!dtype.ok()) return with_flag("dtype", dtype.status());
   options.dtype = std::string(performer::DTypeName(*dtype));
+  if (options.bf16_products && *dtype != performer::DType::kFloat32) {
+    return absl::InvalidArgumentError("--bf16_products: bfloat16 products need --dtype=float32");
+  }
   absl::StatusOr<planner::Objective> objective = planner::ParseObjective(options.objective);
   if (!objective.ok()) return with_flag("objective", objective.status());
   if (options.optimizer != "none" && options.optimizer != "adam") {
@@ -414,6 +421,7 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   request.memory_budget_bytes = budget;
   request.objective = *objective;
   request.dtype = *dtype;
+  request.bf16_products = options.bf16_products;
   request.safety_margin = options.safety_margin;
   absl::StatusOr<PlanSearchResult> result = planner::SearchPlans(request, source->profile);
   if (!result.ok()) {

@@ -90,7 +90,7 @@ std::vector<std::string> Keys(const Json& json) {
 
 const std::vector<std::string> kPlanKeys = {
     "slice",     "prefix_mode",          "block",           "front_policy", "slots", "resync_every",
-    "recompute", "copy_forward_weights", "predicted_peak_bytes", "predicted_time_s"};
+    "recompute", "copy_forward_weights", "bf16_products", "predicted_peak_bytes", "predicted_time_s"};
 
 TEST(PlanCommandTest, ChosenPlanIsTheSearchResult) {
   const int64_t budget = TightBudget();
@@ -114,6 +114,25 @@ TEST(PlanCommandTest, ChosenPlanIsTheSearchResult) {
   EXPECT_EQ(json["reason"], want->reason);
   EXPECT_EQ(json["candidates_considered"], want->candidates_considered);
   EXPECT_EQ(json["memory_budget_bytes"], budget);
+}
+
+// --bf16_products: the same search with bfloat16 products in every plan (the JSON says so).
+TEST(PlanCommandTest, Bf16ProductsPlansSaySo) {
+  const int64_t budget = TightBudget();
+  absl::StatusOr<std::string> text =
+      RunPlan(TinyArgs({absl::StrCat("--memory_budget=", budget), "--bf16_products", "--json"}));
+  ASSERT_TRUE(text.ok()) << text.status();
+  const Json json = Json::parse(*text);
+  planner::PlanSearchRequest request = TinyRequest(budget);
+  request.bf16_products = true;
+  absl::StatusOr<planner::PlanSearchResult> want = planner::SearchPlans(request, TinyProfile());
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(json["chosen"]["bf16_products"], true);
+  EXPECT_EQ(json["chosen"]["predicted_peak_bytes"], want->chosen.plan.predicted_peak_bytes);
+  EXPECT_EQ(json["reason"], want->reason);
+  absl::StatusOr<std::string> wide = RunPlan(TinyArgs({"--dtype=float64", "--bf16_products"}));
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(wide.status()), HasSubstr("--bf16_products: bfloat16 products need --dtype=float32"));
 }
 
 TEST(PlanCommandTest, JsonShape) {

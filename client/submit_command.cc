@@ -75,6 +75,7 @@ struct SubmitOptions {
   int64_t eval_interval = 0;
   int64_t checkpoint_interval = 10;
   std::string dtype = "float32";
+  bool bf16_products = false;
   std::string request_id;
   bool watch = false;
   double reconnect_seconds = 60;
@@ -197,6 +198,7 @@ absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options
           absl::StrCat("--dtype=", options.dtype, ": expected float32 or float64"));
     }
   }
+  if (flags.IsSet("bf16_products")) spec.set_bf16_products(options.bf16_products);
 
   // The model: --init makes it a checkpoint whose config is whatever shape the spec and the flags
   // give; otherwise the flags refine the spec's config (or its checkpoint's), or make a fresh model.
@@ -360,6 +362,9 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
             "evaluate every K rounds (0: only before the first and after the last)");
   flags.Int("checkpoint_interval", &options.checkpoint_interval, "checkpoint every K rounds");
   flags.String("dtype", &options.dtype, "float32 or float64");
+  flags.Bool("bf16_products", &options.bf16_products,
+             "mixed precision: the linear maps' products in bfloat16, everything else in float32 (float32 "
+             "only; the gradient to bfloat16 rounding, up to 2.4x faster on GPUs with bfloat16 units)");
   ModelShapeFlags model(flags, "feature_map");
   flags.String("request_id", &options.request_id,
                "idempotency key: a retried submit with the same key returns the same job (default: random)",

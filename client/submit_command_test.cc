@@ -149,10 +149,19 @@ TEST_F(SubmitCommandTest, FlagsAloneMakeAFreshAdamWJob) {
   EXPECT_EQ(spec.eval_interval_rounds(), 1);
   EXPECT_EQ(spec.checkpoint_interval_rounds(), 1);
   EXPECT_EQ(spec.dtype(), v1::DTYPE_FLOAT64);
+  EXPECT_FALSE(spec.bf16_products());
   const ReceivedUpload upload = fake_->calls().upload_dataset.at(0);
   EXPECT_EQ(upload.metadata.content_type(), "application/x-slimfit-tokens");
   EXPECT_EQ(upload.metadata.token_encoding(), v1::TOKEN_ENCODING_UINT16_LE);
   EXPECT_FALSE(upload.metadata.has_document_separator());
+}
+
+TEST_F(SubmitCommandTest, Bf16ProductsFlagWritesTheSpec) {
+  const std::string data = WriteFile("tokens.bin", std::string(64, '\1'));
+  ASSERT_TRUE(Submit({"--data", data, "--sequence_length=16", "--tokens_per_round=32", "--rounds=1",
+                      "--learning_rate=1e-3", "--bf16_products"})
+                  .ok());
+  EXPECT_TRUE(OnlySubmit().spec().bf16_products());
 }
 
 TEST_F(SubmitCommandTest, LocalStepsFlagsWriteTheOuterOptimizer) {

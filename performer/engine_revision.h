@@ -21,7 +21,7 @@
 //   6  2026-11-27: slices by hand on every device (explicit_backprop.h), not only the CPU: on a GPU
 //      1.15–2.3× faster at config A than through autograd, working memory 0–18% above it, and no
 //      cuBLAS workspaces of autograd's device thread; and FAVOR+ by hand too (on a CPU at config A
-//      C = 16 ~30% faster, with batched weight gradients)
+//      C = 16 ~30% faster, with batched weight gradients); calibration measures bf16_time_ratio
 //
 // Thread safety: a constant.
 #ifndef SLIMFIT_PERFORMER_ENGINE_REVISION_H_

@@ -115,10 +115,6 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     return absl::InvalidArgumentError(absl::StrCat("plan dtype ", DTypeName(plan.dtype),
                                                    " differs from the model's ", DTypeName(model.dtype())));
   }
-  if (options.bf16_products && plan.dtype != DType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat("bfloat16 products need a float32 model, not ",
-                                                   DTypeName(plan.dtype)));
-  }
   if (absl::Status s = ValidateProjections(config, options.favor_projections); !s.ok()) return s;
   std::optional<Schedule> schedule;
   if (plan.slice > 0 && plan.front_policy == FrontPolicy::kDp) {
@@ -179,7 +175,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
                 plan.prefix_mode, plan.block};
     for (at::Tensor& projection : ctx.projections) projection = projection.to(tensor_options);
     PrepareForwardLayouts(&ctx.weights, CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights);
-    if (options.bf16_products) SetProductDType(&ctx.weights, at::kBFloat16);
+    if (plan.bf16_products) SetProductDType(&ctx.weights, at::kBFloat16);
     ctx.weights.gradient_sink = &sink;
     for (size_t r = 0; r < ctx.weights.layers.size(); ++r) ctx.weights.layers[r].gradient_sink = &sink.layers[r];
 

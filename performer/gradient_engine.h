@@ -73,14 +73,6 @@ struct GradientOptions {
   // a fraction of the LibTorch calls (on a GPU, kernels) per slice. false: autograd everywhere (for
   // tests and benchmarks that compare the two).
   bool explicit_backprop = true;
-  // Mixed precision: the linear maps' matrix products (forward, input and weight gradients) in
-  // bfloat16 with float32 accumulation, everything else in float32 — features, prefix sums and
-  // fronts (so recovering a front by subtraction stays a float32 subtraction), LayerNorm, GELU,
-  // the loss and the gradient sums. The gradient is then the float32 one to bfloat16 rounding
-  // (~1e-2), and slicing adds nothing beyond that. Runs through autograd (explicit_backprop does
-  // not apply). REQUIRES: a float32 model (INVALID_ARGUMENT otherwise). Meant for GPUs with
-  // bfloat16 matrix units; a CPU runs it too (for tests), slowly.
-  bool bf16_products = false;
 };
 
 struct GradientResult {

@@ -141,7 +141,7 @@ TEST(GradientEngineTest, FloatGradientMatchesTheDoubleGradientOfTheSameWeights) 
   }
 }
 
-// Mixed precision (GradientOptions::bf16_products): the float32 gradient to bfloat16 rounding at
+// Mixed precision (Plan::bf16_products): the float32 gradient to bfloat16 rounding at
 // every C — fronts and their subtraction stay in float32. Slicing is then gradient accumulation
 // over slices in mixed precision: each slice's weight-gradient product is rounded to bfloat16 before
 // it is summed in float32, so small C may land a little further from the float32 gradient than the
@@ -153,9 +153,9 @@ TEST(GradientEngineTest, Bf16ProductsGiveTheFloatGradientToBf16RoundingAtEveryC)
     const PerformerModel model = MustCreateModel(config, DType::kFloat32, /*seed=*/5);
     const PackedBatch batch = FiveDocumentStream(config.vocab);
     const GradientResult want = MustCompute(model, batch, SlicedPlan(0));
-    GradientOptions bf16;
-    bf16.bf16_products = true;
-    const GradientResult full = MustCompute(model, batch, SlicedPlan(0), bf16);
+    Plan full_plan = SlicedPlan(0);
+    full_plan.bf16_products = true;
+    const GradientResult full = MustCompute(model, batch, full_plan);
     EXPECT_FALSE(full.explicit_backprop);
     const double full_error = RelativeDiscrepancy(full.gradients, want.gradients);
     EXPECT_GT(full_error, 1e-4) << FeatureMapName(map) << ": no bfloat16 rounding seen";
@@ -165,7 +165,8 @@ TEST(GradientEngineTest, Bf16ProductsGiveTheFloatGradientToBf16RoundingAtEveryC)
       for (int64_t slice : {1, 16, 40}) {
         Plan plan = SlicedPlan(slice);
         plan.front_policy = policy;
-        const GradientResult sliced = MustCompute(model, batch, plan, bf16);
+        plan.bf16_products = true;
+        const GradientResult sliced = MustCompute(model, batch, plan);
         const double error = RelativeDiscrepancy(sliced.gradients, want.gradients);
         EXPECT_LT(error, std::min(3 * full_error, 2e-2))
             << FeatureMapName(map) << " " << FrontPolicyName(policy) << " C=" << slice;
@@ -174,10 +175,9 @@ TEST(GradientEngineTest, Bf16ProductsGiveTheFloatGradientToBf16RoundingAtEveryC)
     }
   }
   const PerformerModel f64 = MustCreateModel(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, 5);
-  GradientOptions bf16;
-  bf16.bf16_products = true;
-  absl::StatusOr<GradientResult> refused =
-      ComputeGradient(f64, FiveDocumentStream(37), SlicedPlan(0, DType::kFloat64), bf16);
+  Plan f64_plan = SlicedPlan(0, DType::kFloat64);
+  f64_plan.bf16_products = true;
+  absl::StatusOr<GradientResult> refused = ComputeGradient(f64, FiveDocumentStream(37), f64_plan, {});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("float32"));
 }

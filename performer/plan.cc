@@ -99,6 +99,10 @@ absl::Status Plan::Validate(int64_t seq_len) const {
   if (threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", threads));
   }
+  if (bf16_products && dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bfloat16 products need dtype float32 (the float32 values they round), not ", DTypeName(dtype)));
+  }
   return absl::OkStatus();
 }
 
@@ -116,6 +120,7 @@ std::string Plan::DebugString() const {
   absl::StrAppend(&text, " dtype=", DTypeName(dtype));
   if (threads > 0) absl::StrAppend(&text, " threads=", threads);
   if (!copy_forward_weights) absl::StrAppend(&text, " one_weight_layout");
+  if (bf16_products) absl::StrAppend(&text, " bf16_products");
   return text;
 }
 

@@ -279,6 +279,34 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
     }
   }
 
+  // bfloat16 products against float32 (float32 profiles only: bfloat16 rounds float32 values): full
+  // back-propagation of the largest probe model, the two alternating, medians of the repeats.
+  if (options.dtype == performer::DType::kFloat32 && !options.models.empty()) {
+    absl::StatusOr<PerformerModel> model =
+        PerformerModel::Create(options.models.back(), options.dtype, *device, options.seed);
+    if (!model.ok()) return model.status();
+    PackedBatch batch;
+    std::mt19937_64 generator(options.seed);
+    for (int64_t i = 0; i < options.seq_len; ++i) {
+      batch.tokens.push_back(static_cast<int64_t>(generator() % options.models.back().vocab));
+    }
+    std::array<std::vector<double>, 2> seconds;  // float32, bfloat16
+    for (int run = 0; run <= options.repeats; ++run) {  // run 0 warms both up
+      for (int mixed = 0; mixed < 2; ++mixed) {
+        Plan plan;
+        plan.dtype = options.dtype;
+        plan.bf16_products = mixed == 1;
+        absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, batch, plan, {});
+        if (!gradient.ok()) return gradient.status();
+        if (run > 0) seconds[mixed].push_back(gradient->seconds);
+      }
+    }
+    for (std::vector<double>& times : seconds) std::sort(times.begin(), times.end());
+    const double float32 = seconds[0][seconds[0].size() / 2];
+    const double bfloat16 = seconds[1][seconds[1].size() / 2];
+    if (float32 > 0 && bfloat16 > 0) profile.bf16_time_ratio = bfloat16 / float32;
+  }
+
   const std::array<double, 2> memory = NonNegativeLeastSquares<2>(memory_x, memory_y);
   profile.activation_scale = memory[0] > 0 ? memory[0] : 1.0;
   profile.activation_overhead_bytes = static_cast<int64_t>(std::llround(memory[1]));

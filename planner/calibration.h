@@ -10,8 +10,9 @@
 // held beyond the scratch the cost model counts gives graph_pool_overhead_bytes. Time: the wall times of the
 // same probes against their matrix-product FLOPs, their size-weighted FLOPs, the elements they
 // touch and their number of slice computations give flops_per_second, half_rate_rows,
-// seconds_per_element and layer_overhead_s (non-negative least squares on relative errors). A
-// worker runs this at start-up and caches the profile in its state directory.
+// seconds_per_element and layer_overhead_s (non-negative least squares on relative errors); in
+// float32, full back-propagation of the largest probe model with bfloat16 products against float32
+// gives bf16_time_ratio. A worker runs this at start-up and caches the profile in its state directory.
 //
 // Example:
 //   CalibrationOptions options;

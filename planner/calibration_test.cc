@@ -48,6 +48,19 @@ TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
     EXPECT_FALSE(probe.pool_only);
     EXPECT_EQ(probe.seq_len, 128);
   }
+  // bfloat16 products were timed against float32 (a measured ratio, not the unmeasured 1).
+  EXPECT_GT(result->profile.bf16_time_ratio, 0);
+  EXPECT_NE(result->profile.bf16_time_ratio, 1.0);
+}
+
+// A float64 profile has no bfloat16 products to time (they round float32 values): the ratio stays 1.
+TEST(CalibrationTest, Float64ProfilesLeaveTheBf16RatioUnmeasured) {
+  CalibrationOptions options = Quick();
+  options.dtype = performer::DType::kFloat64;
+  options.models = {ProbeModel(32)};
+  absl::StatusOr<CalibrationResult> result = Calibrate(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->profile.bf16_time_ratio, 1.0);
 }
 
 TEST(CalibrationTest, TheGraphPoolOverheadIsTheMostAPoolExceededItsScratch) {

@@ -95,6 +95,12 @@ double SliceSeconds(const ModelConfig& c, int64_t tokens, const Plan& plan, bool
          p.seconds_per_element * elements + p.layer_overhead_s * static_cast<double>(c.layers);
 }
 
+int64_t Bf16ProductBytes(const ModelConfig& c, int64_t tokens) {
+  const int64_t d = c.d_model;
+  const int64_t f = c.d_ff;
+  return 2 * (tokens * (d + f) + 3 * d * d + 2 * d * f);
+}
+
 int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, const DeviceProfile& profile) {
   double per_token = SavedElementsPerToken(c, plan.prefix_mode, plan.block);
   if (plan.recompute == performer::LayerRecompute::kLayers) {
@@ -106,7 +112,7 @@ int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, 
   const double elements = per_token * static_cast<double>(tokens);
   return static_cast<int64_t>(std::ceil(profile.activation_scale * elements *
                                         static_cast<double>(performer::DTypeBytes(plan.dtype)))) +
-         profile.activation_overhead_bytes;
+         profile.activation_overhead_bytes + (plan.bf16_products ? Bf16ProductBytes(c, tokens) : 0);
 }
 
 bool ForwardCopiesApply(const DeviceProfile& profile, DType dtype) {
@@ -121,7 +127,8 @@ int64_t SweepStretchBytes(const ModelConfig& c, int64_t seq_len, const Plan& pla
   const int64_t sweep_tokens = std::min<int64_t>(SweepSlicesPerStretch(c, plan) * plan.slice, seq_len);
   // Measured here: a graph-free layer forward peaks at about 2·d_ff + 7·d_model values per token
   // (the FFN's hidden activation and its GELU, the fused q/k/v output, features, attention).
-  return sweep_tokens * (2 * c.d_ff + 7 * c.d_model) * performer::DTypeBytes(plan.dtype);
+  return sweep_tokens * (2 * c.d_ff + 7 * c.d_model) * performer::DTypeBytes(plan.dtype) +
+         (plan.bf16_products ? Bf16ProductBytes(c, sweep_tokens) : 0);
 }
 
 int64_t GraphPoolBytes(const ModelConfig& c, int64_t seq_len, const Plan& plan, const DeviceProfile& profile) {
@@ -245,6 +252,8 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   // 1.02× at full length (BENCHMARKS.md, "The two changes in the engine, one at a time"). One
   // factor for all plans: it decides only between plans that fit, where the sliced ones dominate.
   if (copies_apply && !plan.copy_forward_weights) p.seconds *= kOneWeightLayoutSlowdown;
+  // bfloat16 products: the device's measured ratio to float32 (calibration), for the whole call.
+  if (plan.bf16_products) p.seconds *= profile.bf16_time_ratio;
   p.resident_bytes = profile.resident_overhead_bytes;
   p.peak_bytes = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes + p.working_bytes +
                  p.resident_bytes + p.graph_pool_bytes;

@@ -99,6 +99,14 @@ bool ForwardCopiesApply(const DeviceProfile& profile, performer::DType dtype);
 // break stretches too; the model ignores that (a conservative choice for time).
 int64_t SweepSlicesPerStretch(const performer::ModelConfig& model, const performer::Plan& plan);
 
+// Mixed precision (Plan::bf16_products): the bfloat16 copies a matrix product makes of its
+// operands and of its result, counted at the largest product of a computation over `tokens` rows
+// (the FFN's: tokens · (d_model + d_ff) values) with one layer's linear weights (3·d² + 2·d·d_ff)
+// rounded as well, 2 bytes each; SliceGraphBytes and SweepStretchBytes add it to such plans.
+// Measured on config A on a CPU (BENCHMARKS.md, "bfloat16 products as a job property"): 1.3 MiB
+// more than float32 at C = 64 against 1.5 predicted, 6.1 MiB at 2,048 tokens against 6.4.
+int64_t Bf16ProductBytes(const performer::ModelConfig& model, int64_t tokens);
+
 // Bytes of the forward sweep's largest stretch of a sliced call (plan.slice > 0): a graph-free
 // forward over up to SweepSlicesPerStretch slices.
 int64_t SweepStretchBytes(const performer::ModelConfig& model, int64_t seq_len, const performer::Plan& plan);

@@ -191,6 +191,38 @@ TEST(CostModelTest, OneWeightLayoutSavesTheForwardCopiesAndCostsTime) {
   EXPECT_EQ(Predict(w, one, Profile())->peak_bytes, Predict(w, f64, Profile())->peak_bytes);
 }
 
+// bfloat16 products: their operands' and results' bfloat16 copies in the working set (at the
+// computation's rows: the sweep's stretch or the slice, whichever is larger), and the device's
+// measured time ratio on the whole call.
+TEST(CostModelTest, Bf16ProductsAddTheirCopiesAndTheDevicesTimeRatio) {
+  const Workload w{ConfigA(), 4096};
+  const ModelConfig& m = w.model;
+  EXPECT_EQ(Bf16ProductBytes(m, 64), 2 * (64 * (256 + 1024) + 3 * 256 * 256 + 2 * 256 * 1024));
+  DeviceProfile profile = Profile();
+  profile.bf16_time_ratio = 0.4;
+  for (int64_t c : {0, 16, 256}) {
+    Plan mixed = Sliced(c);
+    mixed.bf16_products = true;
+    const Prediction plain = *Predict(w, Sliced(c), profile);
+    const Prediction bf16 = *Predict(w, mixed, profile);
+    const int64_t rows = c == 0 ? 4096 : c;
+    const int64_t sweep_rows = c == 0 ? 0 : std::min<int64_t>(3 * c, 4096);
+    const bool sweep_dominates = c > 0 && SweepStretchBytes(m, 4096, mixed) > SliceGraphBytes(m, c, mixed, profile);
+    EXPECT_EQ(bf16.working_bytes - plain.working_bytes,
+              Bf16ProductBytes(m, sweep_dominates ? sweep_rows : rows))
+        << "C=" << c;
+    EXPECT_DOUBLE_EQ(bf16.seconds, plain.seconds * 0.4) << "C=" << c;
+  }
+  // Replayed slices keep the bfloat16 scratch in the graphs' pool too.
+  DeviceProfile cuda = profile;
+  cuda.device = "cuda:0";
+  cuda.replays_slices = true;
+  Plan mixed = Sliced(16);
+  mixed.bf16_products = true;
+  EXPECT_EQ(Predict(w, mixed, cuda)->graph_pool_bytes - Predict(w, Sliced(16), cuda)->graph_pool_bytes,
+            Bf16ProductBytes(m, 16) + Bf16ProductBytes(m, 48));
+}
+
 TEST(CostModelTest, MemoryFollowsTheSliceAndThePolicy) {
   const Workload w{ConfigA(), 4096};
   const int64_t front = FrontBytes(ConfigA(), performer::DType::kFloat32);

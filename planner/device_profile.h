@@ -53,6 +53,10 @@ struct DeviceProfile {
   double layer_overhead_s = 1e-4;
   // Backward of a slice graph relative to its forward.
   double backward_factor = 2.0;
+  // A call with bfloat16 products (performer::Plan::bf16_products) relative to the same call in
+  // float32: measured by calibration on one probe (float32 profiles only), applied to the whole
+  // predicted time of such plans. 1 where unmeasured.
+  double bf16_time_ratio = 1.0;
 
   // INVALID_ARGUMENT naming the field when a constant is out of range.
   absl::Status Validate() const;

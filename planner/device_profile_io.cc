@@ -54,6 +54,7 @@ v1::DeviceProfile DeviceProfileToProto(const DeviceProfile& profile) {
   proto.set_half_rate_rows(profile.half_rate_rows);
   proto.set_layer_overhead_s(profile.layer_overhead_s);
   proto.set_backward_factor(profile.backward_factor);
+  proto.set_bf16_time_ratio(profile.bf16_time_ratio);
   proto.set_seconds_per_element(profile.seconds_per_element);
   return proto;
 }
@@ -76,6 +77,7 @@ DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto) {
   if (proto.has_half_rate_rows()) profile.half_rate_rows = proto.half_rate_rows();
   if (proto.has_layer_overhead_s()) profile.layer_overhead_s = proto.layer_overhead_s();
   if (proto.has_backward_factor()) profile.backward_factor = proto.backward_factor();
+  if (proto.has_bf16_time_ratio()) profile.bf16_time_ratio = proto.bf16_time_ratio();
   if (proto.has_seconds_per_element()) profile.seconds_per_element = proto.seconds_per_element();
   return profile;
 }

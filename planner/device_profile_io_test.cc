@@ -36,6 +36,7 @@ DeviceProfile SampleProfile() {
   profile.layer_overhead_s = 2.5e-5;
   profile.seconds_per_element = 7.25e-10;
   profile.backward_factor = 2.0000000000000004;
+  profile.bf16_time_ratio = 0.421;
   return profile;
 }
 
@@ -55,6 +56,7 @@ void ExpectSameProfile(const DeviceProfile& got, const DeviceProfile& want) {
   EXPECT_EQ(got.seconds_per_element, want.seconds_per_element);
   EXPECT_EQ(got.layer_overhead_s, want.layer_overhead_s);
   EXPECT_EQ(got.backward_factor, want.backward_factor);
+  EXPECT_EQ(got.bf16_time_ratio, want.bf16_time_ratio);
 }
 
 // As a std::string, so that failing matchers print text rather than characters.
@@ -83,6 +85,7 @@ TEST(DeviceProfileIoTest, TextWritesEveryFieldOnePerLine) {
   EXPECT_THAT(text, HasSubstr("half_rate_rows: 16\n"));
   EXPECT_THAT(text, HasSubstr("layer_overhead_s: 0.0001\n"));
   EXPECT_THAT(text, HasSubstr("backward_factor: 2\n"));
+  EXPECT_THAT(text, HasSubstr("bf16_time_ratio: 1\n"));
 }
 
 TEST(DeviceProfileIoTest, ProtoConversionRoundTrips) {

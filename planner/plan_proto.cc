@@ -143,6 +143,7 @@ v1::Plan PlanToProto(const Plan& plan) {
   proto.set_dtype(DTypeToProto(plan.dtype));
   proto.set_threads(plan.threads);
   if (!plan.copy_forward_weights) proto.set_copy_forward_weights(false);
+  proto.set_bf16_products(plan.bf16_products);
   proto.set_predicted_peak_bytes(plan.predicted_peak_bytes);
   proto.set_predicted_time_seconds(plan.predicted_time_s);
   proto.set_reason(plan.reason);
@@ -194,6 +195,11 @@ absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto, absl::string_view fiel
   }
   plan.threads = proto.threads();
   plan.copy_forward_weights = !proto.has_copy_forward_weights() || proto.copy_forward_weights();
+  if (proto.bf16_products() && plan.dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".bf16_products: bfloat16 products need dtype float32, not ",
+                                                   performer::DTypeName(plan.dtype)));
+  }
+  plan.bf16_products = proto.bf16_products();
   plan.predicted_peak_bytes = proto.predicted_peak_bytes();
   plan.predicted_time_s = proto.predicted_time_seconds();
   plan.reason = proto.reason();
@@ -314,7 +320,7 @@ absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request
 }
 
 std::string PlanSummary(const Plan& plan) {
-  if (plan.slice == 0) return "full back-propagation";
+  if (plan.slice == 0) return plan.bf16_products ? "full back-propagation, bfloat16 products" : "full back-propagation";
   std::string summary = absl::StrCat("C = ", plan.slice, ", ", performer::PrefixModeName(plan.prefix_mode));
   if (plan.prefix_mode == PrefixMode::kChunked) absl::StrAppend(&summary, "/", plan.block);
   absl::StrAppend(&summary, ", ", performer::FrontPolicyName(plan.front_policy));
@@ -324,6 +330,7 @@ std::string PlanSummary(const Plan& plan) {
   }
   if (plan.recompute == LayerRecompute::kLayers) absl::StrAppend(&summary, ", recompute layers");
   if (!plan.copy_forward_weights) absl::StrAppend(&summary, ", one weight layout");
+  if (plan.bf16_products) absl::StrAppend(&summary, ", bfloat16 products");
   return summary;
 }
 

@@ -89,6 +89,20 @@ TEST(PlanProtoTest, EveryPolicyRoundTrips) {
   EXPECT_FALSE(PlanToProto(performer::Plan()).has_copy_forward_weights());
 }
 
+TEST(PlanProtoTest, Bf16ProductsSurviveTheTripAndNeedFloat32) {
+  performer::Plan mixed;
+  mixed.slice = 64;
+  mixed.bf16_products = true;
+  absl::StatusOr<performer::Plan> back = PlanFromProto(PlanToProto(mixed), "plan");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->bf16_products);
+  EXPECT_FALSE(PlanFromProto(PlanToProto(performer::Plan()), "plan")->bf16_products);
+  EXPECT_THAT(PlanSummary(mixed), HasSubstr("bfloat16 products"));
+  v1::Plan wide = PlanToProto(mixed);
+  wide.set_dtype(v1::DTYPE_FLOAT64);
+  EXPECT_THAT(PlanFromProto(wide, "plan").status().message(), HasSubstr("plan.bf16_products: bfloat16 products need dtype float32"));
+}
+
 TEST(PlanProtoTest, SlicedPlanNeedsItsEnums) {
   v1::Plan proto;
   proto.set_slice(64);

@@ -62,6 +62,7 @@ std::vector<Plan> Candidates(const PlanSearchRequest& request, const DeviceProfi
   std::vector<Plan> plans;
   Plan base;
   base.dtype = request.dtype;
+  base.bf16_products = request.bf16_products;
   base.threads = profile.threads;
   // Chunked prefix sums in blocks of 64 (or C when smaller): cumsum materialises k·M·d values per
   // token and is never the better trade on these sizes, and other blocks change memory by a few
@@ -119,7 +120,8 @@ std::vector<Plan> Candidates(const PlanSearchRequest& request, const DeviceProfi
 
 std::string Describe(const Plan& plan) {
   if (plan.slice == 0) {
-    return plan.copy_forward_weights ? "full back-propagation" : "full back-propagation, one weight layout";
+    return absl::StrCat(plan.copy_forward_weights ? "full back-propagation" : "full back-propagation, one weight layout",
+                        plan.bf16_products ? ", bfloat16 products" : "");
   }
   std::string text = absl::StrCat("C=", plan.slice, " ", performer::PrefixModeName(plan.prefix_mode));
   if (plan.prefix_mode == PrefixMode::kChunked) absl::StrAppend(&text, "/", plan.block);
@@ -130,6 +132,7 @@ std::string Describe(const Plan& plan) {
   }
   if (plan.recompute == performer::LayerRecompute::kLayers) absl::StrAppend(&text, ", layers recomputed");
   if (!plan.copy_forward_weights) absl::StrAppend(&text, ", one weight layout");
+  if (plan.bf16_products) absl::StrAppend(&text, ", bfloat16 products");
   return text;
 }
 
@@ -153,6 +156,10 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
   if (!(request.safety_margin >= 0 && request.safety_margin < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("safety margin must be in [0, 1), got ", request.safety_margin));
+  }
+  if (request.bf16_products && request.dtype != performer::DType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat("bfloat16 products need dtype float32, not ",
+                                                   performer::DTypeName(request.dtype)));
   }
   const double usable = static_cast<double>(request.memory_budget_bytes) * (1.0 - request.safety_margin);
 

@@ -39,6 +39,8 @@ struct PlanSearchRequest {
   int64_t memory_budget_bytes = 0;
   Objective objective = Objective::kTime;
   performer::DType dtype = performer::DType::kFloat32;
+  // Every candidate with bfloat16 products (performer::Plan::bf16_products; float32 only).
+  bool bf16_products = false;
   // Predicted peaks must stay at or below (1 − safety_margin) · budget.
   double safety_margin = 0.10;
 };

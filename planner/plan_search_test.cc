@@ -103,6 +103,27 @@ TEST(PlanSearchTest, NothingFitsSaysWhatDominates) {
   EXPECT_THAT(std::string(result.status().message()), HasSubstr("needs at least"));
 }
 
+// A job with bfloat16 products: every candidate has them, the chosen plan says so, and the
+// predictions are the float32 plan's with the bfloat16 copies and the device's time ratio.
+TEST(PlanSearchTest, Bf16ProductsAreInEveryCandidate) {
+  PlanSearchRequest request = ConfigA(64);
+  request.bf16_products = true;
+  DeviceProfile profile = Profile();
+  profile.bf16_time_ratio = 0.5;
+  absl::StatusOr<PlanSearchResult> result = SearchPlans(request, profile);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->chosen.plan.bf16_products);
+  EXPECT_TRUE(result->full_backprop.plan.bf16_products);
+  for (const PlanCandidate& c : result->frontier) EXPECT_TRUE(c.plan.bf16_products);
+  EXPECT_THAT(result->reason, HasSubstr("bfloat16 products"));
+  performer::Plan float32 = result->chosen.plan;
+  float32.bf16_products = false;
+  EXPECT_GT(result->chosen.prediction.working_bytes, Predict(request.workload, float32, profile)->working_bytes);
+  request.dtype = performer::DType::kFloat64;
+  EXPECT_THAT(std::string(SearchPlans(request, profile).status().message()),
+              HasSubstr("bfloat16 products need dtype float32"));
+}
+
 TEST(PlanSearchTest, BadRequestsAreRejected) {
   PlanSearchRequest request = ConfigA(64);
   request.memory_budget_bytes = 0;

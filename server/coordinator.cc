@@ -344,6 +344,7 @@ absl::StatusOr<planner::PlanSearchRequest> Coordinator::JobPlanSearch(const std:
   search.workload.gradient_sum = job->spec().tokens_per_round() / job->spec().sequence_length() > 1;
   search.dtype =
       job->spec().dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+  search.bf16_products = job->spec().bf16_products();
   search.safety_margin = options_.runner.safety_margin;
   *reserved_bytes = ReservedBytesPerWorker(job->spec(), *config);
   return search;
@@ -398,6 +399,10 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
       if (request.has_dtype() && request.dtype() != planner::DTypeToProto(job_dtype)) {
         return rpc::InvalidFieldError("dtype", "must be absent or the job's dtype");
       }
+      if (request.has_bf16_products() && request.bf16_products() != job_search->bf16_products) {
+        return rpc::InvalidFieldError("bf16_products", "must be absent or the job's bf16_products");
+      }
+      search.bf16_products = job_search->bf16_products;
       break;
     }
     case v1::GetMemoryPlanRequest::kSpec: {
@@ -413,12 +418,16 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
         if (!dtype.ok()) return dtype.status();
         job_dtype = *dtype;
       }
+      search.bf16_products = request.bf16_products();
       break;
     }
     default:
       return rpc::InvalidFieldError("workload", "set job_id or spec");
   }
   search.dtype = job_dtype;
+  if (search.bf16_products && job_dtype != performer::DType::kFloat32) {
+    return rpc::InvalidFieldError("bf16_products", "bfloat16 products need DTYPE_FLOAT32");
+  }
   search.objective = planner::ObjectiveFromProto(request.objective());
   search.safety_margin = request.has_safety_margin() ? request.safety_margin() : options_.runner.safety_margin;
   if (!(search.safety_margin >= 0 && search.safety_margin < 1)) return rpc::InvalidFieldError("safety_margin", "must be in [0, 1)");

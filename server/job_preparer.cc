@@ -216,6 +216,10 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
   if (spec.has_dtype() && spec.dtype() != v1::DTYPE_FLOAT32 && spec.dtype() != v1::DTYPE_FLOAT64) {
     return rpc::InvalidFieldError("spec.dtype", "must be DTYPE_FLOAT32 or DTYPE_FLOAT64");
   }
+  if (spec.bf16_products() && spec.dtype() == v1::DTYPE_FLOAT64) {
+    return rpc::InvalidFieldError("spec.bf16_products",
+                                  "bfloat16 products round float32 values: use DTYPE_FLOAT32 (the default)");
+  }
   // Before anything is allocated: a valid config may still ask for terabytes (2^40 parameters).
   const int64_t dtype_bytes = spec.dtype() == v1::DTYPE_FLOAT64 ? 8 : 4;
   const int64_t model_bytes = prepared.config.parameter_count() * dtype_bytes;
@@ -291,6 +295,7 @@ absl::Status JobPreparer::CheckSomeWorkerFits(const v1::JobSpec& spec, const per
     request.workload.gradient_sum = spec.tokens_per_round() / spec.sequence_length() > 1;
     request.memory_budget_bytes = worker.memory_budget_bytes;
     request.dtype = spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+    request.bf16_products = spec.bf16_products();
     request.safety_margin = safety_margin_;
     absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(request, worker.profile, false);
     if (!plan.ok()) return plan.status();

@@ -73,6 +73,18 @@ TEST_F(JobPreparerTest, CountsTheJobsDtype) {
   EXPECT_EQ(preparer.Prepare(spec, /*load_initial=*/false).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST_F(JobPreparerTest, Bf16ProductsNeedFloat32) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  v1::JobSpec spec = Spec(256, 16);
+  spec.set_bf16_products(true);
+  // Valid in float32 (the default): the next check (the unknown dataset) answers.
+  EXPECT_EQ(preparer.Prepare(spec, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound);
+  spec.set_dtype(v1::DTYPE_FLOAT64);
+  const absl::Status refused = preparer.Prepare(spec, /*load_initial=*/false).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("spec.bf16_products"));
+}
+
 // A local-steps spec as WithJobDefaults leaves it: the datasets are the first thing it fails on.
 v1::JobSpec LocalStepsSpec(v1::JobSpec spec) {
   spec.set_local_steps(4);

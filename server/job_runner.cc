@@ -96,6 +96,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   planner_deps.data = &r.data_;
   planner_deps.config = config;
   planner_deps.dtype = r.dtype_;
+  planner_deps.bf16_products = spec.bf16_products();
   planner_deps.options = r.deps_.options;
   planner_deps.stopping = &r.stopping_;
   planner_deps.reserved_bytes = ReservedBytesPerWorker(spec, config);
@@ -115,6 +116,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   dispatcher_deps.shapes = performer::ParameterShapes(config);
   dispatcher_deps.gradient_tensors = r.trainable_;
   dispatcher_deps.dtype = r.dtype_;
+  dispatcher_deps.bf16_products = spec.bf16_products();
   dispatcher_deps.encoding = rpc::NarrowestTokenEncoding(config.vocab);
   dispatcher_deps.feature_seed = spec.seed();
   dispatcher_deps.while_waiting = [runner = &r] { runner->RecordFinishedCheckpoint(); };

@@ -73,7 +73,7 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   for (const size_t index : SentTensors()) sent_shapes.push_back(deps_.shapes[index]);
   RoundCollector collector(
       round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : sent_shapes,
-      evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype),
+      evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype, deps_.bf16_products),
       performer::ToScalarType(deps_.dtype), evaluate_only ? std::vector<at::Tensor>{} : std::move(spare_sum_));
   if (!evaluate_only) spare_sum_.clear();
   // Unless this try's sum is the round's, the job's norm screen is left as before the try (the
@@ -320,7 +320,7 @@ std::vector<ShardDispatcher::CallOutcome> ShardDispatcher::RunWave(int64_t round
 absl::Status ShardDispatcher::Settle(int64_t round, const std::string& what, RoundCollector* collector,
                                      const std::vector<Task>& shards, RoundOutput* output, Checked* checked,
                                      std::vector<Task>* tiebreaks, bool* redo) {
-  const double tolerance = VerificationTolerance(deps_.dtype);
+  const double tolerance = VerificationTolerance(deps_.dtype, deps_.bf16_products);
   for (RoundCollector::Verdict& verdict : collector->TakeVerdicts()) {
     const SpotChecks::Decision& decision = verdict.decision;
     using Kind = SpotChecks::Decision::Kind;

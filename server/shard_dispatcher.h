@@ -102,6 +102,7 @@ class ShardDispatcher {
     // round's gradient is zero for the others. Empty: all.
     std::vector<int> gradient_tensors;
     performer::DType dtype = performer::DType::kFloat32;
+    bool bf16_products = false;                   // JobSpec.bf16_products: the spot checks' tolerance
     v1::TokenEncoding encoding = v1::TOKEN_ENCODING_UINT8;
     uint64_t feature_seed = 0;                    // also draws the spot-checked shards
     double verify_fraction = 0;                   // JobSpec.verify_fraction

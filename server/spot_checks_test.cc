@@ -30,6 +30,20 @@ TEST(SpotChecksTest, TwoAgreeingAnswersAreAccepted) {
   EXPECT_EQ(decision.workers, (std::vector<std::string>{"w-a", "w-b"}));
 }
 
+// bfloat16 products: two honest results differ by their bfloat16 rounding (here 1%), which the
+// job's tolerance accepts and float32's would not; a result 10% off still needs a tiebreak.
+TEST(SpotChecksTest, Bf16JobsCompareToBf16Rounding) {
+  EXPECT_EQ(VerificationTolerance(performer::DType::kFloat32, /*bf16_products=*/true), 3e-2);
+  EXPECT_EQ(VerificationTolerance(performer::DType::kFloat32), 1e-4);
+  SpotChecks checks(VerificationTolerance(performer::DType::kFloat32, /*bf16_products=*/true));
+  checks.Expect(1);
+  checks.Expect(2);
+  checks.Add(1, "w-a", Result(1.0));
+  EXPECT_EQ(checks.Add(1, "w-b", Result(1.01)).kind, SpotChecks::Decision::Kind::kAgreed);
+  checks.Add(2, "w-a", Result(1.0));
+  EXPECT_EQ(checks.Add(2, "w-b", Result(1.1)).kind, SpotChecks::Decision::Kind::kNeedsTiebreak);
+}
+
 TEST(SpotChecksTest, AThirdAnswerOutvotesTheLiar) {
   SpotChecks checks(1e-4);
   checks.Expect(0);

@@ -51,6 +51,7 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
   request.memory_budget_bytes =
       PlanSearchBudget(request.memory_budget_bytes, deps_.reserved_bytes, deps_.options.safety_margin);
   request.dtype = deps_.dtype;
+  request.bf16_products = deps_.bf16_products;
   request.safety_margin = deps_.options.safety_margin;
   const std::string inputs =
       absl::StrCat(request.memory_budget_bytes, "|", planner::DeviceProfileToProto(worker.profile).SerializeAsString());

@@ -60,6 +60,7 @@ class WorkerPlanner {
     const JobData* data = nullptr;
     performer::ModelConfig config;
     performer::DType dtype = performer::DType::kFloat32;
+    bool bf16_products = false;  // JobSpec.bf16_products: in every plan
     RunnerOptions options;
     const std::atomic<bool>* stopping = nullptr;  // the runner's stop or cancel flag
     // Bytes every worker holds beside the plan's peak (a local-steps job's inner optimizer:

@@ -59,7 +59,9 @@ std::vector<at::Tensor> TrainLocally(const v1::JobSpec& submitted, const std::st
       performer::GradientOptions options;
       options.loss_normalizer = normalizer;
       options.feature_seed = spec.seed();
-      absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, performer::Plan(), options);
+      performer::Plan plan;  // full back-propagation, with the job's products
+      plan.bf16_products = spec.bf16_products();
+      absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, plan, options);
       EXPECT_TRUE(result.ok()) << result.status();
       for (size_t i = 0; i < result->gradients.size(); ++i) {
         at::Tensor g = result->gradients[i].to(at::kDouble);

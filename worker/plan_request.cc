@@ -35,6 +35,10 @@ absl::StatusOr<planner::PlanSearchRequest> ValidatePlanRequest(const v1::PlanReq
     if (!dtype.ok()) return InvalidField("dtype", dtype.status().message());
     search.dtype = *dtype;
   }
+  search.bf16_products = request.bf16_products();
+  if (search.bf16_products && search.dtype != performer::DType::kFloat32) {
+    return InvalidField("bf16_products", "bfloat16 products need DTYPE_FLOAT32");
+  }
   search.safety_margin = request.has_safety_margin() ? request.safety_margin() : kSafetyMargin;
   if (!(search.safety_margin >= 0 && search.safety_margin < 1)) {
     return InvalidField("safety_margin", absl::StrCat("must be in [0, 1), got ", request.safety_margin()));
