@@ -19,6 +19,7 @@ nlohmann::ordered_json DeviceProfileToJson(const planner::DeviceProfile& profile
   json["seconds_per_element"] = profile.seconds_per_element;
   json["layer_overhead_s"] = profile.layer_overhead_s;
   json["backward_factor"] = profile.backward_factor;
+  json["bf16_time_ratio"] = profile.bf16_time_ratio;
   return json;
 }
 

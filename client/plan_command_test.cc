@@ -132,7 +132,7 @@ TEST(PlanCommandTest, Bf16ProductsPlansSaySo) {
   EXPECT_EQ(json["reason"], want->reason);
   absl::StatusOr<std::string> wide = RunPlan(TinyArgs({"--dtype=float64", "--bf16_products"}));
   EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(Message(wide.status()), HasSubstr("--bf16_products: bfloat16 products need --dtype=float32"));
+  EXPECT_THAT(Message(wide.status()), HasSubstr("--bf16_products: bfloat16 products need dtype float32"));
 }
 
 TEST(PlanCommandTest, JsonShape) {

@@ -364,7 +364,7 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   flags.String("dtype", &options.dtype, "float32 or float64");
   flags.Bool("bf16_products", &options.bf16_products,
              "mixed precision: the linear maps' products in bfloat16, everything else in float32 (float32 "
-             "only; the gradient to bfloat16 rounding, up to 2.4x faster on GPUs with bfloat16 units)");
+             "only; the gradient to bfloat16 rounding; on an H100 2.3x faster at d_model 1024)");
   ModelShapeFlags model(flags, "feature_map");
   flags.String("request_id", &options.request_id,
                "idempotency key: a retried submit with the same key returns the same job (default: random)",

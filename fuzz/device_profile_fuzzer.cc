@@ -28,7 +28,8 @@ bool SameProfile(const planner::DeviceProfile& a, const planner::DeviceProfile& 
          a.graph_pool_overhead_bytes == b.graph_pool_overhead_bytes &&
          SameBits(a.flops_per_second, b.flops_per_second) && SameBits(a.half_rate_rows, b.half_rate_rows) &&
          SameBits(a.seconds_per_element, b.seconds_per_element) &&
-         SameBits(a.layer_overhead_s, b.layer_overhead_s) && SameBits(a.backward_factor, b.backward_factor);
+         SameBits(a.layer_overhead_s, b.layer_overhead_s) && SameBits(a.backward_factor, b.backward_factor) &&
+         SameBits(a.bf16_time_ratio, b.bf16_time_ratio);
 }
 
 }  // namespace

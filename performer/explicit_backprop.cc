@@ -339,28 +339,33 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
     g_den = at::mul(g_num, HeadMajor(t.attention, c.heads)).sum(2).neg_();
   }
   t.attention = t.denominator_eps = at::Tensor();
-  const at::Tensor phi_q = t.phi.select(0, 0);
-  const at::Tensor phi_k = t.phi.select(0, 1);
-  PrefixGradients g = PrefixBackward(phi_q, phi_k, t.v, t.entry, zero, stretch.layout.segments, ctx.block, g_num,
-                                     g_den, g_exit);
-  if (g_entry != nullptr) *g_entry = g.start.numerator.defined() ? g.start : Front{at::zeros_like(zero.numerator),
-                                                                                    at::zeros_like(zero.denominator)};
-  t.v = at::Tensor();
-  t.entry = Front();
-
-  // F: q, k, v = [LN1](x)·W + b, then φ.
+  // F: q, k, v = [LN1](x)·W + b, then φ. The prefix sums' gradients and the views of φ live only in
+  // this block: what follows (the qkv weight and input gradients, LN1's backward) holds g_qkv alone.
   at::Tensor g_qkv = at::empty({rows, 3 * c.d_model}, gy.options());
-  if (HeadKernelsApply(c.feature_map, t.qkv) && KernelsApply({&g.phi_q, &g.phi_k, &g.v})) {
-    JoinHeadGradientsCpu(c.feature_map, t.qkv, g.phi_q, g.phi_k, g.v, g_qkv);
-  } else {
-    const at::Tensor g_heads = HeadsOf(g_qkv, c.heads);
-    const at::Tensor heads = HeadsOf(t.qkv, c.heads);
-    const at::Tensor projection = ProjectionOf(ctx, r);
-    FeatureGradientInto(c.feature_map, heads.select(0, 0), phi_q, projection, g.phi_q, g_heads.select(0, 0));
-    FeatureGradientInto(c.feature_map, heads.select(0, 1), phi_k, projection, g.phi_k, g_heads.select(0, 1));
-    g_heads.select(0, 2).copy_(g.v);
+  {
+    const at::Tensor phi_q = t.phi.select(0, 0);
+    const at::Tensor phi_k = t.phi.select(0, 1);
+    PrefixGradients g = PrefixBackward(phi_q, phi_k, t.v, t.entry, zero, stretch.layout.segments, ctx.block, g_num,
+                                       g_den, g_exit);
+    g_num = g_den = at::Tensor();
+    if (g_entry != nullptr) {
+      *g_entry = g.start.numerator.defined() ? g.start
+                                             : Front{at::zeros_like(zero.numerator), at::zeros_like(zero.denominator)};
+    }
+    t.v = at::Tensor();
+    t.entry = Front();
+    if (HeadKernelsApply(c.feature_map, t.qkv) && KernelsApply({&g.phi_q, &g.phi_k, &g.v})) {
+      JoinHeadGradientsCpu(c.feature_map, t.qkv, g.phi_q, g.phi_k, g.v, g_qkv);
+    } else {
+      const at::Tensor g_heads = HeadsOf(g_qkv, c.heads);
+      const at::Tensor heads = HeadsOf(t.qkv, c.heads);
+      const at::Tensor projection = ProjectionOf(ctx, r);
+      FeatureGradientInto(c.feature_map, heads.select(0, 0), phi_q, projection, g.phi_q, g_heads.select(0, 0));
+      FeatureGradientInto(c.feature_map, heads.select(0, 1), phi_k, projection, g.phi_k, g_heads.select(0, 1));
+      g_heads.select(0, 2).copy_(g.v);
+    }
+    t.qkv = t.phi = at::Tensor();
   }
-  t.qkv = t.phi = at::Tensor();
   AddWeightGradient(ctx, sink.qkv_weight_t, t.h, g_qkv);
   AddColumnSums(sink.qkv_bias, g_qkv);
   at::Tensor g_x = LinearInputGradient(g_qkv, w.qkv_gradient_pieces);
@@ -374,7 +379,7 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
 
 }  // namespace
 
-bool ExplicitBackpropApplies(bool wanted, const Context& ctx, const at::Device& device, LayerRecompute recompute) {
+bool ExplicitBackpropApplies(bool wanted, const Context& ctx, LayerRecompute recompute) {
   if (!wanted || recompute != LayerRecompute::kNone) return false;
   if (ctx.mode != PrefixMode::kChunked) return false;
   if (ctx.config.feature_map == FeatureMap::kFavor && ctx.projections.size() != static_cast<size_t>(ctx.config.layers)) {

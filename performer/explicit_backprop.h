@@ -36,7 +36,7 @@ namespace slimfit::performer::internal {
 
 // Whether the hand-written path serves this engine call (see above); `wanted` is
 // GradientOptions::explicit_backprop.
-bool ExplicitBackpropApplies(bool wanted, const Context& ctx, const at::Device& device, LayerRecompute recompute);
+bool ExplicitBackpropApplies(bool wanted, const Context& ctx, LayerRecompute recompute);
 
 // What one layer's backward needs from its forward.
 struct LayerTape {
@@ -64,7 +64,7 @@ struct SliceTape {
   bool has_loss = false;
 };
 
-// REQUIRES for both: ExplicitBackpropApplies(true, ctx, ...) for the Context's device.
+// REQUIRES for both: ExplicitBackpropApplies(true, ctx, ...).
 //
 // Runs every layer over `stretch` from the fronts `entry_for_layer` supplies and sets `exit` to
 // the outgoing fronts. With `tape`, records what ExplicitBackward needs and returns the loss sum

@@ -184,7 +184,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       result.loss_sum = 0;
     } else if (plan.slice == 0) {
       result.explicit_backprop =
-          internal::ExplicitBackpropApplies(options.explicit_backprop, ctx, device, LayerRecompute::kNone);
+          internal::ExplicitBackpropApplies(options.explicit_backprop, ctx, LayerRecompute::kNone);
       result.loss_sum = FullGradient(ctx, batch, device, tensor_options, normalizer, result.explicit_backprop,
                                      &result.slice_forwards);
     } else {

@@ -58,6 +58,10 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
 
 int64_t DTypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 8; }
 
+std::string Bf16ProductsDTypeError(DType dtype) {
+  return absl::StrCat("bfloat16 products need dtype float32 (the float32 values they round), not ", DTypeName(dtype));
+}
+
 absl::Status Plan::Validate(int64_t seq_len) const {
   if (seq_len <= 0) {
     return absl::InvalidArgumentError(
@@ -99,10 +103,7 @@ absl::Status Plan::Validate(int64_t seq_len) const {
   if (threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", threads));
   }
-  if (bf16_products && dtype != DType::kFloat32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bfloat16 products need dtype float32 (the float32 values they round), not ", DTypeName(dtype)));
-  }
+  if (bf16_products && dtype != DType::kFloat32) return absl::InvalidArgumentError(Bf16ProductsDTypeError(dtype));
   return absl::OkStatus();
 }
 

@@ -59,6 +59,10 @@ absl::StatusOr<LayerRecompute> ParseLayerRecompute(absl::string_view name);
 absl::string_view DTypeName(DType dtype);  // "float32", "float64"
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 int64_t DTypeBytes(DType dtype);
+// The error for bfloat16 products in another dtype than float32 (Plan::Validate, and every request
+// that asks for them before a plan exists; callers prefix their field): "bfloat16 products need
+// dtype float32 (the float32 values they round), not float64".
+std::string Bf16ProductsDTypeError(DType dtype);
 
 struct Plan {
   // Slice size C in tokens; 0 means ordinary full-sequence back-propagation (no slicing).

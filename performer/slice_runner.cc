@@ -89,7 +89,7 @@ SliceRunner::SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t s
       batch_(batch),
       slice_(slice),
       recompute_(recompute),
-      explicit_(ExplicitBackpropApplies(explicit_backprop, ctx, device, recompute)),
+      explicit_(ExplicitBackpropApplies(explicit_backprop, ctx, recompute)),
       leaves_(leaves),
       device_(device),
       zero_(ZeroFront(ctx.config.heads, ctx.config.features_per_head(), ctx.config.head_dim(), options)),

@@ -280,7 +280,12 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   }
 
   // bfloat16 products against float32 (float32 profiles only: bfloat16 rounds float32 values): full
-  // back-propagation of the largest probe model, the two alternating, medians of the repeats.
+  // back-propagation of the last probe model (the largest of the defaults), the two alternating,
+  // medians of the repeats. bfloat16 calls run through autograd, whose backward on a GPU runs on
+  // LibTorch's device thread with cuBLAS workspaces of its own: what the device holds after them
+  // counts in the resident overhead too (a worker calibrates in its own process, and layer
+  // recomputation runs through autograd as well). A device that cannot run bfloat16 products keeps
+  // the ratio at 1 and says why (CalibrationResult::bf16_error).
   if (options.dtype == performer::DType::kFloat32 && !options.models.empty()) {
     absl::StatusOr<PerformerModel> model =
         PerformerModel::Create(options.models.back(), options.dtype, *device, options.seed);
@@ -291,20 +296,27 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       batch.tokens.push_back(static_cast<int64_t>(generator() % options.models.back().vocab));
     }
     std::array<std::vector<double>, 2> seconds;  // float32, bfloat16
-    for (int run = 0; run <= options.repeats; ++run) {  // run 0 warms both up
-      for (int mixed = 0; mixed < 2; ++mixed) {
+    for (int run = 0; run <= options.repeats && result.bf16_error.empty(); ++run) {  // run 0 warms both up
+      for (int mixed = 0; mixed < 2 && result.bf16_error.empty(); ++mixed) {
         Plan plan;
         plan.dtype = options.dtype;
         plan.bf16_products = mixed == 1;
         absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, batch, plan, {});
-        if (!gradient.ok()) return gradient.status();
+        if (!gradient.ok()) {
+          if (mixed == 0) return gradient.status();  // float32 itself failed: a real error
+          result.bf16_error = std::string(gradient.status().message());
+          break;
+        }
         if (run > 0) seconds[mixed].push_back(gradient->seconds);
+        resident = std::max(resident, gradient->start_bytes - model->parameter_bytes());
       }
     }
-    for (std::vector<double>& times : seconds) std::sort(times.begin(), times.end());
-    const double float32 = seconds[0][seconds[0].size() / 2];
-    const double bfloat16 = seconds[1][seconds[1].size() / 2];
-    if (float32 > 0 && bfloat16 > 0) profile.bf16_time_ratio = bfloat16 / float32;
+    if (result.bf16_error.empty()) {
+      for (std::vector<double>& times : seconds) std::sort(times.begin(), times.end());
+      const double float32 = seconds[0][seconds[0].size() / 2];
+      const double bfloat16 = seconds[1][seconds[1].size() / 2];
+      if (float32 > 0 && bfloat16 > 0) profile.bf16_time_ratio = bfloat16 / float32;
+    }
   }
 
   const std::array<double, 2> memory = NonNegativeLeastSquares<2>(memory_x, memory_y);

@@ -79,6 +79,10 @@ int64_t GraphPoolOverheadBytes(const std::vector<std::array<int64_t, 2>>& scratc
 struct CalibrationResult {
   DeviceProfile profile;
   std::vector<ProbeResult> probes;
+  // Why bfloat16 products could not be timed (the device cannot run them): bf16_time_ratio then
+  // stays 1, and a job with them fails on this device when it runs. Empty when they were timed (or
+  // the profile is float64).
+  std::string bf16_error;
 };
 
 // INVALID_ARGUMENT for bad options (unknown device, threads < 1, fewer than three probes, …);

@@ -83,13 +83,15 @@ TEST(CalibrationTest, TheCostModelCountsTheBatchedWeightGradientBuffersTheEngine
     performer::FeatureMap features = performer::FeatureMap::kSqr;
     performer::LayerRecompute recompute = performer::LayerRecompute::kNone;
     performer::DType dtype = performer::DType::kFloat32;
+    bool bf16_products = false;
   };
   using performer::FeatureMap;
   using performer::LayerRecompute;
   for (const Case& c : {Case{true, 16}, Case{true, 24},
                         Case{true, 16, FeatureMap::kSqr, LayerRecompute::kNone, performer::DType::kFloat64},
                         Case{false, 0}, Case{false, 64}, Case{true, 16, FeatureMap::kFavor},
-                        Case{false, 16, FeatureMap::kSqr, LayerRecompute::kLayers}}) {
+                        Case{false, 16, FeatureMap::kSqr, LayerRecompute::kLayers},
+                        Case{false, 16, FeatureMap::kSqr, LayerRecompute::kNone, performer::DType::kFloat32, true}}) {
     performer::ModelConfig config = ProbeModel(32);
     config.feature_map = c.features;
     absl::StatusOr<performer::PerformerModel> model =
@@ -101,6 +103,7 @@ TEST(CalibrationTest, TheCostModelCountsTheBatchedWeightGradientBuffersTheEngine
     plan.slice = c.slice;
     plan.recompute = c.recompute;
     plan.dtype = c.dtype;
+    plan.bf16_products = c.bf16_products;
     absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, plan, {});
     ASSERT_TRUE(result.ok()) << result.status();
     const std::string what = plan.DebugString();

@@ -97,8 +97,8 @@ double SliceSeconds(const ModelConfig& c, int64_t tokens, const Plan& plan, bool
 
 int64_t Bf16ProductBytes(const ModelConfig& c, int64_t tokens) {
   const int64_t d = c.d_model;
-  const int64_t f = c.d_ff;
-  return 2 * (tokens * (d + f) + 3 * d * d + 2 * d * f);
+  const int64_t widest = std::max(c.d_ff, c.vocab);  // the FFN's or the output map's product
+  return 2 * (tokens * (d + widest) + std::max(3 * d * d + 2 * d * c.d_ff, d * c.vocab));
 }
 
 int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, const DeviceProfile& profile) {

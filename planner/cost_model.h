@@ -101,8 +101,9 @@ int64_t SweepSlicesPerStretch(const performer::ModelConfig& model, const perform
 
 // Mixed precision (Plan::bf16_products): the bfloat16 copies a matrix product makes of its
 // operands and of its result, counted at the largest product of a computation over `tokens` rows
-// (the FFN's: tokens · (d_model + d_ff) values) with one layer's linear weights (3·d² + 2·d·d_ff)
-// rounded as well, 2 bytes each; SliceGraphBytes and SweepStretchBytes add it to such plans.
+// (the FFN's or the output map's: tokens · (d_model + max(d_ff, vocab)) values) with the larger of
+// one layer's linear weights (3·d² + 2·d·d_ff) and the output map (d·vocab) rounded as well, 2
+// bytes each; SliceGraphBytes and SweepStretchBytes add it to such plans.
 // Measured on config A on a CPU (BENCHMARKS.md, "bfloat16 products as a job property"): 1.3 MiB
 // more than float32 at C = 64 against 1.5 predicted, 6.1 MiB at 2,048 tokens against 6.4.
 int64_t Bf16ProductBytes(const performer::ModelConfig& model, int64_t tokens);

@@ -196,8 +196,8 @@ absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto, absl::string_view fiel
   plan.threads = proto.threads();
   plan.copy_forward_weights = !proto.has_copy_forward_weights() || proto.copy_forward_weights();
   if (proto.bf16_products() && plan.dtype != DType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".bf16_products: bfloat16 products need dtype float32, not ",
-                                                   performer::DTypeName(plan.dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".bf16_products: ", performer::Bf16ProductsDTypeError(plan.dtype)));
   }
   plan.bf16_products = proto.bf16_products();
   plan.predicted_peak_bytes = proto.predicted_peak_bytes();
@@ -317,6 +317,19 @@ absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request
   plan.set_reason(std::string(result.status().message()));
   plan.set_least_peak_bytes(least->chosen.prediction.peak_bytes);
   return plan;
+}
+
+PlanSearchRequest JobPlanSearchRequest(const v1::JobSpec& spec, const performer::ModelConfig& config,
+                                       int64_t documents) {
+  PlanSearchRequest request;
+  request.workload.model = config;
+  request.workload.seq_len = spec.sequence_length();
+  request.workload.documents = documents;
+  // A worker's shard of several sequences keeps a running gradient sum (see the worker's check).
+  request.workload.gradient_sum = spec.tokens_per_round() / spec.sequence_length() > 1;
+  request.dtype = spec.dtype() == v1::DTYPE_FLOAT64 ? DType::kFloat64 : DType::kFloat32;
+  request.bf16_products = spec.bf16_products();
+  return request;
 }
 
 std::string PlanSummary(const Plan& plan) {

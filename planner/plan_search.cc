@@ -158,8 +158,7 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
         absl::StrCat("safety margin must be in [0, 1), got ", request.safety_margin));
   }
   if (request.bf16_products && request.dtype != performer::DType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat("bfloat16 products need dtype float32, not ",
-                                                   performer::DTypeName(request.dtype)));
+    return absl::InvalidArgumentError(performer::Bf16ProductsDTypeError(request.dtype));
   }
   const double usable = static_cast<double>(request.memory_budget_bytes) * (1.0 - request.safety_margin);
 

@@ -336,15 +336,9 @@ absl::StatusOr<planner::PlanSearchRequest> Coordinator::JobPlanSearch(const std:
   if (!job.ok()) return job.status();
   absl::StatusOr<performer::ModelConfig> config = preparer_->ResolveModel(job->spec().model(), nullptr);
   if (!config.ok()) return config.status();
-  planner::PlanSearchRequest search;
-  search.workload.model = *config;
-  search.workload.seq_len = job->spec().sequence_length();
   std::shared_ptr<JobRunner> runner = Runner(job_id);
-  search.workload.documents = runner != nullptr ? runner->max_documents_per_sequence() : 1;
-  search.workload.gradient_sum = job->spec().tokens_per_round() / job->spec().sequence_length() > 1;
-  search.dtype =
-      job->spec().dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
-  search.bf16_products = job->spec().bf16_products();
+  planner::PlanSearchRequest search =
+      planner::JobPlanSearchRequest(job->spec(), *config, runner != nullptr ? runner->max_documents_per_sequence() : 1);
   search.safety_margin = options_.runner.safety_margin;
   *reserved_bytes = ReservedBytesPerWorker(job->spec(), *config);
   return search;
@@ -426,7 +420,7 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
   }
   search.dtype = job_dtype;
   if (search.bf16_products && job_dtype != performer::DType::kFloat32) {
-    return rpc::InvalidFieldError("bf16_products", "bfloat16 products need DTYPE_FLOAT32");
+    return rpc::InvalidFieldError("bf16_products", performer::Bf16ProductsDTypeError(job_dtype));
   }
   search.objective = planner::ObjectiveFromProto(request.objective());
   search.safety_margin = request.has_safety_margin() ? request.safety_margin() : options_.runner.safety_margin;

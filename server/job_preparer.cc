@@ -217,8 +217,7 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
     return rpc::InvalidFieldError("spec.dtype", "must be DTYPE_FLOAT32 or DTYPE_FLOAT64");
   }
   if (spec.bf16_products() && spec.dtype() == v1::DTYPE_FLOAT64) {
-    return rpc::InvalidFieldError("spec.bf16_products",
-                                  "bfloat16 products round float32 values: use DTYPE_FLOAT32 (the default)");
+    return rpc::InvalidFieldError("spec.bf16_products", performer::Bf16ProductsDTypeError(performer::DType::kFloat64));
   }
   // Before anything is allocated: a valid config may still ask for terabytes (2^40 parameters).
   const int64_t dtype_bytes = spec.dtype() == v1::DTYPE_FLOAT64 ? 8 : 4;
@@ -287,15 +286,8 @@ absl::Status JobPreparer::CheckSomeWorkerFits(const v1::JobSpec& spec, const per
             [](const WorkerHandle& a, const WorkerHandle& b) { return a.memory_budget_bytes > b.memory_budget_bytes; });
   std::optional<v1::MemoryPlan> largest;
   for (const WorkerHandle& worker : eligible) {
-    planner::PlanSearchRequest request;
-    request.workload.model = config;
-    request.workload.seq_len = spec.sequence_length();
-    request.workload.documents = documents;
-    // A worker's shard of several sequences keeps a running gradient sum (see the worker's check).
-    request.workload.gradient_sum = spec.tokens_per_round() / spec.sequence_length() > 1;
+    planner::PlanSearchRequest request = planner::JobPlanSearchRequest(spec, config, documents);
     request.memory_budget_bytes = worker.memory_budget_bytes;
-    request.dtype = spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
-    request.bf16_products = spec.bf16_products();
     request.safety_margin = safety_margin_;
     absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(request, worker.profile, false);
     if (!plan.ok()) return plan.status();

@@ -38,7 +38,7 @@ namespace slimfit::server {
 // bfloat16 products (JobSpec.bf16_products): 3e-2 — each honest result is the float32 one to
 // bfloat16 rounding (4e-3 to 6e-3 measured, BENCHMARKS.md), two of them up to twice that apart, on
 // different devices' rounding orders; such checks catch gross lies only.
-double VerificationTolerance(performer::DType dtype, bool bf16_products = false);
+double VerificationTolerance(performer::DType dtype, bool bf16_products);
 
 // Whether shard `shard_id` of `round` is checked, drawn from the job's seed so the choice is the
 // same after a restart: a fraction `fraction` of shards, uniformly.

@@ -18,7 +18,7 @@ ShardResult Result(double scale, double loss = 10.0) {
 }
 
 TEST(SpotChecksTest, TwoAgreeingAnswersAreAccepted) {
-  SpotChecks checks(VerificationTolerance(performer::DType::kFloat32));
+  SpotChecks checks(VerificationTolerance(performer::DType::kFloat32, /*bf16_products=*/false));
   checks.Expect(3);
   EXPECT_TRUE(checks.IsChecked(3));
   EXPECT_FALSE(checks.IsChecked(4));
@@ -34,7 +34,7 @@ TEST(SpotChecksTest, TwoAgreeingAnswersAreAccepted) {
 // job's tolerance accepts and float32's would not; a result 10% off still needs a tiebreak.
 TEST(SpotChecksTest, Bf16JobsCompareToBf16Rounding) {
   EXPECT_EQ(VerificationTolerance(performer::DType::kFloat32, /*bf16_products=*/true), 3e-2);
-  EXPECT_EQ(VerificationTolerance(performer::DType::kFloat32), 1e-4);
+  EXPECT_EQ(VerificationTolerance(performer::DType::kFloat32, /*bf16_products=*/false), 1e-4);
   SpotChecks checks(VerificationTolerance(performer::DType::kFloat32, /*bf16_products=*/true));
   checks.Expect(1);
   checks.Expect(2);

@@ -37,7 +37,7 @@ absl::StatusOr<planner::PlanSearchRequest> ValidatePlanRequest(const v1::PlanReq
   }
   search.bf16_products = request.bf16_products();
   if (search.bf16_products && search.dtype != performer::DType::kFloat32) {
-    return InvalidField("bf16_products", "bfloat16 products need DTYPE_FLOAT32");
+    return InvalidField("bf16_products", performer::Bf16ProductsDTypeError(search.dtype));
   }
   search.safety_margin = request.has_safety_margin() ? request.safety_margin() : kSafetyMargin;
   if (!(search.safety_margin >= 0 && search.safety_margin < 1)) {

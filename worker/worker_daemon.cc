@@ -142,9 +142,14 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
                         absl::StrCat("calibrating ", options.device, ": ", result.status().message()));
   }
   const absl::Time calibrated_at = absl::Now();
-  base::LogInfo(absl::StrFormat("calibrated in %.1f s: %.2f GFLOP/s, activation scale %.3f",
+  base::LogInfo(absl::StrFormat("calibrated in %.1f s: %.2f GFLOP/s, activation scale %.3f, bfloat16 time ratio %.2f",
                                absl::ToDoubleSeconds(calibrated_at - start),
-                               result->profile.flops_per_second / 1e9, result->profile.activation_scale));
+                               result->profile.flops_per_second / 1e9, result->profile.activation_scale,
+                               result->profile.bf16_time_ratio));
+  if (!result->bf16_error.empty()) {
+    base::LogWarning("this device cannot run bfloat16 products (jobs with them will fail here): ",
+                     result->bf16_error);
+  }
   if (absl::Status s = state.StoreProfile(key, result->profile, calibrated_at); !s.ok()) {
     base::LogWarning("cannot cache the profile (the next start calibrates again): ", s.message());
   }
