@@ -119,6 +119,56 @@ struct PoolPoint {
   int64_t pool_bytes = 0;
 };
 
+// `tokens` random tokens of the model's vocabulary, one document, drawn from `seed`.
+PackedBatch RandomBatch(const ModelConfig& model, int64_t tokens, uint64_t seed) {
+  PackedBatch batch;
+  std::mt19937_64 generator(seed);
+  for (int64_t i = 0; i < tokens; ++i) batch.tokens.push_back(static_cast<int64_t>(generator() % model.vocab));
+  return batch;
+}
+
+// What timing bfloat16 products against float32 gave: the ratio of their medians (1 when they
+// could not run), and the most the device held before a call beyond the model's parameters.
+struct Bf16Timing {
+  double ratio = 1.0;
+  int64_t resident_bytes = 0;
+  std::string error;  // why bfloat16 products could not run; empty when they did
+};
+
+// Full back-propagation of `model_config` over options.seq_len tokens, float32 and bfloat16 products
+// alternating, options.repeats timed runs each after one untimed. bfloat16 calls run through
+// autograd, whose backward on a GPU runs on LibTorch's device thread with cuBLAS workspaces of its
+// own: they count in resident_bytes (a worker calibrates in its own process, and layer recomputation
+// runs through autograd as well). Errors: the float32 call's; a failing bfloat16 call is `error`.
+absl::StatusOr<Bf16Timing> TimeBf16Products(const CalibrationOptions& options, const ModelConfig& model_config,
+                                            const c10::Device& device) {
+  absl::StatusOr<PerformerModel> model = PerformerModel::Create(model_config, options.dtype, device, options.seed);
+  if (!model.ok()) return model.status();
+  const PackedBatch batch = RandomBatch(model_config, options.seq_len, options.seed);
+  Bf16Timing timing;
+  std::array<std::vector<double>, 2> seconds;  // float32, bfloat16
+  for (int run = 0; run <= options.repeats; ++run) {
+    for (int mixed = 0; mixed < 2; ++mixed) {
+      Plan plan;
+      plan.dtype = options.dtype;
+      plan.bf16_products = mixed == 1;
+      absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, batch, plan, {});
+      if (!gradient.ok()) {
+        if (mixed == 0) return gradient.status();
+        timing.error = std::string(gradient.status().message());
+        return timing;
+      }
+      if (run > 0) seconds[mixed].push_back(gradient->seconds);
+      timing.resident_bytes = std::max(timing.resident_bytes, gradient->start_bytes - model->parameter_bytes());
+    }
+  }
+  for (std::vector<double>& times : seconds) std::sort(times.begin(), times.end());
+  const double float32 = seconds[0][seconds[0].size() / 2];
+  const double bfloat16 = seconds[1][seconds[1].size() / 2];
+  if (float32 > 0 && bfloat16 > 0) timing.ratio = bfloat16 / float32;
+  return timing;
+}
+
 }  // namespace
 
 int64_t GraphPoolOverheadBytes(const std::vector<std::array<int64_t, 2>>& scratch_and_pool) {
@@ -177,13 +227,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
     absl::StatusOr<PerformerModel> model =
         PerformerModel::Create(probe_model, options.dtype, *device, options.seed);
     if (!model.ok()) return model.status();
-    auto random_batch = [&](int64_t tokens) {
-      PackedBatch batch;
-      std::mt19937_64 generator(options.seed);
-      for (int64_t i = 0; i < tokens; ++i) batch.tokens.push_back(static_cast<int64_t>(generator() % probe_model.vocab));
-      return batch;
-    };
-    const PackedBatch batch = random_batch(options.seq_len);
+    const PackedBatch batch = RandomBatch(probe_model, options.seq_len, options.seed);
     for (int64_t slice : options.slices) {
       Plan plan;
       plan.slice = slice;
@@ -258,7 +302,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
     // The graphs' pool at the C the probes above replay few slices of (one untimed call each: a
     // call captures its own graphs).
     if (!device->is_cuda() || options.slice_replay != performer::SliceReplay::kAuto) continue;
-    const PackedBatch long_batch = random_batch(options.graph_pool_seq_len);
+    const PackedBatch long_batch = RandomBatch(probe_model, options.graph_pool_seq_len, options.seed);
     for (int64_t slice : options.graph_pool_slices) {
       if (!performer::AutoReplaysSlices((options.graph_pool_seq_len + slice - 1) / slice, slice)) continue;
       Plan plan;
@@ -279,44 +323,14 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
     }
   }
 
-  // bfloat16 products against float32 (float32 profiles only: bfloat16 rounds float32 values): full
-  // back-propagation of the last probe model (the largest of the defaults), the two alternating,
-  // medians of the repeats. bfloat16 calls run through autograd, whose backward on a GPU runs on
-  // LibTorch's device thread with cuBLAS workspaces of its own: what the device holds after them
-  // counts in the resident overhead too (a worker calibrates in its own process, and layer
-  // recomputation runs through autograd as well). A device that cannot run bfloat16 products keeps
-  // the ratio at 1 and says why (CalibrationResult::bf16_error).
+  // bfloat16 products against float32 on the last probe model (the largest of the defaults); float32
+  // profiles only, as bfloat16 rounds float32 values.
   if (options.dtype == performer::DType::kFloat32 && !options.models.empty()) {
-    absl::StatusOr<PerformerModel> model =
-        PerformerModel::Create(options.models.back(), options.dtype, *device, options.seed);
-    if (!model.ok()) return model.status();
-    PackedBatch batch;
-    std::mt19937_64 generator(options.seed);
-    for (int64_t i = 0; i < options.seq_len; ++i) {
-      batch.tokens.push_back(static_cast<int64_t>(generator() % options.models.back().vocab));
-    }
-    std::array<std::vector<double>, 2> seconds;  // float32, bfloat16
-    for (int run = 0; run <= options.repeats && result.bf16_error.empty(); ++run) {  // run 0 warms both up
-      for (int mixed = 0; mixed < 2 && result.bf16_error.empty(); ++mixed) {
-        Plan plan;
-        plan.dtype = options.dtype;
-        plan.bf16_products = mixed == 1;
-        absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, batch, plan, {});
-        if (!gradient.ok()) {
-          if (mixed == 0) return gradient.status();  // float32 itself failed: a real error
-          result.bf16_error = std::string(gradient.status().message());
-          break;
-        }
-        if (run > 0) seconds[mixed].push_back(gradient->seconds);
-        resident = std::max(resident, gradient->start_bytes - model->parameter_bytes());
-      }
-    }
-    if (result.bf16_error.empty()) {
-      for (std::vector<double>& times : seconds) std::sort(times.begin(), times.end());
-      const double float32 = seconds[0][seconds[0].size() / 2];
-      const double bfloat16 = seconds[1][seconds[1].size() / 2];
-      if (float32 > 0 && bfloat16 > 0) profile.bf16_time_ratio = bfloat16 / float32;
-    }
+    absl::StatusOr<Bf16Timing> timing = TimeBf16Products(options, options.models.back(), *device);
+    if (!timing.ok()) return timing.status();
+    profile.bf16_time_ratio = timing->ratio;
+    result.bf16_error = timing->error;
+    resident = std::max(resident, timing->resident_bytes);
   }
 
   const std::array<double, 2> memory = NonNegativeLeastSquares<2>(memory_x, memory_y);
