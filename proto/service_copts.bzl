@@ -1,29 +1,20 @@
-"""Compiler options for source files that use gRPC (//proto:service_precompiled).
+"""Compiler options for source files that use gRPC and the service protos (//proto:service_precompiled).
 
-SERVICE_COPTS makes a target's files start with the precompiled <grpcpp/grpcpp.h> (the target must
-depend on //proto:service_precompiled). Use it on targets whose files include gRPC or the service
-protos and not LibTorch (a file takes one precompiled header: LibTorch's, TORCH_COPTS, saves more).
-The generated proto headers are not precompiled: they change with the .proto files, and a
-precompiled copy would leave dependents compiled against the old ones (precompiled_header.bzl).
+SERVICE_COPTS makes a target's files start with the precompiled <grpcpp/grpcpp.h> and
+"proto/slimfit.grpc.pb.h" (with the protos it imports and protobuf's headers: ~3 s of parsing per
+file; the target must depend on //proto:service_precompiled). Use it on targets whose files include
+the service protos or gRPC and not LibTorch (a file takes one precompiled header: LibTorch's,
+TORCH_COPTS, saves more). When a .proto file changes, the precompiled file is built again and its
+digest header makes every dependent recompile (third_party/precompiled_header.bzl).
 """
 
-load("//third_party:precompiled_header.bzl", "precompiled_header_copts", "precompiled_header_key")
+load("//third_party:precompiled_header.bzl", "precompiled_header_copts")
 
 # What //proto:service_precompiled precompiles.
 SERVICE_PRECOMPILED_INCLUDES = [
     "<grpcpp/grpcpp.h>",
+    "\"proto/slimfit.grpc.pb.h\"",
 ]
 
-# On every dependent's command line and the precompiled file's (precompiled_header_key).
-SERVICE_PRECOMPILED_KEY = precompiled_header_key(
-    "SLIMFIT_SERVICE_PRECOMPILED",
-    SERVICE_PRECOMPILED_INCLUDES,
-)
-
-# gcc only (when it held the generated proto headers, clang recorded their sandbox paths; gRPC's
-# alone were not measured under clang).
-SERVICE_COPTS = precompiled_header_copts(
-    "proto/service_precompiled.h",
-    SERVICE_PRECOMPILED_KEY,
-    clang = False,
-)
+# gcc only: clang records the generated proto headers' sandbox paths (precompiled_header.bzl).
+SERVICE_COPTS = precompiled_header_copts("proto/service_precompiled.h", clang = False)

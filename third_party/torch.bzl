@@ -7,12 +7,9 @@ costs the ~1.5 s load. Not on targets whose own copts change the language (e.g. 
 gcc then parses the header instead and says so (-Winvalid-pch: correct, only slower); clang
 refuses the compile.
 """
-load(":precompiled_header.bzl", "precompiled_header_copts", "precompiled_header_key")
+load(":precompiled_header.bzl", "precompiled_header_copts")
 
 # What //third_party:torch_precompiled precompiles.
 TORCH_PRECOMPILED_INCLUDES = ["<ATen/ATen.h>"]
 
-# On every dependent's command line and the precompiled file's (precompiled_header_key).
-TORCH_PRECOMPILED_KEY = precompiled_header_key("SLIMFIT_TORCH_PRECOMPILED", TORCH_PRECOMPILED_INCLUDES)
-
-TORCH_COPTS = precompiled_header_copts("third_party/torch_precompiled.h", TORCH_PRECOMPILED_KEY)
+TORCH_COPTS = precompiled_header_copts("third_party/torch_precompiled.h")
