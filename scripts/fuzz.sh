@@ -2,6 +2,7 @@
 # Runs slimfit's libFuzzer targets (//fuzz) for a fixed time each:
 #
 #   scripts/fuzz.sh SECONDS [--merge] [TARGET...]
+#   scripts/fuzz.sh --build-only [TARGET...]
 #
 # Builds them with clang-14, AddressSanitizer and libFuzzer (--config=fuzz) in a separate Bazel
 # output base ($SLIMFIT_FUZZ_OUTPUT_BASE, default ~/.cache/slimfit-fuzz), so the ordinary gcc
@@ -9,6 +10,8 @@
 # fuzz/corpus/, e.g. safetensors) for SECONDS seconds on a copy of its corpus
 # fuzz/corpus/TARGET. --merge adds the inputs that found new coverage to fuzz/corpus/TARGET
 # (minimised with libFuzzer's -merge=1); without it the repository is not touched.
+# --build-only builds the targets and stops (scripts/test.sh builds them this way in the background,
+# at the lowest CPU priority, while the main suite runs).
 #
 # Prints one summary line per target (executions, executions per second, edge coverage and what
 # the run added to it, corpus growth) and exits 1 if any target crashed, hung (an input over
@@ -23,18 +26,24 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 
 usage() {
-  echo "usage: scripts/fuzz.sh SECONDS [--merge] [TARGET...]   (targets: $(ls fuzz/corpus | tr '\n' ' '))" >&2
+  echo "usage: scripts/fuzz.sh SECONDS [--merge] [TARGET...] | --build-only [TARGET...]   (targets: $(ls fuzz/corpus | tr '\n' ' '))" >&2
   exit 2
 }
 [ $# -ge 1 ] || usage
-seconds="$1"
+build_only=0
+if [ "$1" = "--build-only" ]; then
+  build_only=1
+  seconds=0
+else
+  seconds="$1"
+  [[ "$seconds" =~ ^[0-9]+$ ]] && [ "$seconds" -ge 1 ] || usage
+fi
 shift
-[[ "$seconds" =~ ^[0-9]+$ ]] && [ "$seconds" -ge 1 ] || usage
 merge=0
 targets=()
 for arg in "$@"; do
   case "$arg" in
-    --merge) merge=1 ;;
+    --merge) [ "$build_only" -eq 0 ] || usage; merge=1 ;;
     -*) usage ;;
     *)
       [ -d "fuzz/corpus/$arg" ] || { echo "fuzz.sh: unknown target $arg" >&2; usage; }
@@ -62,6 +71,7 @@ build_start=$SECONDS
 "${bazel_fuzz[@]}" build --config=fuzz --jobs="${SLIMFIT_FUZZ_JOBS:-2}" --color=no --curses=no \
   --show_progress_rate_limit=30 "${labels[@]}"
 echo "fuzz.sh: built ${#targets[@]} targets in $((SECONDS - build_start)) s"
+[ "$build_only" -eq 0 ] || exit 0
 bin="$("${bazel_fuzz[@]}" info --config=fuzz bazel-bin 2>/dev/null)/fuzz"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/slimfit-fuzz.XXXXXX")"

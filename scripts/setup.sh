@@ -2,8 +2,8 @@
 # Installs every Debian package slimfit needs to build, test and run (clang-14, its sanitizer and
 # libFuzzer runtimes and llvm-symbolizer are for the fuzz targets, scripts/fuzz.sh; chromium, with a
 # font to draw text, and python3-prometheus-client are for the tests of the status page and the
-# metrics endpoint). Idempotent: when everything is already installed it only checks (a second or
-# two) and touches nothing.
+# metrics endpoint; procps gives the scripts pkill). Idempotent: when everything is already
+# installed it only checks (a second or two) and touches nothing.
 set -euo pipefail
 
 packages=(
@@ -16,7 +16,7 @@ packages=(
   nlohmann-json3-dev libsqlite3-dev libtomlplusplus-dev
   libcpp-httplib-dev libsystemd-dev
   python3-torch python3-prometheus-client
-  systemd
+  systemd procps
   chromium fonts-dejavu-core
   clang-14 libclang-rt-14-dev llvm-14
 )
