@@ -33,6 +33,8 @@ ABSL_FLAG(std::string, models, "small,medium,large", "model sizes: small (d128 f
 ABSL_FLAG(bool, fixed_policies, true, "also run reverse/store/resync/dp plans at each of --fixed_slices");
 ABSL_FLAG(std::string, fixed_slices, "64,256", "--fixed_policies: the slice sizes C, comma-separated");
 ABSL_FLAG(int, repeats, 1, "timed runs per plan (median)");
+ABSL_FLAG(bool, bf16_products, false,
+          "every plan with bfloat16 products (Plan::bf16_products): the searches' and the fixed ones");
 ABSL_FLAG(bool, above_fixed, false,
           "budgets are working memory above parameters and gradients (added to each budget)");
 
@@ -103,6 +105,7 @@ int Run() {
       for (int64_t budget_mib : Ints(absl::GetFlag(FLAGS_budgets_mib))) {
         planner::PlanSearchRequest request;
         request.workload = workload;
+        request.bf16_products = absl::GetFlag(FLAGS_bf16_products);
         request.memory_budget_bytes =
             (budget_mib << 20) + (absl::GetFlag(FLAGS_above_fixed) ? 2 * model->parameter_bytes() : 0);
         absl::StatusOr<planner::PlanSearchResult> search = planner::SearchPlans(request, profile);
@@ -118,6 +121,7 @@ int Run() {
         for (int64_t c : Ints(absl::GetFlag(FLAGS_fixed_slices))) {
           Plan plan;
           plan.slice = c;
+          plan.bf16_products = absl::GetFlag(FLAGS_bf16_products);
           plans.emplace_back("reverse", plan);
           plan.front_policy = performer::FrontPolicy::kStore;
           plans.emplace_back("store", plan);

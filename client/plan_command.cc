@@ -227,7 +227,9 @@ std::string FormatText(const PerformerPlanOptions& options, const performer::Mod
                            "recomputed during its backward)"
                          : "none (every activation of the slice graph is kept)");
   const char* weights = "one layout (this device's engine makes no forward copies of these weights)";
-  if (planner::ForwardCopiesApply(source.profile, chosen.dtype)) {
+  if (chosen.bf16_products) {
+    weights = "bfloat16 copies (every linear weight rounded once per call for the bfloat16 products)";
+  } else if (planner::ForwardCopiesApply(source.profile, chosen.dtype, /*bf16_products=*/false)) {
     weights = chosen.copy_forward_weights
                   ? "copies (the FFN and output weights also kept contiguous for the forward products)"
                   : "one layout (no forward copies: less memory, about 1.15x the time)";

@@ -20,8 +20,9 @@ inline constexpr int64_t kBatchedWeightGradientRows = 64;
 
 // Whether a gradient call with `plan` on a CPU batches its weight gradients: slices shorter than
 // kBatchedWeightGradientRows on the hand-written backward's path (chunked prefix sums, no layer
-// recomputation, no bfloat16 products), for every feature map; a call that runs through autograd
-// anyway (the hand-written path turned off) allocates nothing.
+// recomputation), for every feature map, without bfloat16 products (each of which is rounded as it
+// comes); a call that runs through autograd anyway (the hand-written path turned off) allocates
+// nothing.
 inline bool BatchesWeightGradients(const Plan& plan) {
   return plan.slice > 0 && plan.slice < kBatchedWeightGradientRows && plan.prefix_mode == PrefixMode::kChunked &&
          plan.recompute == LayerRecompute::kNone && !plan.bf16_products;

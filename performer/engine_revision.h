@@ -22,6 +22,9 @@
 //      1.15–2.3× faster at config A than through autograd, working memory 0–18% above it, and no
 //      cuBLAS workspaces of autograd's device thread; and FAVOR+ by hand too (on a CPU at config A
 //      C = 16 ~30% faster, with batched weight gradients); calibration measures bf16_time_ratio
+//   7  2026-11-27: bfloat16 products by hand too (explicit_backprop.h), no longer through
+//      autograd, with the weights rounded once per call (PrepareForwardLayouts): bf16_time_ratio
+//      changes (on the reference CPU at config A, C = 16 1.13 s through autograd, 0.70 s now)
 //
 // Thread safety: a constant.
 #ifndef SLIMFIT_PERFORMER_ENGINE_REVISION_H_
@@ -29,7 +32,7 @@
 
 namespace slimfit::performer {
 
-inline constexpr int kEngineRevision = 6;
+inline constexpr int kEngineRevision = 7;
 
 }  // namespace slimfit::performer
 

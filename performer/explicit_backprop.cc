@@ -153,12 +153,14 @@ at::Tensor NormalizeBackward(const at::Tensor& g, const at::Tensor& input, const
   return g_input;
 }
 
-// sink += xᵀ·g, batched over slices where the call asked for it (Context::weight_gradients).
+// sink += xᵀ·g, batched over slices where the call asked for it (Context::weight_gradients), in
+// the call's product dtype (bfloat16 products: x and g rounded, the product rounded and added in
+// float32, as autograd's linear maps do: performer_model.cc).
 void AddWeightGradient(const Context& ctx, at::Tensor& sink, const at::Tensor& x, const at::Tensor& g) {
   if (ctx.weight_gradients != nullptr) {
     ctx.weight_gradients->Add(sink, x, g);
   } else {
-    AccumulateProduct(sink, x.t(), g);
+    AccumulateProductIn(ctx.weights.products, sink, x.t(), g);
   }
 }
 
@@ -226,7 +228,7 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
   t.x = x;
   t.h = x;
   if (!post) std::tie(t.h, t.h_mean, t.h_rstd) = Normalize(x, w.norm1_weight, w.norm1_bias);
-  t.qkv = AddBiasProduct(w.qkv_bias, t.h, w.qkv_weight_t);
+  t.qkv = AddBiasProductIn(w.products, w.qkv_bias, t.h, w.qkv_weight_t);
   t.phi = at::empty({2, c.heads, rows, c.features_per_head()}, x.options());
   if (HeadKernelsApply(c.feature_map, t.qkv)) {
     t.v = at::empty({c.heads, rows, c.head_dim()}, x.options());
@@ -269,10 +271,10 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
   if (!keep) t.attention = t.denominator_eps = at::Tensor();
   t.ffn_input = t.x1;
   if (!post) std::tie(t.ffn_input, t.f_mean, t.f_rstd) = Normalize(t.x1, w.norm2_weight, w.norm2_bias);
-  t.u = AddBiasProduct(w.ffn_in_bias, t.ffn_input, ForwardOperand(w.ffn_in_forward_t, w.ffn_in_weight_t));
+  t.u = AddBiasProductIn(w.products, w.ffn_in_bias, t.ffn_input, ForwardOperand(w.ffn_in_forward_t, w.ffn_in_weight_t));
   t.hidden = Gelu(t.u);
   if (!keep) t.u = t.ffn_input = at::Tensor();
-  at::Tensor o = AddBiasProduct(w.ffn_out_bias, t.hidden, ForwardOperand(w.ffn_out_forward_t, w.ffn_out_weight_t));
+  at::Tensor o = AddBiasProductIn(w.products, w.ffn_out_bias, t.hidden, ForwardOperand(w.ffn_out_forward_t, w.ffn_out_weight_t));
   if (!keep) t.hidden = at::Tensor();
   at::Tensor y;
   if (post) {
@@ -308,13 +310,13 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
   }
   AddWeightGradient(ctx, sink.ffn_out_weight_t, t.hidden, g_o);
   AddColumnSums(sink.ffn_out_bias, g_o);
-  const at::Tensor g_hidden = LinearInputGradient(g_o, {w.ffn_out_weight_t});
+  const at::Tensor g_hidden = LinearInputGradient(g_o, {w.ffn_out_weight_t}, w.products);
   t.hidden = at::Tensor();
   const at::Tensor g_u = GeluBackward(g_hidden, t.u);
   t.u = at::Tensor();
   AddWeightGradient(ctx, sink.ffn_in_weight_t, t.ffn_input, g_u);
   AddColumnSums(sink.ffn_in_bias, g_u);
-  at::Tensor g_x1 = LinearInputGradient(g_u, {w.ffn_in_weight_t});
+  at::Tensor g_x1 = LinearInputGradient(g_u, {w.ffn_in_weight_t}, w.products);
   if (!post) {
     g_x1 = NormalizeBackward(g_x1, t.x1, t.f_mean, t.f_rstd, w.norm2_weight, w.norm2_bias, sink.norm2_weight,
                              sink.norm2_bias);
@@ -368,7 +370,7 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
   }
   AddWeightGradient(ctx, sink.qkv_weight_t, t.h, g_qkv);
   AddColumnSums(sink.qkv_bias, g_qkv);
-  at::Tensor g_x = LinearInputGradient(g_qkv, w.qkv_gradient_pieces);
+  at::Tensor g_x = LinearInputGradient(g_qkv, w.qkv_gradient_pieces, w.products);
   if (!post) {
     g_x = NormalizeBackward(g_x, t.x, t.h_mean, t.h_rstd, w.norm1_weight, w.norm1_bias, sink.norm1_weight,
                             sink.norm1_bias);
@@ -386,7 +388,6 @@ bool ExplicitBackpropApplies(bool wanted, const Context& ctx, LayerRecompute rec
     return false;
   }
   if (ctx.weights.gradient_sink == nullptr || ctx.weights.layers.empty()) return false;
-  if (ctx.weights.products != at::ScalarType::Undefined) return false;  // mixed precision: autograd
   for (const LayerWeights& w : ctx.weights.layers) {
     if (w.gradient_sink == nullptr || !w.qkv_weight_t.defined()) return false;
   }
@@ -420,7 +421,7 @@ at::Tensor ExplicitForward(const Context& ctx, const Stretch& stretch, const Fro
   const ModelWeights& w = ctx.weights;
   tape->top_rows = x.index_select(0, stretch.target_rows);
   const at::Tensor logits =
-      AddBiasProduct(w.output_bias, tape->top_rows, ForwardOperand(w.output_forward_t, w.output_weight_t));
+      AddBiasProductIn(w.products, w.output_bias, tape->top_rows, ForwardOperand(w.output_forward_t, w.output_weight_t));
   at::Tensor loss;
   if (KernelsApply({&logits}) && stretch.targets.is_contiguous()) {
     tape->log_probs = logits;  // made log-probabilities in place
@@ -454,7 +455,7 @@ ModelFront ExplicitBackward(const Context& ctx, const Stretch& stretch, const Fr
     tape.log_probs = tape.total_weight = at::Tensor();
     AddWeightGradient(ctx, sink.output_weight_t, tape.top_rows, g_logits);
     AddColumnSums(sink.output_bias, g_logits);
-    const at::Tensor g_top = LinearInputGradient(g_logits, {w.output_weight_t});
+    const at::Tensor g_top = LinearInputGradient(g_logits, {w.output_weight_t}, w.products);
     if (KernelsApply({&g_top, &g}) && stretch.target_rows.is_contiguous()) {
       AddRowsCpu(stretch.target_rows, g_top, g);
     } else {

@@ -16,10 +16,11 @@
 //
 // Served: any device (on a GPU the same calls are fewer kernels per slice than autograd's, and
 // slices replay as CUDA graphs the same way; the row kernels are the CPU's, LibTorch's kernels run
-// elsewhere), float32 and float64, every feature map (FAVOR+'s through LibTorch's kernels, the
+// elsewhere), float32 and float64, bfloat16 products (the same rounded products as autograd's
+// linear maps: ModelWeights::products), every feature map (FAVOR+'s through LibTorch's kernels, the
 // others' through the row kernels on a CPU), pre- and post-LN, the chunked prefix mode, no layer
-// recomputation. Everything else (the cumsum reference mode, layer recomputation, bfloat16
-// products) keeps the autograd path.
+// recomputation. Everything else (the cumsum reference mode, layer recomputation) keeps the
+// autograd path.
 //
 // Thread safety: as SliceRunner (one thread; reads the Context it is given).
 #ifndef SLIMFIT_PERFORMER_EXPLICIT_BACKPROP_H_

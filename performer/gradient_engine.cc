@@ -174,8 +174,8 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
                     : options.favor_projections,
                 plan.prefix_mode, plan.block};
     for (at::Tensor& projection : ctx.projections) projection = projection.to(tensor_options);
-    PrepareForwardLayouts(&ctx.weights, CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights);
-    if (plan.bf16_products) SetProductDType(&ctx.weights, at::kBFloat16);
+    PrepareForwardLayouts(&ctx.weights, CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights,
+                          plan.bf16_products ? at::kBFloat16 : at::ScalarType::Undefined);
     ctx.weights.gradient_sink = &sink;
     for (size_t r = 0; r < ctx.weights.layers.size(); ++r) ctx.weights.layers[r].gradient_sink = &sink.layers[r];
 

@@ -67,8 +67,8 @@ struct GradientOptions {
   // before running it.
   std::function<absl::StatusOr<Schedule>(const Plan& plan, int64_t slices)> dp_schedule;
   SliceReplay slice_replay = SliceReplay::kAuto;
-  // Where it applies (any device, float32/float64, every feature map, chunked prefix sums, no layer
-  // recomputation, no bfloat16 products), run each slice's forward and backward as
+  // Where it applies (any device, float32/float64 with or without bfloat16 products, every feature
+  // map, chunked prefix sums, no layer recomputation), run each slice's forward and backward as
   // hand-written tensor operations instead of through autograd: the same gradient to rounding, with
   // a fraction of the LibTorch calls (on a GPU, kernels) per slice. false: autograd everywhere (for
   // tests and benchmarks that compare the two).

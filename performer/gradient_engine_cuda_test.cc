@@ -253,8 +253,8 @@ TEST(CudaGradientTest, FewOrLargeSlicesRunOpByOp) {
 }
 
 // Mixed precision on the device (bfloat16 products, the matrix units' format): the float32 gradient
-// to bfloat16 rounding, full and sliced, with slices replayed as CUDA graphs where they would be;
-// the lower bound checks that bfloat16 really ran.
+// to bfloat16 rounding, full and sliced, by hand, with slices replayed as CUDA graphs where they
+// would be; the lower bound checks that bfloat16 really ran.
 TEST(CudaGradientTest, Bf16ProductsGiveTheFloatGradientToBf16Rounding) {
   SKIP_WITHOUT_CUDA();
   const ModelConfig config = Config(FeatureMap::kElu1, LayerNormPlacement::kPre);
@@ -266,6 +266,7 @@ TEST(CudaGradientTest, Bf16ProductsGiveTheFloatGradientToBf16Rounding) {
   Plan full_bf16 = full;
   full_bf16.bf16_products = true;
   const GradientResult mixed = MustCompute(*model, batch, full_bf16);
+  EXPECT_TRUE(mixed.explicit_backprop);
   const double full_error = RelativeDiscrepancy(mixed.gradients, want.gradients);
   EXPECT_GT(full_error, 1e-4) << "no bfloat16 rounding seen";
   EXPECT_LT(full_error, 2e-2);
@@ -274,6 +275,7 @@ TEST(CudaGradientTest, Bf16ProductsGiveTheFloatGradientToBf16Rounding) {
     plan.slice = slice;
     plan.bf16_products = true;
     const GradientResult sliced = MustCompute(*model, batch, plan);
+    EXPECT_TRUE(sliced.explicit_backprop) << "C=" << slice;
     EXPECT_LT(RelativeDiscrepancy(sliced.gradients, want.gradients), std::min(3 * full_error, 2e-2)) << "C=" << slice;
     EXPECT_NEAR(sliced.loss(), want.loss(), 1e-3 * want.loss()) << "C=" << slice;
     // Only C = 16 has slices without a document start in this stream (starts are 37–65 apart).

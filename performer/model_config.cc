@@ -48,6 +48,10 @@ int64_t ModelConfig::forward_layout_values(bool copy_all) const {
   return copy_all ? fused + layers * 2 * d_model * d_ff + d_model * vocab : fused;
 }
 
+int64_t ModelConfig::product_weight_values() const {
+  return layers * (3 * d_model * d_model + 2 * d_model * d_ff) + d_model * vocab;
+}
+
 absl::Status ModelConfig::Validate() const {
   auto positive = [](absl::string_view field, int64_t value) -> absl::Status {
     if (value > 0) return absl::OkStatus();

@@ -61,6 +61,9 @@ struct ModelConfig {
   // (PrepareForwardLayouts, performer_model.h): q | k | v fused per layer, and with `copy_all` a
   // contiguous copy of the FFN and output weights.
   int64_t forward_layout_values(bool copy_all) const;
+  // Values of the linear maps' weights (q, k, v, the FFN's two, the output map): what the engine's
+  // bfloat16 copies for bfloat16 products hold (PrepareForwardLayouts, performer_model.h).
+  int64_t product_weight_values() const;
 
   // INVALID_ARGUMENT naming the offending field when the shape is impossible.
   absl::Status Validate() const;

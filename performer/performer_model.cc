@@ -86,10 +86,24 @@ at::ScalarType ToScalarType(DType dtype) {
   return dtype == DType::kFloat32 ? at::kFloat : at::kDouble;
 }
 
-void SetProductDType(ModelWeights* weights, at::ScalarType products) {
+namespace {
+
+// PrepareForwardLayouts for reduced-precision products.
+void RoundProductWeights(ModelWeights* weights, at::ScalarType products) {
+  auto round = [products](const at::Tensor& weight_t) { return weight_t.to(products).contiguous(); };
   weights->products = products;
-  for (LayerWeights& w : weights->layers) w.products = products;
+  for (LayerWeights& w : weights->layers) {
+    w.products = products;
+    w.qkv_weight_t = at::cat({round(w.q_weight_t), round(w.k_weight_t), round(w.v_weight_t)}, 1);
+    w.qkv_bias = at::cat({w.q_bias, w.k_bias, w.v_bias}, 0);
+    w.qkv_gradient_pieces = {w.qkv_weight_t};
+    w.ffn_in_weight_t = round(w.ffn_in_weight_t);
+    w.ffn_out_weight_t = round(w.ffn_out_weight_t);
+  }
+  weights->output_weight_t = round(weights->output_weight_t);
 }
+
+}  // namespace
 
 at::Tensor LinearInputGradient(const at::Tensor& g, const std::vector<at::Tensor>& pieces,
                                at::ScalarType products) {
@@ -150,8 +164,12 @@ bool CopiesForwardLayouts(const at::Device& device, DType dtype) {
   return device.is_cpu() && dtype == DType::kFloat32 && OneDnnProducts();
 }
 
-void PrepareForwardLayouts(ModelWeights* weights, bool copy_all) {
+void PrepareForwardLayouts(ModelWeights* weights, bool copy_all, at::ScalarType products) {
   at::NoGradGuard no_grad;
+  if (products != at::ScalarType::Undefined && products != weights->output_weight_t.scalar_type()) {
+    RoundProductWeights(weights, products);
+    return;
+  }
   for (LayerWeights& w : weights->layers) {
     w.qkv_weight_t = at::cat({w.q_weight_t, w.k_weight_t, w.v_weight_t}, 1);
     w.qkv_bias = at::cat({w.q_bias, w.k_bias, w.v_bias}, 0);

@@ -76,8 +76,7 @@ struct ModelWeights {
   at::ScalarType products = at::ScalarType::Undefined;  // as LayerWeights::products, for the output map
 };
 
-// Sets `products` (LayerWeights::products) on the model's weights and every layer's.
-void SetProductDType(ModelWeights* weights, at::ScalarType products);
+
 
 // Canonical parameter names and shapes, in the model's order.
 std::vector<std::string> ParameterNames(const ModelConfig& config);
@@ -107,7 +106,18 @@ const at::Tensor& ForwardOperand(const at::Tensor& copy, const at::Tensor& weigh
 // Sets every layer's qkv_weight_t / qkv_bias to the concatenation of its q, k and v projections
 // (a copy: 3·d·(d + 1) values per layer) and, with `copy_all`, the *_forward_t copies of the FFN
 // and output weights: ModelConfig::forward_layout_values in all.
-void PrepareForwardLayouts(ModelWeights* weights, bool copy_all);
+//
+// Mixed precision, `products` a reduced dtype (bfloat16): sets `products` (LayerWeights::products)
+// on the weights and every layer's, and makes each linear map's product operand — qkv_weight_t
+// (with qkv_gradient_pieces = {it}), the FFN's and the output map's *_weight_t — one contiguous
+// [in, out] copy in `products` (ModelConfig::product_weight_values() values; `copy_all` is then
+// moot): the weights are rounded once per call instead of in every product, where at the row counts
+// of small slices rounding a weight costs more than the product it serves. Rounded piece by piece,
+// so nothing beyond the copies and one weight's rounding is ever held. The rounding is the
+// products' own (matrix_products.h), so the products equal those that round the float32 weights
+// themselves. The parameters are untouched; qkv_bias stays in their dtype.
+void PrepareForwardLayouts(ModelWeights* weights, bool copy_all,
+                           at::ScalarType products = at::ScalarType::Undefined);
 
 // Index of layer r's first attention parameter (q weight) in ParameterNames order; q bias, k
 // weight, k bias, v weight and v bias follow.

@@ -71,9 +71,10 @@ TEST(PerformerModelTest, ReadoutScaleScalesOnlyTheOutputMap) {
 }
 
 // Every linear map honours LayerWeights / ModelWeights::products in its forward and in both halves
-// of its backward — the q|k|v map (LayerF), the FFN's two maps (LayerG), the output map
-// (CrossEntropySum) — against a replica written with explicit bfloat16 casts. A map left in float32
-// differs from the replica by bfloat16's rounding (~1e-3), far above the tolerance.
+// of its backward, with the weights rounded once (PrepareForwardLayouts) — the q|k|v map (LayerF),
+// the FFN's two maps (LayerG), the output map (CrossEntropySum) — against a replica written with
+// explicit bfloat16 casts of the float32 weights. A map left in float32 differs from the replica by
+// bfloat16's rounding (~1e-3), far above the tolerance.
 TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   ModelConfig config;
   config.vocab = 11;
@@ -86,7 +87,9 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 3);
   ASSERT_TRUE(model.ok()) << model.status();
   ModelWeights weights = BindWeights(config, ToComputeLayout(model->names(), model->parameters()));
-  PrepareForwardLayouts(&weights, /*copy_all=*/false);
+  ModelWeights unrounded = weights;  // the float32 weights the replica rounds itself
+  PrepareForwardLayouts(&unrounded, /*copy_all=*/false);
+  PrepareForwardLayouts(&weights, /*copy_all=*/false, at::kBFloat16);
   std::vector<at::Tensor> zeros;
   for (const at::Tensor& p : ToComputeLayout(model->names(), model->parameters())) zeros.push_back(at::zeros(p.sizes()));
   ModelWeights sink = BindWeights(config, zeros);
@@ -94,9 +97,12 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   sink.layers[0].qkv_bias = at::zeros({24});
   weights.gradient_sink = &sink;
   weights.layers[0].gradient_sink = &sink.layers[0];
-  SetProductDType(&weights, at::kBFloat16);
   const LayerWeights& w = weights.layers[0];
   auto bf = [](const at::Tensor& t) { return t.detach().to(at::kBFloat16); };
+  // The float32 weights rounded, in the layout the engine's copies have ([in, out], contiguous: a
+  // bfloat16 product's own sums, and so its rounding, follow its operands' layout).
+  auto weight16 = [&](const at::Tensor& weight_t) { return bf(weight_t).contiguous(); };
+  const LayerWeights& f = unrounded.layers[0];
   auto linear16 = [&](const at::Tensor& x, const at::Tensor& wt, const at::Tensor& b) {
     return at::addmm(bf(b), bf(x), bf(wt)).to(at::kFloat);
   };
@@ -110,7 +116,7 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   const at::Tensor x = at::randn({5, 8}).requires_grad_();
   const AttentionInputs in = LayerF(config, w, x, at::Tensor());
   const at::Tensor h = at::layer_norm(x.detach(), {8}, w.norm1_weight, w.norm1_bias, kLayerNormEps);
-  const at::Tensor qkv = linear16(h, w.qkv_weight_t, w.qkv_bias);
+  const at::Tensor qkv = linear16(h, weight16(f.qkv_weight_t), w.qkv_bias);
   EXPECT_TRUE(close(in.v, qkv.narrow(1, 16, 8).reshape({5, 2, 4}).transpose(0, 1)));
   const at::Tensor weight_v = at::randn({2, 5, 4});
   (in.v * weight_v).sum().backward();
@@ -125,13 +131,13 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   const at::Tensor x1 =
       residual.detach() + (numerator / (denominator.unsqueeze(2) + kDenominatorEps)).transpose(0, 1).reshape({5, 8});
   const at::Tensor ffn_input = at::layer_norm(x1, {8}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
-  const at::Tensor pre = linear16(ffn_input, w.ffn_in_weight_t, w.ffn_in_bias);
+  const at::Tensor pre = linear16(ffn_input, weight16(f.ffn_in_weight_t), w.ffn_in_bias);
   const at::Tensor hidden = at::gelu(pre);
-  EXPECT_TRUE(close(out, x1 + linear16(hidden, w.ffn_out_weight_t, w.ffn_out_bias)));
+  EXPECT_TRUE(close(out, x1 + linear16(hidden, weight16(f.ffn_out_weight_t), w.ffn_out_bias)));
   const at::Tensor weight_out = at::randn({5, 8});
   (out * weight_out).sum().backward();
   EXPECT_TRUE(close(sink.layers[0].ffn_out_weight_t, weight_gradient16(hidden, weight_out)));
-  const at::Tensor g_hidden = at::mm(bf(weight_out), bf(w.ffn_out_weight_t.t())).to(at::kFloat);
+  const at::Tensor g_hidden = at::mm(bf(weight_out), weight16(f.ffn_out_weight_t).t()).to(at::kFloat);
   EXPECT_TRUE(close(sink.layers[0].ffn_in_weight_t, weight_gradient16(ffn_input, at::gelu_backward(g_hidden, pre))));
 
   // The output map: the loss forwards, its weight gradient backwards.
@@ -139,7 +145,7 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   const at::Tensor rows = at::arange(1, 5, at::kLong), targets = at::randint(11, {4}, at::kLong);
   const at::Tensor loss = CrossEntropySum(weights, top, rows, targets);
   const at::Tensor logits =
-      linear16(top.detach().index_select(0, rows), weights.output_weight_t, weights.output_bias).requires_grad_();
+      linear16(top.detach().index_select(0, rows), weight16(unrounded.output_weight_t), weights.output_bias).requires_grad_();
   const at::Tensor want_loss = at::nll_loss(at::log_softmax(logits, 1), targets, {}, at::Reduction::Sum);
   EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-5 * want_loss.item<double>());
   loss.backward();

@@ -136,10 +136,10 @@ struct Bf16Timing {
 };
 
 // Full back-propagation of `model_config` over options.seq_len tokens, float32 and bfloat16 products
-// alternating, options.repeats timed runs each after one untimed. bfloat16 calls run through
-// autograd, whose backward on a GPU runs on LibTorch's device thread with cuBLAS workspaces of its
-// own: they count in resident_bytes (a worker calibrates in its own process, and layer recomputation
-// runs through autograd as well). Errors: the float32 call's; a failing bfloat16 call is `error`.
+// alternating, options.repeats timed runs each after one untimed. What the device holds before
+// each call counts in resident_bytes, as after every probe: the bfloat16 products may set up
+// workspaces of their own in the device's BLAS (a worker calibrates in its own process). Errors:
+// the float32 call's; a failing bfloat16 call is `error`.
 absl::StatusOr<Bf16Timing> TimeBf16Products(const CalibrationOptions& options, const ModelConfig& model_config,
                                             const c10::Device& device) {
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(model_config, options.dtype, device, options.seed);

@@ -96,9 +96,14 @@ double SliceSeconds(const ModelConfig& c, int64_t tokens, const Plan& plan, bool
 }
 
 int64_t Bf16ProductBytes(const ModelConfig& c, int64_t tokens) {
-  const int64_t d = c.d_model;
   const int64_t widest = std::max(c.d_ff, c.vocab);  // the FFN's or the output map's product
-  return 2 * (tokens * (d + widest) + std::max(3 * d * d + 2 * d * c.d_ff, d * c.vocab));
+  return 2 * tokens * (c.d_model + widest);
+}
+
+int64_t Bf16WeightGradientBytes(const ModelConfig& c, const DeviceProfile& profile) {
+  const int64_t d = c.d_model;
+  const int64_t bytes_per_value = absl::StartsWith(profile.device, "cuda") ? 2 : 2 + 4;
+  return bytes_per_value * std::max({3 * d * d, d * c.d_ff, d * c.vocab});
 }
 
 int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, const DeviceProfile& profile) {
@@ -112,11 +117,13 @@ int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, 
   const double elements = per_token * static_cast<double>(tokens);
   return static_cast<int64_t>(std::ceil(profile.activation_scale * elements *
                                         static_cast<double>(performer::DTypeBytes(plan.dtype)))) +
-         profile.activation_overhead_bytes + (plan.bf16_products ? Bf16ProductBytes(c, tokens) : 0);
+         profile.activation_overhead_bytes +
+         (plan.bf16_products ? Bf16ProductBytes(c, tokens) + Bf16WeightGradientBytes(c, profile) : 0);
 }
 
-bool ForwardCopiesApply(const DeviceProfile& profile, DType dtype) {
-  return dtype == DType::kFloat32 && profile.forward_weight_copies && !absl::StartsWith(profile.device, "cuda");
+bool ForwardCopiesApply(const DeviceProfile& profile, DType dtype, bool bf16_products) {
+  return dtype == DType::kFloat32 && !bf16_products && profile.forward_weight_copies &&
+         !absl::StartsWith(profile.device, "cuda");
 }
 
 int64_t BatchedWeightGradientBytes(const ModelConfig& c, const Plan& plan, const DeviceProfile& profile) {
@@ -186,8 +193,12 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   // The engine's copies of the weights for its forward products: q | k | v fused per layer and,
   // on a CPU in float32, where the products run in oneDNN, every other linear weight
   // (performer::CopiesForwardLayouts; a CUDA build of the worker keeps one layout on any device).
-  const bool copies_apply = ForwardCopiesApply(profile, plan.dtype);
-  const int64_t forward_layouts = c.forward_layout_values(copies_apply && plan.copy_forward_weights) * dtype_bytes;
+  // With bfloat16 products, a bfloat16 copy of every linear weight instead, and the fused biases
+  // (performer::PrepareForwardLayouts).
+  const bool copies_apply = ForwardCopiesApply(profile, plan.dtype, plan.bf16_products);
+  const int64_t forward_layouts =
+      plan.bf16_products ? 2 * c.product_weight_values() + c.layers * 3 * c.d_model * dtype_bytes
+                         : c.forward_layout_values(copies_apply && plan.copy_forward_weights) * dtype_bytes;
   if (plan.slice == 0) {
     p.working_bytes = SliceGraphBytes(c, w.seq_len, plan, profile) + forward_layouts;
     p.seconds = SliceSeconds(c, w.seq_len, plan, /*with_output=*/true, profile) * (1.0 + profile.backward_factor);

@@ -88,10 +88,12 @@ int64_t BatchedWeightGradientBytes(const performer::ModelConfig& model, const pe
                                    const DeviceProfile& profile);
 
 // Whether a worker with this profile makes the forward copies of the FFN and output weights when a
-// plan in `dtype` asks for them (Plan::copy_forward_weights): on a CPU in float32, where the
-// Bazel-built engine runs its products in oneDNN (performer::CopiesForwardLayouts). A CMake-built
-// CPU worker (no oneDNN) makes none: its calibration says so (DeviceProfile::forward_weight_copies).
-bool ForwardCopiesApply(const DeviceProfile& profile, performer::DType dtype);
+// plan in `dtype` asks for them (Plan::copy_forward_weights): on a CPU in float32 without bfloat16
+// products (which keep bfloat16 copies of every linear weight instead: performer::PrepareForwardLayouts),
+// where the Bazel-built engine runs its products in oneDNN (performer::CopiesForwardLayouts). A
+// CMake-built CPU worker (no oneDNN) makes none: its calibration says so
+// (DeviceProfile::forward_weight_copies).
+bool ForwardCopiesApply(const DeviceProfile& profile, performer::DType dtype, bool bf16_products);
 
 // Slices the engine's forward sweep runs per stretch under `plan` (gradient_engine.cc): 3 where no
 // front inside a stretch is needed, 1 for store, for dp (whose schedule advances slice by slice)
@@ -100,13 +102,18 @@ bool ForwardCopiesApply(const DeviceProfile& profile, performer::DType dtype);
 int64_t SweepSlicesPerStretch(const performer::ModelConfig& model, const performer::Plan& plan);
 
 // Mixed precision (Plan::bf16_products): the bfloat16 copies a matrix product makes of its
-// operands and of its result, counted at the largest product of a computation over `tokens` rows
-// (the FFN's or the output map's: tokens · (d_model + max(d_ff, vocab)) values) with the larger of
-// one layer's linear weights (3·d² + 2·d·d_ff) and the output map (d·vocab) rounded as well, 2
-// bytes each; SliceGraphBytes and SweepStretchBytes add it to such plans.
-// Measured on config A on a CPU (BENCHMARKS.md, "bfloat16 products as a job property"): 1.3 MiB
-// more than float32 at C = 64 against 1.5 predicted, 6.1 MiB at 2,048 tokens against 6.4.
+// activation operand and of its result, counted at the largest product of a computation over
+// `tokens` rows (the FFN's or the output map's: tokens · (d_model + max(d_ff, vocab)) values, 2
+// bytes each); SliceGraphBytes and SweepStretchBytes add it to such plans. The weights' bfloat16
+// copies are made once per call and counted with the engine's weight copies (Predict).
 int64_t Bf16ProductBytes(const performer::ModelConfig& model, int64_t tokens);
+
+// ... and, in a backward (SliceGraphBytes), the largest weight-gradient product's bfloat16 result
+// (max(3·d², d·d_ff, d·vocab) values: the fused q | k | v map's, the FFN's or the output map's),
+// which is added into its float32 sink through a float32 copy on a CPU (LibTorch's CPU kernels
+// cast a mixed-dtype operand into a temporary; CUDA's cast as they go): 6 bytes a value on a CPU,
+// 2 on a GPU. Measured on a CPU at d_model 512, C = 16: 5.7 MiB, the 6 predicted (BENCHMARKS.md).
+int64_t Bf16WeightGradientBytes(const performer::ModelConfig& model, const DeviceProfile& profile);
 
 // Bytes of the forward sweep's largest stretch of a sliced call (plan.slice > 0): a graph-free
 // forward over up to SweepSlicesPerStretch slices.

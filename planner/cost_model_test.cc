@@ -174,8 +174,9 @@ TEST(CostModelTest, OneWeightLayoutSavesTheForwardCopiesAndCostsTime) {
   // A CPU engine without oneDNN (a CUDA build's CPU worker) makes none either: its profile says so.
   DeviceProfile without_onednn = Profile();
   without_onednn.forward_weight_copies = false;
-  EXPECT_FALSE(ForwardCopiesApply(without_onednn, performer::DType::kFloat32));
-  EXPECT_TRUE(ForwardCopiesApply(Profile(), performer::DType::kFloat32));
+  EXPECT_FALSE(ForwardCopiesApply(without_onednn, performer::DType::kFloat32, false));
+  EXPECT_TRUE(ForwardCopiesApply(Profile(), performer::DType::kFloat32, false));
+  EXPECT_FALSE(ForwardCopiesApply(Profile(), performer::DType::kFloat32, /*bf16_products=*/true));
   EXPECT_EQ(Predict(w, Sliced(64), without_onednn)->working_bytes,
             Predict(w, Sliced(64), Profile())->working_bytes -
                 (w.model.forward_layout_values(true) - w.model.forward_layout_values(false)) * 4);
@@ -192,39 +193,60 @@ TEST(CostModelTest, OneWeightLayoutSavesTheForwardCopiesAndCostsTime) {
 }
 
 // bfloat16 products: their operands' and results' bfloat16 copies in the working set (at the
-// computation's rows: the sweep's stretch or the slice, whichever is larger), and the device's
-// measured time ratio on the whole call.
+// computation's rows: the sweep's stretch or the slice, whichever is larger), a bfloat16 copy of
+// every linear weight in place of the float32 forward copies, and the device's measured time ratio
+// on the whole call.
 TEST(CostModelTest, Bf16ProductsAddTheirCopiesAndTheDevicesTimeRatio) {
   const Workload w{ConfigA(), 4096};
   const ModelConfig& m = w.model;
-  EXPECT_EQ(Bf16ProductBytes(m, 64), 2 * (64 * (256 + 1024) + 3 * 256 * 256 + 2 * 256 * 1024));
+  EXPECT_EQ(Bf16ProductBytes(m, 64), 2 * 64 * (256 + 1024));
   ModelConfig wide_vocabulary = m;  // the output map's product is the largest
   wide_vocabulary.vocab = 32000;
-  EXPECT_EQ(Bf16ProductBytes(wide_vocabulary, 64), 2 * (64 * (256 + 32000) + 256 * 32000));
+  EXPECT_EQ(Bf16ProductBytes(wide_vocabulary, 64), 2 * 64 * (256 + 32000));
   DeviceProfile profile = Profile();
   profile.bf16_time_ratio = 0.4;
+  DeviceProfile cuda = profile;
+  cuda.device = "cuda:0";
+  // The largest weight-gradient product: the FFN's (d·d_ff) here, the output map's for a wide
+  // vocabulary; on a CPU through a float32 copy as well.
+  EXPECT_EQ(Bf16WeightGradientBytes(m, profile), 6 * 256 * 1024);
+  EXPECT_EQ(Bf16WeightGradientBytes(m, cuda), 2 * 256 * 1024);
+  EXPECT_EQ(Bf16WeightGradientBytes(wide_vocabulary, cuda), 2 * 256 * 32000);
+  const int64_t weight_copies = 2 * m.product_weight_values() + m.layers * 3 * m.d_model * 4;
+  EXPECT_EQ(m.product_weight_values(), 2 * (3 * 256 * 256 + 2 * 256 * 1024) + 256 * 256);
   for (int64_t c : {0, 16, 256}) {
     Plan mixed = Sliced(c);
     mixed.bf16_products = true;
     const Prediction plain = *Predict(w, Sliced(c), profile);
     const Prediction bf16 = *Predict(w, mixed, profile);
     const int64_t rows = c == 0 ? 4096 : c;
-    const int64_t sweep_rows = c == 0 ? 0 : std::min<int64_t>(3 * c, 4096);
-    const bool sweep_dominates = c > 0 && SweepStretchBytes(m, 4096, mixed) > SliceGraphBytes(m, c, mixed, profile);
-    // ... and no batched weight-gradient buffers (bfloat16 calls run through autograd).
+    EXPECT_EQ(SliceGraphBytes(m, rows, mixed, profile) - SliceGraphBytes(m, rows, Sliced(c), profile),
+              Bf16ProductBytes(m, rows) + Bf16WeightGradientBytes(m, profile))
+        << "C=" << c;
+    if (c > 0) {  // the sweep's stretch of three slices: no weight gradients there
+      EXPECT_EQ(SweepStretchBytes(m, 4096, mixed) - SweepStretchBytes(m, 4096, Sliced(c)),
+                Bf16ProductBytes(m, std::min<int64_t>(3 * c, 4096)));
+    }
+    const int64_t largest =
+        c == 0 ? SliceGraphBytes(m, rows, mixed, profile)
+               : std::max(SliceGraphBytes(m, rows, mixed, profile), SweepStretchBytes(m, 4096, mixed));
+    const int64_t largest_plain =
+        c == 0 ? SliceGraphBytes(m, rows, Sliced(c), profile)
+               : std::max(SliceGraphBytes(m, rows, Sliced(c), profile), SweepStretchBytes(m, 4096, Sliced(c)));
+    // ... no batched weight-gradient buffers (each bfloat16 product is rounded as it comes), and
+    // bfloat16 copies of the weights instead of the float32 forward copies.
     EXPECT_EQ(bf16.working_bytes - plain.working_bytes,
-              Bf16ProductBytes(m, sweep_dominates ? sweep_rows : rows) - BatchedWeightGradientBytes(m, Sliced(c), profile))
+              largest - largest_plain - BatchedWeightGradientBytes(m, Sliced(c), profile) + weight_copies -
+                  m.forward_layout_values(/*copy_all=*/true) * 4)
         << "C=" << c;
     EXPECT_DOUBLE_EQ(bf16.seconds, plain.seconds * 0.4) << "C=" << c;
   }
   // Replayed slices keep the bfloat16 scratch in the graphs' pool too.
-  DeviceProfile cuda = profile;
-  cuda.device = "cuda:0";
   cuda.replays_slices = true;
   Plan mixed = Sliced(16);
   mixed.bf16_products = true;
   EXPECT_EQ(Predict(w, mixed, cuda)->graph_pool_bytes - Predict(w, Sliced(16), cuda)->graph_pool_bytes,
-            Bf16ProductBytes(m, 16) + Bf16ProductBytes(m, 48));
+            Bf16ProductBytes(m, 16) + Bf16WeightGradientBytes(m, cuda) + Bf16ProductBytes(m, 48));
 }
 
 TEST(CostModelTest, MemoryFollowsTheSliceAndThePolicy) {

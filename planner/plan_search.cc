@@ -107,7 +107,7 @@ std::vector<Plan> Candidates(const PlanSearchRequest& request, const DeviceProfi
   }
   // Every plan but the dp programs (whose schedules are the search's costly part) once more with
   // one weight layout, for budgets the forward copies do not fit.
-  if (ForwardCopiesApply(profile, request.dtype)) {
+  if (ForwardCopiesApply(profile, request.dtype, request.bf16_products)) {
     const size_t with_copies = plans.size();
     for (size_t i = 0; i < with_copies; ++i) {
       if (plans[i].front_policy == FrontPolicy::kDp) continue;
