@@ -8,9 +8,11 @@
 # Usage (from the repository root): scripts/cuda/build_and_test.sh OUT [STEPS]
 #   OUT    folder for the logs: env.log build.log tests.log bench_config_a.jsonl bench_long_l.jsonl
 #          bench_large.jsonl (build_without_graphs.log when the build with CUDA graphs failed)
-#   STEPS  comma-separated, any of build,test,bench,service (default: build,test,bench); service
-#          (with fetch_deps.sh --service) also builds the worker, the coordinator and the CLI and
-#          runs scripts/cuda/service_job.sh on this machine's GPU (service.log, service_work.tar.gz)
+#   STEPS  comma-separated, any of build,test,bench,bf16,service (default: build,test,bench); bf16
+#          is the short comparison of bfloat16 products by hand, through autograd and float32
+#          (bench_bf16.jsonl: config A, the large model, calibration's probe); service (with
+#          fetch_deps.sh --service) also builds the worker, the coordinator and the CLI and runs
+#          scripts/cuda/service_job.sh on this machine's GPU (service.log, service_work.tar.gz)
 #   TARGETS (environment) ninja targets the build step builds (default: all)
 #   TESTS  (environment) a glob of test names to run (default: every *_test built); TESTS_APPEND=1
 #          appends to tests.log instead of starting it afresh
@@ -127,6 +129,23 @@ if [[ ",$steps," == *",bench,"* ]] && [ -x "$build/gradient_bench" ]; then
   done
   $large --slice=1024,256,64 --slice_replay=off >> "$out/bench_large.jsonl" 2>&1 || status=1
   echo "bench: $(cat "$out"/bench_*.jsonl | wc -l) lines"
+fi
+if [[ ",$steps," == *",bf16,"* ]] && [ -x "$build/gradient_bench" ]; then
+  # bfloat16 products by hand (the default since engine revision 7) against through autograd and
+  # against float32 by hand, two rounds alternating: config A, the large model, and the probe whose
+  # full gradient calibration times for bf16_time_ratio (d_model 512, 1,024 tokens).
+  bench="$build/gradient_bench --device=$device --threads=4"
+  : > "$out/bench_bf16.jsonl"
+  for round in 1 2; do
+    for variant in "" "--bf16_products" "--bf16_products --explicit_backprop=false"; do
+      $bench --seq_len=4096 --slice=0,1024,256,64,16 --repeats=5 $variant >> "$out/bench_bf16.jsonl" 2>&1 || status=1
+      $bench --seq_len=16384 --d_model=1024 --layers=4 --heads=8 --d_ff=4096 --slice=0,4096,1024,256 --repeats=3 \
+        $variant >> "$out/bench_bf16.jsonl" 2>&1 || status=1
+      $bench --seq_len=1024 --d_model=512 --d_ff=2048 --slice=0 --repeats=5 $variant >> "$out/bench_bf16.jsonl" 2>&1 ||
+        status=1
+    done
+  done
+  echo "bf16: $(wc -l < "$out/bench_bf16.jsonl") lines"
 fi
 if [[ ",$steps," == *",service,"* ]]; then
   if [ -x "$build/bin/worker/slimfit-worker" ]; then
