@@ -9,6 +9,7 @@ digest header makes every dependent recompile (third_party/precompiled_header.bz
 """
 
 load("//third_party:precompiled_header.bzl", "precompiled_header_copts")
+load("//third_party:test_copts.bzl", "GTEST_PRECOMPILED_INCLUDES")
 
 # What //proto:service_precompiled precompiles.
 SERVICE_PRECOMPILED_INCLUDES = [
@@ -18,3 +19,9 @@ SERVICE_PRECOMPILED_INCLUDES = [
 
 # gcc only: clang records the generated proto headers' sandbox paths (precompiled_header.bzl).
 SERVICE_COPTS = precompiled_header_copts("proto/service_precompiled.h", clang = False)
+
+# What //proto:service_test_precompiled precompiles: the above with GoogleTest and GoogleMock.
+SERVICE_TEST_PRECOMPILED_INCLUDES = SERVICE_PRECOMPILED_INCLUDES + GTEST_PRECOMPILED_INCLUDES
+
+# For test files (third_party/test_copts.bzl), with a dep on //proto:service_test_precompiled.
+SERVICE_TEST_COPTS = precompiled_header_copts("proto/service_test_precompiled.h", clang = False)

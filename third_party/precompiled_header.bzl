@@ -8,7 +8,8 @@ mode's features; not --per_file_copt, which names source files) and its deps' in
 defines, as position-independent code (.bazelrc sets --force_pic, so every object is).
 
 A target opts in with copts from `precompiled_header_copts` (TORCH_COPTS, third_party/torch.bzl;
-SERVICE_COPTS, proto/service_copts.bzl) and a dep on the rule's target: gcc is told to `-include`
+SERVICE_COPTS, proto/service_copts.bzl; for tests, the same with GoogleTest and GoogleMock,
+third_party/test_copts.bzl) and a dep on the rule's target: gcc is told to `-include`
 the generated header and finds the precompiled `.gch` beside it; clang is given the `.gch` itself
 (-include-pch). A file takes one precompiled header (the first). Where the precompiled file does
 not match a compile's flags (e.g. a target's own -fno-math-errno changes a predefined macro), gcc
@@ -63,7 +64,9 @@ def _precompiled_header_impl(ctx):
     # but cannot precompile from stdin.
     from_stdin = cc_toolchain.compiler == "clang"
     files = [header]
-    if not from_stdin or ctx.attr.clang:
+    # Only optimised builds use the precompiled file (precompiled_header_copts); others parse.
+    optimised = ctx.var["COMPILATION_MODE"] == "opt"
+    if optimised and (not from_stdin or ctx.attr.clang):
         files.append(_precompile(ctx, cc_toolchain, features, deps_context, header, from_stdin))
     files.append(_digest(ctx, files[-1]))
     own = CcInfo(compilation_context = cc_common.create_compilation_context(headers = depset(files)))
@@ -172,6 +175,8 @@ def precompiled_header_copts(header, clang = True):
       parse the headers (their files compile at other -O levels than the precompiled header, see
       //third_party:opt_build).
     """
+    if not header.endswith(".h"):
+        fail("precompiled_header_copts: header must be the rule's generated <name>.h, got " + header)
     digest = "$(BINDIR)/%s.digest.h" % header[:-len(".h")]
     return select({
         "//third_party:opt_build_clang": (["-include-pch", "$(BINDIR)/%s.gch" % header] if clang else []) +
