@@ -24,7 +24,7 @@
 //      C = 16 ~30% faster, with batched weight gradients); calibration measures bf16_time_ratio
 //   7  2026-11-27: bfloat16 products by hand too (explicit_backprop.h), no longer through
 //      autograd, with the weights rounded once per call (PrepareForwardLayouts): bf16_time_ratio
-//      changes (on the reference CPU at config A, C = 16 1.13 s through autograd, 0.70 s now)
+//      changes (on the reference CPU at config A, C = 16 1.63 s through autograd, 0.64 s now)
 //
 // Thread safety: a constant.
 #ifndef SLIMFIT_PERFORMER_ENGINE_REVISION_H_

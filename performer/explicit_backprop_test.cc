@@ -215,7 +215,7 @@ TEST(ExplicitBackpropFavorTest, GivenProjectionsEqualAutograd) {
 }
 
 // bfloat16 products (Plan::bf16_products) by hand: the same products, rounded at the same points as
-// autograd's linear maps (matrix_products.h: operands and product in bfloat16, bias and gradient
+// autograd's linear maps (matrix_products.h: operands, bias and product in bfloat16, the gradient
 // sums in float32). The two paths then differ only where float32 rounding elsewhere (the row
 // kernels against LibTorch's, sums in another order) tips an operand to a neighbouring bfloat16
 // value: far inside the rounding that each shows against the float32 gradient (at most a tenth of
@@ -242,6 +242,9 @@ TEST(ExplicitBackpropBf16Test, Bf16ProductsEqualAutogradsBf16Products) {
           EXPECT_EQ(by_hand.slice_forwards, autograd.slice_forwards) << what;
           const double rounding = RelativeDiscrepancy(autograd.gradients, float32.gradients);
           EXPECT_GT(rounding, 1e-4) << what << ": no bfloat16 rounding seen";
+          // Within what spot checks allow a bfloat16 job (server/spot_checks.h); relu under the
+          // reverse policy at C = 1 comes closest (2.1e-2: its fronts drift, as in float32).
+          EXPECT_LT(rounding, 3e-2) << what;
           EXPECT_GT(RelativeDiscrepancy(by_hand.gradients, float32.gradients), 1e-4) << what;
           EXPECT_LE(RelativeDiscrepancy(by_hand.gradients, autograd.gradients), 0.1 * rounding)
               << what << " (bfloat16 against float32: " << rounding << ")";

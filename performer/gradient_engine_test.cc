@@ -173,6 +173,22 @@ TEST(GradientEngineTest, Bf16ProductsGiveTheFloatGradientToBf16RoundingAtEveryC)
         EXPECT_NEAR(sliced.loss(), want.loss(), 1e-3 * want.loss()) << FeatureMapName(map) << " C=" << slice;
       }
     }
+    // The paths that stay on autograd (layer recomputation, cumsum prefix sums) take the same
+    // rounded weights.
+    for (bool recompute : {true, false}) {
+      Plan plan = SlicedPlan(16);
+      plan.bf16_products = true;
+      if (recompute) {
+        plan.recompute = LayerRecompute::kLayers;
+      } else {
+        plan.prefix_mode = PrefixMode::kCumsum;
+      }
+      const GradientResult sliced = MustCompute(model, batch, plan);
+      EXPECT_FALSE(sliced.explicit_backprop);
+      const double error = RelativeDiscrepancy(sliced.gradients, want.gradients);
+      EXPECT_GT(error, 1e-4) << FeatureMapName(map) << " " << plan.DebugString();
+      EXPECT_LT(error, std::min(3 * full_error, 2e-2)) << FeatureMapName(map) << " " << plan.DebugString();
+    }
   }
   const PerformerModel f64 = MustCreateModel(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, 5);
   Plan f64_plan = SlicedPlan(0, DType::kFloat64);

@@ -88,13 +88,21 @@ at::ScalarType ToScalarType(DType dtype) {
 
 namespace {
 
-// PrepareForwardLayouts for reduced-precision products.
+// PrepareForwardLayouts for reduced-precision products: each copy written in one pass (copy_
+// rounds and lays out at once), q | k | v straight into their fused copy.
 void RoundProductWeights(ModelWeights* weights, at::ScalarType products) {
-  auto round = [products](const at::Tensor& weight_t) { return weight_t.to(products).contiguous(); };
+  const at::TensorOptions options = weights->embedding.options().dtype(products);
+  auto round = [&options](const at::Tensor& weight_t) {
+    return at::empty(weight_t.sizes(), options).copy_(weight_t);
+  };
   weights->products = products;
   for (LayerWeights& w : weights->layers) {
     w.products = products;
-    w.qkv_weight_t = at::cat({round(w.q_weight_t), round(w.k_weight_t), round(w.v_weight_t)}, 1);
+    const int64_t d = w.q_weight_t.size(1);
+    w.qkv_weight_t = at::empty({w.q_weight_t.size(0), 3 * d}, options);
+    w.qkv_weight_t.narrow(1, 0, d).copy_(w.q_weight_t);
+    w.qkv_weight_t.narrow(1, d, d).copy_(w.k_weight_t);
+    w.qkv_weight_t.narrow(1, 2 * d, d).copy_(w.v_weight_t);
     w.qkv_bias = at::cat({w.q_bias, w.k_bias, w.v_bias}, 0);
     w.qkv_gradient_pieces = {w.qkv_weight_t};
     w.ffn_in_weight_t = round(w.ffn_in_weight_t);
@@ -166,7 +174,7 @@ bool CopiesForwardLayouts(const at::Device& device, DType dtype) {
 
 void PrepareForwardLayouts(ModelWeights* weights, bool copy_all, at::ScalarType products) {
   at::NoGradGuard no_grad;
-  if (products != at::ScalarType::Undefined && products != weights->output_weight_t.scalar_type()) {
+  if (products != at::ScalarType::Undefined && products != weights->embedding.scalar_type()) {
     RoundProductWeights(weights, products);
     return;
   }

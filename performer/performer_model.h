@@ -112,10 +112,11 @@ const at::Tensor& ForwardOperand(const at::Tensor& copy, const at::Tensor& weigh
 // (with qkv_gradient_pieces = {it}), the FFN's and the output map's *_weight_t — one contiguous
 // [in, out] copy in `products` (ModelConfig::product_weight_values() values; `copy_all` is then
 // moot): the weights are rounded once per call instead of in every product, where at the row counts
-// of small slices rounding a weight costs more than the product it serves. Rounded piece by piece,
-// so nothing beyond the copies and one weight's rounding is ever held. The rounding is the
-// products' own (matrix_products.h), so the products equal those that round the float32 weights
-// themselves. The parameters are untouched; qkv_bias stays in their dtype.
+// of small slices rounding a weight costs more than the product it serves. Each copy is written in
+// one pass from the parameter (q, k and v straight into the fused copy), so nothing beyond the
+// copies is held. The rounding is the products' own (matrix_products.h), so the products equal
+// those that round the float32 weights themselves. The parameters are untouched; qkv_bias stays in
+// their dtype. Call once per ModelWeights (the reduced copies replace the views it rounds).
 void PrepareForwardLayouts(ModelWeights* weights, bool copy_all,
                            at::ScalarType products = at::ScalarType::Undefined);
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -70,8 +71,8 @@ TEST(PerformerModelTest, ReadoutScaleScalesOnlyTheOutputMap) {
   }
 }
 
-// Every linear map honours LayerWeights / ModelWeights::products in its forward and in both halves
-// of its backward, with the weights rounded once (PrepareForwardLayouts) — the q|k|v map (LayerF),
+// Every linear map honours LayerWeights / ModelWeights::products in its forward and its backward
+// (weight and input gradients), with the weights rounded once (PrepareForwardLayouts) — the q|k|v map (LayerF),
 // the FFN's two maps (LayerG), the output map (CrossEntropySum) — against a replica written with
 // explicit bfloat16 casts of the float32 weights. A map left in float32 differs from the replica by
 // bfloat16's rounding (~1e-3), far above the tolerance.
@@ -112,7 +113,20 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   };
   at::manual_seed(4);
 
-  // q|k|v: v (no feature map on it) forwards, the fused weight's gradient backwards.
+  // Each linear weight rounded once, into a contiguous bfloat16 copy the products take as it is.
+  for (const auto& [copy, original] :
+       {std::pair{w.qkv_weight_t, f.qkv_weight_t}, std::pair{w.ffn_in_weight_t, f.ffn_in_weight_t},
+        std::pair{w.ffn_out_weight_t, f.ffn_out_weight_t},
+        std::pair{weights.output_weight_t, unrounded.output_weight_t}}) {
+    EXPECT_EQ(copy.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(copy.is_contiguous());
+    EXPECT_TRUE(at::equal(copy, bf(original)));
+  }
+  ASSERT_EQ(w.qkv_gradient_pieces.size(), 1u);
+  EXPECT_TRUE(w.qkv_gradient_pieces[0].is_same(w.qkv_weight_t));
+
+  // q|k|v: v (no feature map on it) forwards; backwards the fused weight's gradient and the input
+  // gradient through the rounded weight (the replica's through autograd's own bfloat16 product).
   const at::Tensor x = at::randn({5, 8}).requires_grad_();
   const AttentionInputs in = LayerF(config, w, x, at::Tensor());
   const at::Tensor h = at::layer_norm(x.detach(), {8}, w.norm1_weight, w.norm1_bias, kLayerNormEps);
@@ -122,6 +136,15 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   (in.v * weight_v).sum().backward();
   const at::Tensor g_qkv = at::cat({at::zeros({5, 16}), weight_v.transpose(0, 1).reshape({5, 8})}, 1);
   EXPECT_TRUE(close(sink.layers[0].qkv_weight_t, weight_gradient16(h, g_qkv)));
+  const at::Tensor x_replica = x.detach().clone().requires_grad_();
+  const at::Tensor h_replica = at::layer_norm(x_replica, {8}, w.norm1_weight, w.norm1_bias, kLayerNormEps);
+  const at::Tensor v_replica = at::addmm(bf(w.qkv_bias), h_replica.to(at::kBFloat16), weight16(f.qkv_weight_t))
+                                   .to(at::kFloat)
+                                   .narrow(1, 16, 8)
+                                   .reshape({5, 2, 4})
+                                   .transpose(0, 1);
+  (v_replica * weight_v).sum().backward();
+  EXPECT_TRUE(close(x.grad(), x_replica.grad()));
 
   // The FFN: both maps forwards; backwards the output map's weight gradient, the input gradient
   // it passes down (through GELU) and the input map's weight gradient.
@@ -151,6 +174,8 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   loss.backward();
   want_loss.backward();
   EXPECT_TRUE(close(sink.output_weight_t, weight_gradient16(top.detach().index_select(0, rows), logits.grad())));
+  const at::Tensor g_rows = at::mm(bf(logits.grad()), weight16(unrounded.output_weight_t).t()).to(at::kFloat);
+  EXPECT_TRUE(close(top.grad(), at::zeros({5, 8}).index_add_(0, rows, g_rows)));
 }
 
 

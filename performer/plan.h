@@ -92,7 +92,9 @@ struct Plan {
   // fronts (so recovering a front by subtraction stays a float32 subtraction), LayerNorm, GELU, the
   // loss and the gradient sums. The gradient is then the float32 one to bfloat16 rounding (measured
   // 4e-3 to 6e-3 relative, BENCHMARKS.md), and slicing adds nothing beyond that. Runs on the
-  // hand-written path where it applies (explicit_backprop.h), as float32 does. For GPUs with bfloat16 matrix units (2.4x faster on an H100 at d_model 1024); CPUs
+  // hand-written path where it applies (explicit_backprop.h), as float32 does, with the weights
+  // rounded once per call. For GPUs with bfloat16 matrix units (2.4x faster on an H100 at d_model
+  // 1024 through autograd); CPUs
   // run it at their own bfloat16 speed. REQUIRES: dtype kFloat32 (Validate).
   bool bf16_products = false;
 

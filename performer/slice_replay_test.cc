@@ -22,7 +22,7 @@ namespace slimfit::performer {
 namespace {
 
 // Slices by hand (explicit_backprop.h) where that path serves the call, as on a GPU, or through
-// autograd (`by_hand` false: layer recomputation and bfloat16 products take it anyway).
+// autograd (`by_hand` false: layer recomputation takes it anyway).
 GradientOptions Replay(SliceReplay replay, bool by_hand = true) {
   GradientOptions options;
   options.feature_seed = 4;

@@ -83,7 +83,7 @@ double SliceSeconds(const performer::ModelConfig& model, int64_t tokens, const p
 // them (performer::BatchedWeightGradientBytes, the engine's own rule, on a CPU); 0 on CUDA and for
 // plans that do not batch. Conservative: counted in the working set for the whole call (the sweep
 // policies allocate them at the first backward), and for calls the planner cannot tell run through
-// autograd (bfloat16 products, or the hand-written path turned off).
+// autograd (the hand-written path turned off); none with bfloat16 products.
 int64_t BatchedWeightGradientBytes(const performer::ModelConfig& model, const performer::Plan& plan,
                                    const DeviceProfile& profile);
 

@@ -116,9 +116,11 @@ TEST(PlanSearchTest, Bf16ProductsAreInEveryCandidate) {
   EXPECT_TRUE(result->full_backprop.plan.bf16_products);
   for (const PlanCandidate& c : result->frontier) EXPECT_TRUE(c.plan.bf16_products);
   EXPECT_THAT(result->reason, HasSubstr("bfloat16 products"));
+  // The candidates are predicted as bfloat16 plans: the device's ratio on the float32 plan's time.
   performer::Plan float32 = result->chosen.plan;
   float32.bf16_products = false;
-  EXPECT_GT(result->chosen.prediction.working_bytes, Predict(request.workload, float32, profile)->working_bytes);
+  EXPECT_DOUBLE_EQ(result->chosen.prediction.seconds, 0.5 * Predict(request.workload, float32, profile)->seconds);
+  EXPECT_EQ(result->chosen.prediction.peak_bytes, Predict(request.workload, result->chosen.plan, profile)->peak_bytes);
   request.dtype = performer::DType::kFloat64;
   EXPECT_THAT(std::string(SearchPlans(request, profile).status().message()),
               HasSubstr("bfloat16 products need dtype float32"));

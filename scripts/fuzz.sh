@@ -11,7 +11,9 @@
 # fuzz/corpus/TARGET. --merge adds the inputs that found new coverage to fuzz/corpus/TARGET
 # (minimised with libFuzzer's -merge=1); without it the repository is not touched.
 # --build-only builds the targets and stops (scripts/test.sh builds them this way in the background,
-# at the lowest CPU priority, while the main suite runs).
+# at the lowest CPU priority, while the main suite runs); it first stops a Bazel server left on the
+# output base, so that the one doing the build starts at the caller's priority (Bazel's server,
+# not its client, runs the compilers).
 #
 # Prints one summary line per target (executions, executions per second, edge coverage and what
 # the run added to it, corpus growth) and exits 1 if any target crashed, hung (an input over
@@ -68,6 +70,7 @@ bazel_fuzz=(bazel "--output_base=$output_base")
 labels=()
 for t in "${targets[@]}"; do labels+=("//fuzz:${t}_fuzzer"); done
 build_start=$SECONDS
+[ "$build_only" -eq 0 ] || "${bazel_fuzz[@]}" shutdown >/dev/null 2>&1 || true
 "${bazel_fuzz[@]}" build --config=fuzz --jobs="${SLIMFIT_FUZZ_JOBS:-2}" --color=no --curses=no \
   --show_progress_rate_limit=30 "${labels[@]}"
 echo "fuzz.sh: built ${#targets[@]} targets in $((SECONDS - build_start)) s"

@@ -17,10 +17,11 @@ bash scripts/setup.sh
 log="$(mktemp "${TMPDIR:-/tmp}/slimfit-test.XXXXXX.log")"
 fuzz_build_log="$(mktemp "${TMPDIR:-/tmp}/slimfit-fuzz-build.XXXXXX.log")"
 fuzz_build_pid=""
+# On an interruption: the background build's whole process group (fuzz.sh and its Bazel client;
+# the client's server then cancels the build).
 stop_fuzz_build() {
   if [ -n "$fuzz_build_pid" ]; then
-    pkill -TERM -P "$fuzz_build_pid" 2>/dev/null || true  # its Bazel client, then itself
-    kill "$fuzz_build_pid" 2>/dev/null || true
+    kill -TERM -- "-$fuzz_build_pid" 2>/dev/null || true
     wait "$fuzz_build_pid" 2>/dev/null || true
   fi
 }
@@ -28,7 +29,7 @@ trap 'stop_fuzz_build; rm -f "$log" "$fuzz_build_log"' EXIT
 
 fuzz_seconds="${SLIMFIT_FUZZ_SECONDS:-10}"
 if [ "$fuzz_seconds" -gt 0 ]; then
-  nice -n 19 bash scripts/fuzz.sh --build-only >"$fuzz_build_log" 2>&1 &
+  setsid -w nice -n 19 bash scripts/fuzz.sh --build-only >"$fuzz_build_log" 2>&1 &
   fuzz_build_pid=$!
 fi
 
@@ -71,10 +72,17 @@ fi
 fuzz_rc=0
 if [ "$fuzz_seconds" -gt 0 ]; then
   fuzz_start=$SECONDS
-  # The background build's outcome shows in the build fuzz.sh runs again (a no-op when it finished).
-  wait "$fuzz_build_pid" 2>/dev/null || true
+  echo "test.sh: waiting for the fuzz targets' background build"
+  fuzz_build_rc=0
+  wait "$fuzz_build_pid" || fuzz_build_rc=$?
   fuzz_build_pid=""
-  echo "test.sh: the background fuzz build: $(grep -a -E 'fuzz.sh: built|ERROR' "$fuzz_build_log" | head -1 || true)"
+  if [ "$fuzz_build_rc" -eq 0 ]; then
+    echo "test.sh: $(grep -a 'fuzz.sh: built' "$fuzz_build_log" | tail -1) in the background"
+  else
+    # fuzz.sh builds again below and fails there too if the build is broken; this says why it stopped.
+    echo "test.sh: the background fuzz build exited $fuzz_build_rc; its log ends:"
+    tail -20 "$fuzz_build_log" | sed 's/^/    /'
+  fi
   bash scripts/fuzz.sh "$fuzz_seconds" || fuzz_rc=$?
   if [ "$fuzz_rc" -eq 0 ]; then
     echo "test.sh: every fuzz target ran ${fuzz_seconds} s without a finding ($((SECONDS - fuzz_start)) s with its build)"
