@@ -406,7 +406,11 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
       if (request.spec().sequence_length() < 1) return rpc::InvalidFieldError("spec.sequence_length", "must be ≥ 1");
       search.workload.seq_len = request.spec().sequence_length();
       search.workload.documents = request.spec().has_documents() ? request.spec().documents() : 1;
-      if (search.workload.documents < 1) return rpc::InvalidFieldError("spec.documents", "must be ≥ 1");
+      if (search.workload.documents < 1 || search.workload.documents > search.workload.seq_len) {
+        return rpc::InvalidFieldError("spec.documents",
+                                      absl::StrCat("must be between 1 and spec.sequence_length (",
+                                                   search.workload.seq_len, "), got ", search.workload.documents));
+      }
       if (request.has_dtype()) {
         absl::StatusOr<performer::DType> dtype = planner::DTypeFromProto(request.dtype(), "dtype");
         if (!dtype.ok()) return dtype.status();
