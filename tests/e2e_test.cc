@@ -392,6 +392,31 @@ TEST(EndToEndTest, BadRequestsGetPreciseErrors) {
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(status.message(), HasSubstr("needs at least"));
   EXPECT_THAT(status.message(), HasSubstr("at C = 1"));
+
+  // GetMemoryPlan names the request field it refuses, before any plan search runs. The documents
+  // case was found by fuzzing (coordinator_requests): the plan search's own refusal named none.
+  const auto memory_plan = [&](const v1::GetMemoryPlanRequest& request) {
+    auto context = rpc::MakeClientContext(testing_util::kClientToken, std::chrono::seconds(30));
+    v1::GetMemoryPlanResponse response;
+    return rpc::FromGrpcStatus(cluster.Stub()->GetMemoryPlan(context.get(), request, &response), "GetMemoryPlan",
+                               context.get());
+  };
+  v1::GetMemoryPlanRequest plan_request;
+  plan_request.set_all_workers(true);
+  *plan_request.mutable_spec()->mutable_model() = good.model();
+  plan_request.mutable_spec()->set_sequence_length(64);
+  plan_request.mutable_spec()->set_documents(64);
+  status = memory_plan(plan_request);  // one token per document: the most there can be
+  ASSERT_TRUE(status.ok()) << status;
+  plan_request.mutable_spec()->set_documents(65);
+  status = memory_plan(plan_request);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("spec.documents: must be between 1 and spec.sequence_length (64), got 65"));
+  plan_request.mutable_spec()->set_documents(0);
+  EXPECT_THAT(memory_plan(plan_request).message(), HasSubstr("spec.documents"));
+  plan_request.mutable_spec()->clear_documents();
+  plan_request.mutable_spec()->set_sequence_length(0);
+  EXPECT_THAT(memory_plan(plan_request).message(), HasSubstr("spec.sequence_length"));
 }
 
 }  // namespace
