@@ -32,6 +32,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/process_memory.h"
+#include "bench/op_counter.h"
 #include "planner/bptt_schedule.h"
 #include "performer/cpu_runtime.h"
 #include "performer/gradient_engine.h"
@@ -91,6 +92,10 @@ ABSL_FLAG(bool, bf16_products, false,
 ABSL_FLAG(bool, explicit_backprop, true,
           "run slices' forward and backward by hand where the engine can (GradientOptions::explicit_backprop); "
           "false: autograd. --check_full's reference is always autograd's full back-propagation");
+ABSL_FLAG(bool, count_ops, false,
+          "after the timed runs, run once more counting the LibTorch calls the calling thread makes (on a GPU about "
+          "its kernel launches; count with --slice_replay=off, replays make none): ops_per_slice and "
+          "compute_ops_per_slice (without views and allocations) in the JSON, the calls by operator on stderr");
 ABSL_FLAG(std::string, dump_grad, "", "write the (last) gradient as safetensors under the parameter names");
 
 namespace slimfit::performer {
@@ -277,6 +282,13 @@ absl::Status Run() {
         if (run > 0) times.push_back(result->seconds);
         last = *std::move(result);
       }
+      std::optional<bench::OpCounts> ops;
+      if (absl::GetFlag(FLAGS_count_ops)) {
+        bench::OpCounter counter;
+        absl::StatusOr<GradientResult> counted = ComputeGradient(*model, *batch, plan, options);
+        if (!counted.ok()) return counted.status();
+        ops = counter.Counts();
+      }
       std::sort(times.begin(), times.end());
       const double median = times[times.size() / 2];
       if (slice == 0) full_time = median;
@@ -311,6 +323,19 @@ absl::Status Run() {
       absl::StrAppend(&json, R"(, "conditioning_fronts": )", last.conditioning_fronts,
                       R"(, "conditioning_fronts_recomputed": )", last.conditioning_fronts_recomputed,
                       R"(, "conditioning_forwards": )", last.conditioning_forwards);
+      if (ops.has_value()) {
+        const double slices = slice == 0 ? 1.0 : static_cast<double>((length + slice - 1) / slice);
+        absl::StrAppendFormat(&json, R"(, "ops_per_slice": %.1f, "compute_ops_per_slice": %.1f)",
+                              ops->calls / slices, ops->compute / slices);
+        std::vector<std::pair<int64_t, std::string>> by_count;
+        for (const auto& [name, count] : ops->by_name) by_count.emplace_back(count, name);
+        std::sort(by_count.rbegin(), by_count.rend());
+        std::cerr << "L=" << length << " C=" << slice << ": LibTorch calls per slice by operator\n";
+        for (const auto& [count, name] : by_count) {
+          std::cerr << absl::StrFormat("  %-36s %8.2f%s\n", name, count / slices,
+                                       bench::IsViewOrAllocation(name) ? "  (view or allocation)" : "");
+        }
+      }
       const double discrepancy =
           full_gradient.empty() ? -1 : RelativeDiscrepancy(last.gradients, full_gradient);
       if (discrepancy >= 0) absl::StrAppendFormat(&json, R"(, "rel_discrepancy": %.3e)", discrepancy);
