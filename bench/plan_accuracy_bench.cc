@@ -86,9 +86,13 @@ int Run() {
   const planner::DeviceProfile& profile = calibrated->profile;
   std::cout << absl::StrFormat(
                    R"({"profile": {"activation_scale": %.4f, "activation_overhead_bytes": %d, "flops_per_second": %.4g, )"
-                   R"("half_rate_rows": %.2f, "seconds_per_element": %.3g, "layer_overhead_s": %.3g}})",
+                   R"("half_rate_rows": %.2f, "seconds_per_element": %.3g, "layer_overhead_s": %.3g, )"
+                   R"("bf16_flops_per_second": %.4g, "bf16_half_rate_rows": %.2f, "bf16_layer_overhead_s": %.3g, )"
+                   R"("bf16_call_time_ratio": %.3f}})",
                    profile.activation_scale, profile.activation_overhead_bytes, profile.flops_per_second,
-                   profile.half_rate_rows, profile.seconds_per_element, profile.layer_overhead_s)
+                   profile.half_rate_rows, profile.seconds_per_element, profile.layer_overhead_s,
+                   profile.bf16_flops_per_second, profile.bf16_half_rate_rows, profile.bf16_layer_overhead_s,
+                   calibrated->bf16_call_time_ratio)
             << std::endl;
 
   for (absl::string_view model_name : absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty())) {
@@ -140,12 +144,16 @@ int Run() {
         plan.threads = 0;
         absl::StatusOr<planner::Prediction> predicted = planner::Predict(workload, plan, profile);
         if (!predicted.ok()) continue;
-        std::vector<double> seconds;
+        // With bfloat16 products the same plan in float32 runs alternately with it, so that the
+        // time model's bfloat16 term is checked apart from its float32 error.
+        Plan float32 = plan;
+        float32.bf16_products = false;
+        std::vector<double> seconds, float32_seconds;
         GradientResult last;
+        performer::GradientOptions options;
+        options.dp_schedule = planner::ScheduleForPlan;
         for (int run = 0; run < std::max(1, absl::GetFlag(FLAGS_repeats)); ++run) {
           last = GradientResult();
-          performer::GradientOptions options;
-          options.dp_schedule = planner::ScheduleForPlan;
           absl::StatusOr<GradientResult> result = ComputeGradient(*model, batch, plan, options);
           if (!result.ok()) {
             std::fprintf(stderr, "plan_accuracy_bench: %s\n", std::string(result.status().message()).c_str());
@@ -153,21 +161,39 @@ int Run() {
           }
           seconds.push_back(result->seconds);
           last = *std::move(result);
+          if (!plan.bf16_products) continue;
+          absl::StatusOr<GradientResult> reference = ComputeGradient(*model, batch, float32, options);
+          if (!reference.ok()) {
+            std::fprintf(stderr, "plan_accuracy_bench: %s\n", std::string(reference.status().message()).c_str());
+            return 1;
+          }
+          float32_seconds.push_back(reference->seconds);
         }
         std::sort(seconds.begin(), seconds.end());
         const double measured_time = seconds[seconds.size() / 2];
+        std::string bf16_columns;
+        if (plan.bf16_products) {
+          std::sort(float32_seconds.begin(), float32_seconds.end());
+          const double float32_time = float32_seconds[float32_seconds.size() / 2];
+          absl::StatusOr<planner::Prediction> float32_predicted = planner::Predict(workload, float32, profile);
+          if (!float32_predicted.ok()) continue;
+          bf16_columns = absl::StrFormat(
+              R"(, "float32_time_s": %.4f, "bf16_ratio_predicted": %.3f, "bf16_ratio_measured": %.3f)", float32_time,
+              predicted->seconds / float32_predicted->seconds, measured_time / float32_time);
+        }
         // The call's own peak: tensors alive at its start (the parameters) plus what it allocated.
         const int64_t measured_peak = last.peak_bytes - last.start_bytes + model->parameter_bytes();
         std::cout << absl::StrFormat(
                          R"({"model": "%s", "seq_len": %d, "case": "%s", "plan": "%s", "predicted_peak": %d, )"
                          R"("measured_peak": %d, "memory_error": %.3f, "predicted_time_s": %.4f, "measured_time_s": %.4f, )"
-                         R"("time_error": %.3f, "within_budget": %s})",
+                         R"("time_error": %.3f, "within_budget": %s%s})",
                          model_name, length, label, plan.DebugString(), predicted->peak_bytes, measured_peak,
                          (predicted->peak_bytes - measured_peak) / static_cast<double>(measured_peak),
                          predicted->seconds, measured_time, (predicted->seconds - measured_time) / measured_time,
                          absl::StartsWith(label, "budget:")
                              ? (measured_peak <= std::stoll(label.substr(7)) ? "true" : "false")
-                             : "null")
+                             : "null",
+                         bf16_columns)
                   << std::endl;
       }
     }

@@ -19,7 +19,9 @@ nlohmann::ordered_json DeviceProfileToJson(const planner::DeviceProfile& profile
   json["seconds_per_element"] = profile.seconds_per_element;
   json["layer_overhead_s"] = profile.layer_overhead_s;
   json["backward_factor"] = profile.backward_factor;
-  json["bf16_time_ratio"] = profile.bf16_time_ratio;
+  json["bf16_flops_per_second"] = profile.bf16_flops_per_second;
+  json["bf16_half_rate_rows"] = profile.bf16_half_rate_rows;
+  json["bf16_layer_overhead_s"] = profile.bf16_layer_overhead_s;
   return json;
 }
 

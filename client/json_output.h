@@ -19,7 +19,8 @@ namespace slimfit::client {
 // Keys as the fields of proto/device_profile.proto, in this order: device, device_name, threads,
 // total_memory_bytes, activation_scale, activation_overhead_bytes, resident_overhead_bytes,
 // forward_weight_copies, replays_slices, graph_pool_overhead_bytes, flops_per_second,
-// half_rate_rows, seconds_per_element, layer_overhead_s, backward_factor, bf16_time_ratio.
+// half_rate_rows, seconds_per_element, layer_overhead_s, backward_factor, bf16_flops_per_second,
+// bf16_half_rate_rows, bf16_layer_overhead_s.
 nlohmann::ordered_json DeviceProfileToJson(const planner::DeviceProfile& profile);
 
 // Exactly the keys slice (0 = full back-propagation), prefix_mode ("chunked", "cumsum"), block

@@ -349,7 +349,7 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   flags.String("dtype", &options.dtype, "float32 or float64");
   flags.Bool("bf16_products", &options.bf16_products,
              "plans with bfloat16 products (float32 only): their bfloat16 copies in memory, the profile's "
-             "bf16_time_ratio in time");
+             "bfloat16 constants (bf16_flops_per_second, ...) in time");
   flags.String("optimizer", &options.optimizer,
                "none (the coordinator steps the optimizer) or adam (two moments on the device)");
   flags.Double("safety_margin", &options.safety_margin,

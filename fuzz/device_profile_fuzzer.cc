@@ -29,7 +29,9 @@ bool SameProfile(const planner::DeviceProfile& a, const planner::DeviceProfile& 
          SameBits(a.flops_per_second, b.flops_per_second) && SameBits(a.half_rate_rows, b.half_rate_rows) &&
          SameBits(a.seconds_per_element, b.seconds_per_element) &&
          SameBits(a.layer_overhead_s, b.layer_overhead_s) && SameBits(a.backward_factor, b.backward_factor) &&
-         SameBits(a.bf16_time_ratio, b.bf16_time_ratio);
+         SameBits(a.bf16_flops_per_second, b.bf16_flops_per_second) &&
+         SameBits(a.bf16_half_rate_rows, b.bf16_half_rate_rows) &&
+         SameBits(a.bf16_layer_overhead_s, b.bf16_layer_overhead_s);
 }
 
 }  // namespace

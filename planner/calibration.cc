@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -49,62 +50,62 @@ std::string CpuName() {
   return "unknown CPU";
 }
 
+// Least squares for y ≈ X·w over the columns of x in `mask` (the other weights 0), by the normal
+// equations (XᵀX) w = Xᵀy with Gaussian elimination and partial pivoting; nullopt when singular.
+template <size_t K>
+std::optional<std::array<double, K>> LeastSquaresOn(const std::vector<std::array<double, K>>& x,
+                                                    const std::vector<double>& y, unsigned mask) {
+  std::vector<size_t> columns;
+  for (size_t j = 0; j < K; ++j) {
+    if (mask & (1u << j)) columns.push_back(j);
+  }
+  const size_t n = columns.size();
+  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0));
+  for (size_t r = 0; r < x.size(); ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) a[i][j] += x[r][columns[i]] * x[r][columns[j]];
+      a[i][n] += x[r][columns[i]] * y[r];
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    size_t pivot = i;
+    for (size_t k = i + 1; k < n; ++k) {
+      if (std::abs(a[k][i]) > std::abs(a[pivot][i])) pivot = k;
+    }
+    std::swap(a[i], a[pivot]);
+    if (std::abs(a[i][i]) < 1e-300) return std::nullopt;
+    for (size_t k = 0; k < n; ++k) {
+      if (k == i) continue;
+      const double factor = a[k][i] / a[i][i];
+      for (size_t j = i; j <= n; ++j) a[k][j] -= factor * a[i][j];
+    }
+  }
+  std::array<double, K> w{};
+  for (size_t i = 0; i < n; ++i) w[columns[i]] = a[i][n] / a[i][i];
+  return w;
+}
+
 // Least squares for y ≈ X·w with w ≥ 0 over small dense problems: solves the normal equations on
-// every subset of columns and keeps the best non-negative solution (at most 2^3 subsets here).
+// every subset of columns that holds the first and keeps the non-negative solution with the least
+// relative error (at most 2^3 subsets here).
 template <size_t K>
 std::array<double, K> NonNegativeLeastSquares(const std::vector<std::array<double, K>>& x,
                                               const std::vector<double>& y) {
   std::array<double, K> best{};
   double best_error = INFINITY;
   for (unsigned mask = 1; mask < (1u << K); mask += 2) {
-    std::vector<size_t> columns;
-    for (size_t j = 0; j < K; ++j) {
-      if (mask & (1u << j)) columns.push_back(j);
-    }
-    const size_t n = columns.size();
-    // Normal equations (XᵀX) w = Xᵀy by Gaussian elimination with partial pivoting.
-    std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0));
-    for (size_t r = 0; r < x.size(); ++r) {
-      for (size_t i = 0; i < n; ++i) {
-        for (size_t j = 0; j < n; ++j) a[i][j] += x[r][columns[i]] * x[r][columns[j]];
-        a[i][n] += x[r][columns[i]] * y[r];
-      }
-    }
-    bool singular = false;
-    for (size_t i = 0; i < n && !singular; ++i) {
-      size_t pivot = i;
-      for (size_t k = i + 1; k < n; ++k) {
-        if (std::abs(a[k][i]) > std::abs(a[pivot][i])) pivot = k;
-      }
-      std::swap(a[i], a[pivot]);
-      if (std::abs(a[i][i]) < 1e-300) {
-        singular = true;
-        break;
-      }
-      for (size_t k = 0; k < n; ++k) {
-        if (k == i) continue;
-        const double factor = a[k][i] / a[i][i];
-        for (size_t j = i; j <= n; ++j) a[k][j] -= factor * a[i][j];
-      }
-    }
-    if (singular) continue;
-    std::array<double, K> w{};
-    bool feasible = true;
-    for (size_t i = 0; i < n; ++i) {
-      w[columns[i]] = a[i][n] / a[i][i];
-      feasible = feasible && w[columns[i]] >= 0;
-    }
-    if (!feasible) continue;
+    const std::optional<std::array<double, K>> w = LeastSquaresOn(x, y, mask);
+    if (!w.has_value() || std::any_of(w->begin(), w->end(), [](double v) { return v < 0; })) continue;
     // Relative error: probes span orders of magnitude.
     double error = 0;
     for (size_t r = 0; r < x.size(); ++r) {
       double predicted = 0;
-      for (size_t j = 0; j < K; ++j) predicted += x[r][j] * w[j];
+      for (size_t j = 0; j < K; ++j) predicted += x[r][j] * (*w)[j];
       error += std::pow((predicted - y[r]) / y[r], 2);
     }
     if (error < best_error) {
       best_error = error;
-      best = w;
+      best = *w;
     }
   }
   return best;
@@ -127,54 +128,37 @@ PackedBatch RandomBatch(const ModelConfig& model, int64_t tokens, uint64_t seed)
   return batch;
 }
 
-// What timing bfloat16 products against float32 gave: the ratio of their medians (1 when they
-// could not run), and the most the device held before a call beyond the model's parameters.
-struct Bf16Timing {
-  double ratio = 1.0;
-  int64_t resident_bytes = 0;
-  std::string error;  // why bfloat16 products could not run; empty when they did
-};
-
-// Full back-propagation of `model_config` over options.seq_len tokens, float32 and bfloat16 products
-// alternating, options.repeats timed runs each after one untimed. What the device holds before
-// each call counts in resident_bytes, as after every probe: the bfloat16 products may set up
-// workspaces of their own in the device's BLAS (a worker calibrates in its own process). Errors:
-// the float32 call's; a failing bfloat16 call is `error`.
-absl::StatusOr<Bf16Timing> TimeBf16Products(const CalibrationOptions& options, const ModelConfig& model_config,
-                                            const c10::Device& device) {
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(model_config, options.dtype, device, options.seed);
-  if (!model.ok()) return model.status();
-  const PackedBatch batch = RandomBatch(model_config, options.seq_len, options.seed);
-  Bf16Timing timing;
-  std::array<std::vector<double>, 2> seconds;  // float32, bfloat16
-  for (int run = 0; run <= options.repeats; ++run) {
-    for (int mixed = 0; mixed < 2; ++mixed) {
-      Plan plan;
-      plan.dtype = options.dtype;
-      plan.bf16_products = mixed == 1;
-      absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, batch, plan, {});
-      if (!gradient.ok()) {
-        if (mixed == 0) return gradient.status();
-        timing.error = std::string(gradient.status().message());
-        return timing;
-      }
-      if (run > 0) seconds[mixed].push_back(gradient->seconds);
-      timing.resident_bytes = std::max(timing.resident_bytes, gradient->start_bytes - model->parameter_bytes());
-    }
-  }
-  for (std::vector<double>& times : seconds) std::sort(times.begin(), times.end());
-  const double float32 = seconds[0][seconds[0].size() / 2];
-  const double bfloat16 = seconds[1][seconds[1].size() / 2];
-  if (float32 > 0 && bfloat16 > 0) timing.ratio = bfloat16 / float32;
-  return timing;
-}
-
 }  // namespace
 
 int64_t GraphPoolOverheadBytes(const std::vector<std::array<int64_t, 2>>& scratch_and_pool) {
   int64_t overhead = 0;
   for (const auto& [scratch, pool] : scratch_and_pool) overhead = std::max(overhead, pool - scratch);
   return overhead;
+}
+
+absl::Status FitBf16Products(const std::vector<Bf16Probe>& probes, DeviceProfile* profile) {
+  // bfloat16 − float32 = F·Δs + H·Δt + layers·Δo with s = 1/rate, t = half_rate_rows/rate and o the
+  // layer overhead; each row relative to the probe's float32 time.
+  std::vector<std::array<double, 3>> x;
+  std::vector<double> y;
+  for (const Bf16Probe& probe : probes) {
+    if (!(probe.float32_seconds > 0) || !(probe.bf16_seconds > 0)) continue;
+    const double w = 1.0 / probe.float32_seconds;
+    x.push_back({probe.linear_flops * w, probe.linear_size_weighted_flops * w, probe.layer_computations * w});
+    y.push_back((probe.bf16_seconds - probe.float32_seconds) * w);
+  }
+  const std::optional<std::array<double, 3>> delta = x.size() >= 3 ? LeastSquaresOn(x, y, 0b111) : std::nullopt;
+  if (!delta.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("fitting the bfloat16 constants needs three probes that tell "
+                                                   "them apart; got ", x.size(), " timed both ways"));
+  }
+  const double float32_s = 1.0 / profile->flops_per_second;
+  const double s = std::max(float32_s + (*delta)[0], float32_s / kMaxBf16RateGain);
+  const double t = std::max(profile->half_rate_rows * float32_s + (*delta)[1], 0.0);
+  profile->bf16_flops_per_second = 1.0 / s;
+  profile->bf16_half_rate_rows = t / s;
+  profile->bf16_layer_overhead_s = std::max(profile->layer_overhead_s + (*delta)[2], 0.0);
+  return absl::OkStatus();
 }
 
 ModelConfig ProbeModel(int64_t d_model) {
@@ -223,6 +207,10 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   std::vector<double> memory_y;
   std::vector<std::array<double, 4>> time_x;
   std::vector<double> time_y;
+  // bfloat16 products: every probe runs both ways, alternating (float32 profiles only: bfloat16
+  // rounds float32 values); the first failure stops them (the device cannot run them).
+  bool time_bf16 = options.dtype == performer::DType::kFloat32;
+  std::vector<Bf16Probe> bf16_probes;
   for (const ModelConfig& probe_model : options.models) {
     absl::StatusOr<PerformerModel> model =
         PerformerModel::Create(probe_model, options.dtype, *device, options.seed);
@@ -232,18 +220,32 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       Plan plan;
       plan.slice = slice;
       plan.dtype = options.dtype;
-      std::vector<double> seconds;
-      GradientResult last;
+      Plan bf16_plan = plan;
+      bf16_plan.bf16_products = true;
+      std::vector<double> seconds, bf16_seconds;
+      GradientResult last;  // the float32 call's: the memory fit's
+      performer::GradientOptions gradient_options;
+      gradient_options.slice_replay = options.slice_replay;
       for (int run = 0; run <= options.repeats; ++run) {
         last = GradientResult();
-        performer::GradientOptions gradient_options;
-        gradient_options.slice_replay = options.slice_replay;
         absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, batch, plan, gradient_options);
         if (!gradient.ok()) return gradient.status();
         if (run > 0) seconds.push_back(gradient->seconds);
         last = *std::move(gradient);
+        if (!time_bf16) continue;
+        absl::StatusOr<GradientResult> mixed = ComputeGradient(*model, batch, bf16_plan, gradient_options);
+        if (!mixed.ok()) {
+          result.bf16_error = std::string(mixed.status().message());
+          time_bf16 = false;
+          bf16_probes.clear();
+          continue;
+        }
+        if (run > 0) bf16_seconds.push_back(mixed->seconds);
+        // What bfloat16 products leave on the device (their BLAS workspaces) counts as resident.
+        resident = std::max(resident, mixed->start_bytes - model->parameter_bytes());
       }
       std::sort(seconds.begin(), seconds.end());
+      std::sort(bf16_seconds.begin(), bf16_seconds.end());
       ProbeResult probe{plan, options.seq_len, seconds[seconds.size() / 2],
                         last.peak_bytes - last.start_bytes - model->parameter_bytes(), last.graph_pool_bytes};
       result.probes.push_back(probe);
@@ -274,14 +276,17 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       // w = 1 for forwards and backward_factor for backwards: linear in 1/R, h/R, e and o.
       const double backward = profile.backward_factor;
       double flops = 0, size_weighted = 0, elements_touched = 0, computations = 0;
+      Bf16Probe bf16_probe;
       auto add = [&](int64_t rows, bool with_output, double weight, double count) {
         const MatmulCost cost =
             SliceMatmulCost(probe_model, rows, plan.prefix_mode, plan.block, with_output);
         flops += weight * count * cost.flops;
         size_weighted += weight * count * cost.size_weighted_flops;
+        bf16_probe.linear_flops += weight * count * cost.linear_flops;
+        bf16_probe.linear_size_weighted_flops += weight * count * cost.linear_size_weighted_flops;
         computations += weight * count * static_cast<double>(probe_model.layers);
-      elements_touched += weight * count * static_cast<double>(rows) *
-                          SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block);
+        elements_touched += weight * count * static_cast<double>(rows) *
+                            SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block);
       };
       if (slice == 0) {
         add(options.seq_len, true, 1 + backward, 1);
@@ -298,6 +303,13 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       }
       time_x.push_back({flops, size_weighted, elements_touched, computations});
       time_y.push_back(probe.seconds);
+      if (time_bf16) {
+        bf16_probe.layer_computations = computations;
+        bf16_probe.float32_seconds = probe.seconds;
+        bf16_probe.bf16_seconds = bf16_seconds[bf16_seconds.size() / 2];
+        bf16_probes.push_back(bf16_probe);
+        if (slice == 0) result.bf16_call_time_ratio = bf16_probe.bf16_seconds / bf16_probe.float32_seconds;
+      }
     }
     // The graphs' pool at the C the probes above replay few slices of (one untimed call each: a
     // call captures its own graphs).
@@ -323,16 +335,6 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
     }
   }
 
-  // bfloat16 products against float32 on the last probe model (the largest of the defaults); float32
-  // profiles only, as bfloat16 rounds float32 values.
-  if (options.dtype == performer::DType::kFloat32 && !options.models.empty()) {
-    absl::StatusOr<Bf16Timing> timing = TimeBf16Products(options, options.models.back(), *device);
-    if (!timing.ok()) return timing.status();
-    profile.bf16_time_ratio = timing->ratio;
-    result.bf16_error = timing->error;
-    resident = std::max(resident, timing->resident_bytes);
-  }
-
   const std::array<double, 2> memory = NonNegativeLeastSquares<2>(memory_x, memory_y);
   profile.activation_scale = memory[0] > 0 ? memory[0] : 1.0;
   profile.activation_overhead_bytes = static_cast<int64_t>(std::llround(memory[1]));
@@ -352,6 +354,13 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   profile.half_rate_rows = time[1] / time[0];
   profile.seconds_per_element = time[2];
   profile.layer_overhead_s = time[3];
+  if (!bf16_probes.empty()) {
+    if (absl::Status s = FitBf16Products(bf16_probes, &profile); !s.ok()) {
+      return absl::InternalError(absl::StrCat("calibration: ", s.message()));
+    }
+  } else {
+    result.bf16_call_time_ratio = 1.0;  // not measured (float64, or the device cannot run them)
+  }
   if (absl::Status s = profile.Validate(); !s.ok()) return s;
   return result;
 }

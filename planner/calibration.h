@@ -11,8 +11,9 @@
 // same probes against their matrix-product FLOPs, their size-weighted FLOPs, the elements they
 // touch and their number of slice computations give flops_per_second, half_rate_rows,
 // seconds_per_element and layer_overhead_s (non-negative least squares on relative errors); in
-// float32, full back-propagation of the largest probe model with bfloat16 products against float32
-// gives bf16_time_ratio. A worker runs this at start-up and caches the profile in its state directory.
+// float32, every probe also runs with bfloat16 products, alternating, and the differences give the
+// bfloat16 constants (FitBf16Products). A worker runs this at start-up and caches the profile in
+// its state directory.
 //
 // Example:
 //   CalibrationOptions options;
@@ -76,12 +77,36 @@ struct ProbeResult {
 // graphs kept: the most a pool exceeded its scratch, rounded up to a byte; 0 for none.
 int64_t GraphPoolOverheadBytes(const std::vector<std::array<int64_t, 2>>& scratch_and_pool);
 
+// One probe timed with float32 and with bfloat16 products: its linear maps' products' FLOPs and
+// size-weighted FLOPs (cost_model.h's MatmulCost) and its slice computations' layers, each summed
+// over the call's computations with the weight the time model gives them (backward_factor for a
+// backward), and the two medians.
+struct Bf16Probe {
+  double linear_flops = 0;
+  double linear_size_weighted_flops = 0;
+  double layer_computations = 0;
+  double float32_seconds = 0;
+  double bf16_seconds = 0;
+};
+
+// Sets profile's bf16_flops_per_second, bf16_half_rate_rows and bf16_layer_overhead_s from probes
+// timed both ways, given its float32 constants: least squares, each probe relative to its float32
+// time, on bfloat16 − float32 = F·Δ(1/rate) + H·Δ(half_rate_rows/rate) + layers·Δ(layer overhead)
+// — differences, so that what the float32 fit misses cancels. The rate is held to at most
+// kMaxBf16RateGain × flops_per_second, the half-rate rows and the overhead to ≥ 0.
+// INVALID_ARGUMENT when fewer than three probes were timed or they cannot tell the three apart.
+inline constexpr double kMaxBf16RateGain = 20.0;
+absl::Status FitBf16Products(const std::vector<Bf16Probe>& probes, DeviceProfile* profile);
+
 struct CalibrationResult {
   DeviceProfile profile;
   std::vector<ProbeResult> probes;
-  // Why bfloat16 products could not be timed (the device cannot run them): bf16_time_ratio then
-  // stays 1, and a job with them fails on this device when it runs. Empty when they were timed (or
-  // the profile is float64).
+  // Full back-propagation of the last probe model with bfloat16 products over its float32 time,
+  // as measured (for reports; 1 when not measured).
+  double bf16_call_time_ratio = 1.0;
+  // Why bfloat16 products could not be timed (the device cannot run them): the profile's bfloat16
+  // constants then stay unmeasured, and a job with them fails on this device when it runs. Empty
+  // when they were timed (or the profile is float64).
   std::string bf16_error;
 };
 

@@ -23,7 +23,8 @@ CalibrationOptions Quick() {
 }
 
 TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
-  absl::StatusOr<CalibrationResult> result = Calibrate(Quick());
+  const CalibrationOptions options = Quick();
+  absl::StatusOr<CalibrationResult> result = Calibrate(options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(result->profile.Validate().ok());
   EXPECT_EQ(result->probes.size(), 6u);
@@ -48,19 +49,71 @@ TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
     EXPECT_FALSE(probe.pool_only);
     EXPECT_EQ(probe.seq_len, 128);
   }
-  // bfloat16 products were timed against float32 (a measured ratio, not the unmeasured 1).
-  EXPECT_GT(result->profile.bf16_time_ratio, 0);
-  EXPECT_NE(result->profile.bf16_time_ratio, 1.0);
+  // bfloat16 products were timed against float32 on every probe (a measured ratio, not the
+  // unmeasured 1) and fitted into their constants.
+  EXPECT_GT(result->bf16_call_time_ratio, 0);
+  EXPECT_NE(result->bf16_call_time_ratio, 1.0);
+  EXPECT_GT(result->profile.bf16_flops_per_second, 0);
+  EXPECT_LE(result->profile.bf16_flops_per_second, kMaxBf16RateGain * result->profile.flops_per_second * (1 + 1e-12));
+  EXPECT_GE(result->profile.bf16_half_rate_rows, 0);
+  EXPECT_GE(result->profile.bf16_layer_overhead_s, 0);
 }
 
-// A float64 profile has no bfloat16 products to time (they round float32 values): the ratio stays 1.
-TEST(CalibrationTest, Float64ProfilesLeaveTheBf16RatioUnmeasured) {
+// A float64 profile has no bfloat16 products to time (they round float32 values): unmeasured.
+TEST(CalibrationTest, Float64ProfilesLeaveTheBf16ConstantsUnmeasured) {
   CalibrationOptions options = Quick();
   options.dtype = performer::DType::kFloat64;
   options.models = {ProbeModel(32)};
   absl::StatusOr<CalibrationResult> result = Calibrate(options);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->profile.bf16_time_ratio, 1.0);
+  EXPECT_EQ(result->profile.bf16_flops_per_second, 0);
+  EXPECT_EQ(result->bf16_call_time_ratio, 1.0);
+}
+
+// Probes timed as a device with known bfloat16 constants would run them (the float32 fit off by
+// a probe-dependent error, which the differences cancel): the fit recovers the constants.
+TEST(CalibrationTest, Bf16ConstantsAreRecoveredFromTheDifferences) {
+  DeviceProfile float32;
+  float32.flops_per_second = 2e11;
+  float32.half_rate_rows = 20;
+  float32.layer_overhead_s = 5e-5;
+  const double rate = 3e11, half_rate_rows = 90, overhead = 8e-5;  // faster, larger size penalty
+  std::vector<Bf16Probe> probes;
+  const double errors[] = {0.3, -0.1, 0.05, 0.2, -0.25, 0.0};  // what the float32 fit misses
+  for (int i = 0; i < 6; ++i) {
+    Bf16Probe probe;
+    probe.linear_flops = 1e9 * (1 + i * i);
+    probe.linear_size_weighted_flops = probe.linear_flops * (0.4 / (1 + 3 * i) + 0.01 * i);
+    probe.layer_computations = 10.0 * (7 - i);
+    const double other = 0.01 + errors[i] * 0.005;  // prefix sums, element-wise work, misfit
+    probe.float32_seconds = probe.linear_flops / 2e11 + 20 * probe.linear_size_weighted_flops / 2e11 +
+                            5e-5 * probe.layer_computations + other;
+    probe.bf16_seconds = probe.linear_flops / rate + half_rate_rows * probe.linear_size_weighted_flops / rate +
+                         overhead * probe.layer_computations + other;
+    probes.push_back(probe);
+  }
+  DeviceProfile fitted = float32;
+  ASSERT_TRUE(FitBf16Products(probes, &fitted).ok());
+  EXPECT_NEAR(fitted.bf16_flops_per_second, rate, 1e-6 * rate);
+  EXPECT_NEAR(fitted.bf16_half_rate_rows, half_rate_rows, 1e-6 * half_rate_rows);
+  EXPECT_NEAR(fitted.bf16_layer_overhead_s, overhead, 1e-6 * overhead);
+  EXPECT_EQ(fitted.flops_per_second, float32.flops_per_second);  // the float32 constants stay
+
+  // Bounds: products that the differences call free are held to kMaxBf16RateGain × float32's rate,
+  // and a negative size penalty or overhead to 0.
+  std::vector<Bf16Probe> faster = probes;
+  for (Bf16Probe& probe : faster) probe.bf16_seconds = 0.01 * probe.float32_seconds;
+  fitted = float32;
+  ASSERT_TRUE(FitBf16Products(faster, &fitted).ok());
+  EXPECT_DOUBLE_EQ(fitted.bf16_flops_per_second, kMaxBf16RateGain * float32.flops_per_second);
+  EXPECT_GE(fitted.bf16_half_rate_rows, 0);
+  EXPECT_GE(fitted.bf16_layer_overhead_s, 0);
+
+  // Too few probes to tell three constants apart.
+  probes.resize(2);
+  const absl::Status status = FitBf16Products(probes, &fitted);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(status.message()).find("three probes"), std::string::npos) << status;
 }
 
 TEST(CalibrationTest, TheGraphPoolOverheadIsTheMostAPoolExceededItsScratch) {

@@ -58,6 +58,13 @@ MatmulCost SliceMatmulCost(const ModelConfig& c, int64_t tokens, PrefixMode mode
     cost.flops += f;
     cost.size_weighted_flops += f * (1 / m + 1 / k + 1 / n);
   };
+  // The linear maps' products (what Plan::bf16_products rounds), counted apart as well.
+  auto linear_product = [&](double m, double k, double n, double count) {
+    const MatmulCost before = cost;
+    product(m, k, n, count);
+    cost.linear_flops += cost.flops - before.flops;
+    cost.linear_size_weighted_flops += cost.size_weighted_flops - before.size_weighted_flops;
+  };
   const double s = static_cast<double>(tokens);
   const double d = static_cast<double>(c.d_model);
   const double f = static_cast<double>(c.d_ff);
@@ -66,7 +73,7 @@ MatmulCost SliceMatmulCost(const ModelConfig& c, int64_t tokens, PrefixMode mode
   const double hd = static_cast<double>(c.head_dim());
   const double b = static_cast<double>(std::min<int64_t>(block, tokens));
   const double layers = static_cast<double>(c.layers);
-  product(s, d, d, 3 * layers);  // q, k, v
+  linear_product(s, d, d, 3 * layers);  // q, k, v
   if (c.feature_map == FeatureMap::kFavor) product(s, hd, m, 2 * heads * layers);
   if (mode == PrefixMode::kChunked) {
     const double blocks = heads * std::ceil(s / b) * layers;
@@ -81,9 +88,9 @@ MatmulCost SliceMatmulCost(const ModelConfig& c, int64_t tokens, PrefixMode mode
     product(s * m * hd, 1, 1, 3 * heads * layers);
   }
   const double ffn_layers = with_output ? layers : layers - 1;  // the forward sweep skips the last G
-  product(s, d, f, ffn_layers);
-  product(s, f, d, ffn_layers);
-  if (with_output) product(s, d, static_cast<double>(c.vocab), 1);
+  linear_product(s, d, f, ffn_layers);
+  linear_product(s, f, d, ffn_layers);
+  if (with_output) linear_product(s, d, static_cast<double>(c.vocab), 1);
   return cost;
 }
 
@@ -91,8 +98,16 @@ double SliceSeconds(const ModelConfig& c, int64_t tokens, const Plan& plan, bool
                     const DeviceProfile& p) {
   const MatmulCost cost = SliceMatmulCost(c, tokens, plan.prefix_mode, plan.block, with_output);
   const double elements = static_cast<double>(tokens) * SavedElementsPerToken(c, plan.prefix_mode, plan.block);
-  return (cost.flops + p.half_rate_rows * cost.size_weighted_flops) / p.flops_per_second +
-         p.seconds_per_element * elements + p.layer_overhead_s * static_cast<double>(c.layers);
+  // The linear maps' products at the products' own constants (bfloat16 where measured).
+  const bool bf16 = plan.bf16_products && p.bf16_flops_per_second > 0;
+  const double linear_rate = bf16 ? p.bf16_flops_per_second : p.flops_per_second;
+  const double linear_half_rate_rows = bf16 ? p.bf16_half_rate_rows : p.half_rate_rows;
+  const double layer_overhead_s = bf16 ? p.bf16_layer_overhead_s : p.layer_overhead_s;
+  const double linear = (cost.linear_flops + linear_half_rate_rows * cost.linear_size_weighted_flops) / linear_rate;
+  const double attention = (cost.flops - cost.linear_flops +
+                            p.half_rate_rows * (cost.size_weighted_flops - cost.linear_size_weighted_flops)) /
+                           p.flops_per_second;
+  return linear + attention + p.seconds_per_element * elements + layer_overhead_s * static_cast<double>(c.layers);
 }
 
 int64_t Bf16ProductBytes(const ModelConfig& c, int64_t tokens) {
@@ -263,8 +278,6 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   // 1.02× at full length (BENCHMARKS.md, "The two changes in the engine, one at a time"). One
   // factor for all plans: it decides only between plans that fit, where the sliced ones dominate.
   if (copies_apply && !plan.copy_forward_weights) p.seconds *= kOneWeightLayoutSlowdown;
-  // bfloat16 products: the device's measured ratio to float32 (calibration), for the whole call.
-  if (plan.bf16_products) p.seconds *= profile.bf16_time_ratio;
   p.resident_bytes = profile.resident_overhead_bytes;
   p.peak_bytes = p.parameter_bytes + p.gradient_bytes + p.optimizer_bytes + p.kept_bytes + p.working_bytes +
                  p.resident_bytes + p.graph_pool_bytes;

@@ -18,7 +18,10 @@
 // layer_overhead_s · layers, with F = 2·M·K·N the FLOPs of an (M×K)·(K×N) product, R =
 // flops_per_second and h = half_rate_rows: a product runs at half speed when one of its dimensions
 // is h (SliceMatmulCost; a backward costs backward_factor forwards, exactly 2 for matrix
-// products); the number of computations follows from the policy (dp: the program's exact count).
+// products), + seconds_per_element per saved element; the number of computations follows from the
+// policy (dp: the program's exact count). With bfloat16 products (Plan::bf16_products) the linear
+// maps' products and the per-layer overhead take the profile's bfloat16 constants (device_profile.h);
+// the prefix sums and the element-wise work stay float32.
 // The constants come from calibration (planner/calibration.h).
 //
 // Thread safety: pure functions.
@@ -71,6 +74,10 @@ int64_t FrontBytes(const performer::ModelConfig& model, performer::DType dtype);
 struct MatmulCost {
   double flops = 0;
   double size_weighted_flops = 0;
+  // The part of both that is the linear maps' (q|k|v, the FFN, the output head): the products
+  // bfloat16 products round; the rest is the prefix sums' (and FAVOR+'s projections).
+  double linear_flops = 0;
+  double linear_size_weighted_flops = 0;
 };
 MatmulCost SliceMatmulCost(const performer::ModelConfig& model, int64_t tokens, performer::PrefixMode mode,
                            int64_t block, bool with_output);

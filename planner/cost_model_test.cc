@@ -14,6 +14,7 @@ namespace {
 
 using performer::FrontPolicy;
 using performer::ModelConfig;
+using performer::PrefixMode;
 using performer::Plan;
 
 ModelConfig ConfigA() {
@@ -194,8 +195,8 @@ TEST(CostModelTest, OneWeightLayoutSavesTheForwardCopiesAndCostsTime) {
 
 // bfloat16 products: their operands' and results' bfloat16 copies in the working set (at the
 // computation's rows: the sweep's stretch or the slice, whichever is larger), a bfloat16 copy of
-// every linear weight in place of the float32 forward copies, and the device's measured time ratio
-// on the whole call.
+// every linear weight in place of the float32 forward copies, and the device's bfloat16 constants
+// on the linear maps' products alone.
 TEST(CostModelTest, Bf16ProductsAddTheirCopiesAndTheDevicesTimeRatio) {
   const Workload w{ConfigA(), 4096};
   const ModelConfig& m = w.model;
@@ -204,7 +205,9 @@ TEST(CostModelTest, Bf16ProductsAddTheirCopiesAndTheDevicesTimeRatio) {
   wide_vocabulary.vocab = 32000;
   EXPECT_EQ(Bf16ProductBytes(wide_vocabulary, 64), 2 * 64 * (256 + 32000));
   DeviceProfile profile = Profile();
-  profile.bf16_time_ratio = 0.4;
+  profile.bf16_flops_per_second = 2.5 * profile.flops_per_second;  // float32's constants otherwise
+  profile.bf16_half_rate_rows = profile.half_rate_rows;
+  profile.bf16_layer_overhead_s = profile.layer_overhead_s;
   DeviceProfile cuda = profile;
   cuda.device = "cuda:0";
   // The largest weight-gradient product: the FFN's (d·d_ff) here, the output map's for a wide
@@ -239,8 +242,25 @@ TEST(CostModelTest, Bf16ProductsAddTheirCopiesAndTheDevicesTimeRatio) {
               largest - largest_plain - BatchedWeightGradientBytes(m, Sliced(c), profile) + weight_copies -
                   m.forward_layout_values(/*copy_all=*/true) * 4)
         << "C=" << c;
-    EXPECT_DOUBLE_EQ(bf16.seconds, plain.seconds * 0.4) << "C=" << c;
+    // Only the linear maps' products run at the faster rate: faster, not 0.4 of the time.
+    EXPECT_LT(bf16.seconds, plain.seconds) << "C=" << c;
+    EXPECT_GT(bf16.seconds, 0.4 * plain.seconds) << "C=" << c;
   }
+  // A larger size penalty for bfloat16 products (a CPU's): small slices lose, long ones still gain.
+  profile.bf16_half_rate_rows = 8 * profile.half_rate_rows;
+  auto bf16_over_float32 = [&](int64_t c) {
+    Plan mixed = Sliced(c);
+    mixed.bf16_products = true;
+    return Predict(w, mixed, profile)->seconds / Predict(w, Sliced(c), profile)->seconds;
+  };
+  EXPECT_GT(bf16_over_float32(16), 1.0);
+  EXPECT_LT(bf16_over_float32(0), 1.0);
+  EXPECT_GT(bf16_over_float32(16), bf16_over_float32(256));
+  // Unmeasured (bf16_flops_per_second 0): the float32 constants, the same time.
+  DeviceProfile unmeasured = Profile();
+  Plan mixed64 = Sliced(64);
+  mixed64.bf16_products = true;
+  EXPECT_DOUBLE_EQ(Predict(w, mixed64, unmeasured)->seconds, Predict(w, Sliced(64), unmeasured)->seconds);
   // Replayed slices keep the bfloat16 scratch in the graphs' pool too.
   cuda.replays_slices = true;
   Plan mixed = Sliced(16);
@@ -301,6 +321,37 @@ TEST(CostModelTest, BadInputIsRejected) {
   DeviceProfile bad = Profile();
   bad.flops_per_second = 0;
   EXPECT_EQ(Predict(Workload{ConfigA(), 100}, Sliced(10), bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The linear maps' products, counted apart: q|k|v, the FFN and (with the output) the output map,
+// 2·M·K·N FLOPs each; the rest is the prefix sums'. Only they take the bfloat16 constants.
+TEST(CostModelTest, LinearProductsAreCountedApartAndOnlyTheyTakeTheBf16Constants) {
+  const ModelConfig m = ConfigA();
+  const double d = m.d_model, f = m.d_ff, vocab = m.vocab, layers = m.layers;
+  const DeviceProfile float32 = Profile();
+  DeviceProfile profile = float32;
+  profile.bf16_flops_per_second = 4e11;
+  profile.bf16_half_rate_rows = 100;
+  profile.bf16_layer_overhead_s = 3e-4;
+  for (int64_t tokens : {16, 4096}) {
+    const double t = static_cast<double>(tokens);
+    const MatmulCost with_output = SliceMatmulCost(m, tokens, PrefixMode::kChunked, 64, true);
+    EXPECT_DOUBLE_EQ(with_output.linear_flops, 2 * t * (3 * d * d * layers + 2 * d * f * layers + d * vocab));
+    const MatmulCost sweep = SliceMatmulCost(m, tokens, PrefixMode::kChunked, 64, false);
+    EXPECT_DOUBLE_EQ(sweep.linear_flops, 2 * t * (3 * d * d * layers + 2 * d * f * (layers - 1)));
+    EXPECT_GT(with_output.flops, with_output.linear_flops);  // the prefix sums' products
+    EXPECT_GT(with_output.size_weighted_flops, with_output.linear_size_weighted_flops);
+
+    // bfloat16 − float32 = the linear products at the two sets of constants, and the overheads.
+    Plan mixed = Sliced(tokens);
+    mixed.bf16_products = true;
+    const double linear32 =
+        (with_output.linear_flops + float32.half_rate_rows * with_output.linear_size_weighted_flops) / 1e11;
+    const double linear16 = (with_output.linear_flops + 100 * with_output.linear_size_weighted_flops) / 4e11;
+    const double expected = SliceSeconds(m, tokens, Sliced(tokens), true, profile) - linear32 + linear16 +
+                            (3e-4 - float32.layer_overhead_s) * layers;
+    EXPECT_NEAR(SliceSeconds(m, tokens, mixed, true, profile), expected, 1e-12 * expected);
+  }
 }
 
 }  // namespace

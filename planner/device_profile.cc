@@ -14,7 +14,6 @@ absl::Status DeviceProfile::Validate() const {
   for (auto [field, value] : {std::pair<const char*, double>{"activation_scale", activation_scale},
                               {"flops_per_second", flops_per_second},
                               {"backward_factor", backward_factor},
-                              {"bf16_time_ratio", bf16_time_ratio},
                               {"threads", static_cast<double>(threads)}}) {
     if (absl::Status s = positive(field, value); !s.ok()) return s;
   }
@@ -32,10 +31,19 @@ absl::Status DeviceProfile::Validate() const {
         "device profile: activation_overhead_bytes, resident_overhead_bytes, total_memory_bytes and "
         "graph_pool_overhead_bytes must be at most 1 PiB");
   }
-  if (activation_scale > 1e3 || backward_factor > 1e3 || bf16_time_ratio > 1e3) {
-    return absl::InvalidArgumentError(absl::StrCat("device profile: activation_scale, backward_factor and "
-                                                   "bf16_time_ratio must be at most 1000, got ", activation_scale, ", ",
-                                                   backward_factor, " and ", bf16_time_ratio));
+  if (activation_scale > 1e3 || backward_factor > 1e3) {
+    return absl::InvalidArgumentError(absl::StrCat("device profile: activation_scale and backward_factor must be "
+                                                   "at most 1000, got ", activation_scale, " and ", backward_factor));
+  }
+  if (!(std::isfinite(bf16_flops_per_second) && bf16_flops_per_second >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device profile: bf16_flops_per_second must be ≥ 0 (0: unmeasured), got ", bf16_flops_per_second));
+  }
+  if (!(bf16_half_rate_rows >= 0) || !(bf16_layer_overhead_s >= 0) || !std::isfinite(bf16_half_rate_rows) ||
+      !std::isfinite(bf16_layer_overhead_s)) {
+    return absl::InvalidArgumentError(absl::StrCat("device profile: bf16_half_rate_rows and bf16_layer_overhead_s "
+                                                   "must be finite and ≥ 0, got ", bf16_half_rate_rows, " and ",
+                                                   bf16_layer_overhead_s));
   }
   return absl::OkStatus();
 }

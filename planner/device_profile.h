@@ -44,7 +44,8 @@ struct DeviceProfile {
   int64_t graph_pool_overhead_bytes = 0;
 
   // Time (planner/cost_model.h). One slice computation over S tokens takes
-  //   Σ_products F/flops_per_second · (1 + h/M + h/K + h/N)   (h = half_rate_rows)
+  //   Σ_products F/flops_per_second · (1 + h/M + h/K + h/N)   (h = half_rate_rows; bfloat16
+  //                                                            products: see below)
   //   + seconds_per_element · S · saved elements per token     (element-wise work)
   //   + layer_overhead_s · layers.
   double flops_per_second = 1e10;
@@ -53,10 +54,17 @@ struct DeviceProfile {
   double layer_overhead_s = 1e-4;
   // Backward of a slice graph relative to its forward.
   double backward_factor = 2.0;
-  // A call with bfloat16 products (performer::Plan::bf16_products) relative to the same call in
-  // float32: measured by calibration on one probe (float32 profiles only), applied to the whole
-  // predicted time of such plans. 1 where unmeasured.
-  double bf16_time_ratio = 1.0;
+  // bfloat16 products (performer::Plan::bf16_products) change the linear maps' products only (the
+  // prefix sums and the element-wise work stay float32). Their term becomes
+  //   Σ_linear F/bf16_flops_per_second · (1 + h'/M + h'/K + h'/N)   (h' = bf16_half_rate_rows)
+  // and each slice computation costs bf16_layer_overhead_s per layer instead of layer_overhead_s:
+  // a faster rate, but on a CPU a larger size penalty (the library packs and rounds operands per
+  // product), so long slices gain and small ones can lose. Calibration fits the three from the
+  // differences between its probes run both ways (float32 profiles only). bf16_flops_per_second 0:
+  // unmeasured, and bfloat16 plans are predicted with the float32 constants.
+  double bf16_flops_per_second = 0;
+  double bf16_half_rate_rows = 0;
+  double bf16_layer_overhead_s = 0;
 
   // INVALID_ARGUMENT naming the field when a constant is out of range.
   absl::Status Validate() const;

@@ -36,6 +36,11 @@ class CollectingErrorCollector : public google::protobuf::io::ErrorCollector {
   std::vector<std::string> errors_;
 };
 
+// Whether `proto` is read through the superseded bf16_time_ratio (DeviceProfileFromProto).
+bool ReadsBf16TimeRatio(const v1::DeviceProfile& proto) {
+  return proto.has_bf16_time_ratio() && !proto.has_bf16_flops_per_second();
+}
+
 }  // namespace
 
 v1::DeviceProfile DeviceProfileToProto(const DeviceProfile& profile) {
@@ -54,7 +59,9 @@ v1::DeviceProfile DeviceProfileToProto(const DeviceProfile& profile) {
   proto.set_half_rate_rows(profile.half_rate_rows);
   proto.set_layer_overhead_s(profile.layer_overhead_s);
   proto.set_backward_factor(profile.backward_factor);
-  proto.set_bf16_time_ratio(profile.bf16_time_ratio);
+  proto.set_bf16_flops_per_second(profile.bf16_flops_per_second);
+  proto.set_bf16_half_rate_rows(profile.bf16_half_rate_rows);
+  proto.set_bf16_layer_overhead_s(profile.bf16_layer_overhead_s);
   proto.set_seconds_per_element(profile.seconds_per_element);
   return proto;
 }
@@ -77,8 +84,26 @@ DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto) {
   if (proto.has_half_rate_rows()) profile.half_rate_rows = proto.half_rate_rows();
   if (proto.has_layer_overhead_s()) profile.layer_overhead_s = proto.layer_overhead_s();
   if (proto.has_backward_factor()) profile.backward_factor = proto.backward_factor();
-  if (proto.has_bf16_time_ratio()) profile.bf16_time_ratio = proto.bf16_time_ratio();
   if (proto.has_seconds_per_element()) profile.seconds_per_element = proto.seconds_per_element();
+  if (proto.has_bf16_flops_per_second()) profile.bf16_flops_per_second = proto.bf16_flops_per_second();
+  if (proto.has_bf16_half_rate_rows()) profile.bf16_half_rate_rows = proto.bf16_half_rate_rows();
+  if (proto.has_bf16_layer_overhead_s()) profile.bf16_layer_overhead_s = proto.bf16_layer_overhead_s();
+  if (ReadsBf16TimeRatio(proto) && proto.bf16_time_ratio() > 0) {
+    // A profile from before engine revision 8: its whole-call ratio on the products' rate.
+    profile.bf16_flops_per_second = profile.flops_per_second / proto.bf16_time_ratio();
+    profile.bf16_half_rate_rows = profile.half_rate_rows;
+    profile.bf16_layer_overhead_s = profile.layer_overhead_s;
+  }
+  return profile;
+}
+
+absl::StatusOr<DeviceProfile> CheckedDeviceProfileFromProto(const v1::DeviceProfile& proto) {
+  if (ReadsBf16TimeRatio(proto) && !(proto.bf16_time_ratio() > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device profile: bf16_time_ratio must be positive, got ", proto.bf16_time_ratio()));
+  }
+  DeviceProfile profile = DeviceProfileFromProto(proto);
+  if (absl::Status valid = profile.Validate(); !valid.ok()) return valid;
   return profile;
 }
 
@@ -102,9 +127,7 @@ absl::StatusOr<DeviceProfile> ParseDeviceProfileText(absl::string_view text) {
   if (std::optional<std::string> field = rpc::FirstNonFiniteField(proto); field.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat("device profile: ", *field, " is not a finite number"));
   }
-  DeviceProfile profile = DeviceProfileFromProto(proto);
-  if (absl::Status valid = profile.Validate(); !valid.ok()) return valid;
-  return profile;
+  return CheckedDeviceProfileFromProto(proto);
 }
 
 std::string DeviceProfileToText(const DeviceProfile& profile) {

@@ -27,10 +27,18 @@
 
 namespace slimfit::planner {
 
-// Field-for-field conversions. ToProto sets every field. FromProto starts from a default
-// DeviceProfile and copies the fields present in `proto`; it does not validate.
+// Field-for-field conversions. ToProto sets every field (not the superseded bf16_time_ratio).
+// FromProto starts from a default DeviceProfile and copies the fields present in `proto`; a
+// positive bf16_time_ratio without bf16_flops_per_second (a profile calibrated before engine
+// revision 8) becomes bfloat16 products at flops_per_second / bf16_time_ratio with the float32
+// half-rate rows and layer overhead. It does not validate.
 v1::DeviceProfile DeviceProfileToProto(const DeviceProfile& profile);
 DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto);
+
+// DeviceProfileFromProto for a profile from outside (a worker's registration, a file):
+// INVALID_ARGUMENT naming the field when a bf16_time_ratio that would be read is not positive, or
+// when the result fails DeviceProfile::Validate().
+[[nodiscard]] absl::StatusOr<DeviceProfile> CheckedDeviceProfileFromProto(const v1::DeviceProfile& proto);
 
 // Parses a text-format slimfit.v1.DeviceProfile.
 // INVALID_ARGUMENT: a syntax error, an unknown field or a value of the wrong type — the message

@@ -17,6 +17,7 @@ namespace {
 using ::slimfit::base::ReadFileToString;
 using ::slimfit::testing_util::TempPath;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 DeviceProfile SampleProfile() {
@@ -36,7 +37,9 @@ DeviceProfile SampleProfile() {
   profile.layer_overhead_s = 2.5e-5;
   profile.seconds_per_element = 7.25e-10;
   profile.backward_factor = 2.0000000000000004;
-  profile.bf16_time_ratio = 0.421;
+  profile.bf16_flops_per_second = 9.87654e14;
+  profile.bf16_half_rate_rows = 123.25;
+  profile.bf16_layer_overhead_s = 3.5e-5;
   return profile;
 }
 
@@ -56,7 +59,9 @@ void ExpectSameProfile(const DeviceProfile& got, const DeviceProfile& want) {
   EXPECT_EQ(got.seconds_per_element, want.seconds_per_element);
   EXPECT_EQ(got.layer_overhead_s, want.layer_overhead_s);
   EXPECT_EQ(got.backward_factor, want.backward_factor);
-  EXPECT_EQ(got.bf16_time_ratio, want.bf16_time_ratio);
+  EXPECT_EQ(got.bf16_flops_per_second, want.bf16_flops_per_second);
+  EXPECT_EQ(got.bf16_half_rate_rows, want.bf16_half_rate_rows);
+  EXPECT_EQ(got.bf16_layer_overhead_s, want.bf16_layer_overhead_s);
 }
 
 // As a std::string, so that failing matchers print text rather than characters.
@@ -85,7 +90,36 @@ TEST(DeviceProfileIoTest, TextWritesEveryFieldOnePerLine) {
   EXPECT_THAT(text, HasSubstr("half_rate_rows: 16\n"));
   EXPECT_THAT(text, HasSubstr("layer_overhead_s: 0.0001\n"));
   EXPECT_THAT(text, HasSubstr("backward_factor: 2\n"));
-  EXPECT_THAT(text, HasSubstr("bf16_time_ratio: 1\n"));
+  EXPECT_THAT(text, HasSubstr("bf16_flops_per_second: 0\n"));
+  EXPECT_THAT(text, HasSubstr("bf16_half_rate_rows: 0\n"));
+  EXPECT_THAT(text, HasSubstr("bf16_layer_overhead_s: 0\n"));
+  EXPECT_THAT(text, Not(HasSubstr("bf16_time_ratio")));  // superseded: read, no longer written
+}
+
+// A profile calibrated before engine revision 8 holds the whole call's bfloat16 ratio only: it is
+// read as bfloat16 products at the float32 rate over the ratio, with the float32 size penalty and
+// overhead; the new fields win where both are given; a ratio that is not positive is refused.
+TEST(DeviceProfileIoTest, TheSupersededBf16TimeRatioIsReadAsTheProductsRate) {
+  absl::StatusOr<DeviceProfile> old = ParseDeviceProfileText(
+      "flops_per_second: 3e11\nhalf_rate_rows: 24\nlayer_overhead_s: 5e-05\nbf16_time_ratio: 0.75\n");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_DOUBLE_EQ(old->bf16_flops_per_second, 4e11);
+  EXPECT_EQ(old->bf16_half_rate_rows, 24);
+  EXPECT_EQ(old->bf16_layer_overhead_s, 5e-05);
+  absl::StatusOr<DeviceProfile> both = ParseDeviceProfileText("bf16_time_ratio: 0.75\nbf16_flops_per_second: 7e11\n");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->bf16_flops_per_second, 7e11);
+  EXPECT_EQ(both->bf16_half_rate_rows, 0);
+  EXPECT_THAT(Message(ParseDeviceProfileText("bf16_time_ratio: 0\n").status()),
+              HasSubstr("bf16_time_ratio must be positive, got 0"));
+  EXPECT_THAT(Message(ParseDeviceProfileText("bf16_flops_per_second: -1\n").status()),
+              HasSubstr("bf16_flops_per_second must be ≥ 0"));
+  EXPECT_THAT(Message(ParseDeviceProfileText("bf16_half_rate_rows: -1\n").status()),
+              HasSubstr("bf16_half_rate_rows and bf16_layer_overhead_s must be finite and ≥ 0"));
+  // What a worker registers goes through the same check.
+  v1::DeviceProfile proto;
+  proto.set_bf16_time_ratio(-2);
+  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be positive"));
 }
 
 TEST(DeviceProfileIoTest, ProtoConversionRoundTrips) {

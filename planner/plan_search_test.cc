@@ -104,22 +104,29 @@ TEST(PlanSearchTest, NothingFitsSaysWhatDominates) {
 }
 
 // A job with bfloat16 products: every candidate has them, the chosen plan says so, and the
-// predictions are the float32 plan's with the bfloat16 copies and the device's time ratio.
+// predictions are the float32 plan's with the bfloat16 copies and the device's bfloat16 constants
+// on the linear maps' products.
 TEST(PlanSearchTest, Bf16ProductsAreInEveryCandidate) {
   PlanSearchRequest request = ConfigA(64);
   request.bf16_products = true;
   DeviceProfile profile = Profile();
-  profile.bf16_time_ratio = 0.5;
+  profile.bf16_flops_per_second = 2 * profile.flops_per_second;
+  profile.bf16_half_rate_rows = profile.half_rate_rows;
+  profile.bf16_layer_overhead_s = profile.layer_overhead_s;
   absl::StatusOr<PlanSearchResult> result = SearchPlans(request, profile);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(result->chosen.plan.bf16_products);
   EXPECT_TRUE(result->full_backprop.plan.bf16_products);
   for (const PlanCandidate& c : result->frontier) EXPECT_TRUE(c.plan.bf16_products);
   EXPECT_THAT(result->reason, HasSubstr("bfloat16 products"));
-  // The candidates are predicted as bfloat16 plans: the device's ratio on the float32 plan's time.
+  // The candidates are predicted as bfloat16 plans: the cost model's, faster than the float32 plan
+  // but not twice (only the linear maps' products run at twice the rate).
   performer::Plan float32 = result->chosen.plan;
   float32.bf16_products = false;
-  EXPECT_DOUBLE_EQ(result->chosen.prediction.seconds, 0.5 * Predict(request.workload, float32, profile)->seconds);
+  const double float32_seconds = Predict(request.workload, float32, profile)->seconds;
+  EXPECT_DOUBLE_EQ(result->chosen.prediction.seconds, Predict(request.workload, result->chosen.plan, profile)->seconds);
+  EXPECT_LT(result->chosen.prediction.seconds, float32_seconds);
+  EXPECT_GT(result->chosen.prediction.seconds, 0.5 * float32_seconds);
   EXPECT_EQ(result->chosen.prediction.peak_bytes, Predict(request.workload, result->chosen.plan, profile)->peak_bytes);
   request.dtype = performer::DType::kFloat64;
   EXPECT_THAT(std::string(SearchPlans(request, profile).status().message()),

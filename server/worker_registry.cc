@@ -107,9 +107,9 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   if (request.worker_id().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) {
     return absl::InvalidArgumentError("worker_id: longer than 256 bytes");
   }
-  const planner::DeviceProfile profile = planner::DeviceProfileFromProto(request.profile());
-  if (absl::Status valid = profile.Validate(); !valid.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("profile: ", valid.message()));
+  if (absl::StatusOr<planner::DeviceProfile> profile = planner::CheckedDeviceProfileFromProto(request.profile());
+      !profile.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("profile: ", profile.status().message()));
   }
   if (absl::Status datasets = rpc::ValidateLocalDatasets(request.local_datasets()); !datasets.ok()) return datasets;
 

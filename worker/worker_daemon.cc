@@ -142,10 +142,11 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
                         absl::StrCat("calibrating ", options.device, ": ", result.status().message()));
   }
   const absl::Time calibrated_at = absl::Now();
-  base::LogInfo(absl::StrFormat("calibrated in %.1f s: %.2f GFLOP/s, activation scale %.3f, bfloat16 time ratio %.2f",
-                               absl::ToDoubleSeconds(calibrated_at - start),
-                               result->profile.flops_per_second / 1e9, result->profile.activation_scale,
-                               result->profile.bf16_time_ratio));
+  base::LogInfo(absl::StrFormat(
+      "calibrated in %.1f s: %.2f GFLOP/s (bfloat16 products %.2f), activation scale %.3f, full gradient with "
+      "bfloat16 products %.2f× float32",
+      absl::ToDoubleSeconds(calibrated_at - start), result->profile.flops_per_second / 1e9,
+      result->profile.bf16_flops_per_second / 1e9, result->profile.activation_scale, result->bf16_call_time_ratio));
   if (!result->bf16_error.empty()) {
     base::LogWarning("this device cannot run bfloat16 products (jobs with them will fail here): ",
                      result->bf16_error);

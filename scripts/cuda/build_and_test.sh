@@ -8,9 +8,11 @@
 # Usage (from the repository root): scripts/cuda/build_and_test.sh OUT [STEPS]
 #   OUT    folder for the logs: env.log build.log tests.log bench_config_a.jsonl bench_long_l.jsonl
 #          bench_large.jsonl (build_without_graphs.log when the build with CUDA graphs failed)
-#   STEPS  comma-separated, any of build,test,bench,bf16,service (default: build,test,bench); bf16
-#          is the short comparison of bfloat16 products by hand, through autograd and float32
-#          (bench_bf16.jsonl: config A, the large model, calibration's probe); service (with
+#   STEPS  comma-separated, any of build,test,bench,bf16,ops,service (default: build,test,bench);
+#          bf16 is the short comparison of bfloat16 products by hand, through autograd and float32
+#          (bench_bf16.jsonl: config A, the large model, calibration's probe); ops counts LibTorch
+#          calls per slice at config A (gradient_bench --count_ops: bench_ops.jsonl and
+#          bench_ops_by_operator.txt); service (with
 #          fetch_deps.sh --service) also builds the worker, the coordinator and the CLI and runs
 #          scripts/cuda/service_job.sh on this machine's GPU (service.log, service_work.tar.gz)
 #   TARGETS (environment) ninja targets the build step builds (default: all)
@@ -68,7 +70,17 @@ if [[ ",$steps," == *",build,"* ]]; then
       -DSLIMFIT_TORCH_ROOT="$torch_root" -DSLIMFIT_CXX11_ABI="$abi" \
       -DSLIMFIT_CUDA_INCLUDE="$cuda_include" -DSLIMFIT_DEPS="$deps" -DSLIMFIT_CXX_STANDARD="$std" \
       -DSLIMFIT_SERVICE="$service" -DSLIMFIT_CUDA_GRAPHS="$1" -DSLIMFIT_LINK_CUDART="$1" &&
-      if [[ ",$steps," == *",service,"* ]]; then
+      if [[ ",$steps," == *",ops,"* ]] && [ -x "$build/gradient_bench" ]; then
+  # LibTorch calls per slice on the device (op by op: a replayed slice makes none), float32 and
+  # bfloat16 products, config A: what fused per-slice kernels would have to replace.
+  : > "$out/bench_ops.jsonl"
+  for variant in "" "--bf16_products"; do
+    "$build/gradient_bench" --device="$device" --threads=4 --seq_len=4096 --slice=0,256,64,16 --repeats=1 \
+      --slice_replay=off --count_ops $variant >> "$out/bench_ops.jsonl" 2>> "$out/bench_ops_by_operator.txt" || status=1
+  done
+  echo "ops: $(wc -l < "$out/bench_ops.jsonl") lines"
+fi
+if [[ ",$steps," == *",service,"* ]]; then
         ninja -C "$build" -k 0 all service_slimfit_worker service_slimfit_coordinator service_slimfit
       else
         ninja -C "$build" -k 0 ${TARGETS:-}
@@ -132,8 +144,9 @@ if [[ ",$steps," == *",bench,"* ]] && [ -x "$build/gradient_bench" ]; then
 fi
 if [[ ",$steps," == *",bf16,"* ]] && [ -x "$build/gradient_bench" ]; then
   # bfloat16 products by hand (the default since engine revision 7) against through autograd and
-  # against float32 by hand, two rounds alternating: config A, the large model, and the probe whose
-  # full gradient calibration times for bf16_time_ratio (d_model 512, 1,024 tokens).
+  # against float32 by hand, two rounds alternating: config A, the large model, and calibration's
+  # largest probe (d_model 512, 1,024 tokens; calibration fits the bfloat16 constants from all its
+  # probes run both ways).
   bench="$build/gradient_bench --device=$device --threads=4"
   : > "$out/bench_bf16.jsonl"
   for round in 1 2; do
