@@ -39,8 +39,13 @@ enum class FrontPolicy {
 // where a front rebuilt by subtraction would lose its precision (the denominators it would be
 // rebuilt from have grown too far past its own: sliced_gradient.h); further such fronts are
 // recomputed by a forward instead. The planner counts them. Ordinary text needs 0–2: the growth
-// is about the growth in tokens, and each keep covers 256× of it.
+// is about the growth in tokens, and each keep covers kMaxRebuildGrowth× of it.
 inline constexpr int64_t kMaxConditioningFronts = 2;
+
+// The conditioning guard's growth bound: a front is rebuilt by subtraction only from one whose
+// denominator components are at most this many times its own, so it carries at most about 8 bits
+// more rounding than that front (2⁻¹⁵ relative in float32), in any dtype.
+inline constexpr double kMaxRebuildGrowth = 256;
 
 // What one slice's autograd graph keeps (Korthikanti et al.'s trade at layer granularity).
 enum class LayerRecompute {

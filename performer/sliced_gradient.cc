@@ -17,11 +17,6 @@ namespace slimfit::performer::internal {
 
 namespace {
 
-// The growth bound of the conditioning guard (sliced_gradient.h): a front rebuilt by subtraction
-// from one whose denominators are at most this many times its own loses at most about 8 bits more
-// than that front's rounding (2⁻¹⁵ relative in float32), in any dtype.
-constexpr double kMaxRebuildGrowth = 256;
-
 // What a query's denominator φ(q)·Z is measured against, layer by layer: every feature's
 // component Z_f, as one float64 tensor on the front's device. Features and queries are
 // non-negative, so a query's denominator grows past a front's by at most its largest component
