@@ -70,17 +70,7 @@ if [[ ",$steps," == *",build,"* ]]; then
       -DSLIMFIT_TORCH_ROOT="$torch_root" -DSLIMFIT_CXX11_ABI="$abi" \
       -DSLIMFIT_CUDA_INCLUDE="$cuda_include" -DSLIMFIT_DEPS="$deps" -DSLIMFIT_CXX_STANDARD="$std" \
       -DSLIMFIT_SERVICE="$service" -DSLIMFIT_CUDA_GRAPHS="$1" -DSLIMFIT_LINK_CUDART="$1" &&
-      if [[ ",$steps," == *",ops,"* ]] && [ -x "$build/gradient_bench" ]; then
-  # LibTorch calls per slice on the device (op by op: a replayed slice makes none), float32 and
-  # bfloat16 products, config A: what fused per-slice kernels would have to replace.
-  : > "$out/bench_ops.jsonl"
-  for variant in "" "--bf16_products"; do
-    "$build/gradient_bench" --device="$device" --threads=4 --seq_len=4096 --slice=0,256,64,16 --repeats=1 \
-      --slice_replay=off --count_ops $variant >> "$out/bench_ops.jsonl" 2>> "$out/bench_ops_by_operator.txt" || status=1
-  done
-  echo "ops: $(wc -l < "$out/bench_ops.jsonl") lines"
-fi
-if [[ ",$steps," == *",service,"* ]]; then
+      if [[ ",$steps," == *",service,"* ]]; then
         ninja -C "$build" -k 0 all service_slimfit_worker service_slimfit_coordinator service_slimfit
       else
         ninja -C "$build" -k 0 ${TARGETS:-}
@@ -159,6 +149,17 @@ if [[ ",$steps," == *",bf16,"* ]] && [ -x "$build/gradient_bench" ]; then
     done
   done
   echo "bf16: $(wc -l < "$out/bench_bf16.jsonl") lines"
+fi
+if [[ ",$steps," == *",ops,"* ]] && [ -x "$build/gradient_bench" ]; then
+  # LibTorch calls per slice on the device (op by op: a replayed slice makes none), float32 and
+  # bfloat16 products, config A: what fused per-slice kernels would have to replace.
+  : > "$out/bench_ops.jsonl"
+  : > "$out/bench_ops_by_operator.txt"
+  for variant in "" "--bf16_products"; do
+    "$build/gradient_bench" --device="$device" --threads=4 --seq_len=4096 --slice=0,256,64,16 --repeats=1 \
+      --slice_replay=off --count_ops $variant >> "$out/bench_ops.jsonl" 2>> "$out/bench_ops_by_operator.txt" || status=1
+  done
+  echo "ops: $(wc -l < "$out/bench_ops.jsonl") lines"
 fi
 if [[ ",$steps," == *",service,"* ]]; then
   if [ -x "$build/bin/worker/slimfit-worker" ]; then
