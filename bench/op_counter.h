@@ -13,7 +13,8 @@
 //   ComputeGradient(model, batch, plan, options);
 //   OpCounts counts = counter.Counts();
 //
-// Thread safety: one counter per thread at a time; its callback sees only that thread's calls.
+// Thread safety: a counter counts its own thread's calls only. Counters on one thread nest: the
+// newest counts, and the one before it counts again once it is gone (not the calls made meanwhile).
 #ifndef SLIMFIT_BENCH_OP_COUNTER_H_
 #define SLIMFIT_BENCH_OP_COUNTER_H_
 
@@ -48,6 +49,7 @@ class OpCounter {
   static std::unique_ptr<at::ObserverContext> Enter(const at::RecordFunction& fn);
   static void Exit(const at::RecordFunction& fn, at::ObserverContext* context);
 
+  OpCounter* const previous_;  // the thread's counter before this one (null: none)
   OpCounts counts_;
   int depth_ = 0;
   at::CallbackHandle handle_;

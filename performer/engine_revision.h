@@ -27,7 +27,7 @@
 //      changes (on the reference CPU at config A, C = 16 1.63 s through autograd, 0.64 s now)
 //   8  2026-11-27: calibration runs every probe with bfloat16 products too and fits their own rate,
 //      size penalty and per-layer overhead (DeviceProfile::bf16_flops_per_second, …) instead of
-//      one whole-call ratio, which under-predicted small bfloat16 slices on a CPU by up to 3×
+//      one whole-call ratio, which under-predicted small bfloat16 slices on a CPU by up to ~2.5×
 //
 // Thread safety: a constant.
 #ifndef SLIMFIT_PERFORMER_ENGINE_REVISION_H_

@@ -52,6 +52,8 @@ std::string CpuName() {
 
 // Least squares for y ≈ X·w over the columns of x in `mask` (the other weights 0), by the normal
 // equations (XᵀX) w = Xᵀy with Gaussian elimination and partial pivoting; nullopt when singular.
+// The columns are scaled to unit norm first: probes' FLOPs (~1e11) beside their layer counts (~1e2)
+// would otherwise leave no pivot small enough to call a nearly collinear system singular.
 template <size_t K>
 std::optional<std::array<double, K>> LeastSquaresOn(const std::vector<std::array<double, K>>& x,
                                                     const std::vector<double>& y, unsigned mask) {
@@ -60,11 +62,20 @@ std::optional<std::array<double, K>> LeastSquaresOn(const std::vector<std::array
     if (mask & (1u << j)) columns.push_back(j);
   }
   const size_t n = columns.size();
+  std::vector<double> norms(n, 0);
+  for (size_t r = 0; r < x.size(); ++r) {
+    for (size_t i = 0; i < n; ++i) norms[i] += x[r][columns[i]] * x[r][columns[i]];
+  }
+  for (double& norm : norms) {
+    norm = std::sqrt(norm);
+    if (!(norm > 0) || !std::isfinite(norm)) return std::nullopt;
+  }
   std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0));
   for (size_t r = 0; r < x.size(); ++r) {
     for (size_t i = 0; i < n; ++i) {
-      for (size_t j = 0; j < n; ++j) a[i][j] += x[r][columns[i]] * x[r][columns[j]];
-      a[i][n] += x[r][columns[i]] * y[r];
+      const double xi = x[r][columns[i]] / norms[i];
+      for (size_t j = 0; j < n; ++j) a[i][j] += xi * x[r][columns[j]] / norms[j];
+      a[i][n] += xi * y[r];
     }
   }
   for (size_t i = 0; i < n; ++i) {
@@ -73,7 +84,7 @@ std::optional<std::array<double, K>> LeastSquaresOn(const std::vector<std::array
       if (std::abs(a[k][i]) > std::abs(a[pivot][i])) pivot = k;
     }
     std::swap(a[i], a[pivot]);
-    if (std::abs(a[i][i]) < 1e-300) return std::nullopt;
+    if (std::abs(a[i][i]) < 1e-12) return std::nullopt;  // the unit diagonal's residual: collinear
     for (size_t k = 0; k < n; ++k) {
       if (k == i) continue;
       const double factor = a[k][i] / a[i][i];
@@ -81,7 +92,7 @@ std::optional<std::array<double, K>> LeastSquaresOn(const std::vector<std::array
     }
   }
   std::array<double, K> w{};
-  for (size_t i = 0; i < n; ++i) w[columns[i]] = a[i][n] / a[i][i];
+  for (size_t i = 0; i < n; ++i) w[columns[i]] = a[i][n] / a[i][i] / norms[i];
   return w;
 }
 
@@ -147,17 +158,43 @@ absl::Status FitBf16Products(const std::vector<Bf16Probe>& probes, DeviceProfile
     x.push_back({probe.linear_flops * w, probe.linear_size_weighted_flops * w, probe.layer_computations * w});
     y.push_back((probe.bf16_seconds - probe.float32_seconds) * w);
   }
-  const std::optional<std::array<double, 3>> delta = x.size() >= 3 ? LeastSquaresOn(x, y, 0b111) : std::nullopt;
-  if (!delta.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat("fitting the bfloat16 constants needs three probes that tell "
-                                                   "them apart; got ", x.size(), " timed both ways"));
+  if (x.size() < 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fitting the bfloat16 constants needs three probes timed both ways, got ", x.size()));
   }
+  // The constants must stay in range: s ≥ s32 / kMaxBf16RateGain, t ≥ 0, o ≥ 0. A bound the fit
+  // crosses is fixed there and the other unknowns fitted again without it (at most three rounds).
   const double float32_s = 1.0 / profile->flops_per_second;
-  const double s = std::max(float32_s + (*delta)[0], float32_s / kMaxBf16RateGain);
-  const double t = std::max(profile->half_rate_rows * float32_s + (*delta)[1], 0.0);
+  const std::array<double, 3> lowest = {float32_s / kMaxBf16RateGain - float32_s,
+                                        -profile->half_rate_rows * float32_s, -profile->layer_overhead_s};
+  std::array<double, 3> delta{};
+  unsigned free = 0b111;
+  while (free != 0) {
+    std::vector<double> rest = y;  // y less the fixed unknowns' part
+    for (size_t r = 0; r < x.size(); ++r) {
+      for (size_t j = 0; j < 3; ++j) {
+        if (!(free & (1u << j))) rest[r] -= x[r][j] * delta[j];
+      }
+    }
+    const std::optional<std::array<double, 3>> fitted = LeastSquaresOn(x, rest, free);
+    if (!fitted.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the ", x.size(), " probes timed both ways cannot tell the bfloat16 constants apart"));
+    }
+    int crossed = -1;
+    for (size_t j = 0; j < 3; ++j) {
+      if (!(free & (1u << j))) continue;
+      delta[j] = (*fitted)[j];
+      if (crossed < 0 && delta[j] < lowest[j]) crossed = static_cast<int>(j);
+    }
+    if (crossed < 0) break;
+    delta[crossed] = lowest[crossed];
+    free &= ~(1u << crossed);
+  }
+  const double s = float32_s + delta[0];
   profile->bf16_flops_per_second = 1.0 / s;
-  profile->bf16_half_rate_rows = t / s;
-  profile->bf16_layer_overhead_s = std::max(profile->layer_overhead_s + (*delta)[2], 0.0);
+  profile->bf16_half_rate_rows = std::max(profile->half_rate_rows * float32_s + delta[1], 0.0) / s;
+  profile->bf16_layer_overhead_s = std::max(profile->layer_overhead_s + delta[2], 0.0);
   return absl::OkStatus();
 }
 
@@ -356,7 +393,8 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   profile.layer_overhead_s = time[3];
   if (!bf16_probes.empty()) {
     if (absl::Status s = FitBf16Products(bf16_probes, &profile); !s.ok()) {
-      return absl::InternalError(absl::StrCat("calibration: ", s.message()));
+      // bfloat16 plans are then predicted as float32 ones; the profile is good for everything else.
+      result.bf16_fit_error = std::string(s.message());
     }
   } else {
     result.bf16_call_time_ratio = 1.0;  // not measured (float64, or the device cannot run them)

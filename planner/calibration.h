@@ -93,8 +93,9 @@ struct Bf16Probe {
 // timed both ways, given its float32 constants: least squares, each probe relative to its float32
 // time, on bfloat16 − float32 = F·Δ(1/rate) + H·Δ(half_rate_rows/rate) + layers·Δ(layer overhead)
 // — differences, so that what the float32 fit misses cancels. The rate is held to at most
-// kMaxBf16RateGain × flops_per_second, the half-rate rows and the overhead to ≥ 0.
-// INVALID_ARGUMENT when fewer than three probes were timed or they cannot tell the three apart.
+// kMaxBf16RateGain × flops_per_second, the half-rate rows and the overhead to ≥ 0: a bound the
+// fit crosses is fixed and the others fitted again. INVALID_ARGUMENT (the profile untouched) when
+// fewer than three probes were timed or they cannot tell the three apart.
 inline constexpr double kMaxBf16RateGain = 20.0;
 absl::Status FitBf16Products(const std::vector<Bf16Probe>& probes, DeviceProfile* profile);
 
@@ -108,6 +109,9 @@ struct CalibrationResult {
   // constants then stay unmeasured, and a job with them fails on this device when it runs. Empty
   // when they were timed (or the profile is float64).
   std::string bf16_error;
+  // Why the probes, timed both ways, gave no bfloat16 constants (FitBf16Products): they stay
+  // unmeasured, and bfloat16 plans are predicted with the float32 constants. Empty when fitted.
+  std::string bf16_fit_error;
 };
 
 // INVALID_ARGUMENT for bad options (unknown device, threads < 1, fewer than three probes, …);

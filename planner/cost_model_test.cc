@@ -197,7 +197,7 @@ TEST(CostModelTest, OneWeightLayoutSavesTheForwardCopiesAndCostsTime) {
 // computation's rows: the sweep's stretch or the slice, whichever is larger), a bfloat16 copy of
 // every linear weight in place of the float32 forward copies, and the device's bfloat16 constants
 // on the linear maps' products alone.
-TEST(CostModelTest, Bf16ProductsAddTheirCopiesAndTheDevicesTimeRatio) {
+TEST(CostModelTest, Bf16ProductsAddTheirCopiesAndTheirOwnTimeConstants) {
   const Workload w{ConfigA(), 4096};
   const ModelConfig& m = w.model;
   EXPECT_EQ(Bf16ProductBytes(m, 64), 2 * 64 * (256 + 1024));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "base/files.h"
@@ -111,7 +112,9 @@ TEST(DeviceProfileIoTest, TheSupersededBf16TimeRatioIsReadAsTheProductsRate) {
   EXPECT_EQ(both->bf16_flops_per_second, 7e11);
   EXPECT_EQ(both->bf16_half_rate_rows, 0);
   EXPECT_THAT(Message(ParseDeviceProfileText("bf16_time_ratio: 0\n").status()),
-              HasSubstr("bf16_time_ratio must be positive, got 0"));
+              HasSubstr("bf16_time_ratio must be positive and at most 1000, got 0"));
+  EXPECT_THAT(Message(ParseDeviceProfileText("bf16_time_ratio: 1e4\n").status()),
+              HasSubstr("bf16_time_ratio must be positive and at most 1000, got 10000"));
   EXPECT_THAT(Message(ParseDeviceProfileText("bf16_flops_per_second: -1\n").status()),
               HasSubstr("bf16_flops_per_second must be ≥ 0"));
   EXPECT_THAT(Message(ParseDeviceProfileText("bf16_half_rate_rows: -1\n").status()),
@@ -120,6 +123,12 @@ TEST(DeviceProfileIoTest, TheSupersededBf16TimeRatioIsReadAsTheProductsRate) {
   v1::DeviceProfile proto;
   proto.set_bf16_time_ratio(-2);
   EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be positive"));
+  proto.set_bf16_time_ratio(std::numeric_limits<double>::infinity());  // a proto, unlike text, can say so
+  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be positive"));
+  proto.set_bf16_time_ratio(0.5);
+  absl::StatusOr<DeviceProfile> registered = CheckedDeviceProfileFromProto(proto);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_DOUBLE_EQ(registered->bf16_flops_per_second, 2 * DeviceProfile().flops_per_second);
 }
 
 TEST(DeviceProfileIoTest, ProtoConversionRoundTrips) {

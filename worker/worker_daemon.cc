@@ -142,14 +142,21 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
                         absl::StrCat("calibrating ", options.device, ": ", result.status().message()));
   }
   const absl::Time calibrated_at = absl::Now();
-  base::LogInfo(absl::StrFormat(
-      "calibrated in %.1f s: %.2f GFLOP/s (bfloat16 products %.2f), activation scale %.3f, full gradient with "
-      "bfloat16 products %.2f× float32",
-      absl::ToDoubleSeconds(calibrated_at - start), result->profile.flops_per_second / 1e9,
-      result->profile.bf16_flops_per_second / 1e9, result->profile.activation_scale, result->bf16_call_time_ratio));
+  const planner::DeviceProfile& profile = result->profile;
+  const std::string bf16 =
+      profile.bf16_flops_per_second > 0
+          ? absl::StrFormat("bfloat16 products %.2f GFLOP/s (a full gradient %.2f× its float32 time)",
+                            profile.bf16_flops_per_second / 1e9, result->bf16_call_time_ratio)
+          : std::string("bfloat16 products unmeasured");
+  base::LogInfo(absl::StrFormat("calibrated in %.1f s: %.2f GFLOP/s, %s, activation scale %.3f",
+                                absl::ToDoubleSeconds(calibrated_at - start), profile.flops_per_second / 1e9, bf16,
+                                profile.activation_scale));
   if (!result->bf16_error.empty()) {
     base::LogWarning("this device cannot run bfloat16 products (jobs with them will fail here): ",
                      result->bf16_error);
+  }
+  if (!result->bf16_fit_error.empty()) {
+    base::LogWarning("bfloat16 plans are predicted with the float32 constants: ", result->bf16_fit_error);
   }
   if (absl::Status s = state.StoreProfile(key, result->profile, calibrated_at); !s.ok()) {
     base::LogWarning("cannot cache the profile (the next start calibrates again): ", s.message());
