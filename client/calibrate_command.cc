@@ -42,6 +42,14 @@ absl::StatusOr<CalibrationOutcome> CalibrateDevice(const CalibrationRequest& req
   }
   CalibrationOutcome outcome;
   outcome.profile = result->profile;
+  if (!result->bf16_error.empty()) {
+    outcome.warnings.push_back(absl::StrCat("this device cannot run bfloat16 products (jobs with them will fail "
+                                            "on it): ", result->bf16_error));
+  }
+  if (!result->bf16_fit_error.empty()) {
+    outcome.warnings.push_back(absl::StrCat("bfloat16 plans are predicted with the float32 constants: ",
+                                            result->bf16_fit_error));
+  }
   for (const planner::ProbeResult& probe : result->probes) {
     outcome.probes.push_back(
         CalibrationProbe{probe.plan.slice, probe.seconds, probe.working_bytes, probe.seq_len, probe.graph_pool_bytes,
@@ -111,13 +119,17 @@ absl::Status RunCalibrateCommand(absl::Span<const std::string> args, std::ostrea
       probes.push_back(std::move(entry));
     }
     report["probes"] = std::move(probes);
+    report["warnings"] = outcome->warnings;
     out << report.dump(2) << "\n";
   } else if (!out_path.empty()) {
     out << "wrote the profile of " << outcome->profile.device
         << (outcome->profile.device_name.empty() ? "" : " (" + outcome->profile.device_name + ")") << ", "
         << outcome->profile.threads << " thread" << (outcome->profile.threads == 1 ? "" : "s") << ", to "
         << out_path << "\n";
+    for (const std::string& warning : outcome->warnings) out << "warning: " << warning << "\n";
   } else {
+    // Comments in the text format: the output still reads as a profile.
+    for (const std::string& warning : outcome->warnings) out << "# warning: " << warning << "\n";
     out << planner::DeviceProfileToText(outcome->profile);
   }
   return absl::OkStatus();

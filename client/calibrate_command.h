@@ -30,9 +30,10 @@ absl::StatusOr<CalibrationOutcome> CalibrateDevice(const CalibrationRequest& req
 
 // Flags: --device (default cpu), --threads (default: the CPU cores available), --dtype
 // (float32|float64), --out=FILE, --json.
-// Text: without --out the profile as text format; with --out one line saying where it was written.
-// JSON: {"profile": {...DeviceProfileToJson}, "out": FILE or null, "probes": [{slice, seconds,
-// working_bytes}]}; with --out the file is written as well.
+// Text: without --out the profile as text format, after a "# warning: ..." comment line for each of
+// the calibration's warnings; with --out one line saying where it was written, then "warning: ..."
+// lines. JSON: {"profile": {...DeviceProfileToJson}, "out": FILE or null, "probes": [{slice,
+// seconds, working_bytes}], "warnings": [...]}; with --out the file is written as well.
 // Errors: INVALID_ARGUMENT for bad flags; the calibrator's errors; WriteDeviceProfile's errors
 // (NOT_FOUND for a missing directory, PERMISSION_DENIED, INTERNAL).
 absl::Status RunCalibrateCommand(absl::Span<const std::string> args, std::ostream& out,

@@ -40,9 +40,11 @@ class FixedCalibrator {
     outcome.profile.activation_scale = 1.0 / 3.0;
     outcome.profile.flops_per_second = 1.25e11;
     outcome.probes = {{8, 0.5, 1000, 128}, {32, 0.25, 4000, 128, 2048}, {0, 0.125, 64000, 128}};
+    outcome.warnings = warnings;
     return outcome;
   }
   std::vector<CalibrationRequest> requests;
+  std::vector<std::string> warnings;
 };
 
 class CalibrateCommandTest : public ::testing::Test {
@@ -108,6 +110,24 @@ TEST_F(CalibrateCommandTest, JsonHasProfileOutAndProbes) {
   text = RunCalibrate({"--threads=1", "--json"});
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_TRUE(Json::parse(*text)["out"].is_null());
+  EXPECT_TRUE(Json::parse(*text)["warnings"].empty());
+}
+
+// What the profile leaves unmeasured is said in every output form; the text still reads as a profile.
+TEST_F(CalibrateCommandTest, WarningsAreShownInEveryForm) {
+  calibrator_.warnings = {"bfloat16 plans are predicted with the float32 constants: too few probes"};
+  absl::StatusOr<std::string> text = RunCalibrate({"--threads=1"});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, ::testing::StartsWith("# warning: bfloat16 plans are predicted with the float32 constants"));
+  absl::StatusOr<planner::DeviceProfile> parsed = planner::ParseDeviceProfileText(*text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->flops_per_second, 1.25e11);
+  text = RunCalibrate({"--threads=1", "--out", TempPath("warned.profile")});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("\nwarning: bfloat16 plans are predicted with the float32 constants: too few probes\n"));
+  text = RunCalibrate({"--threads=1", "--json"});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(Json::parse(*text)["warnings"][0], calibrator_.warnings[0]);
 }
 
 TEST_F(CalibrateCommandTest, FlagErrors) {

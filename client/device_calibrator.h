@@ -41,6 +41,9 @@ struct CalibrationProbe {
 struct CalibrationOutcome {
   planner::DeviceProfile profile;
   std::vector<CalibrationProbe> probes;
+  // What the profile leaves unmeasured and why, one sentence each (bfloat16 products the device
+  // cannot run, or bfloat16 constants the probes could not fit).
+  std::vector<std::string> warnings;
 };
 
 // INVALID_ARGUMENT for an unknown device or threads < 1; the engine's errors otherwise.
