@@ -113,8 +113,10 @@ void CheckShard(const v1::ComputeGradientRequest& request, const worker::Shard& 
 }
 
 // A float32 gradient further from full back-propagation than 2e-4: the plan must be exact in
-// float64, and its float32 error bounded by what float32 rounding costs this input in the chunked
-// formulation at the same effective block — full back-propagation in float32 with that block:
+// float64, and its float32 error bounded by what float32 rounding costs this input in the plan's
+// prefix formulation — full back-propagation in float32 in the same prefix mode (chunked: with the
+// same effective block; a cumsum plan against chunked sums was held to another formulation's
+// rounding, 163× apart on one input):
 //   - the same slices with every front kept (the store policy: no front rebuilt by subtraction)
 //     within 10× of it, and so a plan that rebuilds no front (store, dp);
 //   - a plan that rebuilds fronts by subtraction (reverse, resync) within kMaxRebuildGrowth (256×)
@@ -140,10 +142,10 @@ void CheckFloat32Conditioning(const v1::ComputeGradientRequest& request, const p
   const double exactness = performer::RelativeDiscrepancy(got64->gradients, want64->gradients);
   SLIMFIT_FUZZ_CHECK(!(exactness > 1e-9), "gradient differs from full back-propagation by ", discrepancy,
                      " in float32 and ", exactness, " in float64 with {", sliced.DebugString(), "}");
-  performer::Plan blocked;  // full back-propagation with the plan's effective block
+  performer::Plan blocked;  // full back-propagation in the plan's prefix mode (chunked: its effective block)
   blocked.dtype = performer::DType::kFloat32;
   blocked.threads = 1;
-  blocked.prefix_mode = performer::PrefixMode::kChunked;
+  blocked.prefix_mode = sliced.prefix_mode;
   blocked.block = sliced.slice > 0 ? std::min(sliced.block, sliced.slice) : sliced.block;
   const performer::PerformerModel& model = TinyModel(request.feature_seed(), performer::DType::kFloat32);
   absl::StatusOr<performer::GradientResult> reference = performer::ComputeGradient(model, batch, blocked, options);
