@@ -269,6 +269,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
         if (!gradient.ok()) return gradient.status();
         if (run > 0) seconds.push_back(gradient->seconds);
         last = *std::move(gradient);
+        // Only the float32 call's measurements are kept: its gradient would otherwise be on the
+        // device when the bfloat16 call starts, and count in what the device holds (resident).
+        last.gradients.clear();
         if (!time_bf16) continue;
         absl::StatusOr<GradientResult> mixed = ComputeGradient(*model, batch, bf16_plan, gradient_options);
         if (!mixed.ok()) {

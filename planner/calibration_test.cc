@@ -39,6 +39,12 @@ TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
   // CUDA card, cuBLAS's workspaces; the GPU runs in BENCHMARKS.md.)
   EXPECT_GE(result->profile.resident_overhead_bytes, 0);
   EXPECT_LT(result->profile.resident_overhead_bytes, int64_t{1} << 20);
+  // Less than a gradient of the smallest probe model: no call's result is alive when the next call
+  // starts (the bfloat16 calls follow the float32 ones on each probe).
+  absl::StatusOr<performer::PerformerModel> smallest =
+      performer::PerformerModel::Create(options.models.front(), performer::DType::kFloat32, at::kCPU, 1);
+  ASSERT_TRUE(smallest.ok());
+  EXPECT_LT(result->profile.resident_overhead_bytes, smallest->parameter_bytes());
   // What this build's engine does on the CPU (oneDNN products: the forward copies; none without).
   EXPECT_EQ(result->profile.forward_weight_copies, performer::OneDnnProducts());
   // A CPU replays no slice as a CUDA graph: no pool, no pool probes.
