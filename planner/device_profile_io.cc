@@ -99,12 +99,11 @@ DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto) {
 }
 
 absl::StatusOr<DeviceProfile> CheckedDeviceProfileFromProto(const v1::DeviceProfile& proto) {
-  // As Validate checked it before it was superseded (an infinite or huge ratio would give a rate of
-  // 0, read as unmeasured, or one that predicts no finite time).
-  if (ReadsBf16TimeRatio(proto) &&
-      !(std::isfinite(proto.bf16_time_ratio()) && proto.bf16_time_ratio() > 0 && proto.bf16_time_ratio() <= 1e3)) {
-    return absl::InvalidArgumentError(absl::StrCat("device profile: bf16_time_ratio must be positive and at most "
-                                                   "1000, got ", proto.bf16_time_ratio()));
+  // Bounds no device comes near, checked here so that the refusal names the field given (an
+  // infinite ratio would read as unmeasured, a vanishing one as an infinite rate).
+  if (ReadsBf16TimeRatio(proto) && !(proto.bf16_time_ratio() >= 1e-3 && proto.bf16_time_ratio() <= 1e3)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device profile: bf16_time_ratio must be in [0.001, 1000], got ", proto.bf16_time_ratio()));
   }
   DeviceProfile profile = DeviceProfileFromProto(proto);
   if (absl::Status valid = profile.Validate(); !valid.ok()) return valid;

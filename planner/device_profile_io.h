@@ -36,7 +36,7 @@ v1::DeviceProfile DeviceProfileToProto(const DeviceProfile& profile);
 DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto);
 
 // DeviceProfileFromProto for a profile from outside (a worker's registration, a file):
-// INVALID_ARGUMENT naming the field when a bf16_time_ratio that would be read is not in (0, 1000],
+// INVALID_ARGUMENT naming the field when a bf16_time_ratio that would be read is not in [0.001, 1000],
 // or when the result fails DeviceProfile::Validate().
 [[nodiscard]] absl::StatusOr<DeviceProfile> CheckedDeviceProfileFromProto(const v1::DeviceProfile& proto);
 

@@ -112,9 +112,9 @@ TEST(DeviceProfileIoTest, TheSupersededBf16TimeRatioIsReadAsTheProductsRate) {
   EXPECT_EQ(both->bf16_flops_per_second, 7e11);
   EXPECT_EQ(both->bf16_half_rate_rows, 0);
   EXPECT_THAT(Message(ParseDeviceProfileText("bf16_time_ratio: 0\n").status()),
-              HasSubstr("bf16_time_ratio must be positive and at most 1000, got 0"));
+              HasSubstr("bf16_time_ratio must be in [0.001, 1000], got 0"));
   EXPECT_THAT(Message(ParseDeviceProfileText("bf16_time_ratio: 1e4\n").status()),
-              HasSubstr("bf16_time_ratio must be positive and at most 1000, got 10000"));
+              HasSubstr("bf16_time_ratio must be in [0.001, 1000], got 10000"));
   EXPECT_THAT(Message(ParseDeviceProfileText("bf16_flops_per_second: -1\n").status()),
               HasSubstr("bf16_flops_per_second must be ≥ 0"));
   EXPECT_THAT(Message(ParseDeviceProfileText("bf16_half_rate_rows: -1\n").status()),
@@ -122,9 +122,11 @@ TEST(DeviceProfileIoTest, TheSupersededBf16TimeRatioIsReadAsTheProductsRate) {
   // What a worker registers goes through the same check.
   v1::DeviceProfile proto;
   proto.set_bf16_time_ratio(-2);
-  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be positive"));
+  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be in [0.001, 1000]"));
   proto.set_bf16_time_ratio(std::numeric_limits<double>::infinity());  // a proto, unlike text, can say so
-  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be positive"));
+  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be in"));
+  proto.set_bf16_time_ratio(1e-300);
+  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be in"));
   proto.set_bf16_time_ratio(0.5);
   absl::StatusOr<DeviceProfile> registered = CheckedDeviceProfileFromProto(proto);
   ASSERT_TRUE(registered.ok()) << registered.status();
