@@ -77,6 +77,12 @@ absl::Status CoordinatorLink::Register() {
         return absl::InternalError(absl::StrCat("the coordinator at ", options_.coordinator_address,
                                                 " registered this worker without an id"));
       }
+      // The coordinator counts this worker as live from now on and may call it at once (a job
+      // submitted now asks it to describe its local datasets): accept its token before the
+      // writes below, whose fsyncs took long enough on a busy disk for such a call to be refused
+      // as from an unknown coordinator (local_data_e2e_test, once in a CI run).
+      options_.identity->SetCoordinatorToken(response.coordinator_token());
+      options_.service->SetWorkerId(response.worker_id());
       if (response.worker_id() != *stored) {
         if (absl::Status s = options_.state->WriteWorkerId(response.worker_id()); !s.ok()) return s;
       }
@@ -86,7 +92,6 @@ absl::Status CoordinatorLink::Register() {
         if (absl::Status s = options_.state->WriteCredential(response.credential()); !s.ok()) return s;
         options_.identity->SetCredential(response.credential());
       }
-      options_.identity->SetCoordinatorToken(response.coordinator_token());
       absl::Duration interval;
       {
         absl::MutexLock lock(&mu_);
@@ -95,7 +100,6 @@ absl::Status CoordinatorLink::Register() {
         heartbeat_interval_ = IntervalOr(response.heartbeat_interval_ms(), heartbeat_interval_);
         interval = heartbeat_interval_;
       }
-      options_.service->SetWorkerId(response.worker_id());
       base::SetLogComponent(absl::StrCat("worker ", response.worker_id()));
       base::LogInfo("registered with the coordinator at ", options_.coordinator_address, " as ", response.worker_id(),
                    " (incarnation ", response.incarnation(), ", heartbeat every ", absl::FormatDuration(interval), ")");
