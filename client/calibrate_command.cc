@@ -42,14 +42,7 @@ absl::StatusOr<CalibrationOutcome> CalibrateDevice(const CalibrationRequest& req
   }
   CalibrationOutcome outcome;
   outcome.profile = result->profile;
-  if (!result->bf16_error.empty()) {
-    outcome.warnings.push_back(absl::StrCat("this device cannot run bfloat16 products (jobs with them will fail "
-                                            "on it): ", result->bf16_error));
-  }
-  if (!result->bf16_fit_error.empty()) {
-    outcome.warnings.push_back(absl::StrCat("bfloat16 plans are predicted with the float32 constants: ",
-                                            result->bf16_fit_error));
-  }
+  outcome.warnings = result->Warnings();
   for (const planner::ProbeResult& probe : result->probes) {
     outcome.probes.push_back(
         CalibrationProbe{probe.plan.slice, probe.seconds, probe.working_bytes, probe.seq_len, probe.graph_pool_bytes,

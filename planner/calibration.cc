@@ -198,6 +198,18 @@ absl::Status FitBf16Products(const std::vector<Bf16Probe>& probes, DeviceProfile
   return absl::OkStatus();
 }
 
+std::vector<std::string> CalibrationResult::Warnings() const {
+  std::vector<std::string> warnings;
+  if (!bf16_error.empty()) {
+    warnings.push_back(
+        absl::StrCat("this device cannot run bfloat16 products (jobs with them will fail on it): ", bf16_error));
+  }
+  if (!bf16_fit_error.empty()) {
+    warnings.push_back(absl::StrCat("bfloat16 plans are predicted with the float32 constants: ", bf16_fit_error));
+  }
+  return warnings;
+}
+
 ModelConfig ProbeModel(int64_t d_model) {
   ModelConfig config;
   config.d_model = d_model;

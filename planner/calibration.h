@@ -112,6 +112,10 @@ struct CalibrationResult {
   // Why the probes, timed both ways, gave no bfloat16 constants (FitBf16Products): they stay
   // unmeasured, and bfloat16 plans are predicted with the float32 constants. Empty when fitted.
   std::string bf16_fit_error;
+
+  // What the profile leaves unmeasured and why, one sentence each (from bf16_error and
+  // bf16_fit_error), for the worker's log and `slimfit calibrate`'s output.
+  std::vector<std::string> Warnings() const;
 };
 
 // INVALID_ARGUMENT for bad options (unknown device, threads < 1, fewer than three probes, …);

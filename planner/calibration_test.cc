@@ -76,6 +76,17 @@ TEST(CalibrationTest, Float64ProfilesLeaveTheBf16ConstantsUnmeasured) {
   EXPECT_EQ(result->bf16_call_time_ratio, 1.0);
 }
 
+TEST(CalibrationTest, WarningsSayWhatIsLeftUnmeasured) {
+  CalibrationResult result;
+  EXPECT_TRUE(result.Warnings().empty());
+  result.bf16_error = "no kernel";
+  result.bf16_fit_error = "collinear";
+  const std::vector<std::string> warnings = result.Warnings();
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(warnings[0], "this device cannot run bfloat16 products (jobs with them will fail on it): no kernel");
+  EXPECT_EQ(warnings[1], "bfloat16 plans are predicted with the float32 constants: collinear");
+}
+
 // Probes timed as a device with known bfloat16 constants would run them (the float32 fit off by
 // a probe-dependent error, which the differences cancel): the fit recovers the constants.
 TEST(CalibrationTest, Bf16ConstantsAreRecoveredFromTheDifferences) {

@@ -151,13 +151,7 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
   base::LogInfo(absl::StrFormat("calibrated in %.1f s: %.2f GFLOP/s, %s, activation scale %.3f",
                                 absl::ToDoubleSeconds(calibrated_at - start), profile.flops_per_second / 1e9, bf16,
                                 profile.activation_scale));
-  if (!result->bf16_error.empty()) {
-    base::LogWarning("this device cannot run bfloat16 products (jobs with them will fail here): ",
-                     result->bf16_error);
-  }
-  if (!result->bf16_fit_error.empty()) {
-    base::LogWarning("bfloat16 plans are predicted with the float32 constants: ", result->bf16_fit_error);
-  }
+  for (const std::string& warning : result->Warnings()) base::LogWarning(warning);
   if (absl::Status s = state.StoreProfile(key, result->profile, calibrated_at); !s.ok()) {
     base::LogWarning("cannot cache the profile (the next start calibrates again): ", s.message());
   }
