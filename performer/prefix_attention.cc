@@ -105,7 +105,7 @@ PrefixAttentionResult ChunkedPrefixForward(const at::Tensor& q, const at::Tensor
     const at::Tensor vb = Rows(v, begin, end);
     const at::Tensor scores = at::bmm(qb, kb.transpose(1, 2)).tril_();
     numerators.push_back(at::baddbmm(at::bmm(qb, r), scores, vb));
-    denominators.push_back(at::bmm(qb, z.unsqueeze(2)).squeeze(2) + scores.sum(2));
+    denominators.push_back(at::baddbmm(scores.sum(2, /*keepdim=*/true), qb, z.unsqueeze(2)).squeeze(2));
     r = at::baddbmm(r, kb.transpose(1, 2), vb);
     z = z + kb.sum(1);
   }
@@ -126,52 +126,60 @@ PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, 
                                                          grad_den, grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};
   }
+  // Off the fused paths every LibTorch call is a kernel launch on a GPU (a C = 16 slice is launch
+  // bound there): products absorb the additions they can (baddbmm with a broadcast input, outer
+  // products as batched products of [S, 1] and [1, M]), the fronts are updated out of place rather
+  // than cloned, and a single block's gradients are returned without copies.
   const int64_t rows = q.size(1);
-  at::Tensor dr = grad_end.numerator.clone();
-  at::Tensor dz = grad_end.denominator.clone();
-
-  // Block-start fronts, rebuilt forwards.
-  std::vector<std::pair<at::Tensor, at::Tensor>> starts;
-  {
-    at::Tensor r = start.numerator;
-    at::Tensor z = start.denominator;
-    for (int64_t begin = 0; begin < rows; begin += block) {
-      const int64_t end = std::min(rows, begin + block);
-      starts.emplace_back(r, z);
-      const at::Tensor kb = Rows(k, begin, end);
-      r = at::baddbmm(r, kb.transpose(1, 2), Rows(v, begin, end));
-      z = z + kb.sum(1);
-    }
+  const int64_t blocks = (rows + block - 1) / block;
+  // Block-start fronts, rebuilt forwards (the front after the last block is never needed).
+  std::vector<std::pair<at::Tensor, at::Tensor>> starts = {{start.numerator, start.denominator}};
+  for (int64_t j = 0; j + 1 < blocks; ++j) {
+    const at::Tensor kb = Rows(k, j * block, (j + 1) * block);
+    const auto& [r, z] = starts.back();
+    starts.emplace_back(at::baddbmm(r, kb.transpose(1, 2), Rows(v, j * block, (j + 1) * block)), z + kb.sum(1));
   }
 
-  at::Tensor dq = at::empty_like(q);
-  at::Tensor dk = at::empty_like(k);
-  at::Tensor dv = at::empty_like(v);
-  for (int64_t j = static_cast<int64_t>(starts.size()) - 1; j >= 0; --j) {
+  at::Tensor dr = grad_end.numerator;  // the gradient of the front after block j
+  at::Tensor dz = grad_end.denominator;
+  const bool one_block = blocks == 1;
+  at::Tensor dq, dk, dv;
+  if (!one_block) {
+    dq = at::empty_like(q);
+    dk = at::empty_like(k);
+    dv = at::empty_like(v);
+  }
+  for (int64_t j = blocks - 1; j >= 0; --j) {
     const int64_t begin = j * block;
     const int64_t end = std::min(rows, begin + block);
     const at::Tensor qb = Rows(q, begin, end);
     const at::Tensor kb = Rows(k, begin, end);
     const at::Tensor vb = Rows(v, begin, end);
     const at::Tensor gn = Rows(grad_num, begin, end);
-    const at::Tensor gd = Rows(grad_den, begin, end);
+    const at::Tensor gd = Rows(grad_den, begin, end).unsqueeze(2);  // [k, rows, 1]
     const auto& [r, z] = starts[j];
 
     const at::Tensor scores = at::bmm(qb, kb.transpose(1, 2)).tril_();
-    const at::Tensor dscores = at::bmm(gn, vb.transpose(1, 2)).add_(gd.unsqueeze(2)).tril_();
+    const at::Tensor dscores = at::baddbmm(gd, gn, vb.transpose(1, 2)).tril_();
     // dQ = gN Rᵀ + gD Zᵀ + dA K
     at::Tensor dqb = at::baddbmm(at::bmm(gn, r.transpose(1, 2)), dscores, kb);
-    dqb.add_(gd.unsqueeze(2) * z.unsqueeze(1));
+    dqb.baddbmm_(gd, z.unsqueeze(1));
     // dK = dAᵀ Q + V dRᵀ + dZ
     at::Tensor dkb = at::baddbmm(at::bmm(dscores.transpose(1, 2), qb), vb, dr.transpose(1, 2));
     dkb.add_(dz.unsqueeze(1));
     // dV = Aᵀ gN + K dR
-    const at::Tensor dvb = at::baddbmm(at::bmm(scores.transpose(1, 2), gn), kb, dr);
-    Rows(dq, begin, end).copy_(dqb);
-    Rows(dk, begin, end).copy_(dkb);
-    Rows(dv, begin, end).copy_(dvb);
-    dr.baddbmm_(qb.transpose(1, 2), gn);
-    dz.add_(at::bmm(qb.transpose(1, 2), gd.unsqueeze(2)).squeeze(2));
+    at::Tensor dvb = at::baddbmm(at::bmm(scores.transpose(1, 2), gn), kb, dr);
+    if (one_block) {
+      dq = std::move(dqb);
+      dk = std::move(dkb);
+      dv = std::move(dvb);
+    } else {
+      Rows(dq, begin, end).copy_(dqb);
+      Rows(dk, begin, end).copy_(dkb);
+      Rows(dv, begin, end).copy_(dvb);
+    }
+    dr = at::baddbmm(dr, qb.transpose(1, 2), gn);
+    dz = at::baddbmm(dz.unsqueeze(2), qb.transpose(1, 2), gd).squeeze(2);
   }
   return {dq, dk, dv, Front{dr, dz}};
 }
