@@ -17,6 +17,7 @@
 #include "performer/gradient_engine_test_cases.h"
 #include "performer/memory_tracker.h"
 #include "performer/prefix_attention_blocks.h"
+#include "performer/prefix_attention_cuda.h"
 #include "performer/replayable_work.h"
 
 namespace slimfit::performer {
@@ -229,6 +230,46 @@ TEST(CudaGradientTest, SlicesByHandGiveTheAutogradGradient) {
               EXPECT_GT(by_hand.replayed_slices, 0) << what;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// The fused CUDA prefix-sum kernels (prefix_attention_cuda.h) in the whole engine: with them on,
+// full back-propagation and slices of one and two blocks (documents starting inside slices, so
+// segments of every length) give the CPU's gradient, by hand and through autograd, replayed as CUDA
+// graphs where built, for the elementwise feature maps and FAVOR+, in float64 and float32.
+TEST(CudaGradientTest, FusedPrefixKernelsGiveTheCpuGradient) {
+  SKIP_WITHOUT_CUDA();
+  if (!FusedCudaPrefixKernelsBuilt()) GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
+  for (FeatureMap map : {FeatureMap::kSqr, FeatureMap::kFavor}) {
+    for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+      const ModelConfig config = Config(map, LayerNormPlacement::kPost);
+      absl::StatusOr<PerformerModel> cpu_model = PerformerModel::Create(config, dtype, at::kCPU, 6);
+      absl::StatusOr<PerformerModel> cuda_model = PerformerModel::Create(config, dtype, kCuda, 6);
+      ASSERT_TRUE(cpu_model.ok() && cuda_model.ok());
+      const PackedBatch batch = Stream(384, config.vocab);
+      Plan full;
+      full.dtype = dtype;
+      full.block = 16;
+      GradientOptions options;
+      options.feature_seed = 2;
+      const GradientResult cpu = MustCompute(*cpu_model, batch, full, options);
+      const double tolerance = dtype == DType::kFloat64 ? 1e-10 : 1e-5;
+      for (int64_t slice : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{24}, int64_t{32}}) {
+        for (bool by_hand : {true, false}) {
+          Plan plan = full;
+          plan.slice = slice;
+          options.explicit_backprop = by_hand;
+          EnableFusedCudaPrefixKernels(true);
+          const GradientResult fused = MustCompute(*cuda_model, batch, plan, options);
+          EnableFusedCudaPrefixKernels(false);
+          const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString(),
+                                                by_hand ? ", by hand" : ", autograd");
+          EXPECT_LE(RelativeDiscrepancy(OnCpu(fused.gradients), cpu.gradients), tolerance) << what;
+          EXPECT_NEAR(fused.loss_sum, cpu.loss_sum, tolerance * cpu.loss_sum) << what;
+          EXPECT_EQ(fused.replay_fallback, "") << what;
         }
       }
     }

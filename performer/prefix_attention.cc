@@ -7,6 +7,7 @@
 
 #include "performer/prefix_attention_blocks.h"
 #include "performer/prefix_attention_cpu.h"
+#include "performer/prefix_attention_cuda.h"
 
 namespace slimfit::performer {
 namespace {
@@ -89,6 +90,10 @@ PrefixAttentionResult ChunkedPrefixForward(const at::Tensor& q, const at::Tensor
     FusedPrefixForward out = FusedPrefixForwardCpu(q, k, v, r0, z0, block);
     return {out.numerator, out.denominator, Front{out.end_numerator, out.end_denominator}};
   }
+  if (FusedCudaPrefixApplies(q, k, v, r0, z0, block)) {
+    FusedPrefixForward out = FusedPrefixForwardCuda(q, k, v, r0, z0, block);
+    return {out.numerator, out.denominator, Front{out.end_numerator, out.end_denominator}};
+  }
   if (BlockParallel(q, block)) {
     BlockPrefixForward out = BlockParallelPrefixForward(q, k, v, r0, z0, block);
     return {out.numerator, out.denominator, Front{out.end_numerator, out.end_denominator}};
@@ -119,6 +124,11 @@ PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, 
   if (FusedPrefixApplies(q, k, v, start.numerator, start.denominator)) {
     FusedPrefixGradients g = FusedPrefixBackwardCpu(q, k, v, start.numerator, start.denominator, block, grad_num,
                                                     grad_den, grad_end.numerator, grad_end.denominator);
+    return {g.q, g.k, g.v, Front{g.r0, g.z0}};
+  }
+  if (FusedCudaPrefixApplies(q, k, v, start.numerator, start.denominator, block)) {
+    FusedPrefixGradients g = FusedPrefixBackwardCuda(q, k, v, start.numerator, start.denominator, block, grad_num,
+                                                     grad_den, grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};
   }
   if (BlockParallel(q, block)) {

@@ -14,7 +14,9 @@
 //    incoming front, and rebuilds the block fronts during its backward. On the CPU it walks the
 //    blocks one by one (fused float32 kernels, prefix_attention_cpu.h, or LibTorch's ops); on
 //    other devices a segment of three blocks or more computes a group of blocks at once
-//    (prefix_attention_blocks.h), since each LibTorch call there is a kernel launch.
+//    (prefix_attention_blocks.h), since each LibTorch call there is a kernel launch; a shorter one
+//    takes one fused kernel each way where the CUDA build has them and they are enabled
+//    (prefix_attention_cuda.h), else LibTorch's ops block by block.
 //
 // Shapes: φq, φk: [k, S, M]; v: [k, S, d]; Front numerator [k, M, d], denominator [k, M].
 // All functions are differentiable with respect to φq, φk, v and the incoming front.

@@ -12,7 +12,8 @@
 #          bf16 is the short comparison of bfloat16 products by hand, through autograd and float32
 #          (bench_bf16.jsonl: config A, the large model, calibration's probe); ops counts LibTorch
 #          calls per slice at config A (gradient_bench --count_ops: bench_ops.jsonl and
-#          bench_ops_by_operator.txt); service (with
+#          bench_ops_by_operator.txt); fused times the fused CUDA prefix-sum kernels against
+#          LibTorch's ops (bench_fused.jsonl, bench_fused_ops_by_operator.txt); service (with
 #          fetch_deps.sh --service) also builds the worker, the coordinator and the CLI and runs
 #          scripts/cuda/service_job.sh on this machine's GPU (service.log, service_work.tar.gz)
 #   TARGETS (environment) ninja targets the build step builds (default: all)
@@ -42,8 +43,16 @@ if [ -z "$cuda_include" ]; then
   [ -n "$header" ] && cuda_include="$(dirname "$header")"
 fi
 
+# nvcc, for the fused kernels (scripts/cuda/CMakeLists.txt builds without them when there is none).
+nvcc=""
+for candidate in "$(command -v nvcc 2>/dev/null)" "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" /usr/local/cuda/bin/nvcc \
+    $(find "$(dirname "$torch_root")/nvidia" -path '*bin/nvcc' 2>/dev/null | head -1); do
+  if [ -n "$candidate" ] && [ -x "$candidate" ]; then nvcc="$candidate"; break; fi
+done
+
 {
   date -u
+  echo "nvcc: ${nvcc:-none} $([ -n "$nvcc" ] && "$nvcc" --version | tail -1)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
   echo "torch_root=$torch_root abi=$abi cuda_include=$cuda_include"
@@ -69,7 +78,8 @@ if [[ ",$steps," == *",build,"* ]]; then
     cmake -S scripts/cuda -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DSLIMFIT_TORCH_ROOT="$torch_root" -DSLIMFIT_CXX11_ABI="$abi" \
       -DSLIMFIT_CUDA_INCLUDE="$cuda_include" -DSLIMFIT_DEPS="$deps" -DSLIMFIT_CXX_STANDARD="$std" \
-      -DSLIMFIT_SERVICE="$service" -DSLIMFIT_CUDA_GRAPHS="$1" -DSLIMFIT_LINK_CUDART="$1" &&
+      -DSLIMFIT_SERVICE="$service" -DSLIMFIT_CUDA_GRAPHS="$1" -DSLIMFIT_LINK_CUDART="$1" \
+      ${nvcc:+-DCMAKE_CUDA_COMPILER="$nvcc"} &&
       if [[ ",$steps," == *",service,"* ]]; then
         ninja -C "$build" -k 0 all service_slimfit_worker service_slimfit_coordinator service_slimfit
       else
@@ -160,6 +170,24 @@ if [[ ",$steps," == *",ops,"* ]] && [ -x "$build/gradient_bench" ]; then
       --slice_replay=off --count_ops $variant >> "$out/bench_ops.jsonl" 2>> "$out/bench_ops_by_operator.txt" || status=1
   done
   echo "ops: $(wc -l < "$out/bench_ops.jsonl") lines"
+fi
+if [[ ",$steps," == *",fused,"* ]] && [ -x "$build/gradient_bench" ]; then
+  # The fused prefix-sum kernels (performer/prefix_attention_cuda.h) against LibTorch's ops block by
+  # block, config A, three rounds alternating, each against full back-propagation (--check_full):
+  # replayed as CUDA graphs (the default) and op by op, float32 and float64; then the calls left.
+  : > "$out/bench_fused.jsonl"
+  for round in 1 2 3; do
+    for fused in false true; do
+      for variant in "" "--slice_replay=off" "--dtype=float64"; do
+        "$build/gradient_bench" --device="$device" --threads=4 --seq_len=4096 --slice=0,128,64,32,16 --repeats=5 \
+          --check_full --fused_prefix_cuda=$fused $variant >> "$out/bench_fused.jsonl" 2>&1 || status=1
+      done
+    done
+  done
+  "$build/gradient_bench" --device="$device" --threads=4 --seq_len=4096 --slice=64,16 --repeats=1 \
+    --slice_replay=off --count_ops --fused_prefix_cuda=true >> "$out/bench_fused.jsonl" \
+    2>> "$out/bench_fused_ops_by_operator.txt" || status=1
+  echo "fused: $(wc -l < "$out/bench_fused.jsonl") lines"
 fi
 if [[ ",$steps," == *",service,"* ]]; then
   if [ -x "$build/bin/worker/slimfit-worker" ]; then

@@ -1,0 +1,101 @@
+// The fused CUDA prefix-sum kernels: prefix_attention_cuda_kernels.h states the contract,
+// prefix_attention_kernel_bodies.h holds what a thread block does, and prefix_attention.cc's
+// ChunkedPrefixFunction comment derives the equations.
+#include "performer/prefix_attention_cuda_kernels.h"
+
+#include <mutex>
+#include <set>
+
+#include <cuda_runtime.h>
+
+#include "performer/prefix_attention_kernel_bodies.h"
+
+namespace slimfit::performer::cuda_kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+// The bodies' view of a CUDA thread block.
+struct CudaThreads {
+  __device__ int64_t Index() const { return threadIdx.x; }
+  __device__ int64_t Count() const { return blockDim.x; }
+  __device__ void Sync() const { __syncthreads(); }
+};
+
+// One thread block per head.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) PrefixForwardKernel(PrefixForwardArgs<T> args) {
+  extern __shared__ unsigned char shared[];
+  PrefixForwardHead(CudaThreads(), args, blockIdx.x, reinterpret_cast<T*>(shared));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) PrefixBackwardKernel(PrefixBackwardArgs<T> args) {
+  extern __shared__ unsigned char shared[];
+  PrefixBackwardHead(CudaThreads(), args, blockIdx.x, reinterpret_cast<T*>(shared));
+}
+
+// Opts a kernel in to the device's largest shared memory, once per device, at its first launch (a
+// warm-up, before any graph capture: the engine runs a slice op by op before it captures it).
+template <typename Kernel>
+const char* OptIn(Kernel kernel) {
+  static std::mutex mutex;
+  static std::set<int>* done = new std::set<int>();  // never destroyed: used until exit
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cudaGetErrorString(e);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (done->count(device) > 0) return nullptr;
+  const int64_t most = MaxSharedBytesOptIn(device);
+  if (most < 0) return "the CUDA runtime cannot say how much shared memory a thread block may use";
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most));
+      e != cudaSuccess) {
+    return cudaGetErrorString(e);
+  }
+  done->insert(device);
+  return nullptr;
+}
+
+template <typename Kernel, typename Args>
+const char* Launch(Kernel kernel, const Args& args, size_t shared_bytes, CUstream_st* stream) {
+  if (const char* error = OptIn(kernel); error != nullptr) return error;
+  kernel<<<static_cast<unsigned>(args.shape.heads), kThreads, shared_bytes, stream>>>(args);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+}
+
+}  // namespace
+
+size_t PrefixForwardSharedBytes(const PrefixShape& shape, size_t element_bytes) {
+  return static_cast<size_t>(SharedElements(shape, 1)) * element_bytes;
+}
+
+size_t PrefixBackwardSharedBytes(const PrefixShape& shape, size_t element_bytes) {
+  return static_cast<size_t>(SharedElements(shape, 2)) * element_bytes;
+}
+
+int64_t MaxSharedBytesOptIn(int device) {
+  int bytes = 0;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();  // consume the error, so that the next launch's check does not report it
+    return -1;
+  }
+  return bytes;
+}
+
+template <typename T>
+const char* LaunchPrefixForward(const PrefixForwardArgs<T>& args, CUstream_st* stream) {
+  return Launch(PrefixForwardKernel<T>, args, PrefixForwardSharedBytes(args.shape, sizeof(T)), stream);
+}
+
+template <typename T>
+const char* LaunchPrefixBackward(const PrefixBackwardArgs<T>& args, CUstream_st* stream) {
+  return Launch(PrefixBackwardKernel<T>, args, PrefixBackwardSharedBytes(args.shape, sizeof(T)), stream);
+}
+
+template const char* LaunchPrefixForward<float>(const PrefixForwardArgs<float>&, CUstream_st*);
+template const char* LaunchPrefixForward<double>(const PrefixForwardArgs<double>&, CUstream_st*);
+template const char* LaunchPrefixBackward<float>(const PrefixBackwardArgs<float>&, CUstream_st*);
+template const char* LaunchPrefixBackward<double>(const PrefixBackwardArgs<double>&, CUstream_st*);
+
+}  // namespace slimfit::performer::cuda_kernels
