@@ -40,7 +40,7 @@
 #include "performer/matrix_products.h"
 #include "performer/performer_model.h"
 #include "performer/prefix_attention_blocks.h"
-#include "performer/prefix_attention_cuda.h"
+#include "performer/fused_cuda_kernels.h"
 #include "performer/prefix_attention_cpu.h"
 
 ABSL_FLAG(std::string, seq_len, "4096", "sequence lengths L, comma-separated");
@@ -83,10 +83,11 @@ ABSL_FLAG(bool, parallel_prefix, true,
           "(prefix_attention_blocks.h); false walks them one by one, as the CPU does");
 ABSL_FLAG(bool, fused_prefix, true,
           "run the chunked prefix sums in the fused CPU kernels (float32 on a CPU, builds with oneDNN)");
-ABSL_FLAG(bool, fused_prefix_cuda, false,
-          "on a CUDA device, run the prefix sums of segments of at most two blocks as one fused kernel "
-          "each way (prefix_attention_cuda.h; CUDA builds with nvcc only; off by default until their test "
-          "has passed on a GPU)");
+ABSL_FLAG(bool, fused_cuda_kernels, false,
+          "on a CUDA device, run slimfit's own CUDA kernels (fused_cuda_kernels.h): the prefix sums of "
+          "segments of at most two blocks and the reverse policy's entry fronts, one kernel each, and a "
+          "layer's head split, attention normalisation and their gradients (CUDA builds with nvcc only; "
+          "off by default until their tests have passed on a GPU)");
 ABSL_FLAG(std::string, slice_replay, "auto",
           "auto (CUDA graphs for repeated slices on a GPU, in builds that have them), off, or rerun "
           "(the replay path without capture)");
@@ -207,12 +208,12 @@ absl::Status Run() {
   base.copy_forward_weights = absl::GetFlag(FLAGS_forward_copies);
   performer::EnableFusedPrefixKernels(absl::GetFlag(FLAGS_fused_prefix));
   performer::EnableBlockParallelPrefix(absl::GetFlag(FLAGS_parallel_prefix));
-  if (absl::GetFlag(FLAGS_fused_prefix_cuda) && !performer::FusedCudaPrefixKernelsBuilt()) {
+  if (absl::GetFlag(FLAGS_fused_cuda_kernels) && !performer::FusedCudaKernelsBuilt()) {
     return absl::InvalidArgumentError(
-        "--fused_prefix_cuda: this build has no fused CUDA kernels (only the CUDA build compiles them, "
+        "--fused_cuda_kernels: this build has no fused CUDA kernels (only the CUDA build compiles them, "
         "scripts/cuda/CMakeLists.txt, where it finds nvcc)");
   }
-  performer::EnableFusedCudaPrefixKernels(absl::GetFlag(FLAGS_fused_prefix_cuda));
+  performer::EnableFusedCudaKernels(absl::GetFlag(FLAGS_fused_cuda_kernels));
   base::RetainFreedHeapMemory();
   if (absl::Status s = ConfigureCpuThreads(base.threads, performer::ToScalarType(base.dtype)); !s.ok()) return s;
   if (absl::GetFlag(FLAGS_torch_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_torch_threads));
@@ -311,7 +312,7 @@ absl::Status Run() {
           R"("start_bytes": %d, "param_bytes": %d, "grad_bytes": %d, "working_bytes": %d, "loss": %.9g, "tokens": %d, )"
           R"("slice_forwards": %d, "stored_fronts": %d, "gflops": %.2f, "products": "%s", "forward_copies": %s, )"
           R"("fused_prefix": %s, "slice_replay": "%s", "replayed_slices": %d, "graph_pool_bytes": %d, )"
-          R"("explicit_backprop": %s, "bf16_products": %s, "parallel_prefix": %s, "fused_prefix_cuda": %s)",
+          R"("explicit_backprop": %s, "bf16_products": %s, "parallel_prefix": %s, "fused_cuda_kernels": %s)",
           length, slice, PrefixModeName(plan.prefix_mode), plan.block, FrontPolicyName(plan.front_policy),
           LayerRecomputeName(plan.recompute),
           DTypeName(plan.dtype), at::get_num_threads(), BlasThreads(), config.d_model, config.layers, config.heads, config.d_ff,
@@ -328,7 +329,7 @@ absl::Status Run() {
           last.replayed_slices, last.graph_pool_bytes, last.explicit_backprop ? "true" : "false",
           plan.bf16_products ? "true" : "false",
           !device.is_cpu() && performer::BlockParallelPrefixEnabled() ? "true" : "false",
-          device.is_cuda() && performer::FusedCudaPrefixKernelsEnabled() ? "true" : "false");
+          device.is_cuda() && performer::FusedCudaKernelsEnabled() ? "true" : "false");
       if (!last.replay_fallback.empty()) {
         absl::StrAppend(&json, R"(, "replay_fallback": )", nlohmann::json(last.replay_fallback).dump());
       }

@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "performer/layer_kernels_cpu.h"
+#include "performer/layer_kernels_cuda.h"
 #include "performer/matrix_products.h"
 #include "performer/performer_model.h"
 
@@ -87,6 +88,11 @@ at::Tensor ProjectionOf(const Context& ctx, int64_t r) {
 // Whether the CPU's row kernels split and join heads for this map (they serve the elementwise maps).
 bool HeadKernelsApply(FeatureMap map, const at::Tensor& qkv) {
   return map != FeatureMap::kFavor && LayerKernelsApply(qkv);
+}
+
+// The same for the GPU's (layer_kernels_cuda.h; built by the CUDA build, off unless enabled).
+bool HeadKernelsCudaApply(FeatureMap map, std::initializer_list<const at::Tensor*> tensors) {
+  return map != FeatureMap::kFavor && LayerKernelsCudaApply(tensors);
 }
 
 bool KernelsApply(std::initializer_list<const at::Tensor*> tensors) {
@@ -233,6 +239,9 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
   if (HeadKernelsApply(c.feature_map, t.qkv)) {
     t.v = at::empty({c.heads, rows, c.head_dim()}, x.options());
     SplitHeadsCpu(c.feature_map, t.qkv, c.heads, t.phi, t.v);
+  } else if (HeadKernelsCudaApply(c.feature_map, {&t.qkv, &t.phi})) {
+    t.v = at::empty({c.heads, rows, c.head_dim()}, x.options());
+    SplitHeadsCuda(c.feature_map, t.qkv, c.heads, t.phi, t.v);
   } else {
     const at::Tensor heads = HeadsOf(t.qkv, c.heads);
     FeaturesInto(c.feature_map, heads.narrow(0, 0, 2), ProjectionOf(ctx, r), t.phi);
@@ -255,6 +264,9 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
   if (KernelsApply({&prefix.numerator, &prefix.denominator})) {
     t.denominator_eps = at::empty_like(prefix.denominator);
     NormalizeAttentionCpu(prefix.numerator, prefix.denominator, kDenominatorEps, t.denominator_eps, t.attention);
+  } else if (LayerKernelsCudaApply({&prefix.numerator, &prefix.denominator, &t.attention})) {
+    t.denominator_eps = at::empty_like(prefix.denominator);
+    NormalizeAttentionCuda(prefix.numerator, prefix.denominator, kDenominatorEps, t.denominator_eps, t.attention);
   } else {
     t.denominator_eps = prefix.denominator.add(kDenominatorEps);
     at::Tensor attention_heads = HeadMajor(t.attention, c.heads);
@@ -336,6 +348,9 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
   if (KernelsApply({&g_attention, &t.attention, &t.denominator_eps})) {
     g_den = at::empty_like(t.denominator_eps);
     NormalizeAttentionBackwardCpu(g_attention, t.attention, t.denominator_eps, g_num, g_den);
+  } else if (LayerKernelsCudaApply({&g_attention, &t.attention, &t.denominator_eps, &g_num})) {
+    g_den = at::empty_like(t.denominator_eps);
+    NormalizeAttentionBackwardCuda(g_attention, t.attention, t.denominator_eps, g_num, g_den);
   } else {
     at::div_out(g_num, HeadMajor(g_attention, c.heads), t.denominator_eps.unsqueeze(2));
     g_den = at::mul(g_num, HeadMajor(t.attention, c.heads)).sum(2).neg_();
@@ -358,6 +373,8 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
     t.entry = Front();
     if (HeadKernelsApply(c.feature_map, t.qkv) && KernelsApply({&g.phi_q, &g.phi_k, &g.v})) {
       JoinHeadGradientsCpu(c.feature_map, t.qkv, g.phi_q, g.phi_k, g.v, g_qkv);
+    } else if (HeadKernelsCudaApply(c.feature_map, {&t.qkv, &g.phi_q, &g.phi_k, &g.v, &g_qkv})) {
+      JoinHeadGradientsCuda(c.feature_map, t.qkv, g.phi_q, g.phi_k, g.v, g_qkv);
     } else {
       const at::Tensor g_heads = HeadsOf(g_qkv, c.heads);
       const at::Tensor heads = HeadsOf(t.qkv, c.heads);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -17,7 +18,7 @@
 #include "performer/gradient_engine_test_cases.h"
 #include "performer/memory_tracker.h"
 #include "performer/prefix_attention_blocks.h"
-#include "performer/prefix_attention_cuda.h"
+#include "performer/fused_cuda_kernels.h"
 #include "performer/replayable_work.h"
 
 namespace slimfit::performer {
@@ -236,16 +237,20 @@ TEST(CudaGradientTest, SlicesByHandGiveTheAutogradGradient) {
   }
 }
 
-// The fused CUDA prefix-sum kernels (prefix_attention_cuda.h) in the whole engine: with them on,
-// full back-propagation and slices of one and two blocks (documents starting inside slices, so
-// segments of every length) give the CPU's gradient, by hand and through autograd, replayed as CUDA
-// graphs where built, for the elementwise feature maps and FAVOR+, in float64 and float32.
-TEST(CudaGradientTest, FusedPrefixKernelsGiveTheCpuGradient) {
+// slimfit's own CUDA kernels (fused_cuda_kernels.h: prefix sums of short segments, the reverse
+// policy's fronts, the row kernels) in the whole engine: with them on, full back-propagation and
+// slices of one and two blocks (documents starting inside slices, so segments of every length) give
+// the CPU's gradient, by hand and through autograd, replayed as CUDA graphs where built, for
+// elementwise feature maps (row kernels) and FAVOR+ (not), both LayerNorm placements, in float64 and
+// float32.
+TEST(CudaGradientTest, FusedCudaKernelsGiveTheCpuGradient) {
   SKIP_WITHOUT_CUDA();
-  if (!FusedCudaPrefixKernelsBuilt()) GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
-  for (FeatureMap map : {FeatureMap::kSqr, FeatureMap::kFavor}) {
+  if (!FusedCudaKernelsBuilt()) GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
+  for (auto [map, ln] : {std::pair{FeatureMap::kSqr, LayerNormPlacement::kPost},
+                         {FeatureMap::kElu1, LayerNormPlacement::kPre},
+                         {FeatureMap::kFavor, LayerNormPlacement::kPost}}) {
     for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
-      const ModelConfig config = Config(map, LayerNormPlacement::kPost);
+      const ModelConfig config = Config(map, ln);
       absl::StatusOr<PerformerModel> cpu_model = PerformerModel::Create(config, dtype, at::kCPU, 6);
       absl::StatusOr<PerformerModel> cuda_model = PerformerModel::Create(config, dtype, kCuda, 6);
       ASSERT_TRUE(cpu_model.ok() && cuda_model.ok());
@@ -262,11 +267,12 @@ TEST(CudaGradientTest, FusedPrefixKernelsGiveTheCpuGradient) {
           Plan plan = full;
           plan.slice = slice;
           options.explicit_backprop = by_hand;
-          EnableFusedCudaPrefixKernels(true);
+          EnableFusedCudaKernels(true);
           const GradientResult fused = MustCompute(*cuda_model, batch, plan, options);
-          EnableFusedCudaPrefixKernels(false);
+          EnableFusedCudaKernels(false);
           const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString(),
                                                 by_hand ? ", by hand" : ", autograd");
+          EXPECT_EQ(fused.explicit_backprop, by_hand) << what;
           EXPECT_LE(RelativeDiscrepancy(OnCpu(fused.gradients), cpu.gradients), tolerance) << what;
           EXPECT_NEAR(fused.loss_sum, cpu.loss_sum, tolerance * cpu.loss_sum) << what;
           EXPECT_EQ(fused.replay_fallback, "") << what;

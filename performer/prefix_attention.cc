@@ -208,6 +208,10 @@ Front FrontWithout(const Front& after, const at::Tensor& phi_k, const at::Tensor
     FusedFront front = FusedFrontWithoutCpu(after.numerator, after.denominator, phi_k, v);
     return Front{front.numerator, front.denominator};
   }
+  if (FusedCudaFrontWithoutApplies(after.numerator, after.denominator, phi_k, v)) {
+    FusedFront front = FusedFrontWithoutCuda(after.numerator, after.denominator, phi_k, v);
+    return Front{front.numerator, front.denominator};
+  }
   const Front added = FrontContribution(phi_k, v);
   return Front{after.numerator - added.numerator, after.denominator - added.denominator};
 }

@@ -12,8 +12,6 @@
 namespace slimfit::performer {
 namespace {
 
-std::atomic<bool> cuda_kernels_enabled{false};
-
 void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
                  const at::Tensor& z0, int64_t block) {
   TORCH_CHECK(block >= 1, "fused CUDA prefix sums: block must be at least 1, got ", block);
@@ -81,22 +79,10 @@ void CheckLaunch(const char* error, const char* what) {
 
 }  // namespace
 
-bool FusedCudaPrefixKernelsBuilt() {
-#if defined(SLIMFIT_WITH_CUDA_KERNELS)
-  return true;
-#else
-  return false;
-#endif
-}
-
-void EnableFusedCudaPrefixKernels(bool enabled) { cuda_kernels_enabled.store(enabled, std::memory_order_relaxed); }
-
-bool FusedCudaPrefixKernelsEnabled() { return cuda_kernels_enabled.load(std::memory_order_relaxed); }
-
 bool FusedCudaPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
                             const at::Tensor& z0, int64_t block) {
 #if defined(SLIMFIT_WITH_CUDA_KERNELS)
-  if (!FusedCudaPrefixKernelsEnabled() || block < 1 || !OneFloatDevice({&q, &k, &v, &r0, &z0})) return false;
+  if (!FusedCudaKernelsEnabled() || block < 1 || !OneFloatDevice({&q, &k, &v, &r0, &z0})) return false;
   if (q.dim() != 3 || k.sizes() != q.sizes() || v.dim() != 3 || v.size(0) != q.size(0) || v.size(1) != q.size(1) ||
       q.numel() == 0 || v.numel() == 0 || r0.sizes() != at::IntArrayRef({q.size(0), q.size(2), v.size(2)}) ||
       z0.sizes() != at::IntArrayRef({q.size(0), q.size(2)})) {
@@ -156,6 +142,41 @@ FusedPrefixGradients FusedPrefixBackwardCuda(const at::Tensor& q, const at::Tens
   (void)q, (void)k, (void)v, (void)r0, (void)z0, (void)block, (void)grad_numerator, (void)grad_denominator,
       (void)grad_end_numerator, (void)grad_end_denominator;
   TORCH_CHECK(false, "fused CUDA prefix sums: this build has no CUDA kernels");
+#endif
+}
+
+bool FusedCudaFrontWithoutApplies(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
+                                  const at::Tensor& k, const at::Tensor& v) {
+#if defined(SLIMFIT_WITH_CUDA_KERNELS)
+  return FusedCudaKernelsEnabled() && OneFloatDevice({&k, &v, &after_numerator, &after_denominator}) &&
+         k.dim() == 3 && v.dim() == 3 && v.size(0) == k.size(0) && v.size(1) == k.size(1) &&
+         after_numerator.sizes() == at::IntArrayRef({k.size(0), k.size(2), v.size(2)}) &&
+         after_denominator.sizes() == at::IntArrayRef({k.size(0), k.size(2)});
+#else
+  (void)after_numerator, (void)after_denominator, (void)k, (void)v;
+  return false;
+#endif
+}
+
+FusedFront FusedFrontWithoutCuda(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
+                                 const at::Tensor& k, const at::Tensor& v) {
+#if defined(SLIMFIT_WITH_CUDA_KERNELS)
+  TORCH_CHECK(FusedCudaFrontWithoutApplies(after_numerator, after_denominator, k, v),
+              "fused CUDA front: these tensors are not its");
+  const c10::cuda::CUDAGuard guard(k.device());
+  if (k.scalar_type() == at::kFloat) {
+    internal::PreparedFrontWithout<float> p =
+        internal::PrepareFrontWithout<float>(after_numerator, after_denominator, k, v);
+    CheckLaunch(cuda_kernels::LaunchFrontWithout(p.args, CurrentStream(k)), "front");
+    return p.out;
+  }
+  internal::PreparedFrontWithout<double> p =
+      internal::PrepareFrontWithout<double>(after_numerator, after_denominator, k, v);
+  CheckLaunch(cuda_kernels::LaunchFrontWithout(p.args, CurrentStream(k)), "front");
+  return p.out;
+#else
+  (void)after_numerator, (void)after_denominator, (void)k, (void)v;
+  TORCH_CHECK(false, "fused CUDA front: this build has no CUDA kernels");
 #endif
 }
 
@@ -225,6 +246,32 @@ PreparedBackward<T> PrepareBackward(const at::Tensor& q, const at::Tensor& k, co
   return p;
 }
 
+template <typename T>
+PreparedFrontWithout<T> PrepareFrontWithout(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
+                                            const at::Tensor& k, const at::Tensor& v) {
+  TORCH_CHECK(k.dim() == 3 && v.dim() == 3 && v.size(0) == k.size(0) && v.size(1) == k.size(1) &&
+                  after_numerator.sizes() == at::IntArrayRef({k.size(0), k.size(2), v.size(2)}) &&
+                  after_denominator.sizes() == at::IntArrayRef({k.size(0), k.size(2)}),
+              "fused CUDA front: φk ", k.sizes(), ", v ", v.sizes(), " and front ", after_numerator.sizes(), " / ",
+              after_denominator.sizes(), " do not match");
+  PreparedFrontWithout<T> p;
+  p.out.numerator = at::empty(after_numerator.sizes(), after_numerator.options());
+  p.out.denominator = at::empty(after_denominator.sizes(), after_denominator.options());
+  cuda_kernels::FrontWithoutArgs<T>& a = p.args;
+  a.shape = cuda_kernels::PrefixShape{k.size(0), k.size(1), k.size(2), v.size(2), 1};
+  a.k = In<T>(k, p.kept);
+  a.v = In<T>(v, p.kept);
+  a.after_r = In<T>(after_numerator, p.kept);
+  a.after_z = In<T>(after_denominator, p.kept);
+  a.r = p.out.numerator.template data_ptr<T>();
+  a.z = p.out.denominator.template data_ptr<T>();
+  return p;
+}
+
+template PreparedFrontWithout<float> PrepareFrontWithout<float>(const at::Tensor&, const at::Tensor&,
+                                                                const at::Tensor&, const at::Tensor&);
+template PreparedFrontWithout<double> PrepareFrontWithout<double>(const at::Tensor&, const at::Tensor&,
+                                                                  const at::Tensor&, const at::Tensor&);
 template PreparedForward<float> PrepareForward<float>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                                       const at::Tensor&, const at::Tensor&, int64_t);
 template PreparedForward<double> PrepareForward<double>(const at::Tensor&, const at::Tensor&, const at::Tensor&,

@@ -3,17 +3,16 @@
 // prefix_attention.cc's block form. The kernels themselves are prefix_attention_cuda_kernels.h;
 // this is their ATen face: which tensors they take, output allocation, the current stream.
 //
-// Status: built by the CUDA build only (scripts/cuda/CMakeLists.txt compiles the .cu with nvcc and
-// defines SLIMFIT_WITH_CUDA_KERNELS); in the Bazel build FusedCudaPrefixKernelsBuilt() is false and
-// nothing here runs on a device. The kernels' arithmetic and synchronisation are tested on the CPU
-// by emulating a thread block (prefix_attention_cuda_test.cc); they stay off by default until the
-// same test has passed on a GPU (EnableFusedCudaPrefixKernels, gradient_bench --fused_prefix_cuda).
+// Also FrontWithout (the reverse front policy's entry front of every slice) as one kernel.
+//
+// Status (fused_cuda_kernels.h): built by the CUDA build only, off by default until verified on a
+// GPU (EnableFusedCudaKernels, gradient_bench --fused_cuda_kernels). The kernels' arithmetic and
+// synchronisation are tested on the CPU by emulating a thread block (prefix_attention_cuda_test.cc).
 //
 // Results equal the LibTorch block form (ChunkedPrefixForward / ChunkedPrefixBackward) to rounding:
 // same equations, same block order, sums within a block in another order.
 //
-// Thread safety: pure functions of their tensors; the enable flag is atomic (do not flip it while a
-// prefix sum runs: its backward would take the other form — equal results, different speed).
+// Thread safety: pure functions of their tensors.
 #ifndef SLIMFIT_PERFORMER_PREFIX_ATTENTION_CUDA_H_
 #define SLIMFIT_PERFORMER_PREFIX_ATTENTION_CUDA_H_
 
@@ -22,6 +21,7 @@
 
 #include <ATen/ATen.h>
 
+#include "performer/fused_cuda_kernels.h"
 #include "performer/prefix_attention_cpu.h"
 #include "performer/prefix_attention_cuda_kernels.h"
 
@@ -31,14 +31,7 @@ namespace slimfit::performer {
 // another); longer ones take the block-parallel form (prefix_attention_blocks.h).
 inline constexpr int64_t kFusedCudaMaxBlocks = 2;
 
-// Whether this build compiled the kernels.
-bool FusedCudaPrefixKernelsBuilt();
-
-// Turns the kernels on or off process-wide (off by default: see Status above).
-void EnableFusedCudaPrefixKernels(bool enabled);
-bool FusedCudaPrefixKernelsEnabled();
-
-// True when the kernels take these tensors: built and enabled, float32 or float64 CUDA tensors of one
+// True when the kernels take these tensors: FusedCudaKernelsEnabled(), float32 or float64 CUDA tensors of one
 // dtype on one device, shapes as prefix_attention.h's, S ≤ kFusedCudaMaxBlocks · block, and the
 // shared memory a thread block needs within what the device allows.
 bool FusedCudaPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
@@ -56,6 +49,15 @@ FusedPrefixGradients FusedPrefixBackwardCuda(const at::Tensor& q, const at::Tens
                                              const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
                                              const at::Tensor& grad_end_numerator,
                                              const at::Tensor& grad_end_denominator);
+
+// prefix_attention.h's FrontWithout as one kernel: after_numerator − Σ φk ⊗ v, after_denominator −
+// Σ φk. True when FusedCudaKernelsEnabled(), the tensors are CUDA float32 or float64 of one dtype on
+// one device, φk [k, S, M], v [k, S, d] and the front [k, M, d], [k, M].
+bool FusedCudaFrontWithoutApplies(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
+                                  const at::Tensor& k, const at::Tensor& v);
+// REQUIRES: FusedCudaFrontWithoutApplies(…). Fresh contiguous outputs.
+FusedFront FusedFrontWithoutCuda(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
+                                 const at::Tensor& k, const at::Tensor& v);
 
 namespace internal {
 
@@ -85,6 +87,18 @@ PreparedBackward<T> PrepareBackward(const at::Tensor& q, const at::Tensor& k, co
                                     const at::Tensor& r0, const at::Tensor& z0, int64_t block,
                                     const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
                                     const at::Tensor& grad_end_numerator, const at::Tensor& grad_end_denominator);
+
+template <typename T>
+struct PreparedFrontWithout {
+  cuda_kernels::FrontWithoutArgs<T> args;
+  FusedFront out;
+  std::vector<at::Tensor> kept;
+};
+// REQUIRES: shapes as FusedCudaFrontWithoutApplies's (checked: a c10::Error otherwise), every tensor
+// of dtype T on one device.
+template <typename T>
+PreparedFrontWithout<T> PrepareFrontWithout(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
+                                            const at::Tensor& k, const at::Tensor& v);
 
 }  // namespace internal
 }  // namespace slimfit::performer

@@ -8,19 +8,11 @@
 
 #include <cuda_runtime.h>
 
+#include "performer/cuda_kernel_launch.cuh"
 #include "performer/prefix_attention_kernel_bodies.h"
 
 namespace slimfit::performer::cuda_kernels {
 namespace {
-
-constexpr int kThreads = 256;
-
-// The bodies' view of a CUDA thread block.
-struct CudaThreads {
-  __device__ int64_t Index() const { return threadIdx.x; }
-  __device__ int64_t Count() const { return blockDim.x; }
-  __device__ void Sync() const { __syncthreads(); }
-};
 
 // One thread block per head.
 template <typename T>
@@ -33,6 +25,11 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) PrefixBackwardKernel(PrefixBackwardArgs<T> args) {
   extern __shared__ unsigned char shared[];
   PrefixBackwardHead(CudaThreads(), args, blockIdx.x, reinterpret_cast<T*>(shared));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) FrontWithoutKernel(FrontWithoutArgs<T> args) {
+  FrontWithoutBody(CudaGrid(), args);
 }
 
 // Opts a kernel in to the device's largest shared memory, once per device, at its first launch (a
@@ -60,8 +57,7 @@ template <typename Kernel, typename Args>
 const char* Launch(Kernel kernel, const Args& args, size_t shared_bytes, CUstream_st* stream) {
   if (const char* error = OptIn(kernel); error != nullptr) return error;
   kernel<<<static_cast<unsigned>(args.shape.heads), kThreads, shared_bytes, stream>>>(args);
-  const cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+  return LaunchError();
 }
 
 }  // namespace
@@ -93,9 +89,18 @@ const char* LaunchPrefixBackward(const PrefixBackwardArgs<T>& args, CUstream_st*
   return Launch(PrefixBackwardKernel<T>, args, PrefixBackwardSharedBytes(args.shape, sizeof(T)), stream);
 }
 
+template <typename T>
+const char* LaunchFrontWithout(const FrontWithoutArgs<T>& args, CUstream_st* stream) {
+  const int64_t entries = args.shape.heads * args.shape.features * (args.shape.dim + 1);
+  FrontWithoutKernel<T><<<GridBlocks(entries), kThreads, 0, stream>>>(args);
+  return LaunchError();
+}
+
 template const char* LaunchPrefixForward<float>(const PrefixForwardArgs<float>&, CUstream_st*);
 template const char* LaunchPrefixForward<double>(const PrefixForwardArgs<double>&, CUstream_st*);
 template const char* LaunchPrefixBackward<float>(const PrefixBackwardArgs<float>&, CUstream_st*);
 template const char* LaunchPrefixBackward<double>(const PrefixBackwardArgs<double>&, CUstream_st*);
+template const char* LaunchFrontWithout<float>(const FrontWithoutArgs<float>&, CUstream_st*);
+template const char* LaunchFrontWithout<double>(const FrontWithoutArgs<double>&, CUstream_st*);
 
 }  // namespace slimfit::performer::cuda_kernels

@@ -65,6 +65,18 @@ struct PrefixBackwardArgs {
   T* scratch = nullptr;
 };
 
+// The front before a stretch without document starts from the one after it (prefix_attention.h's
+// FrontWithout): r = after_r − Σ_i φk_i ⊗ v_i, z = after_z − Σ_i φk_i. A grid-stride kernel, one
+// thread per output entry.
+template <typename T>
+struct FrontWithoutArgs {
+  PrefixShape shape;                  // block unused
+  Strided<const T> k, v;              // [heads, rows, M], [heads, rows, d]
+  Strided<const T> after_r, after_z;  // [heads, M, d], [heads, M]
+  T* r = nullptr;                     // [heads, M, d], contiguous
+  T* z = nullptr;                     // [heads, M], contiguous
+};
+
 // Dynamic shared memory a launch needs, in bytes, for elements of `element_bytes`.
 size_t PrefixForwardSharedBytes(const PrefixShape& shape, size_t element_bytes);
 size_t PrefixBackwardSharedBytes(const PrefixShape& shape, size_t element_bytes);
@@ -80,6 +92,8 @@ template <typename T>
 const char* LaunchPrefixForward(const PrefixForwardArgs<T>& args, CUstream_st* stream);
 template <typename T>
 const char* LaunchPrefixBackward(const PrefixBackwardArgs<T>& args, CUstream_st* stream);
+template <typename T>
+const char* LaunchFrontWithout(const FrontWithoutArgs<T>& args, CUstream_st* stream);
 
 }  // namespace slimfit::performer::cuda_kernels
 

@@ -166,26 +166,46 @@ TEST(FusedCudaPrefixTest, TheEmulatedComparisonSeesAWrongInput) {
   EXPECT_GT(Discrepancy(EmulatedBackward<double>(changed, c.block, 7).k, ref.backward.phi_k), 1e-9);
 }
 
+// FrontWithout's grid-stride body against the LibTorch form (after − FrontContribution), the front
+// transposed and φk a view, as in the engine.
+TEST(FusedCudaPrefixTest, FrontWithoutBodyOnEmulatedThreadsGivesTheLibTorchForm) {
+  for (const Case& c : Cases()) {
+    const Inputs in = MakeInputs(c, 5);
+    const Front added = FrontContribution(in.k, in.v);
+    const Front want{in.r0 - added.numerator, in.z0 - added.denominator};
+    for (int64_t threads : {int64_t{1}, int64_t{7}, int64_t{48}}) {
+      const std::string what = absl::StrCat(c.Name(), ", ", threads, " threads");
+      internal::PreparedFrontWithout<double> p = internal::PrepareFrontWithout<double>(in.r0, in.z0, in.k, in.v);
+      FillNan({p.out.numerator, p.out.denominator});
+      RunEmulatedThreadBlock(threads, [&](const EmulatedThreads& t) { cuda_kernels::FrontWithoutBody(t, p.args); });
+      EXPECT_LE(Discrepancy(p.out.numerator, want.numerator), 1e-13) << what;
+      EXPECT_LE(Discrepancy(p.out.denominator, want.denominator), 1e-13) << what;
+    }
+  }
+  const Inputs in = MakeInputs(Cases()[0], 5);
+  EXPECT_THROW(internal::PrepareFrontWithout<double>(in.r0, in.z0.narrow(1, 0, 1), in.k, in.v), c10::Error);
+}
+
 TEST(FusedCudaPrefixTest, TheyTakeOnlyEnabledCudaTensorsOfTheirShapes) {
   const Inputs in = MakeInputs(Cases()[2], 1);
-  EnableFusedCudaPrefixKernels(true);
+  EnableFusedCudaKernels(true);
   EXPECT_FALSE(FusedCudaPrefixApplies(in.q, in.k, in.v, in.r0, in.z0, 64)) << "CPU tensors";
-  if (FusedCudaPrefixKernelsBuilt() && at::hasCUDA()) {
+  if (FusedCudaKernelsBuilt() && at::hasCUDA()) {
     const Inputs cuda = Converted(in, at::kFloat, at::Device(at::kCUDA, 0));
     EXPECT_TRUE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0, cuda.z0, 64));
     EXPECT_TRUE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0, cuda.z0, 8)) << "16 rows, two blocks of 8";
     EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0, cuda.z0, 4)) << "four blocks";
     EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v.to(at::kDouble), cuda.r0, cuda.z0, 64)) << "mixed";
     EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0.select(0, 0), cuda.z0, 64)) << "shape";
-    EnableFusedCudaPrefixKernels(false);
+    EnableFusedCudaKernels(false);
     EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0, cuda.z0, 64)) << "disabled";
   }
-  EnableFusedCudaPrefixKernels(false);
+  EnableFusedCudaKernels(false);
   EXPECT_THROW(internal::PrepareForward<double>(in.q, in.k, in.v.narrow(1, 0, 3), in.r0, in.z0, 64), c10::Error);
 }
 
 TEST(FusedCudaPrefixTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
-  if (!FusedCudaPrefixKernelsBuilt()) GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
+  if (!FusedCudaKernelsBuilt()) GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: nothing to run the kernels on";
   const at::Device cuda(at::kCUDA, 0);
   for (const Case& c : Cases()) {
@@ -196,7 +216,7 @@ TEST(FusedCudaPrefixTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
       const Inputs d = Converted(in, dtype, cuda);
       const double tolerance = dtype == at::kDouble ? 1e-13 : 2e-6;
       const std::string what = absl::StrCat(c.Name(), dtype == at::kDouble ? ", float64" : ", float32");
-      EnableFusedCudaPrefixKernels(true);
+      EnableFusedCudaKernels(true);
       ASSERT_TRUE(FusedCudaPrefixApplies(d.q, d.k, d.v, d.r0, d.z0, c.block)) << what;
       ExpectForwardEqual(FusedPrefixForwardCuda(d.q, d.k, d.v, d.r0, d.z0, c.block), ref, tolerance, what);
       ExpectBackwardEqual(FusedPrefixBackwardCuda(d.q, d.k, d.v, d.r0, d.z0, c.block, d.gn, d.gd, d.g_end_r, d.g_end_z),
@@ -204,7 +224,12 @@ TEST(FusedCudaPrefixTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
       // Through the block form's entry points, which dispatch to the kernels while they are on.
       const PrefixAttentionResult forward = ChunkedPrefixForward(d.q, d.k, d.v, Front{d.r0, d.z0}, c.block);
       EXPECT_LE(Discrepancy(forward.numerator, ref.forward.numerator), tolerance) << what;
-      EnableFusedCudaPrefixKernels(false);
+      ASSERT_TRUE(FusedCudaFrontWithoutApplies(d.r0, d.z0, d.k, d.v)) << what;
+      const Front added = FrontContribution(in.k, in.v);
+      const FusedFront without = FusedFrontWithoutCuda(d.r0, d.z0, d.k, d.v);
+      EXPECT_LE(Discrepancy(without.numerator, in.r0 - added.numerator), tolerance) << what << ": front without";
+      EXPECT_LE(Discrepancy(without.denominator, in.z0 - added.denominator), tolerance) << what << ": front without";
+      EnableFusedCudaKernels(false);
     }
   }
 }

@@ -5,6 +5,8 @@
 // lets the CPU test suite check the kernels' indexing, block walk and synchronisation against the
 // LibTorch form on machines without a GPU.
 //
+// FrontWithoutBody, last, is a grid-stride loop instead (no shared memory, no sync).
+//
 // `Threads` provides Index() (this thread's index in the block), Count() (threads in the block) and
 // Sync() (every thread of the block waits there; global and shared writes made before it are
 // visible after it). Every thread of a block must call a body with the same arguments.
@@ -252,6 +254,29 @@ SLIMFIT_KERNEL_DEVICE void PrefixBackwardHead(const Threads& t, const PrefixBack
       dz[m * dz_row] += acc;
     }
     t.Sync();
+  }
+}
+
+// FrontWithout as a grid-stride loop (`Grid`: Index() among all the launch's threads, Count()):
+// entries of r first, then those of z.
+template <typename T, typename Grid>
+SLIMFIT_KERNEL_DEVICE void FrontWithoutBody(const Grid& g, const FrontWithoutArgs<T>& a) {
+  const PrefixShape& s = a.shape;
+  const int64_t M = s.features, D = s.dim, r_size = s.heads * M * D;
+  for (int64_t e = g.Index(); e < r_size + s.heads * M; e += g.Count()) {
+    if (e < r_size) {
+      const int64_t h = e / (M * D), m = (e / D) % M, c = e % D;
+      const Head<const T> k = HeadOf(a.k, h), v = HeadOf(a.v, h), after = HeadOf(a.after_r, h);
+      T acc = 0;
+      for (int64_t i = 0; i < s.rows; ++i) acc += k(i, m) * v(i, c);
+      a.r[e] = after(m, c) - acc;
+    } else {
+      const int64_t f = e - r_size, h = f / M, m = f % M;
+      const Head<const T> k = HeadOf(a.k, h);
+      T acc = 0;
+      for (int64_t i = 0; i < s.rows; ++i) acc += k(i, m);
+      a.z[f] = a.after_z.data[h * a.after_z.head + m * a.after_z.row] - acc;
+    }
   }
 }
 

@@ -180,12 +180,12 @@ if [[ ",$steps," == *",fused,"* ]] && [ -x "$build/gradient_bench" ]; then
     for fused in false true; do
       for variant in "" "--slice_replay=off" "--dtype=float64"; do
         "$build/gradient_bench" --device="$device" --threads=4 --seq_len=4096 --slice=0,128,64,32,16 --repeats=5 \
-          --check_full --fused_prefix_cuda=$fused $variant >> "$out/bench_fused.jsonl" 2>&1 || status=1
+          --check_full --fused_cuda_kernels=$fused $variant >> "$out/bench_fused.jsonl" 2>&1 || status=1
       done
     done
   done
   "$build/gradient_bench" --device="$device" --threads=4 --seq_len=4096 --slice=64,16 --repeats=1 \
-    --slice_replay=off --count_ops --fused_prefix_cuda=true >> "$out/bench_fused.jsonl" \
+    --slice_replay=off --count_ops --fused_cuda_kernels=true >> "$out/bench_fused.jsonl" \
     2>> "$out/bench_fused_ops_by_operator.txt" || status=1
   echo "fused: $(wc -l < "$out/bench_fused.jsonl") lines"
 fi

@@ -1,0 +1,190 @@
+#include "performer/layer_kernels_cuda.h"
+
+#include <c10/util/Exception.h>
+
+#if defined(SLIMFIT_WITH_CUDA_KERNELS)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace slimfit::performer {
+namespace {
+
+cuda_kernels::RowFeature RowFeatureOf(FeatureMap map) {
+  switch (map) {
+    case FeatureMap::kRelu: return cuda_kernels::RowFeature::kRelu;
+    case FeatureMap::kElu1: return cuda_kernels::RowFeature::kElu1;
+    case FeatureMap::kSqr: return cuda_kernels::RowFeature::kSqr;
+    case FeatureMap::kFavor: break;
+  }
+  TORCH_CHECK(false, "CUDA row kernels: FAVOR+ is not an elementwise feature map");
+  return cuda_kernels::RowFeature::kSqr;  // not reached
+}
+
+template <typename T>
+void CheckDense(std::initializer_list<const at::Tensor*> tensors, const char* what) {
+  for (const at::Tensor* t : tensors) {
+    TORCH_CHECK(t->is_contiguous() && t->scalar_type() == c10::CppTypeToScalarType<T>::value, what,
+                ": every tensor must be contiguous and of the kernels' dtype");
+  }
+}
+
+#if defined(SLIMFIT_WITH_CUDA_KERNELS)
+// Runs `launch(args, stream)` for `t`'s dtype on its device's current stream.
+template <typename Float, typename Double>
+void LaunchFor(const at::Tensor& t, const char* what, Float launch_float, Double launch_double) {
+  const c10::cuda::CUDAGuard guard(t.device());
+  CUstream_st* stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+  const char* error = t.scalar_type() == at::kFloat ? launch_float(stream) : launch_double(stream);
+  TORCH_CHECK(error == nullptr, "CUDA row kernels: ", what, " did not launch: ", error);
+}
+#define SLIMFIT_LAUNCH(tensor, what, launcher, args_of, ...)                                           \
+  LaunchFor(                                                                                           \
+      tensor, what,                                                                                    \
+      [&](CUstream_st* s) { return cuda_kernels::launcher(internal::args_of<float>(__VA_ARGS__), s); }, \
+      [&](CUstream_st* s) { return cuda_kernels::launcher(internal::args_of<double>(__VA_ARGS__), s); })
+#else
+#define SLIMFIT_LAUNCH(tensor, what, launcher, args_of, ...)    \
+  [](auto&&...) {}(tensor, __VA_ARGS__); /* uses the arguments */ \
+  TORCH_CHECK(false, "CUDA row kernels: this build has no CUDA kernels")
+#endif
+
+}  // namespace
+
+bool LayerKernelsCudaApply(std::initializer_list<const at::Tensor*> tensors) {
+  if (!FusedCudaKernelsEnabled() || tensors.size() == 0) return false;
+  const at::Tensor& first = **tensors.begin();
+  if (!first.defined() || !first.is_cuda() || (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
+    return false;
+  }
+  for (const at::Tensor* t : tensors) {
+    if (!t->defined() || t->device() != first.device() || t->scalar_type() != first.scalar_type() ||
+        !t->is_contiguous()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void SplitHeadsCuda(FeatureMap map, const at::Tensor& qkv, int64_t heads, at::Tensor& phi, at::Tensor& v) {
+  SLIMFIT_LAUNCH(qkv, "split heads", LaunchSplitHeads, SplitHeadsArgsOf, map, qkv, heads, phi, v);
+}
+
+void JoinHeadGradientsCuda(FeatureMap map, const at::Tensor& qkv, const at::Tensor& g_phi_q, const at::Tensor& g_phi_k,
+                           const at::Tensor& g_v, at::Tensor& g_qkv) {
+  SLIMFIT_LAUNCH(qkv, "join head gradients", LaunchJoinHeadGradients, JoinHeadGradientsArgsOf, map, qkv, g_phi_q,
+                 g_phi_k, g_v, g_qkv);
+}
+
+void NormalizeAttentionCuda(const at::Tensor& num, const at::Tensor& den, double eps, at::Tensor& den_eps,
+                            at::Tensor& attention) {
+  SLIMFIT_LAUNCH(num, "normalise attention", LaunchNormalizeAttention, NormalizeAttentionArgsOf, num, den, eps,
+                 den_eps, attention);
+}
+
+void NormalizeAttentionBackwardCuda(const at::Tensor& g_attention, const at::Tensor& attention,
+                                    const at::Tensor& den_eps, at::Tensor& g_num, at::Tensor& g_den) {
+  SLIMFIT_LAUNCH(g_attention, "normalise attention backward", LaunchNormalizeAttentionBackward,
+                 NormalizeAttentionBackwardArgsOf, g_attention, attention, den_eps, g_num, g_den);
+}
+
+#undef SLIMFIT_LAUNCH
+
+namespace internal {
+
+template <typename T>
+cuda_kernels::SplitHeadsArgs<T> SplitHeadsArgsOf(FeatureMap map, const at::Tensor& qkv, int64_t heads,
+                                                 at::Tensor& phi, at::Tensor& v) {
+  CheckDense<T>({&qkv, &phi, &v}, "split heads");
+  TORCH_CHECK(heads >= 1 && qkv.dim() == 2 && qkv.size(1) % (3 * heads) == 0, "split heads: qkv ", qkv.sizes(),
+              " is not [S, 3d] for ", heads, " heads");
+  const int64_t rows = qkv.size(0), h = qkv.size(1) / (3 * heads);
+  TORCH_CHECK(phi.sizes() == at::IntArrayRef({2, heads, rows, h}) && v.sizes() == at::IntArrayRef({heads, rows, h}),
+              "split heads: outputs ", phi.sizes(), " and ", v.sizes(), " do not match qkv ", qkv.sizes());
+  cuda_kernels::SplitHeadsArgs<T> a;
+  a.shape = {rows, heads, h};
+  a.feature = RowFeatureOf(map);
+  a.qkv = qkv.data_ptr<T>();
+  a.phi = phi.data_ptr<T>();
+  a.v = v.data_ptr<T>();
+  return a;
+}
+
+template <typename T>
+cuda_kernels::JoinHeadGradientsArgs<T> JoinHeadGradientsArgsOf(FeatureMap map, const at::Tensor& qkv,
+                                                               const at::Tensor& g_phi_q, const at::Tensor& g_phi_k,
+                                                               const at::Tensor& g_v, at::Tensor& g_qkv) {
+  CheckDense<T>({&qkv, &g_phi_q, &g_phi_k, &g_v, &g_qkv}, "join head gradients");
+  TORCH_CHECK(g_v.dim() == 3 && g_phi_q.sizes() == g_v.sizes() && g_phi_k.sizes() == g_v.sizes() &&
+                  qkv.sizes() == at::IntArrayRef({g_v.size(1), 3 * g_v.size(0) * g_v.size(2)}) &&
+                  g_qkv.sizes() == qkv.sizes(),
+              "join head gradients: qkv ", qkv.sizes(), ", head gradients ", g_v.sizes(), " and output ",
+              g_qkv.sizes(), " do not match");
+  cuda_kernels::JoinHeadGradientsArgs<T> a;
+  a.shape = {g_v.size(1), g_v.size(0), g_v.size(2)};
+  a.feature = RowFeatureOf(map);
+  a.qkv = qkv.data_ptr<T>();
+  a.g_phi_q = g_phi_q.data_ptr<T>();
+  a.g_phi_k = g_phi_k.data_ptr<T>();
+  a.g_v = g_v.data_ptr<T>();
+  a.g_qkv = g_qkv.data_ptr<T>();
+  return a;
+}
+
+template <typename T>
+cuda_kernels::NormalizeAttentionArgs<T> NormalizeAttentionArgsOf(const at::Tensor& num, const at::Tensor& den,
+                                                                 double eps, at::Tensor& den_eps,
+                                                                 at::Tensor& attention) {
+  CheckDense<T>({&num, &den, &den_eps, &attention}, "normalise attention");
+  TORCH_CHECK(num.dim() == 3 && den.sizes() == num.sizes().slice(0, 2) && den_eps.sizes() == den.sizes() &&
+                  attention.sizes() == at::IntArrayRef({num.size(1), num.size(0) * num.size(2)}),
+              "normalise attention: numerator ", num.sizes(), ", denominator ", den.sizes(), " and outputs ",
+              den_eps.sizes(), ", ", attention.sizes(), " do not match");
+  cuda_kernels::NormalizeAttentionArgs<T> a;
+  a.shape = {num.size(1), num.size(0), num.size(2)};
+  a.eps = static_cast<T>(eps);
+  a.numerator = num.data_ptr<T>();
+  a.denominator = den.data_ptr<T>();
+  a.denominator_eps = den_eps.data_ptr<T>();
+  a.attention = attention.data_ptr<T>();
+  return a;
+}
+
+template <typename T>
+cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf(const at::Tensor& g_attention,
+                                                                                 const at::Tensor& attention,
+                                                                                 const at::Tensor& den_eps,
+                                                                                 at::Tensor& g_num, at::Tensor& g_den) {
+  CheckDense<T>({&g_attention, &attention, &den_eps, &g_num, &g_den}, "normalise attention backward");
+  TORCH_CHECK(g_num.dim() == 3 && den_eps.sizes() == g_num.sizes().slice(0, 2) && g_den.sizes() == den_eps.sizes() &&
+                  g_attention.sizes() == at::IntArrayRef({g_num.size(1), g_num.size(0) * g_num.size(2)}) &&
+                  attention.sizes() == g_attention.sizes(),
+              "normalise attention backward: gradient ", g_attention.sizes(), ", attention ", attention.sizes(),
+              ", denominator ", den_eps.sizes(), " and outputs ", g_num.sizes(), ", ", g_den.sizes(),
+              " do not match");
+  cuda_kernels::NormalizeAttentionBackwardArgs<T> a;
+  a.shape = {g_num.size(1), g_num.size(0), g_num.size(2)};
+  a.g_attention = g_attention.data_ptr<T>();
+  a.attention = attention.data_ptr<T>();
+  a.denominator_eps = den_eps.data_ptr<T>();
+  a.g_numerator = g_num.data_ptr<T>();
+  a.g_denominator = g_den.data_ptr<T>();
+  return a;
+}
+
+#define SLIMFIT_INSTANTIATE(T)                                                                                   \
+  template cuda_kernels::SplitHeadsArgs<T> SplitHeadsArgsOf<T>(FeatureMap, const at::Tensor&, int64_t,          \
+                                                               at::Tensor&, at::Tensor&);                       \
+  template cuda_kernels::JoinHeadGradientsArgs<T> JoinHeadGradientsArgsOf<T>(                                   \
+      FeatureMap, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&);     \
+  template cuda_kernels::NormalizeAttentionArgs<T> NormalizeAttentionArgsOf<T>(const at::Tensor&,               \
+                                                                               const at::Tensor&, double,       \
+                                                                               at::Tensor&, at::Tensor&);       \
+  template cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf<T>(                 \
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&);
+SLIMFIT_INSTANTIATE(float)
+SLIMFIT_INSTANTIATE(double)
+#undef SLIMFIT_INSTANTIATE
+
+}  // namespace internal
+}  // namespace slimfit::performer

@@ -1,0 +1,196 @@
+// Row-wise pieces of a Performer layer's hand-written forward and backward (explicit_backprop.h) as
+// CUDA kernels over raw contiguous buffers, one launch each where LibTorch takes two to five: the
+// heads' split with the feature map, its gradient's join, and the attention normalisation both
+// ways. The same pieces the CPU's row kernels are (layer_kernels_cpu.h), with the same equations.
+//
+// This header is plain C++: it declares the launchers (defined in layer_kernels_cuda_kernels.cu,
+// compiled by nvcc in the CUDA build only) and holds the kernels' bodies as templates over a `Grid`
+// parameter — Index() (this thread's index among all of the launch's threads) and Count() (their
+// number) — so that nvcc's kernels and a host emulation (emulated_thread_block.h) run the same
+// code. Every body is a grid-stride loop over its outputs, each written by one thread; no body
+// needs a sync. layer_kernels_cuda.h is the ATen-facing wrapper; call that, not these.
+//
+// Shapes (contiguous): S rows, d = k·h values per row (k heads of h); qkv [S, 3d] (q | k | v),
+// φ [2, k, S, h], v and numerators [k, S, h], denominators [k, S], attention [S, d].
+// Thread safety: launches are asynchronous on the given stream (buffers as in
+// prefix_attention_cuda_kernels.h).
+#ifndef SLIMFIT_PERFORMER_LAYER_KERNELS_CUDA_KERNELS_H_
+#define SLIMFIT_PERFORMER_LAYER_KERNELS_CUDA_KERNELS_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "performer/prefix_attention_kernel_bodies.h"  // SLIMFIT_KERNEL_DEVICE, SLIMFIT_KERNEL_HOST_DEVICE
+
+struct CUstream_st;
+
+namespace slimfit::performer::cuda_kernels {
+
+// The elementwise feature maps (FAVOR+ is a product, not a row kernel).
+enum class RowFeature : int { kRelu = 0, kElu1 = 1, kSqr = 2 };
+
+struct RowShape {
+  int64_t rows = 0, heads = 0, head_dim = 0;
+  SLIMFIT_KERNEL_HOST_DEVICE int64_t Width() const { return heads * head_dim; }  // d
+};
+
+template <typename T>
+struct SplitHeadsArgs {
+  RowShape shape;
+  RowFeature feature = RowFeature::kSqr;
+  const T* qkv = nullptr;  // [S, 3d]
+  T* phi = nullptr;        // [2, k, S, h]: φ(q), φ(k)
+  T* v = nullptr;          // [k, S, h]
+};
+
+template <typename T>
+struct JoinHeadGradientsArgs {
+  RowShape shape;
+  RowFeature feature = RowFeature::kSqr;
+  const T* qkv = nullptr;                                    // [S, 3d], the forward's input
+  const T *g_phi_q = nullptr, *g_phi_k = nullptr, *g_v = nullptr;  // [k, S, h] each
+  T* g_qkv = nullptr;                                        // [S, 3d]
+};
+
+template <typename T>
+struct NormalizeAttentionArgs {
+  RowShape shape;
+  T eps = 0;
+  const T* numerator = nullptr;    // [k, S, h]
+  const T* denominator = nullptr;  // [k, S]
+  T* denominator_eps = nullptr;    // [k, S]: denominator + ε
+  T* attention = nullptr;          // [S, d]: numerator / (denominator + ε), heads joined
+};
+
+template <typename T>
+struct NormalizeAttentionBackwardArgs {
+  RowShape shape;
+  const T* g_attention = nullptr;      // [S, d]
+  const T* attention = nullptr;        // [S, d]
+  const T* denominator_eps = nullptr;  // [k, S]
+  T* g_numerator = nullptr;            // [k, S, h]: g_attention / (denominator + ε)
+  T* g_denominator = nullptr;          // [k, S]:    −Σ_c g_numerator · attention
+};
+
+template <typename T>
+SLIMFIT_KERNEL_DEVICE T Expm1Of(T x) {
+#if defined(__CUDA_ARCH__)
+  return expm1(x);
+#else
+  return std::expm1(x);
+#endif
+}
+
+template <typename T>
+SLIMFIT_KERNEL_DEVICE T ExpOf(T x) {
+#if defined(__CUDA_ARCH__)
+  return exp(x);
+#else
+  return std::exp(x);
+#endif
+}
+
+// φ(x), as layer_kernels_cpu.cc's FeatureRow (and LibTorch's relu, elu + 1, x·x).
+template <typename T>
+SLIMFIT_KERNEL_DEVICE T FeatureOf(RowFeature f, T x) {
+  switch (f) {
+    case RowFeature::kRelu: return x > 0 ? x : T(0);
+    case RowFeature::kElu1: return x > 0 ? x + T(1) : Expm1Of(x) + T(1);
+    case RowFeature::kSqr: return x * x;
+  }
+  return x;
+}
+
+// ∂φ/∂x · g, as FeatureGradientRow.
+template <typename T>
+SLIMFIT_KERNEL_DEVICE T FeatureGradientOf(RowFeature f, T x, T g) {
+  switch (f) {
+    case RowFeature::kRelu: return x > 0 ? g : T(0);
+    case RowFeature::kElu1: return x > 0 ? g : g * ExpOf(x);
+    case RowFeature::kSqr: return T(2) * (x * g);
+  }
+  return g;
+}
+
+// Where element (row i, column j) of qkv [S, 3d] goes: section 0/1/2 (q, k, v) and its offset in a
+// [k, S, h] tensor.
+struct HeadPlace {
+  int64_t section, offset;
+};
+SLIMFIT_KERNEL_HOST_DEVICE inline HeadPlace PlaceOf(const RowShape& s, int64_t i, int64_t j) {
+  const int64_t d = s.Width();
+  const int64_t section = j / d, within = j % d;
+  const int64_t head = within / s.head_dim, c = within % s.head_dim;
+  return HeadPlace{section, (head * s.rows + i) * s.head_dim + c};
+}
+
+template <typename T, typename Grid>
+SLIMFIT_KERNEL_DEVICE void SplitHeadsBody(const Grid& g, const SplitHeadsArgs<T>& a) {
+  const int64_t width = 3 * a.shape.Width(), heads_size = a.shape.rows * a.shape.Width();
+  for (int64_t e = g.Index(); e < a.shape.rows * width; e += g.Count()) {
+    const HeadPlace p = PlaceOf(a.shape, e / width, e % width);
+    const T x = a.qkv[e];
+    if (p.section < 2) {
+      a.phi[p.section * heads_size + p.offset] = FeatureOf(a.feature, x);
+    } else {
+      a.v[p.offset] = x;
+    }
+  }
+}
+
+template <typename T, typename Grid>
+SLIMFIT_KERNEL_DEVICE void JoinHeadGradientsBody(const Grid& g, const JoinHeadGradientsArgs<T>& a) {
+  const int64_t width = 3 * a.shape.Width();
+  for (int64_t e = g.Index(); e < a.shape.rows * width; e += g.Count()) {
+    const HeadPlace p = PlaceOf(a.shape, e / width, e % width);
+    if (p.section == 2) {
+      a.g_qkv[e] = a.g_v[p.offset];
+    } else {
+      const T* g_phi = p.section == 0 ? a.g_phi_q : a.g_phi_k;
+      a.g_qkv[e] = FeatureGradientOf(a.feature, a.qkv[e], g_phi[p.offset]);
+    }
+  }
+}
+
+// One thread per numerator entry (h, i, c); the c = 0 thread of a row also writes den + ε.
+template <typename T, typename Grid>
+SLIMFIT_KERNEL_DEVICE void NormalizeAttentionBody(const Grid& g, const NormalizeAttentionArgs<T>& a) {
+  const int64_t S = a.shape.rows, h = a.shape.head_dim, d = a.shape.Width();
+  for (int64_t e = g.Index(); e < a.shape.heads * S * h; e += g.Count()) {
+    const int64_t head = e / (S * h), i = (e / h) % S, c = e % h;
+    const T den = a.denominator[head * S + i] + a.eps;
+    a.attention[i * d + head * h + c] = a.numerator[e] / den;
+    if (c == 0) a.denominator_eps[head * S + i] = den;
+  }
+}
+
+// One thread per row of a head (h, i): its h numerator gradients and their sum into g_den.
+template <typename T, typename Grid>
+SLIMFIT_KERNEL_DEVICE void NormalizeAttentionBackwardBody(const Grid& g, const NormalizeAttentionBackwardArgs<T>& a) {
+  const int64_t S = a.shape.rows, h = a.shape.head_dim, d = a.shape.Width();
+  for (int64_t r = g.Index(); r < a.shape.heads * S; r += g.Count()) {
+    const int64_t head = r / S, i = r % S;
+    const T den = a.denominator_eps[r];
+    T sum = 0;
+    for (int64_t c = 0; c < h; ++c) {
+      const T gn = a.g_attention[i * d + head * h + c] / den;
+      a.g_numerator[r * h + c] = gn;
+      sum += gn * a.attention[i * d + head * h + c];
+    }
+    a.g_denominator[r] = -sum;
+  }
+}
+
+// Enqueue on `stream`; null when the launch was accepted, else the CUDA runtime's error text.
+template <typename T>
+const char* LaunchSplitHeads(const SplitHeadsArgs<T>& args, CUstream_st* stream);
+template <typename T>
+const char* LaunchJoinHeadGradients(const JoinHeadGradientsArgs<T>& args, CUstream_st* stream);
+template <typename T>
+const char* LaunchNormalizeAttention(const NormalizeAttentionArgs<T>& args, CUstream_st* stream);
+template <typename T>
+const char* LaunchNormalizeAttentionBackward(const NormalizeAttentionBackwardArgs<T>& args, CUstream_st* stream);
+
+}  // namespace slimfit::performer::cuda_kernels
+
+#endif  // SLIMFIT_PERFORMER_LAYER_KERNELS_CUDA_KERNELS_H_

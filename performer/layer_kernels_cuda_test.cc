@@ -1,0 +1,206 @@
+// The CUDA row kernels (layer_kernels_cuda.h) against the LibTorch form explicit_backprop.cc runs
+// where no row kernel applies: their bodies on the CPU through emulated threads (always), the
+// kernels on a CUDA device (skipped where the build has none or no device is visible).
+#include "performer/layer_kernels_cuda.h"
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "performer/emulated_thread_block.h"
+#include "performer/layer_kernels_cuda_kernels.h"
+#include "performer/model_config.h"
+
+namespace slimfit::performer {
+namespace {
+
+constexpr double kEps = 1e-6;  // as kDenominatorEps
+
+struct Shape {
+  int64_t rows, heads, head_dim;
+  int64_t d() const { return heads * head_dim; }
+};
+
+const Shape kShapes[] = {{1, 1, 1}, {5, 2, 3}, {16, 4, 8}, {33, 3, 5}};
+
+// The LibTorch forms (explicit_backprop.cc's fallbacks and FeaturesInto / FeatureGradientInto).
+at::Tensor FeatureOf(FeatureMap map, const at::Tensor& x) {
+  switch (map) {
+    case FeatureMap::kRelu: return at::clamp_min(x, 0);
+    case FeatureMap::kElu1: return at::elu(x).add_(1);
+    case FeatureMap::kSqr: return x * x;
+    case FeatureMap::kFavor: break;
+  }
+  return at::Tensor();
+}
+
+at::Tensor FeatureGradientOf(FeatureMap map, const at::Tensor& x, const at::Tensor& g) {
+  switch (map) {
+    case FeatureMap::kRelu: return at::threshold_backward(g, x, 0);
+    case FeatureMap::kElu1: return at::elu_backward(g, 1, 1, 1, /*is_result=*/false, x);
+    case FeatureMap::kSqr: return (x * g).mul_(2);
+    case FeatureMap::kFavor: break;
+  }
+  return at::Tensor();
+}
+
+// [S, 3d] as [3, k, S, h].
+at::Tensor HeadsOf(const at::Tensor& qkv, int64_t heads) {
+  return qkv.view({qkv.size(0), 3, heads, qkv.size(1) / 3 / heads}).permute({1, 2, 0, 3});
+}
+
+at::Tensor HeadMajor(const at::Tensor& rows_by_d, int64_t heads) {
+  return rows_by_d.view({rows_by_d.size(0), heads, rows_by_d.size(1) / heads}).transpose(0, 1);
+}
+
+// A grid-stride body on `threads` host threads (the emulation's barrier goes unused: no body syncs).
+template <typename Body>
+void Emulate(int64_t threads, const Body& body) {
+  RunEmulatedThreadBlock(threads, [&](const EmulatedThreads& t) { body(t); });
+}
+
+double Discrepancy(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor g = got.to(at::kCPU, at::kDouble), w = want.to(at::kCPU, at::kDouble);
+  if (!g.isfinite().all().item<bool>()) return std::numeric_limits<double>::infinity();
+  return (g - w).abs().max().item<double>() / std::max(1.0, w.abs().max().item<double>());
+}
+
+at::Tensor Nans(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return at::full(sizes, std::numeric_limits<double>::quiet_NaN(), options);
+}
+
+// What the four bodies compute on one shape and map, in dtype T, with `threads` threads, against the
+// LibTorch forms in float64.
+template <typename T>
+void CheckBodies(FeatureMap map, const Shape& s, int64_t threads, double tolerance) {
+  const std::string what = absl::StrCat(FeatureMapName(map), " ", s.rows, "x", s.heads, "x", s.head_dim, ", ",
+                                        threads, " threads, ", sizeof(T) == 8 ? "float64" : "float32");
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const auto opt = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+  at::manual_seed(s.rows * 7 + s.heads);
+  const at::Tensor qkv = at::randn({s.rows, 3 * s.d()}, f64);
+  const at::Tensor heads = HeadsOf(qkv, s.heads);
+
+  // Split.
+  at::Tensor phi = Nans({2, s.heads, s.rows, s.head_dim}, opt), v = Nans({s.heads, s.rows, s.head_dim}, opt);
+  const at::Tensor qkv_t = qkv.to(opt.dtype());
+  const auto split = internal::SplitHeadsArgsOf<T>(map, qkv_t, s.heads, phi, v);
+  Emulate(threads, [&](const EmulatedThreads& t) { cuda_kernels::SplitHeadsBody(t, split); });
+  EXPECT_LE(Discrepancy(phi, FeatureOf(map, heads.narrow(0, 0, 2))), tolerance) << what << ": φ";
+  EXPECT_LE(Discrepancy(v, heads.select(0, 2)), tolerance) << what << ": v";
+
+  // Join.
+  const at::Tensor gq = at::randn({s.heads, s.rows, s.head_dim}, f64), gk = at::randn_like(gq), gv = at::randn_like(gq);
+  at::Tensor g_qkv = Nans({s.rows, 3 * s.d()}, opt);
+  const at::Tensor gq_t = gq.to(opt.dtype()), gk_t = gk.to(opt.dtype()), gv_t = gv.to(opt.dtype());
+  const auto join = internal::JoinHeadGradientsArgsOf<T>(map, qkv_t, gq_t, gk_t, gv_t, g_qkv);
+  Emulate(threads, [&](const EmulatedThreads& t) { cuda_kernels::JoinHeadGradientsBody(t, join); });
+  at::Tensor want_g = at::empty({s.rows, 3 * s.d()}, f64);
+  const at::Tensor want_heads = HeadsOf(want_g, s.heads);
+  want_heads.select(0, 0).copy_(FeatureGradientOf(map, heads.select(0, 0), gq));
+  want_heads.select(0, 1).copy_(FeatureGradientOf(map, heads.select(0, 1), gk));
+  want_heads.select(0, 2).copy_(gv);
+  EXPECT_LE(Discrepancy(g_qkv, want_g), tolerance) << what << ": g_qkv";
+
+  // Normalisation, forward: denominators positive as prefix sums of positive features make them.
+  const at::Tensor num = at::randn({s.heads, s.rows, s.head_dim}, f64);
+  const at::Tensor den = at::rand({s.heads, s.rows}, f64).add_(0.5);
+  at::Tensor den_eps = Nans({s.heads, s.rows}, opt), attention = Nans({s.rows, s.d()}, opt);
+  const at::Tensor num_t = num.to(opt.dtype()), den_t = den.to(opt.dtype());
+  const auto normalize = internal::NormalizeAttentionArgsOf<T>(num_t, den_t, kEps, den_eps, attention);
+  Emulate(threads, [&](const EmulatedThreads& t) { cuda_kernels::NormalizeAttentionBody(t, normalize); });
+  const at::Tensor want_den_eps = den.add(kEps);
+  at::Tensor want_attention = at::empty({s.rows, s.d()}, f64);
+  at::Tensor want_attention_heads = HeadMajor(want_attention, s.heads);
+  at::div_out(want_attention_heads, num, want_den_eps.unsqueeze(2));
+  EXPECT_LE(Discrepancy(den_eps, want_den_eps), tolerance) << what << ": den + ε";
+  EXPECT_LE(Discrepancy(attention, want_attention), tolerance) << what << ": attention";
+
+  // Normalisation, backward.
+  const at::Tensor g_attention = at::randn({s.rows, s.d()}, f64);
+  at::Tensor g_num = Nans({s.heads, s.rows, s.head_dim}, opt), g_den = Nans({s.heads, s.rows}, opt);
+  const at::Tensor g_attention_t = g_attention.to(opt.dtype()), attention_t = want_attention.to(opt.dtype());
+  const at::Tensor den_eps_t = want_den_eps.to(opt.dtype());
+  const auto backward =
+      internal::NormalizeAttentionBackwardArgsOf<T>(g_attention_t, attention_t, den_eps_t, g_num, g_den);
+  Emulate(threads, [&](const EmulatedThreads& t) { cuda_kernels::NormalizeAttentionBackwardBody(t, backward); });
+  at::Tensor want_g_num = at::empty({s.heads, s.rows, s.head_dim}, f64);
+  at::div_out(want_g_num, HeadMajor(g_attention, s.heads), want_den_eps.unsqueeze(2));
+  const at::Tensor want_g_den = at::mul(want_g_num, HeadMajor(want_attention, s.heads)).sum(2).neg_();
+  EXPECT_LE(Discrepancy(g_num, want_g_num), tolerance) << what << ": g_num";
+  EXPECT_LE(Discrepancy(g_den, want_g_den), tolerance) << what << ": g_den";
+}
+
+TEST(LayerKernelsCudaTest, BodiesOnEmulatedThreadsGiveTheLibTorchForm) {
+  for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr}) {
+    for (const Shape& s : kShapes) {
+      for (int64_t threads : {int64_t{1}, int64_t{5}, int64_t{64}}) {
+        CheckBodies<double>(map, s, threads, 1e-14);
+        CheckBodies<float>(map, s, threads, 1e-6);
+      }
+    }
+  }
+}
+
+TEST(LayerKernelsCudaTest, ShapesOutsideTheContractAreErrors) {
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor qkv = at::zeros({4, 24}, f64);
+  at::Tensor phi = at::empty({2, 2, 4, 4}, f64), v = at::empty({2, 4, 4}, f64);
+  EXPECT_NO_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kSqr, qkv, 2, phi, v));
+  EXPECT_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kSqr, qkv, 3, phi, v), c10::Error) << "heads";
+  EXPECT_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kFavor, qkv, 2, phi, v), c10::Error) << "FAVOR+";
+  EXPECT_THROW(internal::SplitHeadsArgsOf<float>(FeatureMap::kSqr, qkv, 2, phi, v), c10::Error) << "dtype";
+  at::Tensor wide = at::empty({2, 2, 4, 8}, f64).narrow(3, 0, 4);
+  EXPECT_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kSqr, qkv, 2, wide, v), c10::Error) << "not dense";
+  // Off the device, or disabled, nothing applies.
+  EnableFusedCudaKernels(true);
+  EXPECT_FALSE(LayerKernelsCudaApply({&qkv, &phi, &v}));
+  EnableFusedCudaKernels(false);
+}
+
+TEST(LayerKernelsCudaTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
+  if (!FusedCudaKernelsBuilt()) GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: nothing to run the kernels on";
+  const auto cuda = at::TensorOptions().device(at::kCUDA, 0);
+  EnableFusedCudaKernels(true);
+  for (at::ScalarType dtype : {at::kDouble, at::kFloat}) {
+    const double tolerance = dtype == at::kDouble ? 1e-14 : 1e-6;
+    for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr}) {
+      for (const Shape& s : kShapes) {
+        const std::string what = absl::StrCat(FeatureMapName(map), " ", s.rows, "x", s.heads, "x", s.head_dim);
+        const auto opt = cuda.dtype(dtype);
+        const at::Tensor qkv = at::randn({s.rows, 3 * s.d()}, opt.dtype(at::kDouble));
+        const at::Tensor heads = HeadsOf(qkv, s.heads);
+        at::Tensor phi = at::empty({2, s.heads, s.rows, s.head_dim}, opt), v = at::empty({s.heads, s.rows, s.head_dim}, opt);
+        const at::Tensor qkv_t = qkv.to(dtype);
+        ASSERT_TRUE(LayerKernelsCudaApply({&qkv_t, &phi, &v})) << what;
+        SplitHeadsCuda(map, qkv_t, s.heads, phi, v);
+        EXPECT_LE(Discrepancy(phi, FeatureOf(map, heads.narrow(0, 0, 2))), tolerance) << what;
+        EXPECT_LE(Discrepancy(v, heads.select(0, 2)), tolerance) << what;
+        const at::Tensor g = at::randn({s.heads, s.rows, s.head_dim}, opt);
+        at::Tensor g_qkv = at::empty({s.rows, 3 * s.d()}, opt);
+        JoinHeadGradientsCuda(map, qkv_t, g, g, g, g_qkv);
+        const at::Tensor g_heads = HeadsOf(g_qkv, s.heads);
+        EXPECT_LE(Discrepancy(g_heads.select(0, 0), FeatureGradientOf(map, heads.select(0, 0), g.to(at::kDouble))),
+                  tolerance) << what;
+        const at::Tensor num = at::randn({s.heads, s.rows, s.head_dim}, opt), den = at::rand({s.heads, s.rows}, opt).add_(0.5);
+        at::Tensor den_eps = at::empty_like(den), attention = at::empty({s.rows, s.d()}, opt);
+        NormalizeAttentionCuda(num, den, kEps, den_eps, attention);
+        EXPECT_LE(Discrepancy(HeadMajor(attention, s.heads), num / den.add(kEps).unsqueeze(2)), tolerance) << what;
+        at::Tensor g_num = at::empty_like(num), g_den = at::empty_like(den);
+        NormalizeAttentionBackwardCuda(attention, attention, den_eps, g_num, g_den);
+        const at::Tensor want_g_num = HeadMajor(attention, s.heads) / den_eps.unsqueeze(2);
+        EXPECT_LE(Discrepancy(g_num, want_g_num), tolerance) << what;
+        EXPECT_LE(Discrepancy(g_den, (want_g_num * HeadMajor(attention, s.heads)).sum(2).neg()), tolerance) << what;
+      }
+    }
+  }
+  EnableFusedCudaKernels(false);
+}
+
+}  // namespace
+}  // namespace slimfit::performer
