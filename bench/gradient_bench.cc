@@ -88,6 +88,10 @@ ABSL_FLAG(bool, fused_cuda_kernels, false,
           "segments of at most two blocks and the reverse policy's entry fronts, one kernel each, and a "
           "layer's head split, attention normalisation and their gradients (CUDA builds with nvcc only; "
           "off by default until their tests have passed on a GPU)");
+ABSL_FLAG(bool, emulate_cuda_kernels, false,
+          "with --fused_cuda_kernels: run those kernels' bodies on emulated threads on the CPU "
+          "(fused_cuda_kernels.h). With --dtype=float64 a CPU then makes the GPU path's calls with the "
+          "kernels, for --count_ops; far too slow to time");
 ABSL_FLAG(std::string, slice_replay, "auto",
           "auto (CUDA graphs for repeated slices on a GPU, in builds that have them), off, or rerun "
           "(the replay path without capture)");
@@ -208,9 +212,12 @@ absl::Status Run() {
   base.copy_forward_weights = absl::GetFlag(FLAGS_forward_copies);
   performer::EnableFusedPrefixKernels(absl::GetFlag(FLAGS_fused_prefix));
   performer::EnableBlockParallelPrefix(absl::GetFlag(FLAGS_parallel_prefix));
-  if (absl::GetFlag(FLAGS_fused_cuda_kernels) && !performer::FusedCudaKernelsBuilt()) {
+  performer::EmulateFusedCudaKernelsOnCpu(absl::GetFlag(FLAGS_emulate_cuda_kernels));
+  if (absl::GetFlag(FLAGS_fused_cuda_kernels) && !performer::FusedCudaKernelsBuilt() &&
+      !absl::GetFlag(FLAGS_emulate_cuda_kernels)) {
     return absl::InvalidArgumentError(
         "--fused_cuda_kernels: this build has no fused CUDA kernels (only the CUDA build compiles them, "
+        "--emulate_cuda_kernels runs their bodies on the CPU; "
         "scripts/cuda/CMakeLists.txt, where it finds nvcc)");
   }
   performer::EnableFusedCudaKernels(absl::GetFlag(FLAGS_fused_cuda_kernels));
@@ -329,7 +336,7 @@ absl::Status Run() {
           last.replayed_slices, last.graph_pool_bytes, last.explicit_backprop ? "true" : "false",
           plan.bf16_products ? "true" : "false",
           !device.is_cpu() && performer::BlockParallelPrefixEnabled() ? "true" : "false",
-          device.is_cuda() && performer::FusedCudaKernelsEnabled() ? "true" : "false");
+          performer::FusedCudaKernelsEnabled() ? (device.is_cuda() ? "true" : "\"emulated\"") : "false");
       if (!last.replay_fallback.empty()) {
         absl::StrAppend(&json, R"(, "replay_fallback": )", nlohmann::json(last.replay_fallback).dump());
       }

@@ -3,21 +3,38 @@
 // pieces). They replace sequences of LibTorch calls that on a GPU cost a kernel launch each.
 //
 // Built: only by the CUDA build, where it finds nvcc (scripts/cuda/CMakeLists.txt defines
-// SLIMFIT_WITH_CUDA_KERNELS); in the Bazel build they are never built and never apply.
-// Enabled: off by default until their tests have passed on a GPU (their thread code is tested on
-// the CPU through an emulated thread block, emulated_thread_block.h, in every build).
+// SLIMFIT_WITH_CUDA_KERNELS); in the Bazel build they never run on a device.
+// Enabled: off by default until their tests have passed on a GPU.
+// Emulated: for tests and op counts on machines without a GPU, the same kernel bodies run on
+// emulated thread blocks over CPU tensors (emulated_thread_block.h: one host thread per CUDA thread,
+// far slower than anything else here; not for production use). With both on, a float64 gradient on
+// the CPU takes the GPU path's kernels end to end (the CPU's own kernels serve float32 first).
 //
-// Thread safety: an atomic flag; do not flip it while a gradient runs (a backward could take another
+// Thread safety: atomic flags; do not flip them while a gradient runs (a backward could take another
 // form than its forward — equal results to rounding, different speed).
 #ifndef SLIMFIT_PERFORMER_FUSED_CUDA_KERNELS_H_
 #define SLIMFIT_PERFORMER_FUSED_CUDA_KERNELS_H_
+
+#include <ATen/ATen.h>
 
 namespace slimfit::performer {
 
 bool FusedCudaKernelsBuilt();
 void EnableFusedCudaKernels(bool enabled);
-// Built and enabled.
+void EmulateFusedCudaKernelsOnCpu(bool emulate);
+bool FusedCudaKernelsEmulated();
+
+// Enabled, and built or emulated.
 bool FusedCudaKernelsEnabled();
+
+// Enabled, and `t` lives where they run: a CUDA device in a build with them, the CPU while emulated.
+bool FusedCudaKernelsTake(const at::Tensor& t);
+
+// Host threads per emulated thread block (a thread block's bodies) and per emulated grid (the
+// grid-stride bodies): few, since each emulated launch starts its threads afresh, but more than one,
+// so that work splits and syncs run concurrently (the kernels' own tests use 1, 7 and 48).
+inline constexpr int64_t kEmulatedBlockThreads = 4;
+inline constexpr int64_t kEmulatedGridThreads = 2;
 
 }  // namespace slimfit::performer
 

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "performer/emulated_thread_block.h"
+
 #if defined(SLIMFIT_WITH_CUDA_KERNELS)
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -29,32 +31,72 @@ void CheckDense(std::initializer_list<const at::Tensor*> tensors, const char* wh
   }
 }
 
+// Runs a grid-stride body where `like` lives: on emulated threads over CPU tensors, else as the
+// CUDA kernel `launch` (null in builds without the kernels) on the device's current stream.
+template <typename Args>
+struct Kernel {  // a body and its launcher, for one Args (a member typedef: not deduced from)
+  using Body = void (*)(const EmulatedThreads&, const Args&);
+  using Launcher = const char* (*)(const Args&, CUstream_st*);
+};
+
+template <typename Args>
+void Run(const at::Tensor& like, const char* what, const Args& args, typename Kernel<Args>::Body body,
+         typename Kernel<Args>::Launcher launch) {
+  if (like.is_cpu()) {
+    RunEmulatedThreadBlock(kEmulatedGridThreads, [&](const EmulatedThreads& t) { body(t, args); });
+    return;
+  }
+  TORCH_CHECK(launch != nullptr, "CUDA row kernels: this build has no CUDA kernels (", what, ")");
 #if defined(SLIMFIT_WITH_CUDA_KERNELS)
-// Runs `launch(args, stream)` for `t`'s dtype on its device's current stream.
-template <typename Float, typename Double>
-void LaunchFor(const at::Tensor& t, const char* what, Float launch_float, Double launch_double) {
-  const c10::cuda::CUDAGuard guard(t.device());
-  CUstream_st* stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-  const char* error = t.scalar_type() == at::kFloat ? launch_float(stream) : launch_double(stream);
+  const c10::cuda::CUDAGuard guard(like.device());
+  const char* error = launch(args, c10::cuda::getCurrentCUDAStream(like.device().index()).stream());
   TORCH_CHECK(error == nullptr, "CUDA row kernels: ", what, " did not launch: ", error);
-}
-#define SLIMFIT_LAUNCH(tensor, what, launcher, args_of, ...)                                           \
-  LaunchFor(                                                                                           \
-      tensor, what,                                                                                    \
-      [&](CUstream_st* s) { return cuda_kernels::launcher(internal::args_of<float>(__VA_ARGS__), s); }, \
-      [&](CUstream_st* s) { return cuda_kernels::launcher(internal::args_of<double>(__VA_ARGS__), s); })
-#else
-#define SLIMFIT_LAUNCH(tensor, what, launcher, args_of, ...)    \
-  [](auto&&...) {}(tensor, __VA_ARGS__); /* uses the arguments */ \
-  TORCH_CHECK(false, "CUDA row kernels: this build has no CUDA kernels")
 #endif
+}
+
+#if defined(SLIMFIT_WITH_CUDA_KERNELS)
+#define SLIMFIT_LAUNCHER(f) (&cuda_kernels::f)
+#else
+#define SLIMFIT_LAUNCHER(f) nullptr
+#endif
+
+template <typename T>
+void SplitHeadsAs(FeatureMap map, const at::Tensor& qkv, int64_t heads, at::Tensor& phi, at::Tensor& v) {
+  Run(qkv, "split heads", internal::SplitHeadsArgsOf<T>(map, qkv, heads, phi, v),
+      &cuda_kernels::SplitHeadsBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchSplitHeads<T>));
+}
+
+template <typename T>
+void JoinHeadGradientsAs(FeatureMap map, const at::Tensor& qkv, const at::Tensor& g_phi_q, const at::Tensor& g_phi_k,
+                         const at::Tensor& g_v, at::Tensor& g_qkv) {
+  Run(qkv, "join head gradients", internal::JoinHeadGradientsArgsOf<T>(map, qkv, g_phi_q, g_phi_k, g_v, g_qkv),
+      &cuda_kernels::JoinHeadGradientsBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchJoinHeadGradients<T>));
+}
+
+template <typename T>
+void NormalizeAttentionAs(const at::Tensor& num, const at::Tensor& den, double eps, at::Tensor& den_eps,
+                          at::Tensor& attention) {
+  Run(num, "normalise attention", internal::NormalizeAttentionArgsOf<T>(num, den, eps, den_eps, attention),
+      &cuda_kernels::NormalizeAttentionBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchNormalizeAttention<T>));
+}
+
+template <typename T>
+void NormalizeAttentionBackwardAs(const at::Tensor& g_attention, const at::Tensor& attention,
+                                  const at::Tensor& den_eps, at::Tensor& g_num, at::Tensor& g_den) {
+  Run(g_attention, "normalise attention backward",
+      internal::NormalizeAttentionBackwardArgsOf<T>(g_attention, attention, den_eps, g_num, g_den),
+      &cuda_kernels::NormalizeAttentionBackwardBody<T, EmulatedThreads>,
+      SLIMFIT_LAUNCHER(LaunchNormalizeAttentionBackward<T>));
+}
+
+#undef SLIMFIT_LAUNCHER
 
 }  // namespace
 
 bool LayerKernelsCudaApply(std::initializer_list<const at::Tensor*> tensors) {
-  if (!FusedCudaKernelsEnabled() || tensors.size() == 0) return false;
+  if (tensors.size() == 0) return false;
   const at::Tensor& first = **tensors.begin();
-  if (!first.defined() || !first.is_cuda() || (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
+  if (!FusedCudaKernelsTake(first) || (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
     return false;
   }
   for (const at::Tensor* t : tensors) {
@@ -67,28 +109,28 @@ bool LayerKernelsCudaApply(std::initializer_list<const at::Tensor*> tensors) {
 }
 
 void SplitHeadsCuda(FeatureMap map, const at::Tensor& qkv, int64_t heads, at::Tensor& phi, at::Tensor& v) {
-  SLIMFIT_LAUNCH(qkv, "split heads", LaunchSplitHeads, SplitHeadsArgsOf, map, qkv, heads, phi, v);
+  qkv.scalar_type() == at::kFloat ? SplitHeadsAs<float>(map, qkv, heads, phi, v)
+                                  : SplitHeadsAs<double>(map, qkv, heads, phi, v);
 }
 
 void JoinHeadGradientsCuda(FeatureMap map, const at::Tensor& qkv, const at::Tensor& g_phi_q, const at::Tensor& g_phi_k,
                            const at::Tensor& g_v, at::Tensor& g_qkv) {
-  SLIMFIT_LAUNCH(qkv, "join head gradients", LaunchJoinHeadGradients, JoinHeadGradientsArgsOf, map, qkv, g_phi_q,
-                 g_phi_k, g_v, g_qkv);
+  qkv.scalar_type() == at::kFloat ? JoinHeadGradientsAs<float>(map, qkv, g_phi_q, g_phi_k, g_v, g_qkv)
+                                  : JoinHeadGradientsAs<double>(map, qkv, g_phi_q, g_phi_k, g_v, g_qkv);
 }
 
 void NormalizeAttentionCuda(const at::Tensor& num, const at::Tensor& den, double eps, at::Tensor& den_eps,
                             at::Tensor& attention) {
-  SLIMFIT_LAUNCH(num, "normalise attention", LaunchNormalizeAttention, NormalizeAttentionArgsOf, num, den, eps,
-                 den_eps, attention);
+  num.scalar_type() == at::kFloat ? NormalizeAttentionAs<float>(num, den, eps, den_eps, attention)
+                                  : NormalizeAttentionAs<double>(num, den, eps, den_eps, attention);
 }
 
 void NormalizeAttentionBackwardCuda(const at::Tensor& g_attention, const at::Tensor& attention,
                                     const at::Tensor& den_eps, at::Tensor& g_num, at::Tensor& g_den) {
-  SLIMFIT_LAUNCH(g_attention, "normalise attention backward", LaunchNormalizeAttentionBackward,
-                 NormalizeAttentionBackwardArgsOf, g_attention, attention, den_eps, g_num, g_den);
+  g_attention.scalar_type() == at::kFloat
+      ? NormalizeAttentionBackwardAs<float>(g_attention, attention, den_eps, g_num, g_den)
+      : NormalizeAttentionBackwardAs<double>(g_attention, attention, den_eps, g_num, g_den);
 }
-
-#undef SLIMFIT_LAUNCH
 
 namespace internal {
 

@@ -1,8 +1,12 @@
 #include "performer/prefix_attention_cuda.h"
 
 #include <atomic>
+#include <limits>
 
 #include <c10/util/Exception.h>
+
+#include "performer/emulated_thread_block.h"
+#include "performer/prefix_attention_kernel_bodies.h"
 
 #if defined(SLIMFIT_WITH_CUDA_KERNELS)
 #include <c10/cuda/CUDAGuard.h>
@@ -47,20 +51,27 @@ cuda_kernels::Strided<T> Out(const at::Tensor& t) {
   return {t.data_ptr<T>(), t.stride(0), t.stride(1)};
 }
 
-#if defined(SLIMFIT_WITH_CUDA_KERNELS)
+// The kernels take these tensors' device and dtype: where FusedCudaKernelsTake the first, float32 or
+// float64, all alike.
 bool OneFloatDevice(std::initializer_list<const at::Tensor*> tensors) {
   const at::Tensor& first = **tensors.begin();
-  if (!first.is_cuda() || (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) return false;
+  if (!FusedCudaKernelsTake(first) || (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
+    return false;
+  }
   for (const at::Tensor* t : tensors) {
     if (!t->defined() || t->device() != first.device() || t->scalar_type() != first.scalar_type()) return false;
   }
   return true;
 }
 
-// The device's opt-in shared memory per thread block, asked once per device (−1: unknown).
-int64_t SharedBytesAllowed(c10::DeviceIndex device) {
+// Dynamic shared memory a thread block may use where `t` lives (−1: unknown). An emulated block's
+// is a host buffer: no limit.
+int64_t SharedBytesAllowed(const at::Tensor& t) {
+  if (t.is_cpu()) return std::numeric_limits<int64_t>::max();
+#if defined(SLIMFIT_WITH_CUDA_KERNELS)
   constexpr int kDevices = 64;
   static std::atomic<int64_t> cache[kDevices];  // 0: not asked yet, else the answer + 2
+  const c10::DeviceIndex device = t.device().index();
   if (device < 0 || device >= kDevices) return cuda_kernels::MaxSharedBytesOptIn(device);
   int64_t entry = cache[device].load(std::memory_order_relaxed);
   if (entry == 0) {
@@ -68,54 +79,101 @@ int64_t SharedBytesAllowed(c10::DeviceIndex device) {
     cache[device].store(entry, std::memory_order_relaxed);
   }
   return entry - 2;
+#else
+  return -1;
+#endif
 }
 
-CUstream_st* CurrentStream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+// A thread-block body on emulated blocks, one per head, each with `shared_elements` of shared memory.
+template <typename T, typename Body>
+void EmulateBlocks(int64_t heads, int64_t shared_elements, const Body& body) {
+  std::vector<T> shared(static_cast<size_t>(shared_elements));
+  for (int64_t h = 0; h < heads; ++h) {
+    RunEmulatedThreadBlock(kEmulatedBlockThreads, [&](const EmulatedThreads& t) { body(t, h, shared.data()); });
+  }
+}
 
-void CheckLaunch(const char* error, const char* what) {
+#if defined(SLIMFIT_WITH_CUDA_KERNELS)
+// Launches on `like`'s device and its current stream; a refused launch is a c10::Error.
+template <typename Launch>
+void LaunchOn(const at::Tensor& like, const char* what, const Launch& launch) {
+  const c10::cuda::CUDAGuard guard(like.device());
+  const char* error = launch(c10::cuda::getCurrentCUDAStream(like.device().index()).stream());
   TORCH_CHECK(error == nullptr, "fused CUDA prefix sums: the ", what, " kernel did not launch: ", error);
 }
+#define SLIMFIT_LAUNCH_ON(like, what, launch) LaunchOn(like, what, launch)
+#else
+#define SLIMFIT_LAUNCH_ON(like, what, launch) \
+  TORCH_CHECK(false, "fused CUDA prefix sums: this build has no CUDA kernels (", what, ")")
 #endif
+
+template <typename T>
+FusedPrefixForward ForwardAs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
+                             const at::Tensor& z0, int64_t block) {
+  internal::PreparedForward<T> p = internal::PrepareForward<T>(q, k, v, r0, z0, block);
+  if (q.is_cpu()) {
+    EmulateBlocks<T>(p.args.shape.heads, cuda_kernels::SharedElements(p.args.shape, 1),
+                     [&](const EmulatedThreads& t, int64_t h, T* shared) {
+                       cuda_kernels::PrefixForwardHead(t, p.args, h, shared);
+                     });
+  } else {
+    SLIMFIT_LAUNCH_ON(q, "forward", [&](CUstream_st* stream) { return cuda_kernels::LaunchPrefixForward(p.args, stream); });
+  }
+  return p.out;
+}
+
+template <typename T>
+FusedPrefixGradients BackwardAs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
+                                const at::Tensor& z0, int64_t block, const at::Tensor& gn, const at::Tensor& gd,
+                                const at::Tensor& g_end_r, const at::Tensor& g_end_z) {
+  internal::PreparedBackward<T> p = internal::PrepareBackward<T>(q, k, v, r0, z0, block, gn, gd, g_end_r, g_end_z);
+  if (q.is_cpu()) {
+    EmulateBlocks<T>(p.args.shape.heads, cuda_kernels::SharedElements(p.args.shape, 2),
+                     [&](const EmulatedThreads& t, int64_t h, T* shared) {
+                       cuda_kernels::PrefixBackwardHead(t, p.args, h, shared);
+                     });
+  } else {
+    SLIMFIT_LAUNCH_ON(q, "backward", [&](CUstream_st* stream) { return cuda_kernels::LaunchPrefixBackward(p.args, stream); });
+  }
+  return p.out;
+}
+
+template <typename T>
+FusedFront FrontWithoutAs(const at::Tensor& after_r, const at::Tensor& after_z, const at::Tensor& k,
+                          const at::Tensor& v) {
+  internal::PreparedFrontWithout<T> p = internal::PrepareFrontWithout<T>(after_r, after_z, k, v);
+  if (k.is_cpu()) {
+    RunEmulatedThreadBlock(kEmulatedGridThreads,
+                           [&](const EmulatedThreads& t) { cuda_kernels::FrontWithoutBody(t, p.args); });
+  } else {
+    SLIMFIT_LAUNCH_ON(k, "front", [&](CUstream_st* stream) { return cuda_kernels::LaunchFrontWithout(p.args, stream); });
+  }
+  return p.out;
+}
+
+#undef SLIMFIT_LAUNCH_ON
 
 }  // namespace
 
 bool FusedCudaPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
                             const at::Tensor& z0, int64_t block) {
-#if defined(SLIMFIT_WITH_CUDA_KERNELS)
-  if (!FusedCudaKernelsEnabled() || block < 1 || !OneFloatDevice({&q, &k, &v, &r0, &z0})) return false;
+  if (block < 1 || !OneFloatDevice({&q, &k, &v, &r0, &z0})) return false;
   if (q.dim() != 3 || k.sizes() != q.sizes() || v.dim() != 3 || v.size(0) != q.size(0) || v.size(1) != q.size(1) ||
       q.numel() == 0 || v.numel() == 0 || r0.sizes() != at::IntArrayRef({q.size(0), q.size(2), v.size(2)}) ||
       z0.sizes() != at::IntArrayRef({q.size(0), q.size(2)})) {
     return false;
   }
   if (q.size(1) > kFusedCudaMaxBlocks * block) return false;
-  const cuda_kernels::PrefixShape shape = ShapeOf(q, v, block);
-  const size_t bytes = cuda_kernels::PrefixBackwardSharedBytes(shape, q.element_size());  // the larger
-  const int64_t allowed = SharedBytesAllowed(q.device().index());
-  return allowed >= 0 && bytes <= static_cast<size_t>(allowed);
-#else
-  (void)q, (void)k, (void)v, (void)r0, (void)z0, (void)block;
-  return false;
-#endif
+  // The backward's tiles: the larger.
+  const int64_t bytes = cuda_kernels::SharedElements(ShapeOf(q, v, block), 2) * q.element_size();
+  return bytes <= SharedBytesAllowed(q);
 }
 
 FusedPrefixForward FusedPrefixForwardCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const at::Tensor& r0, const at::Tensor& z0, int64_t block) {
-#if defined(SLIMFIT_WITH_CUDA_KERNELS)
   TORCH_CHECK(FusedCudaPrefixApplies(q, k, v, r0, z0, block), "fused CUDA prefix sums: these tensors are not theirs");
-  const c10::cuda::CUDAGuard guard(q.device());
-  if (q.scalar_type() == at::kFloat) {
-    internal::PreparedForward<float> p = internal::PrepareForward<float>(q, k, v, r0, z0, block);
-    CheckLaunch(cuda_kernels::LaunchPrefixForward(p.args, CurrentStream(q)), "forward");
-    return p.out;
-  }
-  internal::PreparedForward<double> p = internal::PrepareForward<double>(q, k, v, r0, z0, block);
-  CheckLaunch(cuda_kernels::LaunchPrefixForward(p.args, CurrentStream(q)), "forward");
-  return p.out;
-#else
-  (void)q, (void)k, (void)v, (void)r0, (void)z0, (void)block;
-  TORCH_CHECK(false, "fused CUDA prefix sums: this build has no CUDA kernels");
-#endif
+  return q.scalar_type() == at::kFloat ? ForwardAs<float>(q, k, v, r0, z0, block)
+                                       : ForwardAs<double>(q, k, v, r0, z0, block);
 }
 
 FusedPrefixGradients FusedPrefixBackwardCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -123,61 +181,30 @@ FusedPrefixGradients FusedPrefixBackwardCuda(const at::Tensor& q, const at::Tens
                                              const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
                                              const at::Tensor& grad_end_numerator,
                                              const at::Tensor& grad_end_denominator) {
-#if defined(SLIMFIT_WITH_CUDA_KERNELS)
   TORCH_CHECK(FusedCudaPrefixApplies(q, k, v, r0, z0, block) &&
                   OneFloatDevice({&q, &grad_numerator, &grad_denominator, &grad_end_numerator, &grad_end_denominator}),
               "fused CUDA prefix sums: these tensors are not theirs");
-  const c10::cuda::CUDAGuard guard(q.device());
-  if (q.scalar_type() == at::kFloat) {
-    internal::PreparedBackward<float> p = internal::PrepareBackward<float>(
-        q, k, v, r0, z0, block, grad_numerator, grad_denominator, grad_end_numerator, grad_end_denominator);
-    CheckLaunch(cuda_kernels::LaunchPrefixBackward(p.args, CurrentStream(q)), "backward");
-    return p.out;
-  }
-  internal::PreparedBackward<double> p = internal::PrepareBackward<double>(
-      q, k, v, r0, z0, block, grad_numerator, grad_denominator, grad_end_numerator, grad_end_denominator);
-  CheckLaunch(cuda_kernels::LaunchPrefixBackward(p.args, CurrentStream(q)), "backward");
-  return p.out;
-#else
-  (void)q, (void)k, (void)v, (void)r0, (void)z0, (void)block, (void)grad_numerator, (void)grad_denominator,
-      (void)grad_end_numerator, (void)grad_end_denominator;
-  TORCH_CHECK(false, "fused CUDA prefix sums: this build has no CUDA kernels");
-#endif
+  return q.scalar_type() == at::kFloat
+             ? BackwardAs<float>(q, k, v, r0, z0, block, grad_numerator, grad_denominator, grad_end_numerator,
+                                 grad_end_denominator)
+             : BackwardAs<double>(q, k, v, r0, z0, block, grad_numerator, grad_denominator, grad_end_numerator,
+                                  grad_end_denominator);
 }
 
 bool FusedCudaFrontWithoutApplies(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
                                   const at::Tensor& k, const at::Tensor& v) {
-#if defined(SLIMFIT_WITH_CUDA_KERNELS)
-  return FusedCudaKernelsEnabled() && OneFloatDevice({&k, &v, &after_numerator, &after_denominator}) &&
-         k.dim() == 3 && v.dim() == 3 && v.size(0) == k.size(0) && v.size(1) == k.size(1) &&
+  return OneFloatDevice({&k, &v, &after_numerator, &after_denominator}) && k.dim() == 3 && v.dim() == 3 &&
+         v.size(0) == k.size(0) && v.size(1) == k.size(1) &&
          after_numerator.sizes() == at::IntArrayRef({k.size(0), k.size(2), v.size(2)}) &&
          after_denominator.sizes() == at::IntArrayRef({k.size(0), k.size(2)});
-#else
-  (void)after_numerator, (void)after_denominator, (void)k, (void)v;
-  return false;
-#endif
 }
 
 FusedFront FusedFrontWithoutCuda(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
                                  const at::Tensor& k, const at::Tensor& v) {
-#if defined(SLIMFIT_WITH_CUDA_KERNELS)
   TORCH_CHECK(FusedCudaFrontWithoutApplies(after_numerator, after_denominator, k, v),
               "fused CUDA front: these tensors are not its");
-  const c10::cuda::CUDAGuard guard(k.device());
-  if (k.scalar_type() == at::kFloat) {
-    internal::PreparedFrontWithout<float> p =
-        internal::PrepareFrontWithout<float>(after_numerator, after_denominator, k, v);
-    CheckLaunch(cuda_kernels::LaunchFrontWithout(p.args, CurrentStream(k)), "front");
-    return p.out;
-  }
-  internal::PreparedFrontWithout<double> p =
-      internal::PrepareFrontWithout<double>(after_numerator, after_denominator, k, v);
-  CheckLaunch(cuda_kernels::LaunchFrontWithout(p.args, CurrentStream(k)), "front");
-  return p.out;
-#else
-  (void)after_numerator, (void)after_denominator, (void)k, (void)v;
-  TORCH_CHECK(false, "fused CUDA front: this build has no CUDA kernels");
-#endif
+  return k.scalar_type() == at::kFloat ? FrontWithoutAs<float>(after_numerator, after_denominator, k, v)
+                                       : FrontWithoutAs<double>(after_numerator, after_denominator, k, v);
 }
 
 namespace internal {

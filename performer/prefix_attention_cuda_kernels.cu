@@ -62,14 +62,6 @@ const char* Launch(Kernel kernel, const Args& args, size_t shared_bytes, CUstrea
 
 }  // namespace
 
-size_t PrefixForwardSharedBytes(const PrefixShape& shape, size_t element_bytes) {
-  return static_cast<size_t>(SharedElements(shape, 1)) * element_bytes;
-}
-
-size_t PrefixBackwardSharedBytes(const PrefixShape& shape, size_t element_bytes) {
-  return static_cast<size_t>(SharedElements(shape, 2)) * element_bytes;
-}
-
 int64_t MaxSharedBytesOptIn(int device) {
   int bytes = 0;
   if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
@@ -81,12 +73,12 @@ int64_t MaxSharedBytesOptIn(int device) {
 
 template <typename T>
 const char* LaunchPrefixForward(const PrefixForwardArgs<T>& args, CUstream_st* stream) {
-  return Launch(PrefixForwardKernel<T>, args, PrefixForwardSharedBytes(args.shape, sizeof(T)), stream);
+  return Launch(PrefixForwardKernel<T>, args, SharedElements(args.shape, 1) * sizeof(T), stream);
 }
 
 template <typename T>
 const char* LaunchPrefixBackward(const PrefixBackwardArgs<T>& args, CUstream_st* stream) {
-  return Launch(PrefixBackwardKernel<T>, args, PrefixBackwardSharedBytes(args.shape, sizeof(T)), stream);
+  return Launch(PrefixBackwardKernel<T>, args, SharedElements(args.shape, 2) * sizeof(T), stream);
 }
 
 template <typename T>

@@ -77,17 +77,14 @@ struct FrontWithoutArgs {
   T* z = nullptr;                     // [heads, M], contiguous
 };
 
-// Dynamic shared memory a launch needs, in bytes, for elements of `element_bytes`.
-size_t PrefixForwardSharedBytes(const PrefixShape& shape, size_t element_bytes);
-size_t PrefixBackwardSharedBytes(const PrefixShape& shape, size_t element_bytes);
-
 // The most dynamic shared memory a thread block may use on `device` once opted in, or −1 when the
 // CUDA runtime cannot say (no device, no driver).
 int64_t MaxSharedBytesOptIn(int device);
 
 // Enqueue the kernels on `stream` (of the current device). Return null when the launch was
-// accepted, else the CUDA runtime's error text. REQUIRES: shapes ≥ 1; the shared memory above
-// within MaxSharedBytesOptIn; T is float or double.
+// accepted, else the CUDA runtime's error text. REQUIRES: shapes ≥ 1; the shared memory a thread
+// block needs (prefix_attention_kernel_bodies.h's SharedElements: one score tile forwards, two
+// backwards) within MaxSharedBytesOptIn; T is float or double.
 template <typename T>
 const char* LaunchPrefixForward(const PrefixForwardArgs<T>& args, CUstream_st* stream);
 template <typename T>

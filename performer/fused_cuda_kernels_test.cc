@@ -1,0 +1,101 @@
+// slimfit's own CUDA kernels end to end without a GPU: with the kernels emulated on the CPU
+// (fused_cuda_kernels.h), a float64 gradient takes the GPU path's kernels — every dispatch in
+// prefix_attention.cc and explicit_backprop.cc, segments of every length, both directions — and
+// must give the gradient LibTorch's ops give. What the device adds (launches, streams, graphs) is
+// gradient_engine_cuda_test's FusedCudaKernelsGiveTheCpuGradient.
+#include "performer/fused_cuda_kernels.h"
+
+#include <string>
+#include <utility>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "performer/gradient_engine.h"
+#include "performer/gradient_engine_test_cases.h"
+#include "performer/layer_kernels_cuda.h"
+#include "performer/prefix_attention_cuda.h"
+
+namespace slimfit::performer {
+namespace {
+
+// Turns the emulated kernels on for a scope.
+class EmulatedKernels {
+ public:
+  EmulatedKernels() {
+    EmulateFusedCudaKernelsOnCpu(true);
+    EnableFusedCudaKernels(true);
+  }
+  ~EmulatedKernels() {
+    EnableFusedCudaKernels(false);
+    EmulateFusedCudaKernelsOnCpu(false);
+  }
+};
+
+TEST(FusedCudaKernelsTest, TheSwitchesSayWhereTheKernelsRun) {
+  const at::Tensor cpu = at::zeros({2}, at::kDouble);
+  EXPECT_FALSE(FusedCudaKernelsEnabled());
+  EXPECT_FALSE(FusedCudaKernelsTake(cpu));
+  EnableFusedCudaKernels(true);
+  EXPECT_EQ(FusedCudaKernelsEnabled(), FusedCudaKernelsBuilt());
+  EXPECT_FALSE(FusedCudaKernelsTake(cpu)) << "the CPU only while emulated";
+  EnableFusedCudaKernels(false);
+  {
+    const EmulatedKernels emulated;
+    EXPECT_TRUE(FusedCudaKernelsEnabled());
+    EXPECT_TRUE(FusedCudaKernelsTake(cpu));
+    EXPECT_FALSE(FusedCudaKernelsTake(at::Tensor()));
+    EXPECT_TRUE(LayerKernelsCudaApply({&cpu}));
+  }
+  EXPECT_FALSE(FusedCudaKernelsTake(cpu));
+  EXPECT_FALSE(LayerKernelsCudaApply({&cpu}));
+}
+
+TEST(FusedCudaKernelsTest, EmulatedKernelsGiveTheGradientOfLibTorchsOps) {
+  for (auto [map, ln] : {std::pair{FeatureMap::kSqr, LayerNormPlacement::kPost},
+                         {FeatureMap::kElu1, LayerNormPlacement::kPre},
+                         {FeatureMap::kRelu, LayerNormPlacement::kPost},
+                         {FeatureMap::kFavor, LayerNormPlacement::kPre}}) {
+    const ModelConfig config = SmallEngineConfig(map, ln);
+    const PerformerModel model = MustCreateModel(config, DType::kFloat64, 3);
+    for (bool documents : {true, false}) {
+      PackedBatch batch = FiveDocumentStream(config.vocab);
+      if (!documents) batch.doc_starts = {0};
+      // The reverse policy (entry fronts by FrontWithout) everywhere, the store policy once.
+      for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
+        if (policy == FrontPolicy::kStore && (map != FeatureMap::kSqr || !documents)) continue;
+        // Full (segments of every length up to 45 rows in documents: one, two and more blocks of 16),
+        // and slices of one row (once: 120 slices), one block, one and a half and two blocks.
+        for (int64_t slice : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{24}, int64_t{32}}) {
+          if (slice == 1 && (map != FeatureMap::kSqr || !documents)) continue;
+          for (bool by_hand : {true, false}) {
+            Plan plan;
+            plan.dtype = DType::kFloat64;
+            plan.block = 16;
+            plan.slice = slice;
+            plan.front_policy = policy;
+            GradientOptions options;
+            options.feature_seed = 4;
+            options.explicit_backprop = by_hand;
+            const GradientResult ops = MustCompute(model, batch, plan, options);
+            GradientResult kernels;
+            {
+              const EmulatedKernels emulated;
+              kernels = MustCompute(model, batch, plan, options);
+            }
+            const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString(),
+                                                  documents ? ", documents" : ", one document",
+                                                  by_hand ? ", by hand" : ", autograd");
+            EXPECT_EQ(kernels.explicit_backprop, by_hand) << what;
+            EXPECT_LE(RelativeDiscrepancy(kernels.gradients, ops.gradients), 1e-12) << what;
+            EXPECT_NEAR(kernels.loss_sum, ops.loss_sum, 1e-12 * ops.loss_sum) << what;
+            EXPECT_EQ(kernels.slice_forwards, ops.slice_forwards) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace slimfit::performer
