@@ -112,6 +112,8 @@ bool FewRows(const at::Tensor& t) { return t.size(0) < kFewRows; }
 void AddColumnSums(at::Tensor& sink, const at::Tensor& g) {
   if (LayerKernelsApply(sink) && LayerKernelsApply(g) && FewRows(g)) {
     AddColumnSumsCpu(sink, g);
+  } else if (LayerKernelsCudaApply({&g, &sink}) && FewRows(g)) {
+    AddColumnSumsCuda(sink, g);
   } else {
     sink.add_(g.sum(0));
   }
@@ -150,6 +152,11 @@ at::Tensor NormalizeBackward(const at::Tensor& g, const at::Tensor& input, const
   if (KernelsApply({&g, &input, &mean, &rstd, &weight, &sink_weight, &sink_bias}) && FewRows(g)) {
     at::Tensor g_input = at::empty_like(input);
     LayerNormBackwardCpu(g, input, mean, rstd, weight, g_input, sink_weight, sink_bias);
+    return g_input;
+  }
+  if (LayerKernelsCudaApply({&g, &input, &mean, &rstd, &weight, &sink_weight, &sink_bias}) && FewRows(g)) {
+    at::Tensor g_input = at::empty_like(input);
+    LayerNormBackwardCuda(g, input, mean, rstd, weight, g_input, sink_weight, sink_bias);
     return g_input;
   }
   auto [g_input, g_weight, g_bias] =

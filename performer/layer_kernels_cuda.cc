@@ -89,6 +89,20 @@ void NormalizeAttentionBackwardAs(const at::Tensor& g_attention, const at::Tenso
       SLIMFIT_LAUNCHER(LaunchNormalizeAttentionBackward<T>));
 }
 
+template <typename T>
+void AddColumnSumsAs(at::Tensor& sink, const at::Tensor& g) {
+  Run(g, "column sums", internal::AddColumnSumsArgsOf<T>(sink, g), &cuda_kernels::AddColumnSumsBody<T, EmulatedThreads>,
+      SLIMFIT_LAUNCHER(LaunchAddColumnSums<T>));
+}
+
+template <typename T>
+void LayerNormBackwardAs(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
+                         const at::Tensor& weight, at::Tensor& g_x, at::Tensor& sink_weight, at::Tensor& sink_bias) {
+  Run(g, "LayerNorm backward",
+      internal::LayerNormBackwardArgsOf<T>(g, x, mean, rstd, weight, g_x, sink_weight, sink_bias),
+      &cuda_kernels::LayerNormBackwardBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchLayerNormBackward<T>));
+}
+
 #undef SLIMFIT_LAUNCHER
 
 }  // namespace
@@ -130,6 +144,17 @@ void NormalizeAttentionBackwardCuda(const at::Tensor& g_attention, const at::Ten
   g_attention.scalar_type() == at::kFloat
       ? NormalizeAttentionBackwardAs<float>(g_attention, attention, den_eps, g_num, g_den)
       : NormalizeAttentionBackwardAs<double>(g_attention, attention, den_eps, g_num, g_den);
+}
+
+void AddColumnSumsCuda(at::Tensor& sink, const at::Tensor& g) {
+  g.scalar_type() == at::kFloat ? AddColumnSumsAs<float>(sink, g) : AddColumnSumsAs<double>(sink, g);
+}
+
+void LayerNormBackwardCuda(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
+                           const at::Tensor& weight, at::Tensor& g_x, at::Tensor& sink_weight, at::Tensor& sink_bias) {
+  g.scalar_type() == at::kFloat
+      ? LayerNormBackwardAs<float>(g, x, mean, rstd, weight, g_x, sink_weight, sink_bias)
+      : LayerNormBackwardAs<double>(g, x, mean, rstd, weight, g_x, sink_weight, sink_bias);
 }
 
 namespace internal {
@@ -214,6 +239,44 @@ cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf
   return a;
 }
 
+template <typename T>
+cuda_kernels::AddColumnSumsArgs<T> AddColumnSumsArgsOf(at::Tensor& sink, const at::Tensor& g) {
+  CheckDense<T>({&sink, &g}, "column sums");
+  TORCH_CHECK(g.dim() == 2 && sink.dim() == 1 && sink.size(0) == g.size(1), "column sums: sink ", sink.sizes(),
+              " does not match ", g.sizes());
+  cuda_kernels::AddColumnSumsArgs<T> a;
+  a.rows = g.size(0);
+  a.n = g.size(1);
+  a.g = g.data_ptr<T>();
+  a.sink = sink.data_ptr<T>();
+  return a;
+}
+
+template <typename T>
+cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf(const at::Tensor& g, const at::Tensor& x,
+                                                               const at::Tensor& mean, const at::Tensor& rstd,
+                                                               const at::Tensor& weight, at::Tensor& g_x,
+                                                               at::Tensor& sink_weight, at::Tensor& sink_bias) {
+  CheckDense<T>({&g, &x, &mean, &rstd, &weight, &g_x, &sink_weight, &sink_bias}, "LayerNorm backward");
+  TORCH_CHECK(x.dim() == 2 && g.sizes() == x.sizes() && g_x.sizes() == x.sizes() && mean.numel() == x.size(0) &&
+                  rstd.numel() == x.size(0) && weight.sizes() == at::IntArrayRef({x.size(1)}) &&
+                  sink_weight.sizes() == weight.sizes() && sink_bias.sizes() == weight.sizes(),
+              "LayerNorm backward: x ", x.sizes(), ", g ", g.sizes(), ", mean ", mean.sizes(), ", rstd ",
+              rstd.sizes(), ", weight ", weight.sizes(), " and outputs do not match");
+  cuda_kernels::LayerNormBackwardArgs<T> a;
+  a.rows = x.size(0);
+  a.n = x.size(1);
+  a.g = g.data_ptr<T>();
+  a.x = x.data_ptr<T>();
+  a.mean = mean.data_ptr<T>();
+  a.rstd = rstd.data_ptr<T>();
+  a.weight = weight.data_ptr<T>();
+  a.g_x = g_x.data_ptr<T>();
+  a.sink_weight = sink_weight.data_ptr<T>();
+  a.sink_bias = sink_bias.data_ptr<T>();
+  return a;
+}
+
 #define SLIMFIT_INSTANTIATE(T)                                                                                   \
   template cuda_kernels::SplitHeadsArgs<T> SplitHeadsArgsOf<T>(FeatureMap, const at::Tensor&, int64_t,          \
                                                                at::Tensor&, at::Tensor&);                       \
@@ -223,7 +286,11 @@ cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf
                                                                                const at::Tensor&, double,       \
                                                                                at::Tensor&, at::Tensor&);       \
   template cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf<T>(                 \
-      const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&);
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&);                     \
+  template cuda_kernels::AddColumnSumsArgs<T> AddColumnSumsArgsOf<T>(at::Tensor&, const at::Tensor&);          \
+  template cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf<T>(                                   \
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,            \
+      at::Tensor&, at::Tensor&, at::Tensor&);
 SLIMFIT_INSTANTIATE(float)
 SLIMFIT_INSTANTIATE(double)
 #undef SLIMFIT_INSTANTIATE

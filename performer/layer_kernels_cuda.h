@@ -1,6 +1,7 @@
 // The CUDA row kernels of a Performer layer's hand-written forward and backward (explicit_backprop.h):
-// the heads' split with an elementwise feature map, its gradient's join, and the attention
-// normalisation both ways, each one kernel where LibTorch's form takes two to five launches. The
+// the heads' split with an elementwise feature map, its gradient's join, the attention
+// normalisation both ways, bias gradients and LayerNorm's backward with its parameters' gradients,
+// each one kernel where LibTorch's form takes two to five launches. The
 // ATen face of layer_kernels_cuda_kernels.h; the CPU's counterparts are layer_kernels_cpu.h, with
 // the same signatures and equations.
 //
@@ -35,6 +36,11 @@ void NormalizeAttentionCuda(const at::Tensor& num, const at::Tensor& den, double
                             at::Tensor& attention);
 void NormalizeAttentionBackwardCuda(const at::Tensor& g_attention, const at::Tensor& attention,
                                     const at::Tensor& den_eps, at::Tensor& g_num, at::Tensor& g_den);
+// One thread per column / per row and column: for the few rows of a slice (at thousands of rows
+// LibTorch's reductions are faster; explicit_backprop.cc calls these below 512).
+void AddColumnSumsCuda(at::Tensor& sink, const at::Tensor& g);
+void LayerNormBackwardCuda(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
+                           const at::Tensor& weight, at::Tensor& g_x, at::Tensor& sink_weight, at::Tensor& sink_bias);
 
 namespace internal {
 
@@ -56,6 +62,14 @@ cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf
                                                                                  const at::Tensor& attention,
                                                                                  const at::Tensor& den_eps,
                                                                                  at::Tensor& g_num, at::Tensor& g_den);
+
+template <typename T>
+cuda_kernels::AddColumnSumsArgs<T> AddColumnSumsArgsOf(at::Tensor& sink, const at::Tensor& g);
+template <typename T>
+cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf(const at::Tensor& g, const at::Tensor& x,
+                                                               const at::Tensor& mean, const at::Tensor& rstd,
+                                                               const at::Tensor& weight, at::Tensor& g_x,
+                                                               at::Tensor& sink_weight, at::Tensor& sink_bias);
 
 }  // namespace internal
 }  // namespace slimfit::performer

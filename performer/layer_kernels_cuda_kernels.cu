@@ -28,7 +28,29 @@ __global__ void __launch_bounds__(kThreads) NormalizeAttentionBackwardKernel(Nor
   NormalizeAttentionBackwardBody(CudaGrid(), args);
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kThreads) AddColumnSumsKernel(AddColumnSumsArgs<T> args) {
+  AddColumnSumsBody(CudaGrid(), args);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) LayerNormBackwardKernel(LayerNormBackwardArgs<T> args) {
+  LayerNormBackwardBody(CudaGrid(), args);
+}
+
 }  // namespace
+
+template <typename T>
+const char* LaunchAddColumnSums(const AddColumnSumsArgs<T>& args, CUstream_st* stream) {
+  AddColumnSumsKernel<T><<<GridBlocks(args.n), kThreads, 0, stream>>>(args);
+  return LaunchError();
+}
+
+template <typename T>
+const char* LaunchLayerNormBackward(const LayerNormBackwardArgs<T>& args, CUstream_st* stream) {
+  LayerNormBackwardKernel<T><<<GridBlocks(args.rows + args.n), kThreads, 0, stream>>>(args);
+  return LaunchError();
+}
 
 template <typename T>
 const char* LaunchSplitHeads(const SplitHeadsArgs<T>& args, CUstream_st* stream) {
@@ -60,7 +82,9 @@ const char* LaunchNormalizeAttentionBackward(const NormalizeAttentionBackwardArg
   template const char* LaunchJoinHeadGradients<T>(const JoinHeadGradientsArgs<T>&, CUstream_st*);         \
   template const char* LaunchNormalizeAttention<T>(const NormalizeAttentionArgs<T>&, CUstream_st*);       \
   template const char* LaunchNormalizeAttentionBackward<T>(const NormalizeAttentionBackwardArgs<T>&, \
-                                                           CUstream_st*);
+                                                           CUstream_st*);                      \
+  template const char* LaunchAddColumnSums<T>(const AddColumnSumsArgs<T>&, CUstream_st*);                 \
+  template const char* LaunchLayerNormBackward<T>(const LayerNormBackwardArgs<T>&, CUstream_st*);
 SLIMFIT_INSTANTIATE(float)
 SLIMFIT_INSTANTIATE(double)
 #undef SLIMFIT_INSTANTIATE

@@ -1,7 +1,9 @@
 // Row-wise pieces of a Performer layer's hand-written forward and backward (explicit_backprop.h) as
 // CUDA kernels over raw contiguous buffers, one launch each where LibTorch takes two to five: the
-// heads' split with the feature map, its gradient's join, and the attention normalisation both
-// ways. The same pieces the CPU's row kernels are (layer_kernels_cpu.h), with the same equations.
+// heads' split with the feature map, its gradient's join, the attention normalisation both ways, a
+// bias's gradient (column sums added into it) and LayerNorm's backward with its parameters'
+// gradients added in. The same pieces the CPU's row kernels are (layer_kernels_cpu.h), with the same
+// equations.
 //
 // This header is plain C++: it declares the launchers (defined in layer_kernels_cuda_kernels.cu,
 // compiled by nvcc in the CUDA build only) and holds the kernels' bodies as templates over a `Grid`
@@ -70,6 +72,30 @@ struct NormalizeAttentionBackwardArgs {
   const T* denominator_eps = nullptr;  // [k, S]
   T* g_numerator = nullptr;            // [k, S, h]: g_attention / (denominator + ε)
   T* g_denominator = nullptr;          // [k, S]:    −Σ_c g_numerator · attention
+};
+
+// sink[c] += Σ_r g[r, c]: a bias's gradient. g [rows, n], sink [n].
+template <typename T>
+struct AddColumnSumsArgs {
+  int64_t rows = 0, n = 0;
+  const T* g = nullptr;
+  T* sink = nullptr;
+};
+
+// LayerNorm's backward over rows of n values (LibTorch's native_layer_norm_backward), the weight's
+// and bias's gradients added into sinks: x̂ = (x − mean)·rstd, g_x = rstd·(g·w − (Σ g·w + x̂·Σ g·w·x̂)/n),
+// sink_weight += Σ_rows g·x̂, sink_bias += Σ_rows g.
+template <typename T>
+struct LayerNormBackwardArgs {
+  int64_t rows = 0, n = 0;
+  const T* g = nullptr;       // [rows, n]
+  const T* x = nullptr;       // [rows, n]
+  const T* mean = nullptr;    // [rows]
+  const T* rstd = nullptr;    // [rows]
+  const T* weight = nullptr;  // [n]
+  T* g_x = nullptr;           // [rows, n]
+  T* sink_weight = nullptr;   // [n]
+  T* sink_bias = nullptr;     // [n]
 };
 
 template <typename T>
@@ -181,6 +207,51 @@ SLIMFIT_KERNEL_DEVICE void NormalizeAttentionBackwardBody(const Grid& g, const N
   }
 }
 
+// One thread per column.
+template <typename T, typename Grid>
+SLIMFIT_KERNEL_DEVICE void AddColumnSumsBody(const Grid& g, const AddColumnSumsArgs<T>& a) {
+  for (int64_t c = g.Index(); c < a.n; c += g.Count()) {
+    T sum = 0;
+    for (int64_t r = 0; r < a.rows; ++r) sum += a.g[r * a.n + c];
+    a.sink[c] += sum;
+  }
+}
+
+// Tasks 0 … rows − 1 are rows (g_x), tasks rows … rows + n − 1 columns (the sinks): the two read
+// only the inputs, so one launch does both without a sync.
+template <typename T, typename Grid>
+SLIMFIT_KERNEL_DEVICE void LayerNormBackwardBody(const Grid& g, const LayerNormBackwardArgs<T>& a) {
+  const int64_t n = a.n;
+  for (int64_t task = g.Index(); task < a.rows + n; task += g.Count()) {
+    if (task < a.rows) {
+      const int64_t r = task;
+      const T mean = a.mean[r], rstd = a.rstd[r];
+      const T* gr = a.g + r * n;
+      const T* xr = a.x + r * n;
+      T sum_gw = 0, sum_gwx = 0;
+      for (int64_t c = 0; c < n; ++c) {
+        const T gw = gr[c] * a.weight[c];
+        sum_gw += gw;
+        sum_gwx += gw * ((xr[c] - mean) * rstd);
+      }
+      for (int64_t c = 0; c < n; ++c) {
+        const T x_hat = (xr[c] - mean) * rstd;
+        a.g_x[r * n + c] = rstd * (gr[c] * a.weight[c] - (sum_gw + x_hat * sum_gwx) / static_cast<T>(n));
+      }
+    } else {
+      const int64_t c = task - a.rows;
+      T sum_w = 0, sum_b = 0;
+      for (int64_t r = 0; r < a.rows; ++r) {
+        const T gv = a.g[r * n + c];
+        sum_w += gv * ((a.x[r * n + c] - a.mean[r]) * a.rstd[r]);
+        sum_b += gv;
+      }
+      a.sink_weight[c] += sum_w;
+      a.sink_bias[c] += sum_b;
+    }
+  }
+}
+
 // Enqueue on `stream`; null when the launch was accepted, else the CUDA runtime's error text.
 template <typename T>
 const char* LaunchSplitHeads(const SplitHeadsArgs<T>& args, CUstream_st* stream);
@@ -190,6 +261,10 @@ template <typename T>
 const char* LaunchNormalizeAttention(const NormalizeAttentionArgs<T>& args, CUstream_st* stream);
 template <typename T>
 const char* LaunchNormalizeAttentionBackward(const NormalizeAttentionBackwardArgs<T>& args, CUstream_st* stream);
+template <typename T>
+const char* LaunchAddColumnSums(const AddColumnSumsArgs<T>& args, CUstream_st* stream);
+template <typename T>
+const char* LaunchLayerNormBackward(const LayerNormBackwardArgs<T>& args, CUstream_st* stream);
 
 }  // namespace slimfit::performer::cuda_kernels
 

@@ -5,6 +5,7 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -146,6 +147,47 @@ TEST(LayerKernelsCudaTest, BodiesOnEmulatedThreadsGiveTheLibTorchForm) {
   }
 }
 
+// Column sums and LayerNorm's backward, whose sinks already hold something, against LibTorch's
+// sum and native_layer_norm_backward.
+template <typename T>
+void CheckReductions(int64_t rows, int64_t n, int64_t threads, double tolerance) {
+  const std::string what = absl::StrCat(rows, "x", n, ", ", threads, " threads, ", sizeof(T) == 8 ? "float64" : "float32");
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::ScalarType dtype = c10::CppTypeToScalarType<T>::value;
+  at::manual_seed(rows + n);
+  const at::Tensor g = at::randn({rows, n}, f64), x = at::randn({rows, n}, f64).mul_(3).add_(1);
+  const at::Tensor weight = at::randn({n}, f64), bias = at::randn({n}, f64);
+  const at::Tensor held_w = at::randn({n}, f64), held_b = at::randn({n}, f64);
+
+  at::Tensor sink = held_b.to(dtype).clone();  // a copy in float64 too: the sinks are written
+  const at::Tensor g_t = g.to(dtype);
+  const auto sums = internal::AddColumnSumsArgsOf<T>(sink, g_t);
+  Emulate(threads, [&](const EmulatedThreads& t) { cuda_kernels::AddColumnSumsBody(t, sums); });
+  EXPECT_LE(Discrepancy(sink, held_b + g.sum(0)), tolerance) << what << ": column sums";
+
+  const auto [y, mean, rstd] = at::native_layer_norm(x, {n}, weight, bias, 1e-5);
+  const auto [want_gx, want_gw, want_gb] =
+      at::native_layer_norm_backward(g, x, {n}, mean, rstd, weight, bias, {true, true, true});
+  const at::Tensor x_t = x.to(dtype), mean_t = mean.to(dtype), rstd_t = rstd.to(dtype), weight_t = weight.to(dtype);
+  at::Tensor g_x = Nans({rows, n}, at::TensorOptions().dtype(dtype));
+  at::Tensor sink_w = held_w.to(dtype).clone(), sink_b = held_b.to(dtype).clone();
+  const auto backward =
+      internal::LayerNormBackwardArgsOf<T>(g_t, x_t, mean_t, rstd_t, weight_t, g_x, sink_w, sink_b);
+  Emulate(threads, [&](const EmulatedThreads& t) { cuda_kernels::LayerNormBackwardBody(t, backward); });
+  EXPECT_LE(Discrepancy(g_x, want_gx), tolerance) << what << ": g_x";
+  EXPECT_LE(Discrepancy(sink_w, held_w + want_gw), tolerance) << what << ": weight";
+  EXPECT_LE(Discrepancy(sink_b, held_b + want_gb), tolerance) << what << ": bias";
+}
+
+TEST(LayerKernelsCudaTest, ReductionBodiesOnEmulatedThreadsGiveTheLibTorchForm) {
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {16, 64}, {37, 24}}) {
+    for (int64_t threads : {int64_t{1}, int64_t{5}, int64_t{64}}) {
+      CheckReductions<double>(rows, n, threads, 1e-13);
+      CheckReductions<float>(rows, n, threads, 1e-5);
+    }
+  }
+}
+
 TEST(LayerKernelsCudaTest, ShapesOutsideTheContractAreErrors) {
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   const at::Tensor qkv = at::zeros({4, 24}, f64);
@@ -156,6 +198,13 @@ TEST(LayerKernelsCudaTest, ShapesOutsideTheContractAreErrors) {
   EXPECT_THROW(internal::SplitHeadsArgsOf<float>(FeatureMap::kSqr, qkv, 2, phi, v), c10::Error) << "dtype";
   at::Tensor wide = at::empty({2, 2, 4, 8}, f64).narrow(3, 0, 4);
   EXPECT_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kSqr, qkv, 2, wide, v), c10::Error) << "not dense";
+  at::Tensor sink = at::zeros({23}, f64);
+  EXPECT_THROW(internal::AddColumnSumsArgsOf<double>(sink, qkv), c10::Error) << "sink width";
+  at::Tensor g_x = at::empty_like(qkv), w = at::ones({24}, f64), mean = at::zeros({4, 1}, f64);
+  EXPECT_THROW(internal::LayerNormBackwardArgsOf<double>(qkv, qkv, mean, mean.narrow(0, 0, 3).contiguous(), w, g_x,
+                                                         w, sink),
+               c10::Error)
+      << "rstd rows";
   // Off the device, or disabled, nothing applies.
   EnableFusedCudaKernels(true);
   EXPECT_FALSE(LayerKernelsCudaApply({&qkv, &phi, &v}));
@@ -196,6 +245,19 @@ TEST(LayerKernelsCudaTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
         const at::Tensor want_g_num = HeadMajor(attention, s.heads) / den_eps.unsqueeze(2);
         EXPECT_LE(Discrepancy(g_num, want_g_num), tolerance) << what;
         EXPECT_LE(Discrepancy(g_den, (want_g_num * HeadMajor(attention, s.heads)).sum(2).neg()), tolerance) << what;
+        at::Tensor sink = at::zeros({s.d()}, opt);
+        AddColumnSumsCuda(sink, attention);
+        EXPECT_LE(Discrepancy(sink, attention.sum(0)), tolerance) << what;
+        const at::Tensor w = at::randn({s.d()}, opt), b = at::zeros({s.d()}, opt);
+        const auto [y, mean, rstd] = at::native_layer_norm(attention, {s.d()}, w, b, 1e-5);
+        const auto [want_gx, want_gw, want_gb] =
+            at::native_layer_norm_backward(attention, attention, {s.d()}, mean, rstd, w, b, {true, true, true});
+        at::Tensor g_x = at::empty_like(attention), sink_w = at::zeros_like(w), sink_b = at::zeros_like(w);
+        LayerNormBackwardCuda(attention, attention, mean, rstd, w, g_x, sink_w, sink_b);
+        const double ln_tolerance = dtype == at::kDouble ? 1e-12 : 1e-5;
+        EXPECT_LE(Discrepancy(g_x, want_gx), ln_tolerance) << what;
+        EXPECT_LE(Discrepancy(sink_w, want_gw), ln_tolerance) << what;
+        EXPECT_LE(Discrepancy(sink_b, want_gb), ln_tolerance) << what;
       }
     }
   }
