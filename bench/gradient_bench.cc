@@ -104,8 +104,9 @@ ABSL_FLAG(bool, explicit_backprop, true,
           "false: autograd. --check_full's reference is always autograd's full back-propagation");
 ABSL_FLAG(bool, count_ops, false,
           "after the timed runs, run once more counting the LibTorch calls the calling thread makes (on a GPU about "
-          "its kernel launches; count with --slice_replay=off, replays make none): ops_per_slice and "
-          "compute_ops_per_slice (without views and allocations) in the JSON, the calls by operator on stderr");
+          "its kernel launches; count with --slice_replay=off, replays make none): ops_per_slice, "
+          "compute_ops_per_slice (without views and allocations) and fused_kernel_runs_per_slice (slimfit's "
+          "own kernels, --fused_cuda_kernels) in the JSON, the calls by operator on stderr");
 ABSL_FLAG(std::string, dump_grad, "", "write the (last) gradient as safetensors under the parameter names");
 
 namespace slimfit::performer {
@@ -302,11 +303,14 @@ absl::Status Run() {
         last = *std::move(result);
       }
       std::optional<bench::OpCounts> ops;
+      int64_t kernel_runs = 0;  // slimfit's own kernels in the counted run (fused_cuda_kernels.h)
       if (absl::GetFlag(FLAGS_count_ops)) {
+        const int64_t runs_before = performer::FusedKernelRunsTotal();
         bench::OpCounter counter;
         absl::StatusOr<GradientResult> counted = ComputeGradient(*model, *batch, plan, options);
         if (!counted.ok()) return counted.status();
         ops = counter.Counts();
+        kernel_runs = performer::FusedKernelRunsTotal() - runs_before;
       }
       std::sort(times.begin(), times.end());
       const double median = times[times.size() / 2];
@@ -336,7 +340,10 @@ absl::Status Run() {
           last.replayed_slices, last.graph_pool_bytes, last.explicit_backprop ? "true" : "false",
           plan.bf16_products ? "true" : "false",
           !device.is_cpu() && performer::BlockParallelPrefixEnabled() ? "true" : "false",
-          performer::FusedCudaKernelsEnabled() ? (device.is_cuda() ? "true" : "\"emulated\"") : "false");
+          !performer::FusedCudaKernelsEnabled()               ? "false"
+          : device.is_cuda() && performer::FusedCudaKernelsBuilt() ? "true"
+          : device.is_cpu() && performer::FusedCudaKernelsEmulated() ? "\"emulated\""
+                                                                     : "false");
       if (!last.replay_fallback.empty()) {
         absl::StrAppend(&json, R"(, "replay_fallback": )", nlohmann::json(last.replay_fallback).dump());
       }
@@ -345,8 +352,10 @@ absl::Status Run() {
                       R"(, "conditioning_forwards": )", last.conditioning_forwards);
       if (ops.has_value()) {
         const double slices = slice == 0 ? 1.0 : static_cast<double>((length + slice - 1) / slice);
-        absl::StrAppendFormat(&json, R"(, "ops_per_slice": %.1f, "compute_ops_per_slice": %.1f)",
-                              ops->calls / slices, ops->compute / slices);
+        absl::StrAppendFormat(&json,
+                              R"(, "ops_per_slice": %.1f, "compute_ops_per_slice": %.1f, )"
+                              R"("fused_kernel_runs_per_slice": %.1f)",
+                              ops->calls / slices, ops->compute / slices, kernel_runs / slices);
         std::vector<std::pair<int64_t, std::string>> by_count;
         for (const auto& [name, count] : ops->by_name) by_count.emplace_back(count, name);
         std::sort(by_count.rbegin(), by_count.rend());

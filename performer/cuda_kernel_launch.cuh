@@ -4,10 +4,10 @@
 #ifndef SLIMFIT_PERFORMER_CUDA_KERNEL_LAUNCH_CUH_
 #define SLIMFIT_PERFORMER_CUDA_KERNEL_LAUNCH_CUH_
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdint>
-
-#include <cuda_runtime.h>
 
 namespace slimfit::performer::cuda_kernels {
 

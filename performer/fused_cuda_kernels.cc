@@ -7,6 +7,7 @@ namespace {
 
 std::atomic<bool> enabled{false};
 std::atomic<bool> emulated{false};
+std::atomic<int64_t> runs[kFusedKernelKinds];  // zero-initialised (static storage)
 
 }  // namespace
 
@@ -32,6 +33,44 @@ bool FusedCudaKernelsTake(const at::Tensor& t) {
   if (!enabled.load(std::memory_order_relaxed) || !t.defined()) return false;
   if (t.is_cuda()) return FusedCudaKernelsBuilt();
   return t.is_cpu() && FusedCudaKernelsEmulated();
+}
+
+const char* FusedKernelName(FusedKernel kernel) {
+  switch (kernel) {
+    case FusedKernel::kPrefixForward:
+      return "prefix_forward";
+    case FusedKernel::kPrefixBackward:
+      return "prefix_backward";
+    case FusedKernel::kFrontWithout:
+      return "front_without";
+    case FusedKernel::kSplitHeads:
+      return "split_heads";
+    case FusedKernel::kJoinHeadGradients:
+      return "join_head_gradients";
+    case FusedKernel::kNormalizeAttention:
+      return "normalize_attention";
+    case FusedKernel::kNormalizeAttentionBackward:
+      return "normalize_attention_backward";
+    case FusedKernel::kColumnSums:
+      return "column_sums";
+    case FusedKernel::kLayerNormBackward:
+      return "layer_norm_backward";
+  }
+  return "unknown";
+}
+
+void CountFusedKernelRun(FusedKernel kernel) {
+  runs[static_cast<int>(kernel)].fetch_add(1, std::memory_order_relaxed);
+}
+
+int64_t FusedKernelRuns(FusedKernel kernel) {
+  return runs[static_cast<int>(kernel)].load(std::memory_order_relaxed);
+}
+
+int64_t FusedKernelRunsTotal() {
+  int64_t total = 0;
+  for (const std::atomic<int64_t>& r : runs) total += r.load(std::memory_order_relaxed);
+  return total;
 }
 
 }  // namespace slimfit::performer

@@ -30,6 +30,28 @@ bool FusedCudaKernelsEnabled();
 // Enabled, and `t` lives where they run: a CUDA device in a build with them, the CPU while emulated.
 bool FusedCudaKernelsTake(const at::Tensor& t);
 
+// slimfit's kernels, for counting their runs.
+enum class FusedKernel : int {
+  kPrefixForward = 0,
+  kPrefixBackward,
+  kFrontWithout,
+  kSplitHeads,
+  kJoinHeadGradients,
+  kNormalizeAttention,
+  kNormalizeAttentionBackward,
+  kColumnSums,
+  kLayerNormBackward,
+};
+inline constexpr int kFusedKernelKinds = 9;
+const char* FusedKernelName(FusedKernel kernel);
+
+// Runs of each kernel in this process, launched or emulated (a run captured into a CUDA graph counts
+// once, its replays not): tests check that the dispatch reaches them, gradient_bench reports them
+// per slice beside LibTorch's calls.
+void CountFusedKernelRun(FusedKernel kernel);
+int64_t FusedKernelRuns(FusedKernel kernel);
+int64_t FusedKernelRunsTotal();
+
 // Host threads per emulated thread block (a thread block's bodies) and per emulated grid (the
 // grid-stride bodies): few, since each emulated launch starts its threads afresh, but more than one,
 // so that work splits and syncs run concurrently (the kernels' own tests use 1, 7 and 48).

@@ -5,10 +5,10 @@
 // gradient_engine_cuda_test's FusedCudaKernelsGiveTheCpuGradient.
 #include "performer/fused_cuda_kernels.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <utility>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
@@ -30,6 +30,20 @@ class EmulatedKernels {
     EnableFusedCudaKernels(false);
     EmulateFusedCudaKernelsOnCpu(false);
   }
+};
+
+// Runs of every kernel since construction.
+class KernelRuns {
+ public:
+  KernelRuns() {
+    for (int k = 0; k < kFusedKernelKinds; ++k) before_[k] = FusedKernelRuns(static_cast<FusedKernel>(k));
+  }
+  int64_t Since(FusedKernel kernel) const {
+    return FusedKernelRuns(kernel) - before_[static_cast<int>(kernel)];
+  }
+
+ private:
+  int64_t before_[kFusedKernelKinds];
 };
 
 TEST(FusedCudaKernelsTest, TheSwitchesSayWhereTheKernelsRun) {
@@ -79,6 +93,7 @@ TEST(FusedCudaKernelsTest, EmulatedKernelsGiveTheGradientOfLibTorchsOps) {
             options.explicit_backprop = by_hand;
             const GradientResult ops = MustCompute(model, batch, plan, options);
             GradientResult kernels;
+            const KernelRuns runs;
             {
               const EmulatedKernels emulated;
               kernels = MustCompute(model, batch, plan, options);
@@ -86,6 +101,27 @@ TEST(FusedCudaKernelsTest, EmulatedKernelsGiveTheGradientOfLibTorchsOps) {
             const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString(),
                                                   documents ? ", documents" : ", one document",
                                                   by_hand ? ", by hand" : ", autograd");
+            // The kernels did run, wherever the dispatch should take them: prefix sums for slices of
+            // at most two blocks (and full back-propagation's short documents), the entry fronts under
+            // the reverse policy, the row kernels on the hand-written path (head split and join for the
+            // elementwise maps only); and nowhere else.
+            const bool short_segments = slice > 0 || documents;
+            EXPECT_EQ(runs.Since(FusedKernel::kPrefixForward) > 0, short_segments) << what;
+            EXPECT_EQ(runs.Since(FusedKernel::kPrefixBackward) > 0, short_segments) << what;
+            // (in documents the front guard may keep every entry of so few slices instead)
+            if (!documents) {
+              EXPECT_EQ(runs.Since(FusedKernel::kFrontWithout) > 0,
+                        slice > 0 && policy == FrontPolicy::kReverse)
+                  << what;
+            }
+            const bool elementwise = map != FeatureMap::kFavor;
+            EXPECT_EQ(runs.Since(FusedKernel::kSplitHeads) > 0, by_hand && elementwise) << what;
+            EXPECT_EQ(runs.Since(FusedKernel::kJoinHeadGradients) > 0, by_hand && elementwise) << what;
+            for (FusedKernel row :
+                 {FusedKernel::kNormalizeAttention, FusedKernel::kNormalizeAttentionBackward,
+                  FusedKernel::kColumnSums, FusedKernel::kLayerNormBackward}) {
+              EXPECT_EQ(runs.Since(row) > 0, by_hand) << what << ": " << FusedKernelName(row);
+            }
             EXPECT_EQ(kernels.explicit_backprop, by_hand) << what;
             EXPECT_LE(RelativeDiscrepancy(kernels.gradients, ops.gradients), 1e-12) << what;
             EXPECT_NEAR(kernels.loss_sum, ops.loss_sum, 1e-12 * ops.loss_sum) << what;

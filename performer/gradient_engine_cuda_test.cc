@@ -267,9 +267,14 @@ TEST(CudaGradientTest, FusedCudaKernelsGiveTheCpuGradient) {
           Plan plan = full;
           plan.slice = slice;
           options.explicit_backprop = by_hand;
+          const int64_t prefix_runs = FusedKernelRuns(FusedKernel::kPrefixBackward);
+          const int64_t row_runs = FusedKernelRuns(FusedKernel::kNormalizeAttentionBackward);
           EnableFusedCudaKernels(true);
           const GradientResult fused = MustCompute(*cuda_model, batch, plan, options);
           EnableFusedCudaKernels(false);
+          // The kernels ran (documents start inside the stream: full back-propagation has short segments).
+          EXPECT_GT(FusedKernelRuns(FusedKernel::kPrefixBackward), prefix_runs) << plan.DebugString();
+          EXPECT_EQ(FusedKernelRuns(FusedKernel::kNormalizeAttentionBackward) > row_runs, by_hand) << plan.DebugString();
           const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString(),
                                                 by_hand ? ", by hand" : ", autograd");
           EXPECT_EQ(fused.explicit_backprop, by_hand) << what;

@@ -14,10 +14,14 @@ namespace {
 
 cuda_kernels::RowFeature RowFeatureOf(FeatureMap map) {
   switch (map) {
-    case FeatureMap::kRelu: return cuda_kernels::RowFeature::kRelu;
-    case FeatureMap::kElu1: return cuda_kernels::RowFeature::kElu1;
-    case FeatureMap::kSqr: return cuda_kernels::RowFeature::kSqr;
-    case FeatureMap::kFavor: break;
+    case FeatureMap::kRelu:
+      return cuda_kernels::RowFeature::kRelu;
+    case FeatureMap::kElu1:
+      return cuda_kernels::RowFeature::kElu1;
+    case FeatureMap::kSqr:
+      return cuda_kernels::RowFeature::kSqr;
+    case FeatureMap::kFavor:
+      break;
   }
   TORCH_CHECK(false, "CUDA row kernels: FAVOR+ is not an elementwise feature map");
   return cuda_kernels::RowFeature::kSqr;  // not reached
@@ -40,8 +44,9 @@ struct Kernel {  // a body and its launcher, for one Args (a member typedef: not
 };
 
 template <typename Args>
-void Run(const at::Tensor& like, const char* what, const Args& args, typename Kernel<Args>::Body body,
-         typename Kernel<Args>::Launcher launch) {
+void Run(FusedKernel kind, const at::Tensor& like, const char* what, const Args& args,
+         typename Kernel<Args>::Body body, typename Kernel<Args>::Launcher launch) {
+  CountFusedKernelRun(kind);
   if (like.is_cpu()) {
     RunEmulatedThreadBlock(kEmulatedGridThreads, [&](const EmulatedThreads& t) { body(t, args); });
     return;
@@ -50,7 +55,8 @@ void Run(const at::Tensor& like, const char* what, const Args& args, typename Ke
 #if defined(SLIMFIT_WITH_CUDA_KERNELS)
   const c10::cuda::CUDAGuard guard(like.device());
   const char* error = launch(args, c10::cuda::getCurrentCUDAStream(like.device().index()).stream());
-  TORCH_CHECK(error == nullptr, "CUDA row kernels: ", what, " did not launch: ", error);
+  TORCH_CHECK(error == nullptr, "CUDA row kernels: ", what,
+              " did not launch (or an earlier asynchronous CUDA error surfaced): ", error);
 #endif
 }
 
@@ -62,28 +68,31 @@ void Run(const at::Tensor& like, const char* what, const Args& args, typename Ke
 
 template <typename T>
 void SplitHeadsAs(FeatureMap map, const at::Tensor& qkv, int64_t heads, at::Tensor& phi, at::Tensor& v) {
-  Run(qkv, "split heads", internal::SplitHeadsArgsOf<T>(map, qkv, heads, phi, v),
+  Run(FusedKernel::kSplitHeads, qkv, "split heads", internal::SplitHeadsArgsOf<T>(map, qkv, heads, phi, v),
       &cuda_kernels::SplitHeadsBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchSplitHeads<T>));
 }
 
 template <typename T>
-void JoinHeadGradientsAs(FeatureMap map, const at::Tensor& qkv, const at::Tensor& g_phi_q, const at::Tensor& g_phi_k,
-                         const at::Tensor& g_v, at::Tensor& g_qkv) {
-  Run(qkv, "join head gradients", internal::JoinHeadGradientsArgsOf<T>(map, qkv, g_phi_q, g_phi_k, g_v, g_qkv),
+void JoinHeadGradientsAs(FeatureMap map, const at::Tensor& qkv, const at::Tensor& g_phi_q,
+                         const at::Tensor& g_phi_k, const at::Tensor& g_v, at::Tensor& g_qkv) {
+  Run(FusedKernel::kJoinHeadGradients, qkv, "join head gradients",
+      internal::JoinHeadGradientsArgsOf<T>(map, qkv, g_phi_q, g_phi_k, g_v, g_qkv),
       &cuda_kernels::JoinHeadGradientsBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchJoinHeadGradients<T>));
 }
 
 template <typename T>
 void NormalizeAttentionAs(const at::Tensor& num, const at::Tensor& den, double eps, at::Tensor& den_eps,
                           at::Tensor& attention) {
-  Run(num, "normalise attention", internal::NormalizeAttentionArgsOf<T>(num, den, eps, den_eps, attention),
-      &cuda_kernels::NormalizeAttentionBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchNormalizeAttention<T>));
+  Run(FusedKernel::kNormalizeAttention, num, "normalise attention",
+      internal::NormalizeAttentionArgsOf<T>(num, den, eps, den_eps, attention),
+      &cuda_kernels::NormalizeAttentionBody<T, EmulatedThreads>,
+      SLIMFIT_LAUNCHER(LaunchNormalizeAttention<T>));
 }
 
 template <typename T>
 void NormalizeAttentionBackwardAs(const at::Tensor& g_attention, const at::Tensor& attention,
                                   const at::Tensor& den_eps, at::Tensor& g_num, at::Tensor& g_den) {
-  Run(g_attention, "normalise attention backward",
+  Run(FusedKernel::kNormalizeAttentionBackward, g_attention, "normalise attention backward",
       internal::NormalizeAttentionBackwardArgsOf<T>(g_attention, attention, den_eps, g_num, g_den),
       &cuda_kernels::NormalizeAttentionBackwardBody<T, EmulatedThreads>,
       SLIMFIT_LAUNCHER(LaunchNormalizeAttentionBackward<T>));
@@ -91,14 +100,15 @@ void NormalizeAttentionBackwardAs(const at::Tensor& g_attention, const at::Tenso
 
 template <typename T>
 void AddColumnSumsAs(at::Tensor& sink, const at::Tensor& g) {
-  Run(g, "column sums", internal::AddColumnSumsArgsOf<T>(sink, g), &cuda_kernels::AddColumnSumsBody<T, EmulatedThreads>,
-      SLIMFIT_LAUNCHER(LaunchAddColumnSums<T>));
+  Run(FusedKernel::kColumnSums, g, "column sums", internal::AddColumnSumsArgsOf<T>(sink, g),
+      &cuda_kernels::AddColumnSumsBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchAddColumnSums<T>));
 }
 
 template <typename T>
-void LayerNormBackwardAs(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
-                         const at::Tensor& weight, at::Tensor& g_x, at::Tensor& sink_weight, at::Tensor& sink_bias) {
-  Run(g, "LayerNorm backward",
+void LayerNormBackwardAs(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean,
+                         const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& g_x,
+                         at::Tensor& sink_weight, at::Tensor& sink_bias) {
+  Run(FusedKernel::kLayerNormBackward, g, "LayerNorm backward",
       internal::LayerNormBackwardArgsOf<T>(g, x, mean, rstd, weight, g_x, sink_weight, sink_bias),
       &cuda_kernels::LayerNormBackwardBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchLayerNormBackward<T>));
 }
@@ -110,7 +120,8 @@ void LayerNormBackwardAs(const at::Tensor& g, const at::Tensor& x, const at::Ten
 bool LayerKernelsCudaApply(std::initializer_list<const at::Tensor*> tensors) {
   if (tensors.size() == 0) return false;
   const at::Tensor& first = **tensors.begin();
-  if (!FusedCudaKernelsTake(first) || (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
+  if (!FusedCudaKernelsTake(first) ||
+      (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
     return false;
   }
   for (const at::Tensor* t : tensors) {
@@ -127,8 +138,8 @@ void SplitHeadsCuda(FeatureMap map, const at::Tensor& qkv, int64_t heads, at::Te
                                   : SplitHeadsAs<double>(map, qkv, heads, phi, v);
 }
 
-void JoinHeadGradientsCuda(FeatureMap map, const at::Tensor& qkv, const at::Tensor& g_phi_q, const at::Tensor& g_phi_k,
-                           const at::Tensor& g_v, at::Tensor& g_qkv) {
+void JoinHeadGradientsCuda(FeatureMap map, const at::Tensor& qkv, const at::Tensor& g_phi_q,
+                           const at::Tensor& g_phi_k, const at::Tensor& g_v, at::Tensor& g_qkv) {
   qkv.scalar_type() == at::kFloat ? JoinHeadGradientsAs<float>(map, qkv, g_phi_q, g_phi_k, g_v, g_qkv)
                                   : JoinHeadGradientsAs<double>(map, qkv, g_phi_q, g_phi_k, g_v, g_qkv);
 }
@@ -150,8 +161,9 @@ void AddColumnSumsCuda(at::Tensor& sink, const at::Tensor& g) {
   g.scalar_type() == at::kFloat ? AddColumnSumsAs<float>(sink, g) : AddColumnSumsAs<double>(sink, g);
 }
 
-void LayerNormBackwardCuda(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
-                           const at::Tensor& weight, at::Tensor& g_x, at::Tensor& sink_weight, at::Tensor& sink_bias) {
+void LayerNormBackwardCuda(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean,
+                           const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& g_x,
+                           at::Tensor& sink_weight, at::Tensor& sink_bias) {
   g.scalar_type() == at::kFloat
       ? LayerNormBackwardAs<float>(g, x, mean, rstd, weight, g_x, sink_weight, sink_bias)
       : LayerNormBackwardAs<double>(g, x, mean, rstd, weight, g_x, sink_weight, sink_bias);
@@ -163,11 +175,12 @@ template <typename T>
 cuda_kernels::SplitHeadsArgs<T> SplitHeadsArgsOf(FeatureMap map, const at::Tensor& qkv, int64_t heads,
                                                  at::Tensor& phi, at::Tensor& v) {
   CheckDense<T>({&qkv, &phi, &v}, "split heads");
-  TORCH_CHECK(heads >= 1 && qkv.dim() == 2 && qkv.size(1) % (3 * heads) == 0, "split heads: qkv ", qkv.sizes(),
-              " is not [S, 3d] for ", heads, " heads");
+  TORCH_CHECK(heads >= 1 && qkv.dim() == 2 && qkv.size(1) % (3 * heads) == 0, "split heads: qkv ",
+              qkv.sizes(), " is not [S, 3d] for ", heads, " heads");
   const int64_t rows = qkv.size(0), h = qkv.size(1) / (3 * heads);
-  TORCH_CHECK(phi.sizes() == at::IntArrayRef({2, heads, rows, h}) && v.sizes() == at::IntArrayRef({heads, rows, h}),
-              "split heads: outputs ", phi.sizes(), " and ", v.sizes(), " do not match qkv ", qkv.sizes());
+  TORCH_CHECK(
+      phi.sizes() == at::IntArrayRef({2, heads, rows, h}) && v.sizes() == at::IntArrayRef({heads, rows, h}),
+      "split heads: outputs ", phi.sizes(), " and ", v.sizes(), " do not match qkv ", qkv.sizes());
   cuda_kernels::SplitHeadsArgs<T> a;
   a.shape = {rows, heads, h};
   a.feature = RowFeatureOf(map);
@@ -179,7 +192,8 @@ cuda_kernels::SplitHeadsArgs<T> SplitHeadsArgsOf(FeatureMap map, const at::Tenso
 
 template <typename T>
 cuda_kernels::JoinHeadGradientsArgs<T> JoinHeadGradientsArgsOf(FeatureMap map, const at::Tensor& qkv,
-                                                               const at::Tensor& g_phi_q, const at::Tensor& g_phi_k,
+                                                               const at::Tensor& g_phi_q,
+                                                               const at::Tensor& g_phi_k,
                                                                const at::Tensor& g_v, at::Tensor& g_qkv) {
   CheckDense<T>({&qkv, &g_phi_q, &g_phi_k, &g_v, &g_qkv}, "join head gradients");
   TORCH_CHECK(g_v.dim() == 3 && g_phi_q.sizes() == g_v.sizes() && g_phi_k.sizes() == g_v.sizes() &&
@@ -218,17 +232,17 @@ cuda_kernels::NormalizeAttentionArgs<T> NormalizeAttentionArgsOf(const at::Tenso
 }
 
 template <typename T>
-cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf(const at::Tensor& g_attention,
-                                                                                 const at::Tensor& attention,
-                                                                                 const at::Tensor& den_eps,
-                                                                                 at::Tensor& g_num, at::Tensor& g_den) {
+cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf(
+    const at::Tensor& g_attention, const at::Tensor& attention, const at::Tensor& den_eps, at::Tensor& g_num,
+    at::Tensor& g_den) {
   CheckDense<T>({&g_attention, &attention, &den_eps, &g_num, &g_den}, "normalise attention backward");
-  TORCH_CHECK(g_num.dim() == 3 && den_eps.sizes() == g_num.sizes().slice(0, 2) && g_den.sizes() == den_eps.sizes() &&
+  TORCH_CHECK(g_num.dim() == 3 && den_eps.sizes() == g_num.sizes().slice(0, 2) &&
+                  g_den.sizes() == den_eps.sizes() &&
                   g_attention.sizes() == at::IntArrayRef({g_num.size(1), g_num.size(0) * g_num.size(2)}) &&
                   attention.sizes() == g_attention.sizes(),
-              "normalise attention backward: gradient ", g_attention.sizes(), ", attention ", attention.sizes(),
-              ", denominator ", den_eps.sizes(), " and outputs ", g_num.sizes(), ", ", g_den.sizes(),
-              " do not match");
+              "normalise attention backward: gradient ", g_attention.sizes(), ", attention ",
+              attention.sizes(), ", denominator ", den_eps.sizes(), " and outputs ", g_num.sizes(), ", ",
+              g_den.sizes(), " do not match");
   cuda_kernels::NormalizeAttentionBackwardArgs<T> a;
   a.shape = {g_num.size(1), g_num.size(0), g_num.size(2)};
   a.g_attention = g_attention.data_ptr<T>();
@@ -242,8 +256,8 @@ cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf
 template <typename T>
 cuda_kernels::AddColumnSumsArgs<T> AddColumnSumsArgsOf(at::Tensor& sink, const at::Tensor& g) {
   CheckDense<T>({&sink, &g}, "column sums");
-  TORCH_CHECK(g.dim() == 2 && sink.dim() == 1 && sink.size(0) == g.size(1), "column sums: sink ", sink.sizes(),
-              " does not match ", g.sizes());
+  TORCH_CHECK(g.dim() == 2 && sink.dim() == 1 && sink.size(0) == g.size(1), "column sums: sink ",
+              sink.sizes(), " does not match ", g.sizes());
   cuda_kernels::AddColumnSumsArgs<T> a;
   a.rows = g.size(0);
   a.n = g.size(1);
@@ -256,11 +270,13 @@ template <typename T>
 cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf(const at::Tensor& g, const at::Tensor& x,
                                                                const at::Tensor& mean, const at::Tensor& rstd,
                                                                const at::Tensor& weight, at::Tensor& g_x,
-                                                               at::Tensor& sink_weight, at::Tensor& sink_bias) {
+                                                               at::Tensor& sink_weight,
+                                                               at::Tensor& sink_bias) {
   CheckDense<T>({&g, &x, &mean, &rstd, &weight, &g_x, &sink_weight, &sink_bias}, "LayerNorm backward");
-  TORCH_CHECK(x.dim() == 2 && g.sizes() == x.sizes() && g_x.sizes() == x.sizes() && mean.numel() == x.size(0) &&
-                  rstd.numel() == x.size(0) && weight.sizes() == at::IntArrayRef({x.size(1)}) &&
-                  sink_weight.sizes() == weight.sizes() && sink_bias.sizes() == weight.sizes(),
+  TORCH_CHECK(x.dim() == 2 && g.sizes() == x.sizes() && g_x.sizes() == x.sizes() &&
+                  mean.numel() == x.size(0) && rstd.numel() == x.size(0) &&
+                  weight.sizes() == at::IntArrayRef({x.size(1)}) && sink_weight.sizes() == weight.sizes() &&
+                  sink_bias.sizes() == weight.sizes(),
               "LayerNorm backward: x ", x.sizes(), ", g ", g.sizes(), ", mean ", mean.sizes(), ", rstd ",
               rstd.sizes(), ", weight ", weight.sizes(), " and outputs do not match");
   cuda_kernels::LayerNormBackwardArgs<T> a;
@@ -277,19 +293,18 @@ cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf(const at::Tensor&
   return a;
 }
 
-#define SLIMFIT_INSTANTIATE(T)                                                                                   \
-  template cuda_kernels::SplitHeadsArgs<T> SplitHeadsArgsOf<T>(FeatureMap, const at::Tensor&, int64_t,          \
-                                                               at::Tensor&, at::Tensor&);                       \
-  template cuda_kernels::JoinHeadGradientsArgs<T> JoinHeadGradientsArgsOf<T>(                                   \
-      FeatureMap, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&);     \
-  template cuda_kernels::NormalizeAttentionArgs<T> NormalizeAttentionArgsOf<T>(const at::Tensor&,               \
-                                                                               const at::Tensor&, double,       \
-                                                                               at::Tensor&, at::Tensor&);       \
-  template cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf<T>(                 \
-      const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&);                     \
-  template cuda_kernels::AddColumnSumsArgs<T> AddColumnSumsArgsOf<T>(at::Tensor&, const at::Tensor&);          \
-  template cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf<T>(                                   \
-      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,            \
+#define SLIMFIT_INSTANTIATE(T)                                                                              \
+  template cuda_kernels::SplitHeadsArgs<T> SplitHeadsArgsOf<T>(FeatureMap, const at::Tensor&, int64_t,      \
+                                                               at::Tensor&, at::Tensor&);                   \
+  template cuda_kernels::JoinHeadGradientsArgs<T> JoinHeadGradientsArgsOf<T>(                               \
+      FeatureMap, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&); \
+  template cuda_kernels::NormalizeAttentionArgs<T> NormalizeAttentionArgsOf<T>(                             \
+      const at::Tensor&, const at::Tensor&, double, at::Tensor&, at::Tensor&);                              \
+  template cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf<T>(             \
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&);                   \
+  template cuda_kernels::AddColumnSumsArgs<T> AddColumnSumsArgsOf<T>(at::Tensor&, const at::Tensor&);       \
+  template cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf<T>(                               \
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,        \
       at::Tensor&, at::Tensor&, at::Tensor&);
 SLIMFIT_INSTANTIATE(float)
 SLIMFIT_INSTANTIATE(double)

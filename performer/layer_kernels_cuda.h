@@ -14,10 +14,10 @@
 #ifndef SLIMFIT_PERFORMER_LAYER_KERNELS_CUDA_H_
 #define SLIMFIT_PERFORMER_LAYER_KERNELS_CUDA_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <initializer_list>
-
-#include <ATen/ATen.h>
 
 #include "performer/fused_cuda_kernels.h"
 #include "performer/layer_kernels_cuda_kernels.h"
@@ -30,8 +30,8 @@ namespace slimfit::performer {
 bool LayerKernelsCudaApply(std::initializer_list<const at::Tensor*> tensors);
 
 void SplitHeadsCuda(FeatureMap map, const at::Tensor& qkv, int64_t heads, at::Tensor& phi, at::Tensor& v);
-void JoinHeadGradientsCuda(FeatureMap map, const at::Tensor& qkv, const at::Tensor& g_phi_q, const at::Tensor& g_phi_k,
-                           const at::Tensor& g_v, at::Tensor& g_qkv);
+void JoinHeadGradientsCuda(FeatureMap map, const at::Tensor& qkv, const at::Tensor& g_phi_q,
+                           const at::Tensor& g_phi_k, const at::Tensor& g_v, at::Tensor& g_qkv);
 void NormalizeAttentionCuda(const at::Tensor& num, const at::Tensor& den, double eps, at::Tensor& den_eps,
                             at::Tensor& attention);
 void NormalizeAttentionBackwardCuda(const at::Tensor& g_attention, const at::Tensor& attention,
@@ -39,8 +39,9 @@ void NormalizeAttentionBackwardCuda(const at::Tensor& g_attention, const at::Ten
 // One thread per column / per row and column: for the few rows of a slice (at thousands of rows
 // LibTorch's reductions are faster; explicit_backprop.cc calls these below 512).
 void AddColumnSumsCuda(at::Tensor& sink, const at::Tensor& g);
-void LayerNormBackwardCuda(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
-                           const at::Tensor& weight, at::Tensor& g_x, at::Tensor& sink_weight, at::Tensor& sink_bias);
+void LayerNormBackwardCuda(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean,
+                           const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& g_x,
+                           at::Tensor& sink_weight, at::Tensor& sink_bias);
 
 namespace internal {
 
@@ -51,17 +52,17 @@ cuda_kernels::SplitHeadsArgs<T> SplitHeadsArgsOf(FeatureMap map, const at::Tenso
                                                  at::Tensor& phi, at::Tensor& v);
 template <typename T>
 cuda_kernels::JoinHeadGradientsArgs<T> JoinHeadGradientsArgsOf(FeatureMap map, const at::Tensor& qkv,
-                                                               const at::Tensor& g_phi_q, const at::Tensor& g_phi_k,
+                                                               const at::Tensor& g_phi_q,
+                                                               const at::Tensor& g_phi_k,
                                                                const at::Tensor& g_v, at::Tensor& g_qkv);
 template <typename T>
 cuda_kernels::NormalizeAttentionArgs<T> NormalizeAttentionArgsOf(const at::Tensor& num, const at::Tensor& den,
                                                                  double eps, at::Tensor& den_eps,
                                                                  at::Tensor& attention);
 template <typename T>
-cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf(const at::Tensor& g_attention,
-                                                                                 const at::Tensor& attention,
-                                                                                 const at::Tensor& den_eps,
-                                                                                 at::Tensor& g_num, at::Tensor& g_den);
+cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf(
+    const at::Tensor& g_attention, const at::Tensor& attention, const at::Tensor& den_eps, at::Tensor& g_num,
+    at::Tensor& g_den);
 
 template <typename T>
 cuda_kernels::AddColumnSumsArgs<T> AddColumnSumsArgsOf(at::Tensor& sink, const at::Tensor& g);
@@ -69,7 +70,8 @@ template <typename T>
 cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf(const at::Tensor& g, const at::Tensor& x,
                                                                const at::Tensor& mean, const at::Tensor& rstd,
                                                                const at::Tensor& weight, at::Tensor& g_x,
-                                                               at::Tensor& sink_weight, at::Tensor& sink_bias);
+                                                               at::Tensor& sink_weight,
+                                                               at::Tensor& sink_bias);
 
 }  // namespace internal
 }  // namespace slimfit::performer

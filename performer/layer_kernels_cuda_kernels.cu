@@ -1,9 +1,8 @@
 // The row kernels of layer_kernels_cuda_kernels.h (which holds their bodies) as CUDA launches.
-#include "performer/layer_kernels_cuda_kernels.h"
-
 #include <cuda_runtime.h>
 
 #include "performer/cuda_kernel_launch.cuh"
+#include "performer/layer_kernels_cuda_kernels.h"
 
 namespace slimfit::performer::cuda_kernels {
 namespace {
@@ -24,7 +23,8 @@ __global__ void __launch_bounds__(kThreads) NormalizeAttentionKernel(NormalizeAt
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) NormalizeAttentionBackwardKernel(NormalizeAttentionBackwardArgs<T> args) {
+__global__ void __launch_bounds__(kThreads)
+    NormalizeAttentionBackwardKernel(NormalizeAttentionBackwardArgs<T> args) {
   NormalizeAttentionBackwardBody(CudaGrid(), args);
 }
 
@@ -60,30 +60,33 @@ const char* LaunchSplitHeads(const SplitHeadsArgs<T>& args, CUstream_st* stream)
 
 template <typename T>
 const char* LaunchJoinHeadGradients(const JoinHeadGradientsArgs<T>& args, CUstream_st* stream) {
-  JoinHeadGradientsKernel<T><<<GridBlocks(args.shape.rows * 3 * args.shape.Width()), kThreads, 0, stream>>>(args);
+  JoinHeadGradientsKernel<T>
+      <<<GridBlocks(args.shape.rows * 3 * args.shape.Width()), kThreads, 0, stream>>>(args);
   return LaunchError();
 }
 
 template <typename T>
 const char* LaunchNormalizeAttention(const NormalizeAttentionArgs<T>& args, CUstream_st* stream) {
-  NormalizeAttentionKernel<T><<<GridBlocks(args.shape.rows * args.shape.Width()), kThreads, 0, stream>>>(args);
+  NormalizeAttentionKernel<T>
+      <<<GridBlocks(args.shape.rows * args.shape.Width()), kThreads, 0, stream>>>(args);
   return LaunchError();
 }
 
 template <typename T>
-const char* LaunchNormalizeAttentionBackward(const NormalizeAttentionBackwardArgs<T>& args, CUstream_st* stream) {
+const char* LaunchNormalizeAttentionBackward(const NormalizeAttentionBackwardArgs<T>& args,
+                                             CUstream_st* stream) {
   NormalizeAttentionBackwardKernel<T>
       <<<GridBlocks(args.shape.rows * args.shape.heads), kThreads, 0, stream>>>(args);
   return LaunchError();
 }
 
-#define SLIMFIT_INSTANTIATE(T)                                                                            \
-  template const char* LaunchSplitHeads<T>(const SplitHeadsArgs<T>&, CUstream_st*);                       \
-  template const char* LaunchJoinHeadGradients<T>(const JoinHeadGradientsArgs<T>&, CUstream_st*);         \
-  template const char* LaunchNormalizeAttention<T>(const NormalizeAttentionArgs<T>&, CUstream_st*);       \
+#define SLIMFIT_INSTANTIATE(T)                                                                       \
+  template const char* LaunchSplitHeads<T>(const SplitHeadsArgs<T>&, CUstream_st*);                  \
+  template const char* LaunchJoinHeadGradients<T>(const JoinHeadGradientsArgs<T>&, CUstream_st*);    \
+  template const char* LaunchNormalizeAttention<T>(const NormalizeAttentionArgs<T>&, CUstream_st*);  \
   template const char* LaunchNormalizeAttentionBackward<T>(const NormalizeAttentionBackwardArgs<T>&, \
-                                                           CUstream_st*);                      \
-  template const char* LaunchAddColumnSums<T>(const AddColumnSumsArgs<T>&, CUstream_st*);                 \
+                                                           CUstream_st*);                            \
+  template const char* LaunchAddColumnSums<T>(const AddColumnSumsArgs<T>&, CUstream_st*);            \
   template const char* LaunchLayerNormBackward<T>(const LayerNormBackwardArgs<T>&, CUstream_st*);
 SLIMFIT_INSTANTIATE(float)
 SLIMFIT_INSTANTIATE(double)

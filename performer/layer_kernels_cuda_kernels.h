@@ -49,9 +49,9 @@ template <typename T>
 struct JoinHeadGradientsArgs {
   RowShape shape;
   RowFeature feature = RowFeature::kSqr;
-  const T* qkv = nullptr;                                    // [S, 3d], the forward's input
+  const T* qkv = nullptr;                                          // [S, 3d], the forward's input
   const T *g_phi_q = nullptr, *g_phi_k = nullptr, *g_v = nullptr;  // [k, S, h] each
-  T* g_qkv = nullptr;                                        // [S, 3d]
+  T* g_qkv = nullptr;                                              // [S, 3d]
 };
 
 template <typename T>
@@ -120,9 +120,12 @@ SLIMFIT_KERNEL_DEVICE T ExpOf(T x) {
 template <typename T>
 SLIMFIT_KERNEL_DEVICE T FeatureOf(RowFeature f, T x) {
   switch (f) {
-    case RowFeature::kRelu: return x > 0 ? x : T(0);
-    case RowFeature::kElu1: return x > 0 ? x + T(1) : Expm1Of(x) + T(1);
-    case RowFeature::kSqr: return x * x;
+    case RowFeature::kRelu:
+      return x > 0 ? x : T(0);
+    case RowFeature::kElu1:
+      return x > 0 ? x + T(1) : Expm1Of(x) + T(1);
+    case RowFeature::kSqr:
+      return x * x;
   }
   return x;
 }
@@ -131,9 +134,12 @@ SLIMFIT_KERNEL_DEVICE T FeatureOf(RowFeature f, T x) {
 template <typename T>
 SLIMFIT_KERNEL_DEVICE T FeatureGradientOf(RowFeature f, T x, T g) {
   switch (f) {
-    case RowFeature::kRelu: return x > 0 ? g : T(0);
-    case RowFeature::kElu1: return x > 0 ? g : g * ExpOf(x);
-    case RowFeature::kSqr: return T(2) * (x * g);
+    case RowFeature::kRelu:
+      return x > 0 ? g : T(0);
+    case RowFeature::kElu1:
+      return x > 0 ? g : g * ExpOf(x);
+    case RowFeature::kSqr:
+      return T(2) * (x * g);
   }
   return g;
 }
@@ -192,7 +198,8 @@ SLIMFIT_KERNEL_DEVICE void NormalizeAttentionBody(const Grid& g, const Normalize
 
 // One thread per row of a head (h, i): its h numerator gradients and their sum into g_den.
 template <typename T, typename Grid>
-SLIMFIT_KERNEL_DEVICE void NormalizeAttentionBackwardBody(const Grid& g, const NormalizeAttentionBackwardArgs<T>& a) {
+SLIMFIT_KERNEL_DEVICE void NormalizeAttentionBackwardBody(const Grid& g,
+                                                          const NormalizeAttentionBackwardArgs<T>& a) {
   const int64_t S = a.shape.rows, h = a.shape.head_dim, d = a.shape.Width();
   for (int64_t r = g.Index(); r < a.shape.heads * S; r += g.Count()) {
     const int64_t head = r / S, i = r % S;
@@ -260,7 +267,8 @@ const char* LaunchJoinHeadGradients(const JoinHeadGradientsArgs<T>& args, CUstre
 template <typename T>
 const char* LaunchNormalizeAttention(const NormalizeAttentionArgs<T>& args, CUstream_st* stream);
 template <typename T>
-const char* LaunchNormalizeAttentionBackward(const NormalizeAttentionBackwardArgs<T>& args, CUstream_st* stream);
+const char* LaunchNormalizeAttentionBackward(const NormalizeAttentionBackwardArgs<T>& args,
+                                             CUstream_st* stream);
 template <typename T>
 const char* LaunchAddColumnSums(const AddColumnSumsArgs<T>& args, CUstream_st* stream);
 template <typename T>

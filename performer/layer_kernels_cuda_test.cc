@@ -3,13 +3,13 @@
 // kernels on a CUDA device (skipped where the build has none or no device is visible).
 #include "performer/layer_kernels_cuda.h"
 
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/emulated_thread_block.h"
@@ -31,20 +31,28 @@ const Shape kShapes[] = {{1, 1, 1}, {5, 2, 3}, {16, 4, 8}, {33, 3, 5}};
 // The LibTorch forms (explicit_backprop.cc's fallbacks and FeaturesInto / FeatureGradientInto).
 at::Tensor FeatureOf(FeatureMap map, const at::Tensor& x) {
   switch (map) {
-    case FeatureMap::kRelu: return at::clamp_min(x, 0);
-    case FeatureMap::kElu1: return at::elu(x).add_(1);
-    case FeatureMap::kSqr: return x * x;
-    case FeatureMap::kFavor: break;
+    case FeatureMap::kRelu:
+      return at::clamp_min(x, 0);
+    case FeatureMap::kElu1:
+      return at::elu(x).add_(1);
+    case FeatureMap::kSqr:
+      return x * x;
+    case FeatureMap::kFavor:
+      break;
   }
   return at::Tensor();
 }
 
 at::Tensor FeatureGradientOf(FeatureMap map, const at::Tensor& x, const at::Tensor& g) {
   switch (map) {
-    case FeatureMap::kRelu: return at::threshold_backward(g, x, 0);
-    case FeatureMap::kElu1: return at::elu_backward(g, 1, 1, 1, /*is_result=*/false, x);
-    case FeatureMap::kSqr: return (x * g).mul_(2);
-    case FeatureMap::kFavor: break;
+    case FeatureMap::kRelu:
+      return at::threshold_backward(g, x, 0);
+    case FeatureMap::kElu1:
+      return at::elu_backward(g, 1, 1, 1, /*is_result=*/false, x);
+    case FeatureMap::kSqr:
+      return (x * g).mul_(2);
+    case FeatureMap::kFavor:
+      break;
   }
   return at::Tensor();
 }
@@ -95,7 +103,8 @@ void CheckBodies(FeatureMap map, const Shape& s, int64_t threads, double toleran
   EXPECT_LE(Discrepancy(v, heads.select(0, 2)), tolerance) << what << ": v";
 
   // Join.
-  const at::Tensor gq = at::randn({s.heads, s.rows, s.head_dim}, f64), gk = at::randn_like(gq), gv = at::randn_like(gq);
+  const at::Tensor gq = at::randn({s.heads, s.rows, s.head_dim}, f64), gk = at::randn_like(gq),
+                   gv = at::randn_like(gq);
   at::Tensor g_qkv = Nans({s.rows, 3 * s.d()}, opt);
   const at::Tensor gq_t = gq.to(opt.dtype()), gk_t = gk.to(opt.dtype()), gv_t = gv.to(opt.dtype());
   const auto join = internal::JoinHeadGradientsArgsOf<T>(map, qkv_t, gq_t, gk_t, gv_t, g_qkv);
@@ -128,7 +137,8 @@ void CheckBodies(FeatureMap map, const Shape& s, int64_t threads, double toleran
   const at::Tensor den_eps_t = want_den_eps.to(opt.dtype());
   const auto backward =
       internal::NormalizeAttentionBackwardArgsOf<T>(g_attention_t, attention_t, den_eps_t, g_num, g_den);
-  Emulate(threads, [&](const EmulatedThreads& t) { cuda_kernels::NormalizeAttentionBackwardBody(t, backward); });
+  Emulate(threads,
+          [&](const EmulatedThreads& t) { cuda_kernels::NormalizeAttentionBackwardBody(t, backward); });
   at::Tensor want_g_num = at::empty({s.heads, s.rows, s.head_dim}, f64);
   at::div_out(want_g_num, HeadMajor(g_attention, s.heads), want_den_eps.unsqueeze(2));
   const at::Tensor want_g_den = at::mul(want_g_num, HeadMajor(want_attention, s.heads)).sum(2).neg_();
@@ -151,7 +161,8 @@ TEST(LayerKernelsCudaTest, BodiesOnEmulatedThreadsGiveTheLibTorchForm) {
 // sum and native_layer_norm_backward.
 template <typename T>
 void CheckReductions(int64_t rows, int64_t n, int64_t threads, double tolerance) {
-  const std::string what = absl::StrCat(rows, "x", n, ", ", threads, " threads, ", sizeof(T) == 8 ? "float64" : "float32");
+  const std::string what =
+      absl::StrCat(rows, "x", n, ", ", threads, " threads, ", sizeof(T) == 8 ? "float64" : "float32");
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   const at::ScalarType dtype = c10::CppTypeToScalarType<T>::value;
   at::manual_seed(rows + n);
@@ -168,7 +179,8 @@ void CheckReductions(int64_t rows, int64_t n, int64_t threads, double tolerance)
   const auto [y, mean, rstd] = at::native_layer_norm(x, {n}, weight, bias, 1e-5);
   const auto [want_gx, want_gw, want_gb] =
       at::native_layer_norm_backward(g, x, {n}, mean, rstd, weight, bias, {true, true, true});
-  const at::Tensor x_t = x.to(dtype), mean_t = mean.to(dtype), rstd_t = rstd.to(dtype), weight_t = weight.to(dtype);
+  const at::Tensor x_t = x.to(dtype), mean_t = mean.to(dtype), rstd_t = rstd.to(dtype),
+                   weight_t = weight.to(dtype);
   at::Tensor g_x = Nans({rows, n}, at::TensorOptions().dtype(dtype));
   at::Tensor sink_w = held_w.to(dtype).clone(), sink_b = held_b.to(dtype).clone();
   const auto backward =
@@ -194,15 +206,17 @@ TEST(LayerKernelsCudaTest, ShapesOutsideTheContractAreErrors) {
   at::Tensor phi = at::empty({2, 2, 4, 4}, f64), v = at::empty({2, 4, 4}, f64);
   EXPECT_NO_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kSqr, qkv, 2, phi, v));
   EXPECT_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kSqr, qkv, 3, phi, v), c10::Error) << "heads";
-  EXPECT_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kFavor, qkv, 2, phi, v), c10::Error) << "FAVOR+";
+  EXPECT_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kFavor, qkv, 2, phi, v), c10::Error)
+      << "FAVOR+";
   EXPECT_THROW(internal::SplitHeadsArgsOf<float>(FeatureMap::kSqr, qkv, 2, phi, v), c10::Error) << "dtype";
   at::Tensor wide = at::empty({2, 2, 4, 8}, f64).narrow(3, 0, 4);
-  EXPECT_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kSqr, qkv, 2, wide, v), c10::Error) << "not dense";
+  EXPECT_THROW(internal::SplitHeadsArgsOf<double>(FeatureMap::kSqr, qkv, 2, wide, v), c10::Error)
+      << "not dense";
   at::Tensor sink = at::zeros({23}, f64);
   EXPECT_THROW(internal::AddColumnSumsArgsOf<double>(sink, qkv), c10::Error) << "sink width";
   at::Tensor g_x = at::empty_like(qkv), w = at::ones({24}, f64), mean = at::zeros({4, 1}, f64);
-  EXPECT_THROW(internal::LayerNormBackwardArgsOf<double>(qkv, qkv, mean, mean.narrow(0, 0, 3).contiguous(), w, g_x,
-                                                         w, sink),
+  EXPECT_THROW(internal::LayerNormBackwardArgsOf<double>(qkv, qkv, mean, mean.narrow(0, 0, 3).contiguous(), w,
+                                                         g_x, w, sink),
                c10::Error)
       << "rstd rows";
   // Off the device, or disabled, nothing applies.
@@ -212,7 +226,8 @@ TEST(LayerKernelsCudaTest, ShapesOutsideTheContractAreErrors) {
 }
 
 TEST(LayerKernelsCudaTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
-  if (!FusedCudaKernelsBuilt()) GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
+  if (!FusedCudaKernelsBuilt())
+    GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: nothing to run the kernels on";
   const auto cuda = at::TensorOptions().device(at::kCUDA, 0);
   EnableFusedCudaKernels(true);
@@ -220,38 +235,51 @@ TEST(LayerKernelsCudaTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
     const double tolerance = dtype == at::kDouble ? 1e-14 : 1e-6;
     for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr}) {
       for (const Shape& s : kShapes) {
-        const std::string what = absl::StrCat(FeatureMapName(map), " ", s.rows, "x", s.heads, "x", s.head_dim);
+        const std::string what =
+            absl::StrCat(FeatureMapName(map), " ", s.rows, "x", s.heads, "x", s.head_dim);
         const auto opt = cuda.dtype(dtype);
         const at::Tensor qkv = at::randn({s.rows, 3 * s.d()}, opt.dtype(at::kDouble));
         const at::Tensor heads = HeadsOf(qkv, s.heads);
-        at::Tensor phi = at::empty({2, s.heads, s.rows, s.head_dim}, opt), v = at::empty({s.heads, s.rows, s.head_dim}, opt);
+        at::Tensor phi = at::empty({2, s.heads, s.rows, s.head_dim}, opt),
+                   v = at::empty({s.heads, s.rows, s.head_dim}, opt);
         const at::Tensor qkv_t = qkv.to(dtype);
         ASSERT_TRUE(LayerKernelsCudaApply({&qkv_t, &phi, &v})) << what;
         SplitHeadsCuda(map, qkv_t, s.heads, phi, v);
         EXPECT_LE(Discrepancy(phi, FeatureOf(map, heads.narrow(0, 0, 2))), tolerance) << what;
         EXPECT_LE(Discrepancy(v, heads.select(0, 2)), tolerance) << what;
-        const at::Tensor g = at::randn({s.heads, s.rows, s.head_dim}, opt);
+        const at::Tensor gq = at::randn({s.heads, s.rows, s.head_dim}, opt), gk = at::randn_like(gq),
+                         gv = at::randn_like(gq);
         at::Tensor g_qkv = at::empty({s.rows, 3 * s.d()}, opt);
-        JoinHeadGradientsCuda(map, qkv_t, g, g, g, g_qkv);
+        JoinHeadGradientsCuda(map, qkv_t, gq, gk, gv, g_qkv);
         const at::Tensor g_heads = HeadsOf(g_qkv, s.heads);
-        EXPECT_LE(Discrepancy(g_heads.select(0, 0), FeatureGradientOf(map, heads.select(0, 0), g.to(at::kDouble))),
-                  tolerance) << what;
-        const at::Tensor num = at::randn({s.heads, s.rows, s.head_dim}, opt), den = at::rand({s.heads, s.rows}, opt).add_(0.5);
+        EXPECT_LE(
+            Discrepancy(g_heads.select(0, 0), FeatureGradientOf(map, heads.select(0, 0), gq.to(at::kDouble))),
+            tolerance)
+            << what << ": q";
+        EXPECT_LE(
+            Discrepancy(g_heads.select(0, 1), FeatureGradientOf(map, heads.select(0, 1), gk.to(at::kDouble))),
+            tolerance)
+            << what << ": k";
+        EXPECT_LE(Discrepancy(g_heads.select(0, 2), gv), tolerance) << what << ": v";
+        const at::Tensor num = at::randn({s.heads, s.rows, s.head_dim}, opt),
+                         den = at::rand({s.heads, s.rows}, opt).add_(0.5);
         at::Tensor den_eps = at::empty_like(den), attention = at::empty({s.rows, s.d()}, opt);
         NormalizeAttentionCuda(num, den, kEps, den_eps, attention);
-        EXPECT_LE(Discrepancy(HeadMajor(attention, s.heads), num / den.add(kEps).unsqueeze(2)), tolerance) << what;
+        EXPECT_LE(Discrepancy(HeadMajor(attention, s.heads), num / den.add(kEps).unsqueeze(2)), tolerance)
+            << what;
         at::Tensor g_num = at::empty_like(num), g_den = at::empty_like(den);
         NormalizeAttentionBackwardCuda(attention, attention, den_eps, g_num, g_den);
         const at::Tensor want_g_num = HeadMajor(attention, s.heads) / den_eps.unsqueeze(2);
         EXPECT_LE(Discrepancy(g_num, want_g_num), tolerance) << what;
-        EXPECT_LE(Discrepancy(g_den, (want_g_num * HeadMajor(attention, s.heads)).sum(2).neg()), tolerance) << what;
+        EXPECT_LE(Discrepancy(g_den, (want_g_num * HeadMajor(attention, s.heads)).sum(2).neg()), tolerance)
+            << what;
         at::Tensor sink = at::zeros({s.d()}, opt);
         AddColumnSumsCuda(sink, attention);
         EXPECT_LE(Discrepancy(sink, attention.sum(0)), tolerance) << what;
         const at::Tensor w = at::randn({s.d()}, opt), b = at::zeros({s.d()}, opt);
         const auto [y, mean, rstd] = at::native_layer_norm(attention, {s.d()}, w, b, 1e-5);
-        const auto [want_gx, want_gw, want_gb] =
-            at::native_layer_norm_backward(attention, attention, {s.d()}, mean, rstd, w, b, {true, true, true});
+        const auto [want_gx, want_gw, want_gb] = at::native_layer_norm_backward(
+            attention, attention, {s.d()}, mean, rstd, w, b, {true, true, true});
         at::Tensor g_x = at::empty_like(attention), sink_w = at::zeros_like(w), sink_b = at::zeros_like(w);
         LayerNormBackwardCuda(attention, attention, mean, rstd, w, g_x, sink_w, sink_b);
         const double ln_tolerance = dtype == at::kDouble ? 1e-12 : 1e-5;

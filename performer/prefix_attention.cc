@@ -126,7 +126,8 @@ PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, 
                                                     grad_den, grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};
   }
-  if (FusedCudaPrefixApplies(q, k, v, start.numerator, start.denominator, block)) {
+  if (FusedCudaPrefixBackwardApplies(q, k, v, start.numerator, start.denominator, block, grad_num, grad_den,
+                                     grad_end.numerator, grad_end.denominator)) {
     FusedPrefixGradients g = FusedPrefixBackwardCuda(q, k, v, start.numerator, start.denominator, block, grad_num,
                                                      grad_den, grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};
@@ -142,6 +143,10 @@ PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, 
   // than cloned, and a single block's gradients are returned without copies.
   const int64_t rows = q.size(1);
   const int64_t blocks = (rows + block - 1) / block;
+  if (blocks == 0) {  // no rows: nothing to differentiate; the start front's gradient is the end's
+    return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v),
+            Front{grad_end.numerator.clone(), grad_end.denominator.clone()}};
+  }
   // Block-start fronts, rebuilt forwards (the front after the last block is never needed).
   std::vector<std::pair<at::Tensor, at::Tensor>> starts = {{start.numerator, start.denominator}};
   for (int64_t j = 0; j + 1 < blocks; ++j) {

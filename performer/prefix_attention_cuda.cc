@@ -1,9 +1,9 @@
 #include "performer/prefix_attention_cuda.h"
 
+#include <c10/util/Exception.h>
+
 #include <atomic>
 #include <limits>
-
-#include <c10/util/Exception.h>
 
 #include "performer/emulated_thread_block.h"
 #include "performer/prefix_attention_kernel_bodies.h"
@@ -19,13 +19,14 @@ namespace {
 void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
                  const at::Tensor& z0, int64_t block) {
   TORCH_CHECK(block >= 1, "fused CUDA prefix sums: block must be at least 1, got ", block);
-  TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 && v.size(0) == q.size(0) &&
-                  v.size(1) == q.size(1) && q.size(0) >= 1 && q.size(1) >= 1 && q.size(2) >= 1 && v.size(2) >= 1,
-              "fused CUDA prefix sums: φq ", q.sizes(), ", φk ", k.sizes(), " and v ", v.sizes(), " do not match");
+  TORCH_CHECK(
+      q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 && v.size(0) == q.size(0) &&
+          v.size(1) == q.size(1) && q.size(0) >= 1 && q.size(1) >= 1 && q.size(2) >= 1 && v.size(2) >= 1,
+      "fused CUDA prefix sums: φq ", q.sizes(), ", φk ", k.sizes(), " and v ", v.sizes(), " do not match");
   TORCH_CHECK(r0.sizes() == at::IntArrayRef({q.size(0), q.size(2), v.size(2)}) &&
                   z0.sizes() == at::IntArrayRef({q.size(0), q.size(2)}),
-              "fused CUDA prefix sums: front ", r0.sizes(), " / ", z0.sizes(), " does not match φq ", q.sizes(),
-              " and v ", v.sizes());
+              "fused CUDA prefix sums: front ", r0.sizes(), " / ", z0.sizes(), " does not match φq ",
+              q.sizes(), " and v ", v.sizes());
 }
 
 cuda_kernels::PrefixShape ShapeOf(const at::Tensor& q, const at::Tensor& v, int64_t block) {
@@ -55,11 +56,13 @@ cuda_kernels::Strided<T> Out(const at::Tensor& t) {
 // float64, all alike.
 bool OneFloatDevice(std::initializer_list<const at::Tensor*> tensors) {
   const at::Tensor& first = **tensors.begin();
-  if (!FusedCudaKernelsTake(first) || (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
+  if (!FusedCudaKernelsTake(first) ||
+      (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
     return false;
   }
   for (const at::Tensor* t : tensors) {
-    if (!t->defined() || t->device() != first.device() || t->scalar_type() != first.scalar_type()) return false;
+    if (!t->defined() || t->device() != first.device() || t->scalar_type() != first.scalar_type())
+      return false;
   }
   return true;
 }
@@ -89,7 +92,8 @@ template <typename T, typename Body>
 void EmulateBlocks(int64_t heads, int64_t shared_elements, const Body& body) {
   std::vector<T> shared(static_cast<size_t>(shared_elements));
   for (int64_t h = 0; h < heads; ++h) {
-    RunEmulatedThreadBlock(kEmulatedBlockThreads, [&](const EmulatedThreads& t) { body(t, h, shared.data()); });
+    RunEmulatedThreadBlock(kEmulatedBlockThreads,
+                           [&](const EmulatedThreads& t) { body(t, h, shared.data()); });
   }
 }
 
@@ -99,7 +103,8 @@ template <typename Launch>
 void LaunchOn(const at::Tensor& like, const char* what, const Launch& launch) {
   const c10::cuda::CUDAGuard guard(like.device());
   const char* error = launch(c10::cuda::getCurrentCUDAStream(like.device().index()).stream());
-  TORCH_CHECK(error == nullptr, "fused CUDA prefix sums: the ", what, " kernel did not launch: ", error);
+  TORCH_CHECK(error == nullptr, "fused CUDA prefix sums: the ", what,
+              " kernel did not launch (or an earlier asynchronous CUDA error surfaced): ", error);
 }
 #define SLIMFIT_LAUNCH_ON(like, what, launch) LaunchOn(like, what, launch)
 #else
@@ -108,8 +113,8 @@ void LaunchOn(const at::Tensor& like, const char* what, const Launch& launch) {
 #endif
 
 template <typename T>
-FusedPrefixForward ForwardAs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
-                             const at::Tensor& z0, int64_t block) {
+FusedPrefixForward ForwardAs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& r0, const at::Tensor& z0, int64_t block) {
   internal::PreparedForward<T> p = internal::PrepareForward<T>(q, k, v, r0, z0, block);
   if (q.is_cpu()) {
     EmulateBlocks<T>(p.args.shape.heads, cuda_kernels::SharedElements(p.args.shape, 1),
@@ -117,24 +122,31 @@ FusedPrefixForward ForwardAs(const at::Tensor& q, const at::Tensor& k, const at:
                        cuda_kernels::PrefixForwardHead(t, p.args, h, shared);
                      });
   } else {
-    SLIMFIT_LAUNCH_ON(q, "forward", [&](CUstream_st* stream) { return cuda_kernels::LaunchPrefixForward(p.args, stream); });
+    SLIMFIT_LAUNCH_ON(q, "forward",
+                      [&](CUstream_st* stream) { return cuda_kernels::LaunchPrefixForward(p.args, stream); });
   }
+  CountFusedKernelRun(FusedKernel::kPrefixForward);
   return p.out;
 }
 
 template <typename T>
-FusedPrefixGradients BackwardAs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
-                                const at::Tensor& z0, int64_t block, const at::Tensor& gn, const at::Tensor& gd,
-                                const at::Tensor& g_end_r, const at::Tensor& g_end_z) {
-  internal::PreparedBackward<T> p = internal::PrepareBackward<T>(q, k, v, r0, z0, block, gn, gd, g_end_r, g_end_z);
+FusedPrefixGradients BackwardAs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& r0, const at::Tensor& z0, int64_t block,
+                                const at::Tensor& gn, const at::Tensor& gd, const at::Tensor& g_end_r,
+                                const at::Tensor& g_end_z) {
+  internal::PreparedBackward<T> p =
+      internal::PrepareBackward<T>(q, k, v, r0, z0, block, gn, gd, g_end_r, g_end_z);
   if (q.is_cpu()) {
     EmulateBlocks<T>(p.args.shape.heads, cuda_kernels::SharedElements(p.args.shape, 2),
                      [&](const EmulatedThreads& t, int64_t h, T* shared) {
                        cuda_kernels::PrefixBackwardHead(t, p.args, h, shared);
                      });
   } else {
-    SLIMFIT_LAUNCH_ON(q, "backward", [&](CUstream_st* stream) { return cuda_kernels::LaunchPrefixBackward(p.args, stream); });
+    SLIMFIT_LAUNCH_ON(q, "backward", [&](CUstream_st* stream) {
+      return cuda_kernels::LaunchPrefixBackward(p.args, stream);
+    });
   }
+  CountFusedKernelRun(FusedKernel::kPrefixBackward);
   return p.out;
 }
 
@@ -146,8 +158,10 @@ FusedFront FrontWithoutAs(const at::Tensor& after_r, const at::Tensor& after_z, 
     RunEmulatedThreadBlock(kEmulatedGridThreads,
                            [&](const EmulatedThreads& t) { cuda_kernels::FrontWithoutBody(t, p.args); });
   } else {
-    SLIMFIT_LAUNCH_ON(k, "front", [&](CUstream_st* stream) { return cuda_kernels::LaunchFrontWithout(p.args, stream); });
+    SLIMFIT_LAUNCH_ON(k, "front",
+                      [&](CUstream_st* stream) { return cuda_kernels::LaunchFrontWithout(p.args, stream); });
   }
+  CountFusedKernelRun(FusedKernel::kFrontWithout);
   return p.out;
 }
 
@@ -155,11 +169,12 @@ FusedFront FrontWithoutAs(const at::Tensor& after_r, const at::Tensor& after_z, 
 
 }  // namespace
 
-bool FusedCudaPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
-                            const at::Tensor& z0, int64_t block) {
+bool FusedCudaPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& r0, const at::Tensor& z0, int64_t block) {
   if (block < 1 || !OneFloatDevice({&q, &k, &v, &r0, &z0})) return false;
-  if (q.dim() != 3 || k.sizes() != q.sizes() || v.dim() != 3 || v.size(0) != q.size(0) || v.size(1) != q.size(1) ||
-      q.numel() == 0 || v.numel() == 0 || r0.sizes() != at::IntArrayRef({q.size(0), q.size(2), v.size(2)}) ||
+  if (q.dim() != 3 || k.sizes() != q.sizes() || v.dim() != 3 || v.size(0) != q.size(0) ||
+      v.size(1) != q.size(1) || q.numel() == 0 || v.numel() == 0 ||
+      r0.sizes() != at::IntArrayRef({q.size(0), q.size(2), v.size(2)}) ||
       z0.sizes() != at::IntArrayRef({q.size(0), q.size(2)})) {
     return false;
   }
@@ -169,26 +184,40 @@ bool FusedCudaPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::
   return bytes <= SharedBytesAllowed(q);
 }
 
+bool FusedCudaPrefixBackwardApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& r0, const at::Tensor& z0, int64_t block,
+                                    const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
+                                    const at::Tensor& grad_end_numerator,
+                                    const at::Tensor& grad_end_denominator) {
+  return FusedCudaPrefixApplies(q, k, v, r0, z0, block) &&
+         OneFloatDevice(
+             {&q, &grad_numerator, &grad_denominator, &grad_end_numerator, &grad_end_denominator}) &&
+         grad_numerator.sizes() == v.sizes() && grad_denominator.sizes() == q.sizes().slice(0, 2) &&
+         grad_end_numerator.sizes() == r0.sizes() && grad_end_denominator.sizes() == z0.sizes();
+}
+
 FusedPrefixForward FusedPrefixForwardCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const at::Tensor& r0, const at::Tensor& z0, int64_t block) {
-  TORCH_CHECK(FusedCudaPrefixApplies(q, k, v, r0, z0, block), "fused CUDA prefix sums: these tensors are not theirs");
+  TORCH_CHECK(FusedCudaPrefixApplies(q, k, v, r0, z0, block),
+              "fused CUDA prefix sums: these tensors are not theirs");
   return q.scalar_type() == at::kFloat ? ForwardAs<float>(q, k, v, r0, z0, block)
                                        : ForwardAs<double>(q, k, v, r0, z0, block);
 }
 
 FusedPrefixGradients FusedPrefixBackwardCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                              const at::Tensor& r0, const at::Tensor& z0, int64_t block,
-                                             const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
+                                             const at::Tensor& grad_numerator,
+                                             const at::Tensor& grad_denominator,
                                              const at::Tensor& grad_end_numerator,
                                              const at::Tensor& grad_end_denominator) {
-  TORCH_CHECK(FusedCudaPrefixApplies(q, k, v, r0, z0, block) &&
-                  OneFloatDevice({&q, &grad_numerator, &grad_denominator, &grad_end_numerator, &grad_end_denominator}),
+  TORCH_CHECK(FusedCudaPrefixBackwardApplies(q, k, v, r0, z0, block, grad_numerator, grad_denominator,
+                                             grad_end_numerator, grad_end_denominator),
               "fused CUDA prefix sums: these tensors are not theirs");
   return q.scalar_type() == at::kFloat
              ? BackwardAs<float>(q, k, v, r0, z0, block, grad_numerator, grad_denominator, grad_end_numerator,
                                  grad_end_denominator)
-             : BackwardAs<double>(q, k, v, r0, z0, block, grad_numerator, grad_denominator, grad_end_numerator,
-                                  grad_end_denominator);
+             : BackwardAs<double>(q, k, v, r0, z0, block, grad_numerator, grad_denominator,
+                                  grad_end_numerator, grad_end_denominator);
 }
 
 bool FusedCudaFrontWithoutApplies(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
@@ -237,7 +266,8 @@ template <typename T>
 PreparedBackward<T> PrepareBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& r0, const at::Tensor& z0, int64_t block,
                                     const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
-                                    const at::Tensor& grad_end_numerator, const at::Tensor& grad_end_denominator) {
+                                    const at::Tensor& grad_end_numerator,
+                                    const at::Tensor& grad_end_denominator) {
   CheckShapes(q, k, v, r0, z0, block);
   TORCH_CHECK(grad_numerator.sizes() == v.sizes() && grad_denominator.sizes() == q.sizes().slice(0, 2) &&
                   grad_end_numerator.sizes() == r0.sizes() && grad_end_denominator.sizes() == z0.sizes(),
@@ -274,13 +304,14 @@ PreparedBackward<T> PrepareBackward(const at::Tensor& q, const at::Tensor& k, co
 }
 
 template <typename T>
-PreparedFrontWithout<T> PrepareFrontWithout(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
-                                            const at::Tensor& k, const at::Tensor& v) {
+PreparedFrontWithout<T> PrepareFrontWithout(const at::Tensor& after_numerator,
+                                            const at::Tensor& after_denominator, const at::Tensor& k,
+                                            const at::Tensor& v) {
   TORCH_CHECK(k.dim() == 3 && v.dim() == 3 && v.size(0) == k.size(0) && v.size(1) == k.size(1) &&
                   after_numerator.sizes() == at::IntArrayRef({k.size(0), k.size(2), v.size(2)}) &&
                   after_denominator.sizes() == at::IntArrayRef({k.size(0), k.size(2)}),
-              "fused CUDA front: φk ", k.sizes(), ", v ", v.sizes(), " and front ", after_numerator.sizes(), " / ",
-              after_denominator.sizes(), " do not match");
+              "fused CUDA front: φk ", k.sizes(), ", v ", v.sizes(), " and front ", after_numerator.sizes(),
+              " / ", after_denominator.sizes(), " do not match");
   PreparedFrontWithout<T> p;
   p.out.numerator = at::empty(after_numerator.sizes(), after_numerator.options());
   p.out.denominator = at::empty(after_denominator.sizes(), after_denominator.options());
@@ -301,15 +332,18 @@ template PreparedFrontWithout<double> PrepareFrontWithout<double>(const at::Tens
                                                                   const at::Tensor&, const at::Tensor&);
 template PreparedForward<float> PrepareForward<float>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                                       const at::Tensor&, const at::Tensor&, int64_t);
-template PreparedForward<double> PrepareForward<double>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                        const at::Tensor&, const at::Tensor&, int64_t);
-template PreparedBackward<float> PrepareBackward<float>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                        const at::Tensor&, const at::Tensor&, int64_t,
-                                                        const at::Tensor&, const at::Tensor&, const at::Tensor&,
+template PreparedForward<double> PrepareForward<double>(const at::Tensor&, const at::Tensor&,
+                                                        const at::Tensor&, const at::Tensor&,
+                                                        const at::Tensor&, int64_t);
+template PreparedBackward<float> PrepareBackward<float>(const at::Tensor&, const at::Tensor&,
+                                                        const at::Tensor&, const at::Tensor&,
+                                                        const at::Tensor&, int64_t, const at::Tensor&,
+                                                        const at::Tensor&, const at::Tensor&,
                                                         const at::Tensor&);
-template PreparedBackward<double> PrepareBackward<double>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                          const at::Tensor&, const at::Tensor&, int64_t,
-                                                          const at::Tensor&, const at::Tensor&, const at::Tensor&,
+template PreparedBackward<double> PrepareBackward<double>(const at::Tensor&, const at::Tensor&,
+                                                          const at::Tensor&, const at::Tensor&,
+                                                          const at::Tensor&, int64_t, const at::Tensor&,
+                                                          const at::Tensor&, const at::Tensor&,
                                                           const at::Tensor&);
 
 }  // namespace internal

@@ -16,10 +16,10 @@
 #ifndef SLIMFIT_PERFORMER_PREFIX_ATTENTION_CUDA_H_
 #define SLIMFIT_PERFORMER_PREFIX_ATTENTION_CUDA_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "performer/fused_cuda_kernels.h"
 #include "performer/prefix_attention_cpu.h"
@@ -34,8 +34,16 @@ inline constexpr int64_t kFusedCudaMaxBlocks = 2;
 // True when the kernels take these tensors: FusedCudaKernelsEnabled(), float32 or float64 CUDA tensors of one
 // dtype on one device, shapes as prefix_attention.h's, S ≤ kFusedCudaMaxBlocks · block, and the
 // shared memory a thread block needs within what the device allows.
-bool FusedCudaPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
-                            const at::Tensor& z0, int64_t block);
+bool FusedCudaPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& r0, const at::Tensor& z0, int64_t block);
+
+// FusedCudaPrefixApplies, and the output gradients defined, of the outputs' shapes, on the same
+// device in the same dtype.
+bool FusedCudaPrefixBackwardApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& r0, const at::Tensor& z0, int64_t block,
+                                    const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
+                                    const at::Tensor& grad_end_numerator,
+                                    const at::Tensor& grad_end_denominator);
 
 // REQUIRES: FusedCudaPrefixApplies(q, k, v, r0, z0, block). Fresh contiguous outputs; a launch the
 // runtime refuses is a c10::Error.
@@ -43,10 +51,11 @@ FusedPrefixForward FusedPrefixForwardCuda(const at::Tensor& q, const at::Tensor&
                                           const at::Tensor& r0, const at::Tensor& z0, int64_t block);
 
 // The gradients of every input given those of the four outputs (each defined, the forward's shapes,
-// the inputs' dtype and device). REQUIRES: as FusedPrefixForwardCuda.
+// the inputs' dtype and device). REQUIRES: FusedCudaPrefixBackwardApplies(…).
 FusedPrefixGradients FusedPrefixBackwardCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                              const at::Tensor& r0, const at::Tensor& z0, int64_t block,
-                                             const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
+                                             const at::Tensor& grad_numerator,
+                                             const at::Tensor& grad_denominator,
                                              const at::Tensor& grad_end_numerator,
                                              const at::Tensor& grad_end_denominator);
 
@@ -86,7 +95,8 @@ template <typename T>
 PreparedBackward<T> PrepareBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& r0, const at::Tensor& z0, int64_t block,
                                     const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
-                                    const at::Tensor& grad_end_numerator, const at::Tensor& grad_end_denominator);
+                                    const at::Tensor& grad_end_numerator,
+                                    const at::Tensor& grad_end_denominator);
 
 template <typename T>
 struct PreparedFrontWithout {
@@ -97,8 +107,9 @@ struct PreparedFrontWithout {
 // REQUIRES: shapes as FusedCudaFrontWithoutApplies's (checked: a c10::Error otherwise), every tensor
 // of dtype T on one device.
 template <typename T>
-PreparedFrontWithout<T> PrepareFrontWithout(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
-                                            const at::Tensor& k, const at::Tensor& v);
+PreparedFrontWithout<T> PrepareFrontWithout(const at::Tensor& after_numerator,
+                                            const at::Tensor& after_denominator, const at::Tensor& k,
+                                            const at::Tensor& v);
 
 }  // namespace internal
 }  // namespace slimfit::performer

@@ -1,14 +1,14 @@
 // The fused CUDA prefix-sum kernels: prefix_attention_cuda_kernels.h states the contract,
 // prefix_attention_kernel_bodies.h holds what a thread block does, and prefix_attention.cc's
 // ChunkedPrefixFunction comment derives the equations.
-#include "performer/prefix_attention_cuda_kernels.h"
+#include <cuda_runtime.h>
 
 #include <mutex>
 #include <set>
-
-#include <cuda_runtime.h>
+#include <utility>
 
 #include "performer/cuda_kernel_launch.cuh"
+#include "performer/prefix_attention_cuda_kernels.h"
 #include "performer/prefix_attention_kernel_bodies.h"
 
 namespace slimfit::performer::cuda_kernels {
@@ -32,16 +32,17 @@ __global__ void __launch_bounds__(kThreads) FrontWithoutKernel(FrontWithoutArgs<
   FrontWithoutBody(CudaGrid(), args);
 }
 
-// Opts a kernel in to the device's largest shared memory, once per device, at its first launch (a
-// warm-up, before any graph capture: the engine runs a slice op by op before it captures it).
-template <typename Kernel>
-const char* OptIn(Kernel kernel) {
+// Opts a kernel in to the device's largest shared memory, once per device and kernel, at its first
+// launch (a warm-up, before any graph capture: the engine runs a slice op by op before it captures
+// it).
+const char* OptIn(const void* kernel) {
   static std::mutex mutex;
-  static std::set<int>* done = new std::set<int>();  // never destroyed: used until exit
+  static std::set<std::pair<int, const void*>>* done =
+      new std::set<std::pair<int, const void*>>();  // never destroyed: used until exit
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cudaGetErrorString(e);
   const std::lock_guard<std::mutex> lock(mutex);
-  if (done->count(device) > 0) return nullptr;
+  if (done->count({device, kernel}) > 0) return nullptr;
   const int64_t most = MaxSharedBytesOptIn(device);
   if (most < 0) return "the CUDA runtime cannot say how much shared memory a thread block may use";
   if (cudaError_t e =
@@ -49,13 +50,13 @@ const char* OptIn(Kernel kernel) {
       e != cudaSuccess) {
     return cudaGetErrorString(e);
   }
-  done->insert(device);
+  done->insert({device, kernel});
   return nullptr;
 }
 
 template <typename Kernel, typename Args>
 const char* Launch(Kernel kernel, const Args& args, size_t shared_bytes, CUstream_st* stream) {
-  if (const char* error = OptIn(kernel); error != nullptr) return error;
+  if (const char* error = OptIn(reinterpret_cast<const void*>(kernel)); error != nullptr) return error;
   kernel<<<static_cast<unsigned>(args.shape.heads), kThreads, shared_bytes, stream>>>(args);
   return LaunchError();
 }

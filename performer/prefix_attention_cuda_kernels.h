@@ -46,8 +46,8 @@ struct PrefixShape {
 template <typename T>
 struct PrefixForwardArgs {
   PrefixShape shape;
-  Strided<const T> q, k, v;          // [heads, rows, M], [heads, rows, M], [heads, rows, d]
-  Strided<const T> r0, z0;           // the start front: [heads, M, d], [heads, M]
+  Strided<const T> q, k, v;           // [heads, rows, M], [heads, rows, M], [heads, rows, d]
+  Strided<const T> r0, z0;            // the start front: [heads, M, d], [heads, M]
   Strided<T> numerator, denominator;  // [heads, rows, d], [heads, rows]
   Strided<T> end_r, end_z;            // the front after the last row: [heads, M, d], [heads, M]
 };

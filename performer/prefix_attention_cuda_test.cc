@@ -4,12 +4,13 @@
 // CUDA device (skipped where the build has no kernels or no device is visible).
 #include "performer/prefix_attention_cuda.h"
 
-#include <limits>
-#include <string>
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "performer/emulated_thread_block.h"
@@ -21,19 +22,22 @@ namespace {
 
 struct Case {
   int64_t heads, rows, features, dim, block;
-  std::string Name() const { return absl::StrCat(heads, "x", rows, " rows, M=", features, ", d=", dim, ", block ", block); }
+  std::string Name() const {
+    return absl::StrCat(heads, "x", rows, " rows, M=", features, ", d=", dim, ", block ", block);
+  }
 };
 
 // One block shorter than `block`, one exactly a block, two blocks (the second partial or full), and
 // three blocks (more than the wrapper hands the kernels, which the bodies handle all the same).
 const std::vector<Case>& Cases() {
-  static const std::vector<Case> cases = {{2, 1, 3, 4, 64},  {2, 5, 3, 4, 64},  {3, 16, 8, 5, 64}, {2, 64, 6, 7, 64},
-                                          {2, 16, 5, 4, 8},  {2, 13, 4, 3, 8},  {2, 20, 4, 3, 8},  {1, 9, 1, 1, 4}};
+  static const std::vector<Case> cases = {{2, 1, 3, 4, 64},  {2, 5, 3, 4, 64}, {3, 16, 8, 5, 64},
+                                          {2, 64, 6, 7, 64}, {2, 16, 5, 4, 8}, {2, 13, 4, 3, 8},
+                                          {2, 20, 4, 3, 8},  {1, 9, 1, 1, 4}};
   return cases;
 }
 
 struct Inputs {
-  at::Tensor q, k, v, r0, z0;          // the forward's
+  at::Tensor q, k, v, r0, z0;           // the forward's
   at::Tensor gn, gd, g_end_r, g_end_z;  // its outputs' gradients
 };
 
@@ -59,8 +63,8 @@ Inputs MakeInputs(const Case& c, uint64_t seed) {
 
 Inputs Converted(const Inputs& in, at::ScalarType dtype, at::Device device) {
   auto to = [&](const at::Tensor& t) { return t.to(device, dtype); };
-  return Inputs{to(in.q), to(in.k), to(in.v), to(in.r0), to(in.z0), to(in.gn), to(in.gd), to(in.g_end_r),
-                to(in.g_end_z)};
+  return Inputs{to(in.q),  to(in.k),  to(in.v),       to(in.r0),     to(in.z0),
+                to(in.gn), to(in.gd), to(in.g_end_r), to(in.g_end_z)};
 }
 
 void FillNan(const std::vector<at::Tensor>& tensors) {
@@ -70,30 +74,34 @@ void FillNan(const std::vector<at::Tensor>& tensors) {
 // The kernels' bodies, one emulated thread block per head. Outputs and shared memory start as NaN,
 // so an entry the bodies never write, or shared memory read before it is written, shows.
 template <typename T>
-FusedPrefixForward EmulatedForward(const Inputs& in, int64_t block, int64_t threads) {
+FusedPrefixForward EmulatedForward(const Inputs& in, int64_t block, int64_t threads,
+                                   EmulatedSchedule schedule = EmulatedSchedule::kConcurrent) {
   internal::PreparedForward<T> p = internal::PrepareForward<T>(in.q, in.k, in.v, in.r0, in.z0, block);
   FillNan({p.out.numerator, p.out.denominator, p.out.end_numerator, p.out.end_denominator});
   std::vector<T> shared(cuda_kernels::SharedElements(p.args.shape, 1));
   for (int64_t h = 0; h < p.args.shape.heads; ++h) {
     std::fill(shared.begin(), shared.end(), std::numeric_limits<T>::quiet_NaN());
-    RunEmulatedThreadBlock(threads, [&](const EmulatedThreads& t) {
-      cuda_kernels::PrefixForwardHead(t, p.args, h, shared.data());
-    });
+    RunEmulatedThreadBlock(
+        threads,
+        [&](const EmulatedThreads& t) { cuda_kernels::PrefixForwardHead(t, p.args, h, shared.data()); },
+        schedule);
   }
   return p.out;
 }
 
 template <typename T>
-FusedPrefixGradients EmulatedBackward(const Inputs& in, int64_t block, int64_t threads) {
-  internal::PreparedBackward<T> p = internal::PrepareBackward<T>(in.q, in.k, in.v, in.r0, in.z0, block, in.gn, in.gd,
-                                                                 in.g_end_r, in.g_end_z);
+FusedPrefixGradients EmulatedBackward(const Inputs& in, int64_t block, int64_t threads,
+                                      EmulatedSchedule schedule = EmulatedSchedule::kConcurrent) {
+  internal::PreparedBackward<T> p = internal::PrepareBackward<T>(in.q, in.k, in.v, in.r0, in.z0, block, in.gn,
+                                                                 in.gd, in.g_end_r, in.g_end_z);
   FillNan({p.out.q, p.out.k, p.out.v, p.out.r0, p.out.z0});
   std::vector<T> shared(cuda_kernels::SharedElements(p.args.shape, 2));
   for (int64_t h = 0; h < p.args.shape.heads; ++h) {
     std::fill(shared.begin(), shared.end(), std::numeric_limits<T>::quiet_NaN());
-    RunEmulatedThreadBlock(threads, [&](const EmulatedThreads& t) {
-      cuda_kernels::PrefixBackwardHead(t, p.args, h, shared.data());
-    });
+    RunEmulatedThreadBlock(
+        threads,
+        [&](const EmulatedThreads& t) { cuda_kernels::PrefixBackwardHead(t, p.args, h, shared.data()); },
+        schedule);
   }
   return p.out;
 }
@@ -120,11 +128,14 @@ Reference ReferenceOf(const Inputs& in, int64_t block) {
   return ref;
 }
 
-void ExpectForwardEqual(const FusedPrefixForward& got, const Reference& ref, double tolerance, const std::string& what) {
+void ExpectForwardEqual(const FusedPrefixForward& got, const Reference& ref, double tolerance,
+                        const std::string& what) {
   EXPECT_LE(Discrepancy(got.numerator, ref.forward.numerator), tolerance) << what << ": numerator";
   EXPECT_LE(Discrepancy(got.denominator, ref.forward.denominator), tolerance) << what << ": denominator";
-  EXPECT_LE(Discrepancy(got.end_numerator, ref.forward.end.numerator), tolerance) << what << ": end numerator";
-  EXPECT_LE(Discrepancy(got.end_denominator, ref.forward.end.denominator), tolerance) << what << ": end denominator";
+  EXPECT_LE(Discrepancy(got.end_numerator, ref.forward.end.numerator), tolerance)
+      << what << ": end numerator";
+  EXPECT_LE(Discrepancy(got.end_denominator, ref.forward.end.denominator), tolerance)
+      << what << ": end denominator";
 }
 
 void ExpectBackwardEqual(const FusedPrefixGradients& got, const Reference& ref, double tolerance,
@@ -142,28 +153,47 @@ TEST(FusedCudaPrefixTest, KernelBodiesOnEmulatedThreadBlocksGiveTheLibTorchForm)
     const Reference ref = ReferenceOf(in, c.block);
     const Inputs in32 = Converted(in, at::kFloat, at::kCPU);
     // One thread (every loop walks all entries), a count that divides nothing, and a warp's worth
-    // and more (several threads per row, idle threads in short loops).
-    for (int64_t threads : {int64_t{1}, int64_t{7}, int64_t{48}}) {
-      const std::string what = absl::StrCat(c.Name(), ", ", threads, " threads");
-      ExpectForwardEqual(EmulatedForward<double>(in, c.block, threads), ref, 1e-13, what + ", float64");
-      ExpectBackwardEqual(EmulatedBackward<double>(in, c.block, threads), ref, 1e-13, what + ", float64");
-      ExpectForwardEqual(EmulatedForward<float>(in32, c.block, threads), ref, 2e-6, what + ", float32");
-      ExpectBackwardEqual(EmulatedBackward<float>(in32, c.block, threads), ref, 2e-6, what + ", float32");
+    // and more (several threads per row, idle threads in short loops), running freely; then 7
+    // threads taking turns in order and in reverse, where a read not behind a sync of another
+    // thread's write sees it in one order and not in the other.
+    struct Run {
+      int64_t threads;
+      EmulatedSchedule schedule;
+    };
+    for (const Run& run : {Run{1, EmulatedSchedule::kConcurrent}, Run{7, EmulatedSchedule::kConcurrent},
+                           Run{48, EmulatedSchedule::kConcurrent}, Run{7, EmulatedSchedule::kInOrder},
+                           Run{7, EmulatedSchedule::kReverseOrder}}) {
+      const char* order = run.schedule == EmulatedSchedule::kConcurrent ? "concurrently"
+                          : run.schedule == EmulatedSchedule::kInOrder  ? "in turns"
+                                                                        : "in turns, reversed";
+      const std::string what = absl::StrCat(c.Name(), ", ", run.threads, " threads ", order);
+      ExpectForwardEqual(EmulatedForward<double>(in, c.block, run.threads, run.schedule), ref, 1e-13,
+                         what + ", float64");
+      ExpectBackwardEqual(EmulatedBackward<double>(in, c.block, run.threads, run.schedule), ref, 1e-13,
+                          what + ", float64");
+      ExpectForwardEqual(EmulatedForward<float>(in32, c.block, run.threads, run.schedule), ref, 2e-6,
+                         what + ", float32");
+      ExpectBackwardEqual(EmulatedBackward<float>(in32, c.block, run.threads, run.schedule), ref, 2e-6,
+                          what + ", float32");
     }
   }
 }
 
-// The emulation has teeth: a body that skipped its last sync before reusing the tiles, or a wrong
-// block walk, would differ; here a changed input must change the result beyond the tolerance.
-TEST(FusedCudaPrefixTest, TheEmulatedComparisonSeesAWrongInput) {
-  const Case c{2, 20, 4, 3, 8};
-  const Inputs in = MakeInputs(c, 7);
-  const Reference ref = ReferenceOf(in, c.block);
-  Inputs changed = in;
-  changed.v = in.v.clone();
-  changed.v[1][15][2] += 1e-6;  // a row of the last block, in the second head
-  EXPECT_GT(Discrepancy(EmulatedForward<double>(changed, c.block, 7).numerator, ref.forward.numerator), 1e-9);
-  EXPECT_GT(Discrepancy(EmulatedBackward<double>(changed, c.block, 7).k, ref.backward.phi_k), 1e-9);
+// The engine hands the kernels segments narrowed out of a stretch's rows (prefix_attention.h's
+// segments, explicit_backprop.cc's Rows): head strides longer than the rows, for φq, φk, v and the
+// output gradients alike (a 2-D gD with a row stride of 1 and a head stride of the stretch).
+TEST(FusedCudaPrefixTest, SegmentViewsGiveTheLibTorchForm) {
+  const Case stretch{3, 40, 5, 4, 8};
+  const Inputs whole = MakeInputs(stretch, 9);
+  for (auto [begin, rows] : {std::pair<int64_t, int64_t>{0, 16}, {13, 11}, {37, 3}}) {
+    Inputs in = whole;
+    for (at::Tensor* t : {&in.q, &in.k, &in.v, &in.gn, &in.gd}) *t = t->narrow(1, begin, rows);
+    ASSERT_FALSE(in.v.is_contiguous());
+    const Reference ref = ReferenceOf(in, stretch.block);
+    const std::string what = absl::StrCat("rows ", begin, " + ", rows);
+    ExpectForwardEqual(EmulatedForward<double>(in, stretch.block, 7), ref, 1e-13, what);
+    ExpectBackwardEqual(EmulatedBackward<double>(in, stretch.block, 7), ref, 1e-13, what);
+  }
 }
 
 // FrontWithout's grid-stride body against the LibTorch form (after − FrontContribution), the front
@@ -175,9 +205,11 @@ TEST(FusedCudaPrefixTest, FrontWithoutBodyOnEmulatedThreadsGivesTheLibTorchForm)
     const Front want{in.r0 - added.numerator, in.z0 - added.denominator};
     for (int64_t threads : {int64_t{1}, int64_t{7}, int64_t{48}}) {
       const std::string what = absl::StrCat(c.Name(), ", ", threads, " threads");
-      internal::PreparedFrontWithout<double> p = internal::PrepareFrontWithout<double>(in.r0, in.z0, in.k, in.v);
+      internal::PreparedFrontWithout<double> p =
+          internal::PrepareFrontWithout<double>(in.r0, in.z0, in.k, in.v);
       FillNan({p.out.numerator, p.out.denominator});
-      RunEmulatedThreadBlock(threads, [&](const EmulatedThreads& t) { cuda_kernels::FrontWithoutBody(t, p.args); });
+      RunEmulatedThreadBlock(threads,
+                             [&](const EmulatedThreads& t) { cuda_kernels::FrontWithoutBody(t, p.args); });
       EXPECT_LE(Discrepancy(p.out.numerator, want.numerator), 1e-13) << what;
       EXPECT_LE(Discrepancy(p.out.denominator, want.denominator), 1e-13) << what;
     }
@@ -193,19 +225,24 @@ TEST(FusedCudaPrefixTest, TheyTakeOnlyEnabledCudaTensorsOfTheirShapes) {
   if (FusedCudaKernelsBuilt() && at::hasCUDA()) {
     const Inputs cuda = Converted(in, at::kFloat, at::Device(at::kCUDA, 0));
     EXPECT_TRUE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0, cuda.z0, 64));
-    EXPECT_TRUE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0, cuda.z0, 8)) << "16 rows, two blocks of 8";
+    EXPECT_TRUE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0, cuda.z0, 8))
+        << "16 rows, two blocks of 8";
     EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0, cuda.z0, 4)) << "four blocks";
-    EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v.to(at::kDouble), cuda.r0, cuda.z0, 64)) << "mixed";
-    EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0.select(0, 0), cuda.z0, 64)) << "shape";
+    EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v.to(at::kDouble), cuda.r0, cuda.z0, 64))
+        << "mixed";
+    EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0.select(0, 0), cuda.z0, 64))
+        << "shape";
     EnableFusedCudaKernels(false);
     EXPECT_FALSE(FusedCudaPrefixApplies(cuda.q, cuda.k, cuda.v, cuda.r0, cuda.z0, 64)) << "disabled";
   }
   EnableFusedCudaKernels(false);
-  EXPECT_THROW(internal::PrepareForward<double>(in.q, in.k, in.v.narrow(1, 0, 3), in.r0, in.z0, 64), c10::Error);
+  EXPECT_THROW(internal::PrepareForward<double>(in.q, in.k, in.v.narrow(1, 0, 3), in.r0, in.z0, 64),
+               c10::Error);
 }
 
 TEST(FusedCudaPrefixTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
-  if (!FusedCudaKernelsBuilt()) GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
+  if (!FusedCudaKernelsBuilt())
+    GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: nothing to run the kernels on";
   const at::Device cuda(at::kCUDA, 0);
   for (const Case& c : Cases()) {
@@ -219,16 +256,19 @@ TEST(FusedCudaPrefixTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
       EnableFusedCudaKernels(true);
       ASSERT_TRUE(FusedCudaPrefixApplies(d.q, d.k, d.v, d.r0, d.z0, c.block)) << what;
       ExpectForwardEqual(FusedPrefixForwardCuda(d.q, d.k, d.v, d.r0, d.z0, c.block), ref, tolerance, what);
-      ExpectBackwardEqual(FusedPrefixBackwardCuda(d.q, d.k, d.v, d.r0, d.z0, c.block, d.gn, d.gd, d.g_end_r, d.g_end_z),
-                          ref, tolerance, what);
+      ExpectBackwardEqual(
+          FusedPrefixBackwardCuda(d.q, d.k, d.v, d.r0, d.z0, c.block, d.gn, d.gd, d.g_end_r, d.g_end_z), ref,
+          tolerance, what);
       // Through the block form's entry points, which dispatch to the kernels while they are on.
       const PrefixAttentionResult forward = ChunkedPrefixForward(d.q, d.k, d.v, Front{d.r0, d.z0}, c.block);
       EXPECT_LE(Discrepancy(forward.numerator, ref.forward.numerator), tolerance) << what;
       ASSERT_TRUE(FusedCudaFrontWithoutApplies(d.r0, d.z0, d.k, d.v)) << what;
       const Front added = FrontContribution(in.k, in.v);
       const FusedFront without = FusedFrontWithoutCuda(d.r0, d.z0, d.k, d.v);
-      EXPECT_LE(Discrepancy(without.numerator, in.r0 - added.numerator), tolerance) << what << ": front without";
-      EXPECT_LE(Discrepancy(without.denominator, in.z0 - added.denominator), tolerance) << what << ": front without";
+      EXPECT_LE(Discrepancy(without.numerator, in.r0 - added.numerator), tolerance)
+          << what << ": front without";
+      EXPECT_LE(Discrepancy(without.denominator, in.z0 - added.denominator), tolerance)
+          << what << ": front without";
       EnableFusedCudaKernels(false);
     }
   }

@@ -48,9 +48,13 @@ SLIMFIT_KERNEL_DEVICE Head<T> HeadOf(const Strided<T>& s, int64_t h) {
 SLIMFIT_KERNEL_HOST_DEVICE inline int64_t Padded(int64_t features) { return features + 1; }
 
 // The rows a tile holds: a segment shorter than a block needs only its own rows.
-SLIMFIT_KERNEL_HOST_DEVICE inline int64_t TileRows(const PrefixShape& s) { return s.rows < s.block ? s.rows : s.block; }
+SLIMFIT_KERNEL_HOST_DEVICE inline int64_t TileRows(const PrefixShape& s) {
+  return s.rows < s.block ? s.rows : s.block;
+}
 
-SLIMFIT_KERNEL_HOST_DEVICE inline int64_t BlockCount(const PrefixShape& s) { return (s.rows + s.block - 1) / s.block; }
+SLIMFIT_KERNEL_HOST_DEVICE inline int64_t BlockCount(const PrefixShape& s) {
+  return (s.rows + s.block - 1) / s.block;
+}
 
 // Shared memory, in elements: two [tile, M + 1] tiles (φq, φk) and `score_tiles` [tile, tile] ones.
 SLIMFIT_KERNEL_HOST_DEVICE inline int64_t SharedElements(const PrefixShape& s, int64_t score_tiles) {
@@ -60,8 +64,8 @@ SLIMFIT_KERNEL_HOST_DEVICE inline int64_t SharedElements(const PrefixShape& s, i
 
 // Copies rows [begin, begin + n) of φq and φk into the shared tiles qs, ks ([n, M + 1]).
 template <typename T, typename Threads>
-SLIMFIT_KERNEL_DEVICE void LoadTiles(const Threads& t, const Head<const T>& q, const Head<const T>& k, int64_t begin,
-                                     int64_t n, int64_t m_count, T* qs, T* ks) {
+SLIMFIT_KERNEL_DEVICE void LoadTiles(const Threads& t, const Head<const T>& q, const Head<const T>& k,
+                                     int64_t begin, int64_t n, int64_t m_count, T* qs, T* ks) {
   const int64_t ld = Padded(m_count);
   for (int64_t e = t.Index(); e < n * m_count; e += t.Count()) {
     const int64_t i = e / m_count, m = e % m_count;
@@ -72,8 +76,8 @@ SLIMFIT_KERNEL_DEVICE void LoadTiles(const Threads& t, const Head<const T>& q, c
 
 // scores[i, j] = φq_i · φk_j for j ≤ i, else 0 (an n × n tile with leading dimension `tile`).
 template <typename T, typename Threads>
-SLIMFIT_KERNEL_DEVICE void CausalScores(const Threads& t, const T* qs, const T* ks, int64_t n, int64_t m_count,
-                                        int64_t tile, T* scores) {
+SLIMFIT_KERNEL_DEVICE void CausalScores(const Threads& t, const T* qs, const T* ks, int64_t n,
+                                        int64_t m_count, int64_t tile, T* scores) {
   const int64_t ld = Padded(m_count);
   for (int64_t e = t.Index(); e < n * n; e += t.Count()) {
     const int64_t i = e / n, j = e % n;
@@ -89,9 +93,9 @@ SLIMFIT_KERNEL_DEVICE void CausalScores(const Threads& t, const T* qs, const T* 
 // v rows [begin, begin + n) in global memory). Entry (m, c) belongs to the thread with
 // Index() ≡ m·d + c (mod Count()), as in every M × d loop of the bodies.
 template <typename T, typename Threads>
-SLIMFIT_KERNEL_DEVICE void AddToFront(const Threads& t, const T* ks, const Head<const T>& v, int64_t begin, int64_t n,
-                                      int64_t m_count, int64_t d_count, const Head<T>& front_r, T* front_z,
-                                      int64_t z_stride) {
+SLIMFIT_KERNEL_DEVICE void AddToFront(const Threads& t, const T* ks, const Head<const T>& v, int64_t begin,
+                                      int64_t n, int64_t m_count, int64_t d_count, const Head<T>& front_r,
+                                      T* front_z, int64_t z_stride) {
   const int64_t ld = Padded(m_count);
   for (int64_t e = t.Index(); e < m_count * d_count; e += t.Count()) {
     const int64_t m = e / d_count, c = e % d_count;
@@ -108,7 +112,8 @@ SLIMFIT_KERNEL_DEVICE void AddToFront(const Threads& t, const T* ks, const Head<
 
 // Head h's forward. `shared`: SharedElements(a.shape, 1) elements.
 template <typename T, typename Threads>
-SLIMFIT_KERNEL_DEVICE void PrefixForwardHead(const Threads& t, const PrefixForwardArgs<T>& a, int64_t h, T* shared) {
+SLIMFIT_KERNEL_DEVICE void PrefixForwardHead(const Threads& t, const PrefixForwardArgs<T>& a, int64_t h,
+                                             T* shared) {
   const PrefixShape& s = a.shape;
   const int64_t M = s.features, D = s.dim, tile = TileRows(s), ld = Padded(M);
   T* const qs = shared;              // [tile, M + 1]
@@ -153,7 +158,8 @@ SLIMFIT_KERNEL_DEVICE void PrefixForwardHead(const Threads& t, const PrefixForwa
 
 // Head h's backward. `shared`: SharedElements(a.shape, 2) elements.
 template <typename T, typename Threads>
-SLIMFIT_KERNEL_DEVICE void PrefixBackwardHead(const Threads& t, const PrefixBackwardArgs<T>& a, int64_t h, T* shared) {
+SLIMFIT_KERNEL_DEVICE void PrefixBackwardHead(const Threads& t, const PrefixBackwardArgs<T>& a, int64_t h,
+                                              T* shared) {
   const PrefixShape& s = a.shape;
   const int64_t M = s.features, D = s.dim, tile = TileRows(s), ld = Padded(M), blocks = BlockCount(s);
   T* const qs = shared;                      // [tile, M + 1]
@@ -191,7 +197,8 @@ SLIMFIT_KERNEL_DEVICE void PrefixBackwardHead(const Threads& t, const PrefixBack
       const int64_t m = e / D, c = e % D;
       cur_r(m, c) = j == 1 ? r0(m, c) : scratch_r(j - 1)(m, c);
     }
-    for (int64_t m = t.Index(); m < M; m += t.Count()) cur_z[m] = j == 1 ? z0[m * a.z0.row] : scratch_z(j - 1)[m];
+    for (int64_t m = t.Index(); m < M; m += t.Count())
+      cur_z[m] = j == 1 ? z0[m * a.z0.row] : scratch_z(j - 1)[m];
     const int64_t begin = (j - 1) * s.block;
     LoadTiles(t, q, k, begin, s.block, M, qs, ks);
     t.Sync();

@@ -7,7 +7,8 @@
 #
 # Usage (from the repository root): scripts/cuda/build_and_test.sh OUT [STEPS]
 #   OUT    folder for the logs: env.log build.log tests.log bench_config_a.jsonl bench_long_l.jsonl
-#          bench_large.jsonl (build_without_graphs.log when the build with CUDA graphs failed)
+#          bench_large.jsonl (build_without_kernels.log, build_without_graphs.log when the full build
+#          failed)
 #   STEPS  comma-separated, any of build,test,bench,bf16,ops,service (default: build,test,bench);
 #          bf16 is the short comparison of bfloat16 products by hand, through autograd and float32
 #          (bench_bf16.jsonl: config A, the large model, calibration's probe); ops counts LibTorch
@@ -73,28 +74,33 @@ if [[ ",$steps," == *",build,"* ]]; then
   fi
   service=OFF
   [ -f "$deps/../gen/proto/slimfit.pb.cc" ] && service=ON
-  # $1: ON or OFF for the CUDA graphs and the direct CUDA runtime calls.
+  # The card's compute capability (9.0 → 90) for the kernels; CMake's default list otherwise.
+  arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')"
+  # $1: ON or OFF for the CUDA graphs and the direct CUDA runtime calls; $2 for slimfit's own kernels.
   configure_and_build() {
-    cmake -S scripts/cuda -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    CUDACXX="${nvcc:-}" cmake -S scripts/cuda -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DSLIMFIT_TORCH_ROOT="$torch_root" -DSLIMFIT_CXX11_ABI="$abi" \
       -DSLIMFIT_CUDA_INCLUDE="$cuda_include" -DSLIMFIT_DEPS="$deps" -DSLIMFIT_CXX_STANDARD="$std" \
       -DSLIMFIT_SERVICE="$service" -DSLIMFIT_CUDA_GRAPHS="$1" -DSLIMFIT_LINK_CUDART="$1" \
-      ${nvcc:+-DCMAKE_CUDA_COMPILER="$nvcc"} &&
+      -DSLIMFIT_CUDA_KERNELS="$2" ${arch:+-DCMAKE_CUDA_ARCHITECTURES="$arch"} &&
       if [[ ",$steps," == *",service,"* ]]; then
         ninja -C "$build" -k 0 all service_slimfit_worker service_slimfit_coordinator service_slimfit
       else
         ninja -C "$build" -k 0 ${TARGETS:-}
       fi
   }
-  if ! configure_and_build ON > "$out/build.log" 2>&1; then
+  if ! configure_and_build ON ON > "$out/build.log" 2>&1; then
     status=1
     echo "build: FAILED (see build.log)"
     grep -m 20 -E "error|undefined reference" "$out/build.log"
     if [ ! -x "$build/gradient_bench" ]; then
-      # The engine itself did not build: keep the rest measurable without CUDA graphs (every slice
-      # op by op) and without direct CUDA runtime calls.
-      echo "building without CUDA graphs (build_without_graphs.log)"
-      configure_and_build OFF > "$out/build_without_graphs.log" 2>&1 || echo "build: FAILED without CUDA graphs too"
+      # The engine did not build: first without slimfit's own kernels (optional), then also without
+      # CUDA graphs (every slice op by op) and direct CUDA runtime calls, so the rest stays measurable.
+      echo "building without the fused kernels (build_without_kernels.log)"
+      if ! configure_and_build ON OFF > "$out/build_without_kernels.log" 2>&1 || [ ! -x "$build/gradient_bench" ]; then
+        echo "building without CUDA graphs (build_without_graphs.log)"
+        configure_and_build OFF OFF > "$out/build_without_graphs.log" 2>&1 || echo "build: FAILED without CUDA graphs too"
+      fi
     fi
   fi
   tail -5 "$out/build.log"
