@@ -35,6 +35,22 @@ bool FusedCudaKernelsTake(const at::Tensor& t) {
   return t.is_cpu() && FusedCudaKernelsEmulated();
 }
 
+bool FusedCudaKernelsTakeAll(std::initializer_list<const at::Tensor*> tensors, bool contiguous) {
+  if (tensors.size() == 0) return false;
+  const at::Tensor& first = **tensors.begin();
+  if (!FusedCudaKernelsTake(first) ||
+      (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
+    return false;
+  }
+  for (const at::Tensor* t : tensors) {
+    if (!t->defined() || t->device() != first.device() || t->scalar_type() != first.scalar_type() ||
+        (contiguous && !t->is_contiguous())) {
+      return false;
+    }
+  }
+  return true;
+}
+
 const char* FusedKernelName(FusedKernel kernel) {
   switch (kernel) {
     case FusedKernel::kPrefixForward:

@@ -17,6 +17,8 @@
 
 #include <ATen/ATen.h>
 
+#include <initializer_list>
+
 namespace slimfit::performer {
 
 bool FusedCudaKernelsBuilt();
@@ -29,6 +31,10 @@ bool FusedCudaKernelsEnabled();
 
 // Enabled, and `t` lives where they run: a CUDA device in a build with them, the CPU while emulated.
 bool FusedCudaKernelsTake(const at::Tensor& t);
+
+// FusedCudaKernelsTake the first, and all of them defined, float32 or float64, of one dtype on one
+// device (and, when `contiguous`, contiguous).
+bool FusedCudaKernelsTakeAll(std::initializer_list<const at::Tensor*> tensors, bool contiguous = false);
 
 // slimfit's kernels, for counting their runs.
 enum class FusedKernel : int {

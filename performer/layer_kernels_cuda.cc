@@ -118,19 +118,7 @@ void LayerNormBackwardAs(const at::Tensor& g, const at::Tensor& x, const at::Ten
 }  // namespace
 
 bool LayerKernelsCudaApply(std::initializer_list<const at::Tensor*> tensors) {
-  if (tensors.size() == 0) return false;
-  const at::Tensor& first = **tensors.begin();
-  if (!FusedCudaKernelsTake(first) ||
-      (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
-    return false;
-  }
-  for (const at::Tensor* t : tensors) {
-    if (!t->defined() || t->device() != first.device() || t->scalar_type() != first.scalar_type() ||
-        !t->is_contiguous()) {
-      return false;
-    }
-  }
-  return true;
+  return FusedCudaKernelsTakeAll(tensors, /*contiguous=*/true);
 }
 
 void SplitHeadsCuda(FeatureMap map, const at::Tensor& qkv, int64_t heads, at::Tensor& phi, at::Tensor& v) {

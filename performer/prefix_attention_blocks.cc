@@ -7,22 +7,12 @@
 
 #include <c10/util/Exception.h>
 
+#include "performer/prefix_shapes.h"
+
 namespace slimfit::performer {
 namespace {
 
 std::atomic<bool> block_parallel_enabled{true};
-
-void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
-                 const at::Tensor& z0, int64_t block) {
-  TORCH_CHECK(block >= 1, "prefix sums: block must be at least 1, got ", block);
-  TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 && v.size(0) == q.size(0) &&
-                  v.size(1) == q.size(1) && q.size(1) >= 1,
-              "prefix sums: φq and φk must be [k, S, M] with S ≥ 1 and v [k, S, d]; got ", q.sizes(), ", ",
-              k.sizes(), ", ", v.sizes());
-  TORCH_CHECK(r0.dim() == 3 && r0.size(0) == q.size(0) && r0.size(1) == q.size(2) && r0.size(2) == v.size(2) &&
-                  z0.dim() == 2 && z0.size(0) == q.size(0) && z0.size(1) == q.size(2),
-              "prefix sums: the front must be [k, M, d] and [k, M]; got ", r0.sizes(), " and ", z0.sizes());
-}
 
 // One group of blocks: rows [begin, begin + rows) cut into `blocks` blocks of `block` rows, the
 // last padded with zero rows (a zero φk and v add nothing to a front; a zero φq reads nothing).
@@ -102,7 +92,8 @@ bool BlockParallelPrefixEnabled() { return block_parallel_enabled.load(std::memo
 
 BlockPrefixForward BlockParallelPrefixForward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                               const at::Tensor& r0, const at::Tensor& z0, int64_t block) {
-  CheckShapes(q, k, v, r0, z0, block);
+  CheckPrefixShapes("prefix sums", q, k, v, r0, z0, block);
+  TORCH_CHECK(q.size(1) >= 1, "prefix sums: the block-parallel form needs at least one row");
   const int64_t heads = q.size(0), total = q.size(1);
   const std::vector<Group> groups = Groups(total, block);
   // One unpadded group writes straight into the results; otherwise each group's rows are copied
@@ -142,11 +133,10 @@ BlockPrefixGradients BlockParallelPrefixBackward(const at::Tensor& q, const at::
                                                  const at::Tensor& grad_denominator,
                                                  const at::Tensor& grad_end_numerator,
                                                  const at::Tensor& grad_end_denominator) {
-  CheckShapes(q, k, v, r0, z0, block);
-  TORCH_CHECK(grad_numerator.sizes() == v.sizes() && grad_denominator.dim() == 2 &&
-                  grad_denominator.size(0) == q.size(0) && grad_denominator.size(1) == q.size(1) &&
-                  grad_end_numerator.sizes() == r0.sizes() && grad_end_denominator.sizes() == z0.sizes(),
-              "prefix sums backward: output gradients must have the outputs' shapes");
+  CheckPrefixShapes("prefix sums", q, k, v, r0, z0, block);
+  TORCH_CHECK(q.size(1) >= 1, "prefix sums: the block-parallel form needs at least one row");
+  CheckPrefixGradientShapes("prefix sums backward", q, v, r0, z0, grad_numerator, grad_denominator,
+                            grad_end_numerator, grad_end_denominator);
   const int64_t heads = q.size(0), total = q.size(1);
   const std::vector<Group> groups = Groups(total, block);
 

@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include "performer/matrix_products.h"
+#include "performer/prefix_shapes.h"
 
 namespace slimfit::performer {
 namespace {
@@ -31,19 +32,6 @@ constexpr int64_t kParallelRows = 64;
 
 bool CpuFloat(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
 
-// The shapes the kernels index by: a violation is a c10::Error, never an out-of-bounds access.
-void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
-                 const at::Tensor& z0, int64_t block) {
-  TORCH_CHECK(block >= 1, "fused prefix sums: block must be at least 1, got ", block);
-  TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 && v.size(0) == q.size(0) &&
-                  v.size(1) == q.size(1) && v.size(2) >= 1 && q.size(2) >= 1,
-              "fused prefix sums: φq ", q.sizes(), ", φk ", k.sizes(), " and v ", v.sizes(), " do not match");
-  TORCH_CHECK(r0.sizes() == at::IntArrayRef({q.size(0), q.size(2), v.size(2)}) &&
-                  z0.sizes() == at::IntArrayRef({q.size(0), q.size(2)}),
-              "fused prefix sums: front ", r0.sizes(), " / ", z0.sizes(), " does not match φq ", q.sizes(),
-              " and v ", v.sizes());
-}
-
 // Heads per thread: all of them (one thread) when a head's work is too small to repay a parallel
 // region's start and join.
 int64_t HeadGrain(int64_t heads, int64_t rows) { return rows < kParallelRows ? heads : 1; }
@@ -66,7 +54,7 @@ void EnableFusedPrefixKernels(bool enabled) { fused_enabled.store(enabled, std::
 
 FusedPrefixForward FusedPrefixForwardCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                          const at::Tensor& r0, const at::Tensor& z0, int64_t block) {
-  CheckShapes(q, k, v, r0, z0, block);
+  CheckPrefixShapes("fused prefix sums", q, k, v, r0, z0, block);
   const int64_t heads = q.size(0), rows = q.size(1), features = q.size(2), dim = v.size(2);
   const int64_t b = std::min(block, rows);
   FusedPrefixForward out;
@@ -114,10 +102,9 @@ FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tenso
                                             const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
                                             const at::Tensor& grad_end_numerator,
                                             const at::Tensor& grad_end_denominator) {
-  CheckShapes(q, k, v, r0, z0, block);
-  TORCH_CHECK(grad_numerator.sizes() == v.sizes() && grad_denominator.sizes() == q.sizes().slice(0, 2) &&
-                  grad_end_numerator.sizes() == r0.sizes() && grad_end_denominator.sizes() == z0.sizes(),
-              "fused prefix sums: output gradients do not match the outputs' shapes");
+  CheckPrefixShapes("fused prefix sums", q, k, v, r0, z0, block);
+  CheckPrefixGradientShapes("fused prefix sums", q, v, r0, z0, grad_numerator, grad_denominator,
+                            grad_end_numerator, grad_end_denominator);
   const int64_t heads = q.size(0), rows = q.size(1), features = q.size(2), dim = v.size(2);
   const int64_t b = std::min(block, rows);
   const int64_t blocks = (rows + b - 1) / b;
@@ -214,7 +201,7 @@ FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tenso
 
 FusedFront FusedFrontWithoutCpu(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
                                 const at::Tensor& k, const at::Tensor& v) {
-  CheckShapes(k, k, v, after_numerator, after_denominator, /*block=*/1);
+  CheckPrefixShapes("fused front", k, k, v, after_numerator, after_denominator, /*block=*/1);
   const int64_t heads = k.size(0), rows = k.size(1), features = k.size(2), dim = v.size(2);
   FusedFront front{after_numerator.clone(at::MemoryFormat::Contiguous),
                    after_denominator.clone(at::MemoryFormat::Contiguous)};

@@ -7,6 +7,7 @@
 
 #include "performer/emulated_thread_block.h"
 #include "performer/prefix_attention_kernel_bodies.h"
+#include "performer/prefix_shapes.h"
 
 #if defined(SLIMFIT_WITH_CUDA_KERNELS)
 #include <c10/cuda/CUDAGuard.h>
@@ -15,19 +16,6 @@
 
 namespace slimfit::performer {
 namespace {
-
-void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0,
-                 const at::Tensor& z0, int64_t block) {
-  TORCH_CHECK(block >= 1, "fused CUDA prefix sums: block must be at least 1, got ", block);
-  TORCH_CHECK(
-      q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 && v.size(0) == q.size(0) &&
-          v.size(1) == q.size(1) && q.size(0) >= 1 && q.size(1) >= 1 && q.size(2) >= 1 && v.size(2) >= 1,
-      "fused CUDA prefix sums: φq ", q.sizes(), ", φk ", k.sizes(), " and v ", v.sizes(), " do not match");
-  TORCH_CHECK(r0.sizes() == at::IntArrayRef({q.size(0), q.size(2), v.size(2)}) &&
-                  z0.sizes() == at::IntArrayRef({q.size(0), q.size(2)}),
-              "fused CUDA prefix sums: front ", r0.sizes(), " / ", z0.sizes(), " does not match φq ",
-              q.sizes(), " and v ", v.sizes());
-}
 
 cuda_kernels::PrefixShape ShapeOf(const at::Tensor& q, const at::Tensor& v, int64_t block) {
   return cuda_kernels::PrefixShape{q.size(0), q.size(1), q.size(2), v.size(2), block};
@@ -50,21 +38,6 @@ cuda_kernels::Strided<const T> In(const at::Tensor& t, std::vector<at::Tensor>& 
 template <typename T>
 cuda_kernels::Strided<T> Out(const at::Tensor& t) {
   return {t.data_ptr<T>(), t.stride(0), t.stride(1)};
-}
-
-// The kernels take these tensors' device and dtype: where FusedCudaKernelsTake the first, float32 or
-// float64, all alike.
-bool OneFloatDevice(std::initializer_list<const at::Tensor*> tensors) {
-  const at::Tensor& first = **tensors.begin();
-  if (!FusedCudaKernelsTake(first) ||
-      (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble)) {
-    return false;
-  }
-  for (const at::Tensor* t : tensors) {
-    if (!t->defined() || t->device() != first.device() || t->scalar_type() != first.scalar_type())
-      return false;
-  }
-  return true;
 }
 
 // Dynamic shared memory a thread block may use where `t` lives (−1: unknown). An emulated block's
@@ -171,14 +144,9 @@ FusedFront FrontWithoutAs(const at::Tensor& after_r, const at::Tensor& after_z, 
 
 bool FusedCudaPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& r0, const at::Tensor& z0, int64_t block) {
-  if (block < 1 || !OneFloatDevice({&q, &k, &v, &r0, &z0})) return false;
-  if (q.dim() != 3 || k.sizes() != q.sizes() || v.dim() != 3 || v.size(0) != q.size(0) ||
-      v.size(1) != q.size(1) || q.numel() == 0 || v.numel() == 0 ||
-      r0.sizes() != at::IntArrayRef({q.size(0), q.size(2), v.size(2)}) ||
-      z0.sizes() != at::IntArrayRef({q.size(0), q.size(2)})) {
+  if (!FusedCudaKernelsTakeAll({&q, &k, &v, &r0, &z0}) || !PrefixShapesHold(q, k, v, r0, z0, block))
     return false;
-  }
-  if (q.size(1) > kFusedCudaMaxBlocks * block) return false;
+  if (q.size(1) < 1 || q.size(1) > kFusedCudaMaxBlocks * block) return false;
   // The backward's tiles: the larger.
   const int64_t bytes = cuda_kernels::SharedElements(ShapeOf(q, v, block), 2) * q.element_size();
   return bytes <= SharedBytesAllowed(q);
@@ -190,10 +158,10 @@ bool FusedCudaPrefixBackwardApplies(const at::Tensor& q, const at::Tensor& k, co
                                     const at::Tensor& grad_end_numerator,
                                     const at::Tensor& grad_end_denominator) {
   return FusedCudaPrefixApplies(q, k, v, r0, z0, block) &&
-         OneFloatDevice(
+         FusedCudaKernelsTakeAll(
              {&q, &grad_numerator, &grad_denominator, &grad_end_numerator, &grad_end_denominator}) &&
-         grad_numerator.sizes() == v.sizes() && grad_denominator.sizes() == q.sizes().slice(0, 2) &&
-         grad_end_numerator.sizes() == r0.sizes() && grad_end_denominator.sizes() == z0.sizes();
+         PrefixGradientShapesHold(q, v, r0, z0, grad_numerator, grad_denominator, grad_end_numerator,
+                                  grad_end_denominator);
 }
 
 FusedPrefixForward FusedPrefixForwardCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -222,10 +190,8 @@ FusedPrefixGradients FusedPrefixBackwardCuda(const at::Tensor& q, const at::Tens
 
 bool FusedCudaFrontWithoutApplies(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
                                   const at::Tensor& k, const at::Tensor& v) {
-  return OneFloatDevice({&k, &v, &after_numerator, &after_denominator}) && k.dim() == 3 && v.dim() == 3 &&
-         v.size(0) == k.size(0) && v.size(1) == k.size(1) &&
-         after_numerator.sizes() == at::IntArrayRef({k.size(0), k.size(2), v.size(2)}) &&
-         after_denominator.sizes() == at::IntArrayRef({k.size(0), k.size(2)});
+  return FusedCudaKernelsTakeAll({&k, &v, &after_numerator, &after_denominator}) &&
+         PrefixShapesHold(k, k, v, after_numerator, after_denominator, /*block=*/1);
 }
 
 FusedFront FusedFrontWithoutCuda(const at::Tensor& after_numerator, const at::Tensor& after_denominator,
@@ -241,7 +207,7 @@ namespace internal {
 template <typename T>
 PreparedForward<T> PrepareForward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& r0, const at::Tensor& z0, int64_t block) {
-  CheckShapes(q, k, v, r0, z0, block);
+  CheckPrefixShapes("fused CUDA prefix sums", q, k, v, r0, z0, block);
   PreparedForward<T> p;
   const int64_t heads = q.size(0), rows = q.size(1), features = q.size(2), dim = v.size(2);
   p.out.numerator = at::empty({heads, rows, dim}, v.options());
@@ -268,10 +234,9 @@ PreparedBackward<T> PrepareBackward(const at::Tensor& q, const at::Tensor& k, co
                                     const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
                                     const at::Tensor& grad_end_numerator,
                                     const at::Tensor& grad_end_denominator) {
-  CheckShapes(q, k, v, r0, z0, block);
-  TORCH_CHECK(grad_numerator.sizes() == v.sizes() && grad_denominator.sizes() == q.sizes().slice(0, 2) &&
-                  grad_end_numerator.sizes() == r0.sizes() && grad_end_denominator.sizes() == z0.sizes(),
-              "fused CUDA prefix sums: the output gradients must have the outputs' shapes");
+  CheckPrefixShapes("fused CUDA prefix sums", q, k, v, r0, z0, block);
+  CheckPrefixGradientShapes("fused CUDA prefix sums", q, v, r0, z0, grad_numerator, grad_denominator,
+                            grad_end_numerator, grad_end_denominator);
   PreparedBackward<T> p;
   const cuda_kernels::PrefixShape shape = ShapeOf(q, v, block);
   p.out.q = at::empty(q.sizes(), q.options());
@@ -307,11 +272,7 @@ template <typename T>
 PreparedFrontWithout<T> PrepareFrontWithout(const at::Tensor& after_numerator,
                                             const at::Tensor& after_denominator, const at::Tensor& k,
                                             const at::Tensor& v) {
-  TORCH_CHECK(k.dim() == 3 && v.dim() == 3 && v.size(0) == k.size(0) && v.size(1) == k.size(1) &&
-                  after_numerator.sizes() == at::IntArrayRef({k.size(0), k.size(2), v.size(2)}) &&
-                  after_denominator.sizes() == at::IntArrayRef({k.size(0), k.size(2)}),
-              "fused CUDA front: φk ", k.sizes(), ", v ", v.sizes(), " and front ", after_numerator.sizes(),
-              " / ", after_denominator.sizes(), " do not match");
+  CheckPrefixShapes("fused CUDA front", k, k, v, after_numerator, after_denominator, /*block=*/1);
   PreparedFrontWithout<T> p;
   p.out.numerator = at::empty(after_numerator.sizes(), after_numerator.options());
   p.out.denominator = at::empty(after_denominator.sizes(), after_denominator.options());
