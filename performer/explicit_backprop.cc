@@ -145,6 +145,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> Normalize(const at::Tensor& x, co
   return {y, mean, rstd};
 }
 
+// Normalize(x) + residual (post-LN's residual connection), with the rows' mean and rstd: one GPU
+// kernel where it applies, else Normalize and an addition.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> NormalizeAndAdd(const at::Tensor& x, const at::Tensor& weight,
+                                                               const at::Tensor& bias, const at::Tensor& residual) {
+  if (LayerKernelsCudaApply({&x, &weight, &bias, &residual}) && FewRows(x)) {
+    at::Tensor y = at::empty_like(x);
+    at::Tensor mean = at::empty({x.size(0), 1}, x.options());
+    at::Tensor rstd = at::empty({x.size(0), 1}, x.options());
+    LayerNormAddCuda(x, weight, bias, kLayerNormEps, residual, y, mean, rstd);
+    return {y, mean, rstd};
+  }
+  auto [y, mean, rstd] = Normalize(x, weight, bias);
+  y.add_(residual);
+  return {y, mean, rstd};
+}
+
 // The input's gradient of a LayerNorm; its weight and bias gradients go into the sinks.
 at::Tensor NormalizeBackward(const at::Tensor& g, const at::Tensor& input, const at::Tensor& mean,
                              const at::Tensor& rstd, const at::Tensor& weight, const at::Tensor& bias,
@@ -281,9 +297,7 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
   }
   prefix = PrefixAttentionResult();
   if (post) {
-    at::Tensor normalized;
-    std::tie(normalized, t.a_mean, t.a_rstd) = Normalize(t.attention, w.norm1_weight, w.norm1_bias);
-    t.x1 = normalized.add_(x);
+    std::tie(t.x1, t.a_mean, t.a_rstd) = NormalizeAndAdd(t.attention, w.norm1_weight, w.norm1_bias, x);
   } else {
     t.x1 = x + t.attention;
   }
@@ -297,11 +311,9 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
   if (!keep) t.hidden = at::Tensor();
   at::Tensor y;
   if (post) {
-    at::Tensor normalized;
-    std::tie(normalized, t.o_mean, t.o_rstd) = Normalize(o, w.norm2_weight, w.norm2_bias);
+    std::tie(y, t.o_mean, t.o_rstd) = NormalizeAndAdd(o, w.norm2_weight, w.norm2_bias, t.x1);
     if (keep) t.o = std::move(o);
     o = at::Tensor();
-    y = normalized.add_(t.x1);
   } else {
     y = o.add_(t.x1);
   }
@@ -429,6 +441,11 @@ at::Tensor ExplicitForward(const Context& ctx, const Stretch& stretch, const Fro
       stretch.positions.is_contiguous()) {
     x = at::empty({stretch.tokens.size(0), c.d_model}, weights.embedding.options());
     EmbedCpu(stretch.tokens, stretch.positions, weights.embedding, weights.position_frequencies, x);
+  } else if (LayerKernelsCudaApply({&weights.embedding, &weights.position_frequencies}) &&
+             stretch.tokens.is_contiguous() && stretch.positions.is_contiguous() &&
+             stretch.tokens.device() == weights.embedding.device()) {
+    x = at::empty({stretch.tokens.size(0), c.d_model}, weights.embedding.options());
+    EmbedCuda(stretch.tokens, stretch.positions, weights.embedding, weights.position_frequencies, x);
   } else {
     x = EmbedTokens(c, weights, stretch.tokens, stretch.positions);
   }

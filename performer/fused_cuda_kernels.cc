@@ -71,6 +71,10 @@ const char* FusedKernelName(FusedKernel kernel) {
       return "column_sums";
     case FusedKernel::kLayerNormBackward:
       return "layer_norm_backward";
+    case FusedKernel::kEmbed:
+      return "embed";
+    case FusedKernel::kLayerNormAdd:
+      return "layer_norm_add";
   }
   return "unknown";
 }

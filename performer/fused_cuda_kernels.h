@@ -47,8 +47,10 @@ enum class FusedKernel : int {
   kNormalizeAttentionBackward,
   kColumnSums,
   kLayerNormBackward,
+  kEmbed,
+  kLayerNormAdd,
 };
-inline constexpr int kFusedKernelKinds = 9;
+inline constexpr int kFusedKernelKinds = 11;
 const char* FusedKernelName(FusedKernel kernel);
 
 // Runs of each kernel in this process, launched or emulated (a run captured into a CUDA graph counts

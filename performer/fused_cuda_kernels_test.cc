@@ -117,11 +117,13 @@ TEST(FusedCudaKernelsTest, EmulatedKernelsGiveTheGradientOfLibTorchsOps) {
             const bool elementwise = map != FeatureMap::kFavor;
             EXPECT_EQ(runs.Since(FusedKernel::kSplitHeads) > 0, by_hand && elementwise) << what;
             EXPECT_EQ(runs.Since(FusedKernel::kJoinHeadGradients) > 0, by_hand && elementwise) << what;
-            for (FusedKernel row :
-                 {FusedKernel::kNormalizeAttention, FusedKernel::kNormalizeAttentionBackward,
-                  FusedKernel::kColumnSums, FusedKernel::kLayerNormBackward}) {
+            for (FusedKernel row : {FusedKernel::kEmbed, FusedKernel::kNormalizeAttention,
+                                    FusedKernel::kNormalizeAttentionBackward, FusedKernel::kColumnSums,
+                                    FusedKernel::kLayerNormBackward}) {
               EXPECT_EQ(runs.Since(row) > 0, by_hand) << what << ": " << FusedKernelName(row);
             }
+            EXPECT_EQ(runs.Since(FusedKernel::kLayerNormAdd) > 0, by_hand && ln == LayerNormPlacement::kPost)
+                << what;
             EXPECT_EQ(kernels.explicit_backprop, by_hand) << what;
             EXPECT_LE(RelativeDiscrepancy(kernels.gradients, ops.gradients), 1e-12) << what;
             EXPECT_NEAR(kernels.loss_sum, ops.loss_sum, 1e-12 * ops.loss_sum) << what;

@@ -113,12 +113,40 @@ void LayerNormBackwardAs(const at::Tensor& g, const at::Tensor& x, const at::Ten
       &cuda_kernels::LayerNormBackwardBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchLayerNormBackward<T>));
 }
 
+template <typename T>
+void EmbedAs(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& embedding,
+             const at::Tensor& frequencies, at::Tensor& x0) {
+  Run(FusedKernel::kEmbed, x0, "embedding",
+      internal::EmbedArgsOf<T>(tokens, positions, embedding, frequencies, x0),
+      &cuda_kernels::EmbedBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchEmbed<T>));
+}
+
+template <typename T>
+void LayerNormAddAs(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                    const at::Tensor& residual, at::Tensor& y, at::Tensor& mean, at::Tensor& rstd) {
+  Run(FusedKernel::kLayerNormAdd, x, "LayerNorm and residual",
+      internal::LayerNormAddArgsOf<T>(x, weight, bias, eps, residual, y, mean, rstd),
+      &cuda_kernels::LayerNormAddBody<T, EmulatedThreads>, SLIMFIT_LAUNCHER(LaunchLayerNormAdd<T>));
+}
+
 #undef SLIMFIT_LAUNCHER
 
 }  // namespace
 
 bool LayerKernelsCudaApply(std::initializer_list<const at::Tensor*> tensors) {
   return FusedCudaKernelsTakeAll(tensors, /*contiguous=*/true);
+}
+
+void EmbedCuda(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& embedding,
+               const at::Tensor& frequencies, at::Tensor& x0) {
+  x0.scalar_type() == at::kFloat ? EmbedAs<float>(tokens, positions, embedding, frequencies, x0)
+                                 : EmbedAs<double>(tokens, positions, embedding, frequencies, x0);
+}
+
+void LayerNormAddCuda(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                      const at::Tensor& residual, at::Tensor& y, at::Tensor& mean, at::Tensor& rstd) {
+  x.scalar_type() == at::kFloat ? LayerNormAddAs<float>(x, weight, bias, eps, residual, y, mean, rstd)
+                                : LayerNormAddAs<double>(x, weight, bias, eps, residual, y, mean, rstd);
 }
 
 void SplitHeadsCuda(FeatureMap map, const at::Tensor& qkv, int64_t heads, at::Tensor& phi, at::Tensor& v) {
@@ -242,6 +270,59 @@ cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf
 }
 
 template <typename T>
+cuda_kernels::EmbedArgs<T> EmbedArgsOf(const at::Tensor& tokens, const at::Tensor& positions,
+                                       const at::Tensor& embedding, const at::Tensor& frequencies,
+                                       at::Tensor& x0) {
+  CheckDense<T>({&embedding, &frequencies, &x0}, "embedding");
+  TORCH_CHECK(tokens.scalar_type() == at::kLong && positions.scalar_type() == at::kLong &&
+                  tokens.is_contiguous() && positions.is_contiguous() && tokens.device() == x0.device() &&
+                  positions.device() == x0.device(),
+              "embedding: tokens and positions must be contiguous int64 tensors on the output's device");
+  const int64_t rows = x0.size(0), d = x0.dim() == 2 ? x0.size(1) : 0;
+  TORCH_CHECK(x0.dim() == 2 && d % 4 == 0 && embedding.dim() == 2 && embedding.size(1) * 2 == d &&
+                  frequencies.sizes() == at::IntArrayRef({d / 4}) &&
+                  tokens.sizes() == at::IntArrayRef({rows}) && positions.sizes() == tokens.sizes(),
+              "embedding: tokens ", tokens.sizes(), ", positions ", positions.sizes(), ", table ",
+              embedding.sizes(), ", frequencies ", frequencies.sizes(), " and output ", x0.sizes(),
+              " do not match");
+  cuda_kernels::EmbedArgs<T> a;
+  a.rows = rows;
+  a.d = d;
+  a.vocab = embedding.size(0);
+  a.tokens = tokens.data_ptr<int64_t>();
+  a.positions = positions.data_ptr<int64_t>();
+  a.embedding = embedding.data_ptr<T>();
+  a.frequencies = frequencies.data_ptr<T>();
+  a.x0 = x0.data_ptr<T>();
+  return a;
+}
+
+template <typename T>
+cuda_kernels::LayerNormAddArgs<T> LayerNormAddArgsOf(const at::Tensor& x, const at::Tensor& weight,
+                                                     const at::Tensor& bias, double eps,
+                                                     const at::Tensor& residual, at::Tensor& y,
+                                                     at::Tensor& mean, at::Tensor& rstd) {
+  CheckDense<T>({&x, &weight, &bias, &residual, &y, &mean, &rstd}, "LayerNorm and residual");
+  TORCH_CHECK(x.dim() == 2 && weight.sizes() == at::IntArrayRef({x.size(1)}) &&
+                  bias.sizes() == weight.sizes() && residual.sizes() == x.sizes() && y.sizes() == x.sizes() &&
+                  mean.numel() == x.size(0) && rstd.numel() == x.size(0),
+              "LayerNorm and residual: x ", x.sizes(), ", weight ", weight.sizes(), ", residual ",
+              residual.sizes(), " and outputs ", y.sizes(), ", ", mean.sizes(), " do not match");
+  cuda_kernels::LayerNormAddArgs<T> a;
+  a.rows = x.size(0);
+  a.n = x.size(1);
+  a.eps = static_cast<T>(eps);
+  a.x = x.data_ptr<T>();
+  a.weight = weight.data_ptr<T>();
+  a.bias = bias.data_ptr<T>();
+  a.residual = residual.data_ptr<T>();
+  a.y = y.data_ptr<T>();
+  a.mean = mean.data_ptr<T>();
+  a.rstd = rstd.data_ptr<T>();
+  return a;
+}
+
+template <typename T>
 cuda_kernels::AddColumnSumsArgs<T> AddColumnSumsArgsOf(at::Tensor& sink, const at::Tensor& g) {
   CheckDense<T>({&sink, &g}, "column sums");
   TORCH_CHECK(g.dim() == 2 && sink.dim() == 1 && sink.size(0) == g.size(1), "column sums: sink ",
@@ -290,6 +371,11 @@ cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf(const at::Tensor&
       const at::Tensor&, const at::Tensor&, double, at::Tensor&, at::Tensor&);                              \
   template cuda_kernels::NormalizeAttentionBackwardArgs<T> NormalizeAttentionBackwardArgsOf<T>(             \
       const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&);                   \
+  template cuda_kernels::EmbedArgs<T> EmbedArgsOf<T>(const at::Tensor&, const at::Tensor&,                  \
+                                                     const at::Tensor&, const at::Tensor&, at::Tensor&);    \
+  template cuda_kernels::LayerNormAddArgs<T> LayerNormAddArgsOf<T>(                                         \
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, double, const at::Tensor&, at::Tensor&,      \
+      at::Tensor&, at::Tensor&);                                                                            \
   template cuda_kernels::AddColumnSumsArgs<T> AddColumnSumsArgsOf<T>(at::Tensor&, const at::Tensor&);       \
   template cuda_kernels::LayerNormBackwardArgs<T> LayerNormBackwardArgsOf<T>(                               \
       const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,        \

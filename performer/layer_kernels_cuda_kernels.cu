@@ -29,6 +29,16 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T>
+__global__ void __launch_bounds__(kThreads) EmbedKernel(EmbedArgs<T> args) {
+  EmbedBody(CudaGrid(), args);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) LayerNormAddKernel(LayerNormAddArgs<T> args) {
+  LayerNormAddBody(CudaGrid(), args);
+}
+
+template <typename T>
 __global__ void __launch_bounds__(kThreads) AddColumnSumsKernel(AddColumnSumsArgs<T> args) {
   AddColumnSumsBody(CudaGrid(), args);
 }
@@ -39,6 +49,18 @@ __global__ void __launch_bounds__(kThreads) LayerNormBackwardKernel(LayerNormBac
 }
 
 }  // namespace
+
+template <typename T>
+const char* LaunchEmbed(const EmbedArgs<T>& args, CUstream_st* stream) {
+  EmbedKernel<T><<<GridBlocks(args.rows * args.d), kThreads, 0, stream>>>(args);
+  return LaunchError();
+}
+
+template <typename T>
+const char* LaunchLayerNormAdd(const LayerNormAddArgs<T>& args, CUstream_st* stream) {
+  LayerNormAddKernel<T><<<GridBlocks(args.rows), kThreads, 0, stream>>>(args);
+  return LaunchError();
+}
 
 template <typename T>
 const char* LaunchAddColumnSums(const AddColumnSumsArgs<T>& args, CUstream_st* stream) {
@@ -86,6 +108,8 @@ const char* LaunchNormalizeAttentionBackward(const NormalizeAttentionBackwardArg
   template const char* LaunchNormalizeAttention<T>(const NormalizeAttentionArgs<T>&, CUstream_st*);  \
   template const char* LaunchNormalizeAttentionBackward<T>(const NormalizeAttentionBackwardArgs<T>&, \
                                                            CUstream_st*);                            \
+  template const char* LaunchEmbed<T>(const EmbedArgs<T>&, CUstream_st*);                            \
+  template const char* LaunchLayerNormAdd<T>(const LayerNormAddArgs<T>&, CUstream_st*);              \
   template const char* LaunchAddColumnSums<T>(const AddColumnSumsArgs<T>&, CUstream_st*);            \
   template const char* LaunchLayerNormBackward<T>(const LayerNormBackwardArgs<T>&, CUstream_st*);
 SLIMFIT_INSTANTIATE(float)

@@ -1,6 +1,7 @@
 // Row-wise pieces of a Performer layer's hand-written forward and backward (explicit_backprop.h) as
 // CUDA kernels over raw contiguous buffers, one launch each where LibTorch takes two to five: the
-// heads' split with the feature map, its gradient's join, the attention normalisation both ways, a
+// token embedding with its positional features, the heads' split with the feature map, its
+// gradient's join, the attention normalisation both ways, post-LN's LayerNorm with its residual, a
 // bias's gradient (column sums added into it) and LayerNorm's backward with its parameters'
 // gradients added in. The same pieces the CPU's row kernels are (layer_kernels_cpu.h), with the same
 // equations.
@@ -74,6 +75,30 @@ struct NormalizeAttentionBackwardArgs {
   T* g_denominator = nullptr;          // [k, S]:    −Σ_c g_numerator · attention
 };
 
+// x0 [rows, d] = [E(token) (d/2) | sin(position·f) (d/4) | cos(position·f) (d/4)]
+// (performer_model.h's EmbedTokens). A token outside [0, vocab) — refused before any gradient
+// (packed_batch.h) — gives a row of NaN, never a read outside E.
+template <typename T>
+struct EmbedArgs {
+  int64_t rows = 0, d = 0, vocab = 0;
+  const int64_t* tokens = nullptr;     // [rows]
+  const int64_t* positions = nullptr;  // [rows]
+  const T* embedding = nullptr;        // [vocab, d/2]
+  const T* frequencies = nullptr;      // [d/4]
+  T* x0 = nullptr;                     // [rows, d]
+};
+
+// y = LayerNorm(x)·weight + bias + residual over rows of n values, with the rows' mean and
+// 1/sqrt(var + ε) (LibTorch's native_layer_norm layout, [rows, 1]): post-LN's normalisation and its
+// residual connection in one pass.
+template <typename T>
+struct LayerNormAddArgs {
+  int64_t rows = 0, n = 0;
+  T eps = 0;
+  const T *x = nullptr, *weight = nullptr, *bias = nullptr, *residual = nullptr;
+  T *y = nullptr, *mean = nullptr, *rstd = nullptr;
+};
+
 // sink[c] += Σ_r g[r, c]: a bias's gradient. g [rows, n], sink [n].
 template <typename T>
 struct AddColumnSumsArgs {
@@ -113,6 +138,33 @@ SLIMFIT_KERNEL_DEVICE T ExpOf(T x) {
   return exp(x);
 #else
   return std::exp(x);
+#endif
+}
+
+template <typename T>
+SLIMFIT_KERNEL_DEVICE T SinOf(T x) {
+#if defined(__CUDA_ARCH__)
+  return sin(x);
+#else
+  return std::sin(x);
+#endif
+}
+
+template <typename T>
+SLIMFIT_KERNEL_DEVICE T CosOf(T x) {
+#if defined(__CUDA_ARCH__)
+  return cos(x);
+#else
+  return std::cos(x);
+#endif
+}
+
+template <typename T>
+SLIMFIT_KERNEL_DEVICE T SqrtOf(T x) {
+#if defined(__CUDA_ARCH__)
+  return sqrt(x);
+#else
+  return std::sqrt(x);
 #endif
 }
 
@@ -214,6 +266,43 @@ SLIMFIT_KERNEL_DEVICE void NormalizeAttentionBackwardBody(const Grid& g,
   }
 }
 
+// One thread per entry of x0.
+template <typename T, typename Grid>
+SLIMFIT_KERNEL_DEVICE void EmbedBody(const Grid& g, const EmbedArgs<T>& a) {
+  const int64_t half = a.d / 2, quarter = a.d / 4;
+  for (int64_t e = g.Index(); e < a.rows * a.d; e += g.Count()) {
+    const int64_t row = e / a.d, j = e % a.d;
+    if (j < half) {
+      const int64_t token = a.tokens[row];
+      a.x0[e] = token >= 0 && token < a.vocab ? a.embedding[token * half + j] : static_cast<T>(NAN);
+    } else {
+      const int64_t i = (j - half) % quarter;
+      const T angle = static_cast<T>(a.positions[row]) * a.frequencies[i];
+      a.x0[e] = j < half + quarter ? SinOf(angle) : CosOf(angle);
+    }
+  }
+}
+
+// One thread per row: the mean, then the variance about it, then the row.
+template <typename T, typename Grid>
+SLIMFIT_KERNEL_DEVICE void LayerNormAddBody(const Grid& g, const LayerNormAddArgs<T>& a) {
+  const int64_t n = a.n;
+  for (int64_t r = g.Index(); r < a.rows; r += g.Count()) {
+    const T* x = a.x + r * n;
+    T sum = 0;
+    for (int64_t c = 0; c < n; ++c) sum += x[c];
+    const T mean = sum / static_cast<T>(n);
+    T squares = 0;
+    for (int64_t c = 0; c < n; ++c) squares += (x[c] - mean) * (x[c] - mean);
+    const T rstd = T(1) / SqrtOf(squares / static_cast<T>(n) + a.eps);
+    for (int64_t c = 0; c < n; ++c) {
+      a.y[r * n + c] = (x[c] - mean) * rstd * a.weight[c] + a.bias[c] + a.residual[r * n + c];
+    }
+    a.mean[r] = mean;
+    a.rstd[r] = rstd;
+  }
+}
+
 // One thread per column.
 template <typename T, typename Grid>
 SLIMFIT_KERNEL_DEVICE void AddColumnSumsBody(const Grid& g, const AddColumnSumsArgs<T>& a) {
@@ -269,6 +358,10 @@ const char* LaunchNormalizeAttention(const NormalizeAttentionArgs<T>& args, CUst
 template <typename T>
 const char* LaunchNormalizeAttentionBackward(const NormalizeAttentionBackwardArgs<T>& args,
                                              CUstream_st* stream);
+template <typename T>
+const char* LaunchEmbed(const EmbedArgs<T>& args, CUstream_st* stream);
+template <typename T>
+const char* LaunchLayerNormAdd(const LayerNormAddArgs<T>& args, CUstream_st* stream);
 template <typename T>
 const char* LaunchAddColumnSums(const AddColumnSumsArgs<T>& args, CUstream_st* stream);
 template <typename T>

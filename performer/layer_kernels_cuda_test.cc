@@ -191,6 +191,61 @@ void CheckReductions(int64_t rows, int64_t n, int64_t threads, double tolerance)
   EXPECT_LE(Discrepancy(sink_b, held_b + want_gb), tolerance) << what << ": bias";
 }
 
+// The embedding against performer_model.h's EmbedTokens (an embedding lookup beside sin and cos of
+// position × frequency), and post-LN's LayerNorm with its residual against native_layer_norm + x.
+template <typename T>
+void CheckEmbeddingAndLayerNormAdd(int64_t rows, int64_t d, int64_t threads, double tolerance) {
+  const std::string what =
+      absl::StrCat(rows, "x", d, ", ", threads, " threads, ", sizeof(T) == 8 ? "float64" : "float32");
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::ScalarType dtype = c10::CppTypeToScalarType<T>::value;
+  at::manual_seed(rows * 3 + d);
+  const int64_t vocab = 11;
+  const at::Tensor tokens = at::randint(vocab, {rows}, at::kLong),
+                   positions = at::randint(5000, {rows}, at::kLong);
+  const at::Tensor table = at::randn({vocab, d / 2}, f64), frequencies = at::rand({d / 4}, f64);
+  const at::Tensor table_t = table.to(dtype), frequencies_t = frequencies.to(dtype);
+  at::Tensor x0 = Nans({rows, d}, at::TensorOptions().dtype(dtype));
+  const auto embed = internal::EmbedArgsOf<T>(tokens, positions, table_t, frequencies_t, x0);
+  Emulate(threads, [&](const EmulatedThreads& t) { cuda_kernels::EmbedBody(t, embed); });
+  const at::Tensor angles = positions.to(dtype).unsqueeze(1) * frequencies_t.unsqueeze(0);
+  const at::Tensor want = at::cat({at::embedding(table_t, tokens), at::sin(angles), at::cos(angles)}, 1);
+  EXPECT_LE(Discrepancy(x0, want), tolerance) << what << ": embedding";
+
+  const at::Tensor x = at::randn({rows, d}, f64).mul_(2).add_(0.5), residual = at::randn({rows, d}, f64);
+  const at::Tensor weight = at::randn({d}, f64), bias = at::randn({d}, f64);
+  const auto [normalized, want_mean, want_rstd] = at::native_layer_norm(x, {d}, weight, bias, 1e-5);
+  const at::Tensor x_t = x.to(dtype), weight_t = weight.to(dtype), bias_t = bias.to(dtype),
+                   res_t = residual.to(dtype);
+  const auto options = at::TensorOptions().dtype(dtype);
+  at::Tensor y = Nans({rows, d}, options), mean = Nans({rows, 1}, options), rstd = Nans({rows, 1}, options);
+  const auto add = internal::LayerNormAddArgsOf<T>(x_t, weight_t, bias_t, 1e-5, res_t, y, mean, rstd);
+  Emulate(threads, [&](const EmulatedThreads& t) { cuda_kernels::LayerNormAddBody(t, add); });
+  EXPECT_LE(Discrepancy(y, normalized + residual), tolerance) << what << ": y";
+  EXPECT_LE(Discrepancy(mean, want_mean), tolerance) << what << ": mean";
+  EXPECT_LE(Discrepancy(rstd, want_rstd), tolerance) << what << ": rstd";
+}
+
+TEST(LayerKernelsCudaTest, EmbeddingAndLayerNormBodiesOnEmulatedThreadsGiveTheLibTorchForm) {
+  for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 4}, {5, 8}, {16, 64}, {33, 20}}) {
+    for (int64_t threads : {int64_t{1}, int64_t{5}, int64_t{64}}) {
+      CheckEmbeddingAndLayerNormAdd<double>(rows, d, threads, 1e-12);
+      CheckEmbeddingAndLayerNormAdd<float>(rows, d, threads, 2e-5);
+    }
+  }
+  // A token outside the table is a row of NaN, never a read outside it.
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor tokens = at::tensor({int64_t{1}, int64_t{7}, int64_t{-1}}),
+                   positions = at::zeros({3}, at::kLong);
+  const at::Tensor table = at::ones({7, 2}, f64), frequencies = at::ones({1}, f64);
+  at::Tensor x0 = at::zeros({3, 4}, f64);
+  const auto embed = internal::EmbedArgsOf<double>(tokens, positions, table, frequencies, x0);
+  Emulate(2, [&](const EmulatedThreads& t) { cuda_kernels::EmbedBody(t, embed); });
+  EXPECT_TRUE(x0[0].isfinite().all().item<bool>());
+  EXPECT_TRUE(x0[1].narrow(0, 0, 2).isnan().all().item<bool>());
+  EXPECT_TRUE(x0[2].narrow(0, 0, 2).isnan().all().item<bool>());
+}
+
 TEST(LayerKernelsCudaTest, ReductionBodiesOnEmulatedThreadsGiveTheLibTorchForm) {
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {16, 64}, {37, 24}}) {
     for (int64_t threads : {int64_t{1}, int64_t{5}, int64_t{64}}) {
@@ -273,6 +328,31 @@ TEST(LayerKernelsCudaTest, KernelsOnTheDeviceGiveTheLibTorchForm) {
         EXPECT_LE(Discrepancy(g_num, want_g_num), tolerance) << what;
         EXPECT_LE(Discrepancy(g_den, (want_g_num * HeadMajor(attention, s.heads)).sum(2).neg()), tolerance)
             << what;
+        {
+          const at::Tensor tokens = at::randint(9, {s.rows}, cuda.dtype(at::kLong));
+          const at::Tensor positions = at::randint(100, {s.rows}, cuda.dtype(at::kLong));
+          const int64_t width = 4 * s.d();
+          const at::Tensor table = at::randn({9, width / 2}, opt), frequencies = at::rand({width / 4}, opt);
+          at::Tensor x0 = at::empty({s.rows, width}, opt);
+          EmbedCuda(tokens, positions, table, frequencies, x0);
+          const at::Tensor angles = positions.to(dtype).unsqueeze(1) * frequencies.unsqueeze(0);
+          EXPECT_LE(
+              Discrepancy(x0, at::cat({at::embedding(table, tokens), at::sin(angles), at::cos(angles)}, 1)),
+              dtype == at::kDouble ? 1e-12 : 1e-5)
+              << what << ": embedding";
+        }
+        {
+          const at::Tensor w = at::randn({s.d()}, opt), b = at::randn({s.d()}, opt);
+          const auto [normalized, want_mean, want_rstd] =
+              at::native_layer_norm(attention, {s.d()}, w, b, 1e-5);
+          at::Tensor y = at::empty_like(attention), mean = at::empty({s.rows, 1}, opt),
+                     rstd = at::empty_like(mean);
+          LayerNormAddCuda(attention, w, b, 1e-5, num.view({s.rows, s.d()}), y, mean, rstd);
+          EXPECT_LE(Discrepancy(y, normalized + num.view({s.rows, s.d()})),
+                    dtype == at::kDouble ? 1e-12 : 1e-5)
+              << what << ": LayerNorm and residual";
+          EXPECT_LE(Discrepancy(rstd, want_rstd), dtype == at::kDouble ? 1e-12 : 1e-5) << what;
+        }
         at::Tensor sink = at::zeros({s.d()}, opt);
         AddColumnSumsCuda(sink, attention);
         EXPECT_LE(Discrepancy(sink, attention.sum(0)), tolerance) << what;
