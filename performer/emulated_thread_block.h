@@ -7,9 +7,10 @@
 //  - kConcurrent: the threads run freely between barriers (what the engine's emulated mode uses);
 //  - kInOrder and kReverseOrder: one thread at a time — thread 0 (or count − 1) runs until its next
 //    Sync(), then the next thread, and so on; when the last has reached the barrier the first runs on.
-//    Deterministic, and a read of another thread's write that is not behind a Sync() sees the write
-//    in one order and not in the other, so comparing both with a reference catches a missing sync
-//    reliably, where free-running threads catch it only when the timing happens to expose it.
+//    Deterministic: a read of another thread's write that is not behind a Sync() misses the write in
+//    at least one of the two orders (when the two run in the same phase as different threads), so
+//    comparing both with a reference catches a missing sync reliably, where free-running threads
+//    catch it only when the timing happens to expose it.
 // What this checks: indexing, the split of work among threads, the placement of every sync. What it
 // cannot: CUDA's launch limits, its memory model beyond barriers, or speed.
 //

@@ -102,6 +102,11 @@ bool KernelsApply(std::initializer_list<const at::Tensor*> tensors) {
   return true;
 }
 
+// Contiguous int64 indices on `like`'s device (what the CUDA embedding reads).
+bool IndicesOn(const at::Tensor& indices, const at::Tensor& like) {
+  return indices.scalar_type() == at::kLong && indices.is_contiguous() && indices.device() == like.device();
+}
+
 // The arithmetic-heavy kernels (LayerNorm, GELU, column sums) serve small slices, where a LibTorch
 // call costs more than its arithmetic; from this many rows on LibTorch's own kernels (vectorised
 // for the CPU found at run time, parallel) are faster.
@@ -442,8 +447,7 @@ at::Tensor ExplicitForward(const Context& ctx, const Stretch& stretch, const Fro
     x = at::empty({stretch.tokens.size(0), c.d_model}, weights.embedding.options());
     EmbedCpu(stretch.tokens, stretch.positions, weights.embedding, weights.position_frequencies, x);
   } else if (LayerKernelsCudaApply({&weights.embedding, &weights.position_frequencies}) &&
-             stretch.tokens.is_contiguous() && stretch.positions.is_contiguous() &&
-             stretch.tokens.device() == weights.embedding.device()) {
+             IndicesOn(stretch.tokens, weights.embedding) && IndicesOn(stretch.positions, weights.embedding)) {
     x = at::empty({stretch.tokens.size(0), c.d_model}, weights.embedding.options());
     EmbedCuda(stretch.tokens, stretch.positions, weights.embedding, weights.position_frequencies, x);
   } else {

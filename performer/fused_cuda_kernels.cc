@@ -75,6 +75,8 @@ const char* FusedKernelName(FusedKernel kernel) {
       return "embed";
     case FusedKernel::kLayerNormAdd:
       return "layer_norm_add";
+    case FusedKernel::kCount:
+      break;
   }
   return "unknown";
 }

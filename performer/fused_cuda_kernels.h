@@ -49,8 +49,9 @@ enum class FusedKernel : int {
   kLayerNormBackward,
   kEmbed,
   kLayerNormAdd,
+  kCount,  // not a kernel: how many there are
 };
-inline constexpr int kFusedKernelKinds = 11;
+inline constexpr int kFusedKernelKinds = static_cast<int>(FusedKernel::kCount);
 const char* FusedKernelName(FusedKernel kernel);
 
 // Runs of each kernel in this process, launched or emulated (a run captured into a CUDA graph counts

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -18,7 +17,6 @@
 #include "performer/gradient_engine_test_cases.h"
 #include "performer/memory_tracker.h"
 #include "performer/prefix_attention_blocks.h"
-#include "performer/fused_cuda_kernels.h"
 #include "performer/replayable_work.h"
 
 namespace slimfit::performer {
@@ -231,56 +229,6 @@ TEST(CudaGradientTest, SlicesByHandGiveTheAutogradGradient) {
               EXPECT_GT(by_hand.replayed_slices, 0) << what;
             }
           }
-        }
-      }
-    }
-  }
-}
-
-// slimfit's own CUDA kernels (fused_cuda_kernels.h: prefix sums of short segments, the reverse
-// policy's fronts, the row kernels) in the whole engine: with them on, full back-propagation and
-// slices of one and two blocks (documents starting inside slices, so segments of every length) give
-// the CPU's gradient, by hand and through autograd, replayed as CUDA graphs where built, for
-// elementwise feature maps (row kernels) and FAVOR+ (not), both LayerNorm placements, in float64 and
-// float32.
-TEST(CudaGradientTest, FusedCudaKernelsGiveTheCpuGradient) {
-  SKIP_WITHOUT_CUDA();
-  if (!FusedCudaKernelsBuilt()) GTEST_SKIP() << "this build has no fused CUDA kernels (SLIMFIT_WITH_CUDA_KERNELS)";
-  for (auto [map, ln] : {std::pair{FeatureMap::kSqr, LayerNormPlacement::kPost},
-                         {FeatureMap::kElu1, LayerNormPlacement::kPre},
-                         {FeatureMap::kFavor, LayerNormPlacement::kPost}}) {
-    for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
-      const ModelConfig config = Config(map, ln);
-      absl::StatusOr<PerformerModel> cpu_model = PerformerModel::Create(config, dtype, at::kCPU, 6);
-      absl::StatusOr<PerformerModel> cuda_model = PerformerModel::Create(config, dtype, kCuda, 6);
-      ASSERT_TRUE(cpu_model.ok() && cuda_model.ok());
-      const PackedBatch batch = Stream(384, config.vocab);
-      Plan full;
-      full.dtype = dtype;
-      full.block = 16;
-      GradientOptions options;
-      options.feature_seed = 2;
-      const GradientResult cpu = MustCompute(*cpu_model, batch, full, options);
-      const double tolerance = dtype == DType::kFloat64 ? 1e-10 : 1e-5;
-      for (int64_t slice : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{24}, int64_t{32}}) {
-        for (bool by_hand : {true, false}) {
-          Plan plan = full;
-          plan.slice = slice;
-          options.explicit_backprop = by_hand;
-          const int64_t prefix_runs = FusedKernelRuns(FusedKernel::kPrefixBackward);
-          const int64_t row_runs = FusedKernelRuns(FusedKernel::kNormalizeAttentionBackward);
-          EnableFusedCudaKernels(true);
-          const GradientResult fused = MustCompute(*cuda_model, batch, plan, options);
-          EnableFusedCudaKernels(false);
-          // The kernels ran (documents start inside the stream: full back-propagation has short segments).
-          EXPECT_GT(FusedKernelRuns(FusedKernel::kPrefixBackward), prefix_runs) << plan.DebugString();
-          EXPECT_EQ(FusedKernelRuns(FusedKernel::kNormalizeAttentionBackward) > row_runs, by_hand) << plan.DebugString();
-          const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString(),
-                                                by_hand ? ", by hand" : ", autograd");
-          EXPECT_EQ(fused.explicit_backprop, by_hand) << what;
-          EXPECT_LE(RelativeDiscrepancy(OnCpu(fused.gradients), cpu.gradients), tolerance) << what;
-          EXPECT_NEAR(fused.loss_sum, cpu.loss_sum, tolerance * cpu.loss_sum) << what;
-          EXPECT_EQ(fused.replay_fallback, "") << what;
         }
       }
     }

@@ -46,18 +46,18 @@ struct Kernel {  // a body and its launcher, for one Args (a member typedef: not
 template <typename Args>
 void Run(FusedKernel kind, const at::Tensor& like, const char* what, const Args& args,
          typename Kernel<Args>::Body body, typename Kernel<Args>::Launcher launch) {
-  CountFusedKernelRun(kind);
   if (like.is_cpu()) {
     RunEmulatedThreadBlock(kEmulatedGridThreads, [&](const EmulatedThreads& t) { body(t, args); });
-    return;
-  }
-  TORCH_CHECK(launch != nullptr, "CUDA row kernels: this build has no CUDA kernels (", what, ")");
+  } else {
+    TORCH_CHECK(launch != nullptr, "CUDA row kernels: this build has no CUDA kernels (", what, ")");
 #if defined(SLIMFIT_WITH_CUDA_KERNELS)
-  const c10::cuda::CUDAGuard guard(like.device());
-  const char* error = launch(args, c10::cuda::getCurrentCUDAStream(like.device().index()).stream());
-  TORCH_CHECK(error == nullptr, "CUDA row kernels: ", what,
-              " did not launch (or an earlier asynchronous CUDA error surfaced): ", error);
+    const c10::cuda::CUDAGuard guard(like.device());
+    const char* error = launch(args, c10::cuda::getCurrentCUDAStream(like.device().index()).stream());
+    TORCH_CHECK(error == nullptr, "CUDA row kernels: ", what,
+                " did not launch (or an earlier asynchronous CUDA error surfaced): ", error);
 #endif
+  }
+  CountFusedKernelRun(kind);
 }
 
 #if defined(SLIMFIT_WITH_CUDA_KERNELS)

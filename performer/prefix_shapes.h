@@ -2,7 +2,8 @@
 // form, prefix_attention_blocks.h, prefix_attention_cpu.h, prefix_attention_cuda.h): φq, φk
 // [k, S, M], v [k, S, d], the start front [k, M, d] and [k, M], and the gradients of the outputs
 // (numerators [k, S, d], denominators [k, S], end front as the start's). One place for the forms'
-// checks, so that each refuses the same tensors, naming itself. S may be 0; k, M, d, block ≥ 1.
+// checks, so that each refuses the same tensors, naming itself. k, M, d, block ≥ 1; S ≥ 0 here, and
+// the forms that need rows (the block-parallel form, the CUDA kernels) ask for S ≥ 1 themselves.
 // Thread safety: pure functions.
 #ifndef SLIMFIT_PERFORMER_PREFIX_SHAPES_H_
 #define SLIMFIT_PERFORMER_PREFIX_SHAPES_H_

@@ -76,9 +76,11 @@ if [[ ",$steps," == *",build,"* ]]; then
   [ -f "$deps/../gen/proto/slimfit.pb.cc" ] && service=ON
   # The card's compute capability (9.0 → 90) for the kernels; CMake's default list otherwise.
   arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')"
+  [[ "$arch" =~ ^[0-9]+$ ]] || arch=""  # an old driver answers with an error message
   # $1: ON or OFF for the CUDA graphs and the direct CUDA runtime calls; $2 for slimfit's own kernels.
   configure_and_build() {
-    CUDACXX="${nvcc:-}" cmake -S scripts/cuda -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    # -U: a build folder reused from an earlier run must probe this machine's nvcc again.
+    CUDACXX="${nvcc:-}" cmake -S scripts/cuda -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -UCMAKE_CUDA_COMPILER \
       -DSLIMFIT_TORCH_ROOT="$torch_root" -DSLIMFIT_CXX11_ABI="$abi" \
       -DSLIMFIT_CUDA_INCLUDE="$cuda_include" -DSLIMFIT_DEPS="$deps" -DSLIMFIT_CXX_STANDARD="$std" \
       -DSLIMFIT_SERVICE="$service" -DSLIMFIT_CUDA_GRAPHS="$1" -DSLIMFIT_LINK_CUDART="$1" \
@@ -89,6 +91,8 @@ if [[ ",$steps," == *",build,"* ]]; then
         ninja -C "$build" -k 0 ${TARGETS:-}
       fi
   }
+  # Binaries from an earlier run in a reused build folder must not stand in for this build's.
+  rm -f "$build/gradient_bench" "$build"/*_test
   if ! configure_and_build ON ON > "$out/build.log" 2>&1; then
     status=1
     echo "build: FAILED (see build.log)"
@@ -97,7 +101,8 @@ if [[ ",$steps," == *",build,"* ]]; then
       # The engine did not build: first without slimfit's own kernels (optional), then also without
       # CUDA graphs (every slice op by op) and direct CUDA runtime calls, so the rest stays measurable.
       echo "building without the fused kernels (build_without_kernels.log)"
-      if ! configure_and_build ON OFF > "$out/build_without_kernels.log" 2>&1 || [ ! -x "$build/gradient_bench" ]; then
+      configure_and_build ON OFF > "$out/build_without_kernels.log" 2>&1
+      if [ ! -x "$build/gradient_bench" ]; then
         echo "building without CUDA graphs (build_without_graphs.log)"
         configure_and_build OFF OFF > "$out/build_without_graphs.log" 2>&1 || echo "build: FAILED without CUDA graphs too"
       fi
