@@ -17,13 +17,13 @@ namespace {
 // One thread block per head.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) PrefixForwardKernel(PrefixForwardArgs<T> args) {
-  extern __shared__ unsigned char shared[];
+  extern __shared__ __align__(16) unsigned char shared[];  // aligned for double tiles
   PrefixForwardHead(CudaThreads(), args, blockIdx.x, reinterpret_cast<T*>(shared));
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) PrefixBackwardKernel(PrefixBackwardArgs<T> args) {
-  extern __shared__ unsigned char shared[];
+  extern __shared__ __align__(16) unsigned char shared[];  // aligned for double tiles
   PrefixBackwardHead(CudaThreads(), args, blockIdx.x, reinterpret_cast<T*>(shared));
 }
 
