@@ -2,7 +2,7 @@
 // (fused_cuda_kernels.h), a float64 gradient takes the GPU path's kernels — every dispatch in
 // prefix_attention.cc and explicit_backprop.cc, segments of every length, both directions — and
 // must give the gradient LibTorch's ops give. What the device adds (launches, streams, graphs) is
-// gradient_engine_cuda_test's FusedCudaKernelsGiveTheCpuGradient.
+// KernelsOnTheDeviceGiveTheCpuGradient below, which skips where there is no GPU.
 #include "performer/fused_cuda_kernels.h"
 
 #include <gtest/gtest.h>
