@@ -123,51 +123,6 @@ struct LayerNormBackwardArgs {
   T* sink_bias = nullptr;     // [n]
 };
 
-template <typename T>
-SLIMFIT_KERNEL_DEVICE T Expm1Of(T x) {
-#if defined(__CUDA_ARCH__)
-  return expm1(x);
-#else
-  return std::expm1(x);
-#endif
-}
-
-template <typename T>
-SLIMFIT_KERNEL_DEVICE T ExpOf(T x) {
-#if defined(__CUDA_ARCH__)
-  return exp(x);
-#else
-  return std::exp(x);
-#endif
-}
-
-template <typename T>
-SLIMFIT_KERNEL_DEVICE T SinOf(T x) {
-#if defined(__CUDA_ARCH__)
-  return sin(x);
-#else
-  return std::sin(x);
-#endif
-}
-
-template <typename T>
-SLIMFIT_KERNEL_DEVICE T CosOf(T x) {
-#if defined(__CUDA_ARCH__)
-  return cos(x);
-#else
-  return std::cos(x);
-#endif
-}
-
-template <typename T>
-SLIMFIT_KERNEL_DEVICE T SqrtOf(T x) {
-#if defined(__CUDA_ARCH__)
-  return sqrt(x);
-#else
-  return std::sqrt(x);
-#endif
-}
-
 // φ(x), as layer_kernels_cpu.cc's FeatureRow (and LibTorch's relu, elu + 1, x·x).
 template <typename T>
 SLIMFIT_KERNEL_DEVICE T FeatureOf(RowFeature f, T x) {
@@ -175,7 +130,7 @@ SLIMFIT_KERNEL_DEVICE T FeatureOf(RowFeature f, T x) {
     case RowFeature::kRelu:
       return x > 0 ? x : T(0);
     case RowFeature::kElu1:
-      return x > 0 ? x + T(1) : Expm1Of(x) + T(1);
+      return x > 0 ? x + T(1) : std::expm1(x) + T(1);
     case RowFeature::kSqr:
       return x * x;
   }
@@ -189,7 +144,7 @@ SLIMFIT_KERNEL_DEVICE T FeatureGradientOf(RowFeature f, T x, T g) {
     case RowFeature::kRelu:
       return x > 0 ? g : T(0);
     case RowFeature::kElu1:
-      return x > 0 ? g : g * ExpOf(x);
+      return x > 0 ? g : g * std::exp(x);
     case RowFeature::kSqr:
       return T(2) * (x * g);
   }
@@ -278,7 +233,7 @@ SLIMFIT_KERNEL_DEVICE void EmbedBody(const Grid& g, const EmbedArgs<T>& a) {
     } else {
       const int64_t i = (j - half) % quarter;
       const T angle = static_cast<T>(a.positions[row]) * a.frequencies[i];
-      a.x0[e] = j < half + quarter ? SinOf(angle) : CosOf(angle);
+      a.x0[e] = j < half + quarter ? std::sin(angle) : std::cos(angle);
     }
   }
 }
@@ -294,7 +249,7 @@ SLIMFIT_KERNEL_DEVICE void LayerNormAddBody(const Grid& g, const LayerNormAddArg
     const T mean = sum / static_cast<T>(n);
     T squares = 0;
     for (int64_t c = 0; c < n; ++c) squares += (x[c] - mean) * (x[c] - mean);
-    const T rstd = T(1) / SqrtOf(squares / static_cast<T>(n) + a.eps);
+    const T rstd = T(1) / std::sqrt(squares / static_cast<T>(n) + a.eps);
     for (int64_t c = 0; c < n; ++c) {
       a.y[r * n + c] = (x[c] - mean) * rstd * a.weight[c] + a.bias[c] + a.residual[r * n + c];
     }
