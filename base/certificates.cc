@@ -1,7 +1,6 @@
 #include "base/certificates.h"
 
 #include <arpa/inet.h>
-
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/err.h>
@@ -87,7 +86,8 @@ absl::Status Prepare(X509* cert, EVP_PKEY* key, const std::string& common_name, 
   unsigned char serial_bytes[16];
   if (RAND_bytes(serial_bytes, sizeof(serial_bytes)) != 1) return OpenSslError("drawing a serial number");
   serial_bytes[0] &= 0x7f;  // positive
-  std::unique_ptr<BIGNUM, Deleter<BIGNUM, BN_free>> serial(BN_bin2bn(serial_bytes, sizeof(serial_bytes), nullptr));
+  std::unique_ptr<BIGNUM, Deleter<BIGNUM, BN_free>> serial(
+      BN_bin2bn(serial_bytes, sizeof(serial_bytes), nullptr));
   if (!serial || BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert)) == nullptr) {
     return OpenSslError("setting the serial number");
   }
@@ -98,8 +98,9 @@ absl::Status Prepare(X509* cert, EVP_PKEY* key, const std::string& common_name, 
     return OpenSslError("setting the certificate's fields");
   }
   X509_NAME* name = X509_get_subject_name(cert);
-  if (X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(common_name.c_str()),
-                                 -1, -1, 0) != 1) {
+  if (X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
+                                 reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1,
+                                 0) != 1) {
     return OpenSslError("setting the common name");
   }
   return absl::OkStatus();
@@ -131,15 +132,16 @@ absl::Time ToTime(const ASN1_TIME* time) {
 
 }  // namespace
 
-absl::StatusOr<KeyAndCertificate> MakeCertificateAuthority(const std::string& common_name, absl::Time not_before,
-                                                           absl::Duration validity) {
+absl::StatusOr<KeyAndCertificate> MakeCertificateAuthority(const std::string& common_name,
+                                                           absl::Time not_before, absl::Duration validity) {
   if (common_name.empty()) return absl::InvalidArgumentError("a CA needs a name");
   if (validity <= absl::ZeroDuration()) return absl::InvalidArgumentError("a CA's validity must be positive");
   Key key = NewKey();
   Cert cert(X509_new());
   if (!key || !cert) return OpenSslError("creating the CA");
   if (absl::Status s = Prepare(cert.get(), key.get(), common_name, not_before, validity); !s.ok()) return s;
-  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(cert.get())) != 1) return OpenSslError("self-signing");
+  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(cert.get())) != 1)
+    return OpenSslError("self-signing");
   for (auto [nid, value] : {std::pair{NID_basic_constraints, "critical,CA:TRUE"},
                             std::pair{NID_key_usage, "critical,keyCertSign,cRLSign"},
                             std::pair{NID_subject_key_identifier, "hash"}}) {
@@ -153,7 +155,8 @@ absl::StatusOr<KeyAndCertificate> MakeCertificateAuthority(const std::string& co
   return KeyAndCertificate{*std::move(key_pem), *std::move(cert_pem)};
 }
 
-absl::StatusOr<KeyAndCertificate> IssueCertificate(const KeyAndCertificate& ca, const CertificateRequest& request) {
+absl::StatusOr<KeyAndCertificate> IssueCertificate(const KeyAndCertificate& ca,
+                                                   const CertificateRequest& request) {
   if (request.common_name.empty()) return absl::InvalidArgumentError("a certificate needs a common name");
   if (request.validity <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("a certificate's validity must be positive");
@@ -187,7 +190,8 @@ absl::StatusOr<KeyAndCertificate> IssueCertificate(const KeyAndCertificate& ca, 
   Key key = NewKey();
   Cert cert(X509_new());
   if (!key || !cert) return OpenSslError("creating the certificate");
-  if (absl::Status s = Prepare(cert.get(), key.get(), request.common_name, request.not_before, request.validity);
+  if (absl::Status s =
+          Prepare(cert.get(), key.get(), request.common_name, request.not_before, request.validity);
       !s.ok()) {
     return s;
   }
@@ -197,11 +201,11 @@ absl::StatusOr<KeyAndCertificate> IssueCertificate(const KeyAndCertificate& ca, 
   if (X509_add1_ext_i2d(cert.get(), NID_subject_alt_name, names.get(), 0, X509V3_ADD_DEFAULT) != 1) {
     return OpenSslError("adding subjectAltName");
   }
-  for (auto [nid, value] : {std::pair{NID_basic_constraints, "critical,CA:FALSE"},
-                            std::pair{NID_key_usage, "critical,digitalSignature,keyAgreement"},
-                            std::pair{NID_ext_key_usage, "serverAuth,clientAuth"},
-                            std::pair{NID_subject_key_identifier, "hash"},
-                            std::pair{NID_authority_key_identifier, "keyid:always"}}) {
+  for (auto [nid, value] :
+       {std::pair{NID_basic_constraints, "critical,CA:FALSE"},
+        std::pair{NID_key_usage, "critical,digitalSignature,keyAgreement"},
+        std::pair{NID_ext_key_usage, "serverAuth,clientAuth"}, std::pair{NID_subject_key_identifier, "hash"},
+        std::pair{NID_authority_key_identifier, "keyid:always"}}) {
     if (absl::Status s = AddExtension(cert.get(), ca_cert->get(), nid, value); !s.ok()) return s;
   }
   if (X509_sign(cert.get(), ca_key->get(), EVP_sha256()) == 0) return OpenSslError("signing the certificate");
@@ -221,7 +225,8 @@ absl::StatusOr<CertificateInfo> DescribeCertificate(const std::string& cert_pem)
   info.not_before = ToTime(X509_get0_notBefore(cert->get()));
   info.not_after = ToTime(X509_get0_notAfter(cert->get()));
   info.is_ca = X509_check_ca(cert->get()) > 0;
-  Names names(static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert->get(), NID_subject_alt_name, nullptr, nullptr)));
+  Names names(
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert->get(), NID_subject_alt_name, nullptr, nullptr)));
   for (int i = 0; names && i < sk_GENERAL_NAME_num(names.get()); ++i) {
     const GENERAL_NAME* entry = sk_GENERAL_NAME_value(names.get(), i);
     if (entry->type == GEN_DNS) {
@@ -233,7 +238,8 @@ absl::StatusOr<CertificateInfo> DescribeCertificate(const std::string& cert_pem)
       const int length = ASN1_STRING_length(address);
       char text[INET6_ADDRSTRLEN] = {};
       if ((length == 4 || length == 16) &&
-          inet_ntop(length == 4 ? AF_INET : AF_INET6, ASN1_STRING_get0_data(address), text, sizeof(text)) != nullptr) {
+          inet_ntop(length == 4 ? AF_INET : AF_INET6, ASN1_STRING_get0_data(address), text, sizeof(text)) !=
+              nullptr) {
         info.ip_addresses.emplace_back(text);
       }
     }

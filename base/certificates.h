@@ -5,11 +5,9 @@
 // (extendedKeyUsage serverAuth, clientAuth), since a slimfit daemon is both.
 //
 // Example:
-//   absl::StatusOr<KeyAndCertificate> ca = MakeCertificateAuthority("slimfit CA", absl::Now(), absl::Hours(87600));
-//   CertificateRequest request;
-//   request.common_name = "coordinator";
-//   request.dns_names = {"coord.example", "localhost"};
-//   request.ip_addresses = {"10.0.0.5", "127.0.0.1"};
+//   absl::StatusOr<KeyAndCertificate> ca = MakeCertificateAuthority("slimfit CA", absl::Now(),
+//   absl::Hours(87600)); CertificateRequest request; request.common_name = "coordinator"; request.dns_names =
+//   {"coord.example", "localhost"}; request.ip_addresses = {"10.0.0.5", "127.0.0.1"};
 //   absl::StatusOr<KeyAndCertificate> server = IssueCertificate(*ca, request);
 //
 // Thread safety: pure functions (OpenSSL 3 is thread-safe for these calls).
@@ -31,22 +29,23 @@ struct KeyAndCertificate {
 };
 
 struct CertificateRequest {
-  std::string common_name;                // also the first DNS name when dns_names is empty
-  std::vector<std::string> dns_names;     // subjectAltName DNS entries
-  std::vector<std::string> ip_addresses;  // subjectAltName IP entries, IPv4 or IPv6 text
+  std::string common_name;                               // also the first DNS name when dns_names is empty
+  std::vector<std::string> dns_names;                    // subjectAltName DNS entries
+  std::vector<std::string> ip_addresses;                 // subjectAltName IP entries, IPv4 or IPv6 text
   absl::Time not_before = absl::Now() - absl::Hours(1);  // an hour of slack for clock skew
   absl::Duration validity = absl::Hours(24 * 365 * 2);
 };
 
 // A self-signed CA certificate (basicConstraints CA:true, keyUsage keyCertSign, cRLSign).
 // INVALID_ARGUMENT for an empty name or a non-positive validity; INTERNAL when OpenSSL fails.
-absl::StatusOr<KeyAndCertificate> MakeCertificateAuthority(const std::string& common_name, absl::Time not_before,
-                                                           absl::Duration validity);
+absl::StatusOr<KeyAndCertificate> MakeCertificateAuthority(const std::string& common_name,
+                                                           absl::Time not_before, absl::Duration validity);
 
 // A leaf certificate signed by `ca` for `request`. INVALID_ARGUMENT for an empty common name, an
 // IP address that does not parse, a non-positive validity, or a CA key or certificate that is not
 // PEM; INTERNAL when OpenSSL fails.
-absl::StatusOr<KeyAndCertificate> IssueCertificate(const KeyAndCertificate& ca, const CertificateRequest& request);
+absl::StatusOr<KeyAndCertificate> IssueCertificate(const KeyAndCertificate& ca,
+                                                   const CertificateRequest& request);
 
 // What a certificate says, for listings and tests.
 struct CertificateInfo {

@@ -13,7 +13,8 @@ using ::testing::HasSubstr;
 
 TEST(CertificatesTest, CaSignsLeavesWithSubjectAltNames) {
   const absl::Time now = absl::Now();
-  absl::StatusOr<KeyAndCertificate> ca = MakeCertificateAuthority("test CA", now - absl::Hours(1), absl::Hours(48));
+  absl::StatusOr<KeyAndCertificate> ca =
+      MakeCertificateAuthority("test CA", now - absl::Hours(1), absl::Hours(48));
   ASSERT_TRUE(ca.ok()) << ca.status();
   CertificateRequest request;
   request.common_name = "coordinator";
@@ -35,8 +36,10 @@ TEST(CertificatesTest, CaSignsLeavesWithSubjectAltNames) {
 
 TEST(CertificatesTest, ExpiredAndForeignCertificatesDoNotVerify) {
   const absl::Time now = absl::Now();
-  absl::StatusOr<KeyAndCertificate> ca = MakeCertificateAuthority("ca", now - absl::Hours(72), absl::Hours(720));
-  absl::StatusOr<KeyAndCertificate> other = MakeCertificateAuthority("other", now - absl::Hours(1), absl::Hours(720));
+  absl::StatusOr<KeyAndCertificate> ca =
+      MakeCertificateAuthority("ca", now - absl::Hours(72), absl::Hours(720));
+  absl::StatusOr<KeyAndCertificate> other =
+      MakeCertificateAuthority("other", now - absl::Hours(1), absl::Hours(720));
   ASSERT_TRUE(ca.ok() && other.ok());
   CertificateRequest expired;
   expired.common_name = "w";
@@ -51,7 +54,8 @@ TEST(CertificatesTest, ExpiredAndForeignCertificatesDoNotVerify) {
   fresh.common_name = "w";
   absl::StatusOr<KeyAndCertificate> foreign = IssueCertificate(*other, fresh);
   ASSERT_TRUE(foreign.ok());
-  EXPECT_EQ(VerifyCertificate(foreign->cert_pem, ca->cert_pem, now).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(VerifyCertificate(foreign->cert_pem, ca->cert_pem, now).code(),
+            absl::StatusCode::kPermissionDenied);
 }
 
 TEST(CertificatesTest, BadInputIsInvalidArgument) {

@@ -46,20 +46,23 @@ absl::StatusOr<std::unique_ptr<FileBackedMemory>> FileBackedMemory::Create(const
   if (bytes < 1) return absl::InvalidArgumentError(absl::StrCat("file-backed memory of ", bytes, " bytes"));
   const int fd = OpenUnnamedFile(directory);
   if (fd < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat(directory, ": cannot create a file for file-backed memory"));
+    return absl::ErrnoToStatus(errno,
+                               absl::StrCat(directory, ": cannot create a file for file-backed memory"));
   }
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t mapped = (static_cast<size_t>(bytes) + page - 1) / page * page;
   // posix_fallocate returns the error number instead of setting errno.
   if (const int error = posix_fallocate(fd, 0, static_cast<off_t>(mapped)); error != 0) {
     close(fd);
-    return absl::ErrnoToStatus(error, absl::StrCat(directory, ": cannot allocate ", bytes, " bytes of file-backed memory"));
+    return absl::ErrnoToStatus(
+        error, absl::StrCat(directory, ": cannot allocate ", bytes, " bytes of file-backed memory"));
   }
   void* data = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int map_error = errno;
   close(fd);  // the mapping keeps the file
   if (data == MAP_FAILED) {
-    return absl::ErrnoToStatus(map_error, absl::StrCat(directory, ": cannot map ", bytes, " bytes of file-backed memory"));
+    return absl::ErrnoToStatus(
+        map_error, absl::StrCat(directory, ": cannot map ", bytes, " bytes of file-backed memory"));
   }
   return std::unique_ptr<FileBackedMemory>(new FileBackedMemory(data, bytes, mapped));
 }

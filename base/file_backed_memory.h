@@ -34,7 +34,8 @@ class FileBackedMemory {
   // `bytes` (≥ 1) of zeros in an unnamed file in `directory`. Errors, naming the directory: the
   // errno's code when the file cannot be created (NOT_FOUND: no such directory; PERMISSION_DENIED),
   // RESOURCE_EXHAUSTED when the disk has no room for it, INVALID_ARGUMENT for bytes < 1.
-  static absl::StatusOr<std::unique_ptr<FileBackedMemory>> Create(const std::string& directory, int64_t bytes);
+  static absl::StatusOr<std::unique_ptr<FileBackedMemory>> Create(const std::string& directory,
+                                                                  int64_t bytes);
 
   ~FileBackedMemory();  // unmaps; the file goes with its last mapping
   FileBackedMemory(const FileBackedMemory&) = delete;

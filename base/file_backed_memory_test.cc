@@ -16,7 +16,8 @@ namespace {
 
 TEST(FileBackedMemoryTest, StartsAsZerosAndKeepsWhatIsWrittenAfterItsPagesAreReleased) {
   const int64_t bytes = (int64_t{8} << 20) + 123;  // not a whole number of pages
-  absl::StatusOr<std::unique_ptr<FileBackedMemory>> memory = FileBackedMemory::Create(::testing::TempDir(), bytes);
+  absl::StatusOr<std::unique_ptr<FileBackedMemory>> memory =
+      FileBackedMemory::Create(::testing::TempDir(), bytes);
   ASSERT_TRUE(memory.ok()) << memory.status();
   ASSERT_EQ((*memory)->size(), bytes);
   auto* data = static_cast<unsigned char*>((*memory)->data());
@@ -50,7 +51,8 @@ TEST(FileBackedMemoryTest, AMissingDirectoryIsNotFoundAndNamed) {
   auto memory = FileBackedMemory::Create("/nonexistent/slimfit-state", 4096);
   ASSERT_FALSE(memory.ok());
   EXPECT_EQ(memory.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(memory.status().message().find("/nonexistent/slimfit-state"), std::string::npos) << memory.status();
+  EXPECT_NE(memory.status().message().find("/nonexistent/slimfit-state"), std::string::npos)
+      << memory.status();
 }
 
 TEST(FileBackedMemoryTest, ARegularFileIsNotADirectory) {
@@ -70,7 +72,8 @@ TEST(FileBackedMemoryTest, TellsAFileSystemInMemory) {
   FILE* mounts = std::fopen("/proc/mounts", "r");
   ASSERT_NE(mounts, nullptr);
   char device[256], mount_point[1024], type[64];
-  while (std::fscanf(mounts, "%255s %1023s %63s %*[^\n]", device, mount_point, type) == 3) top[mount_point] = type;
+  while (std::fscanf(mounts, "%255s %1023s %63s %*[^\n]", device, mount_point, type) == 3)
+    top[mount_point] = type;
   std::fclose(mounts);
   int checked = 0;
   for (const auto& [where, kind] : top) {

@@ -62,7 +62,8 @@ absl::Status ReadFileInChunks(const std::string& path, size_t chunk_bytes,
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   std::string contents;
-  absl::Status read = ReadFileInChunks(path, size_t{1} << 16, [&](absl::string_view piece) { contents.append(piece.data(), piece.size()); });
+  absl::Status read = ReadFileInChunks(
+      path, size_t{1} << 16, [&](absl::string_view piece) { contents.append(piece.data(), piece.size()); });
   if (!read.ok()) return read;
   return contents;
 }
@@ -91,7 +92,9 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(std::string path, mode
 }
 
 AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
-    : path_(std::move(other.path_)), temp_path_(std::move(other.temp_path_)), fd_(std::exchange(other.fd_, -1)) {}
+    : path_(std::move(other.path_)),
+      temp_path_(std::move(other.temp_path_)),
+      fd_(std::exchange(other.fd_, -1)) {}
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) {
@@ -133,7 +136,8 @@ absl::Status AtomicFileWriter::Commit() {
   if (rename(temp_path_.c_str(), path_.c_str()) != 0) {
     const int error_number = errno;
     unlink(temp_path_.c_str());
-    return absl::ErrnoToStatus(error_number, absl::StrCat(path_, ": cannot rename the temporary file over it"));
+    return absl::ErrnoToStatus(error_number,
+                               absl::StrCat(path_, ": cannot rename the temporary file over it"));
   }
   // Make the rename durable. Some file systems cannot fsync a directory (EINVAL); a failure here
   // still leaves a complete file in place.

@@ -1,9 +1,9 @@
 #include "base/files.h"
 
-#include <filesystem>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "base/test_util.h"
 

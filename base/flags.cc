@@ -311,7 +311,8 @@ absl::Status FlagSet::ApplyConfigFile(absl::Span<const std::string> args) {
   if (path.empty()) return absl::OkStatus();  // Parse reports a --config without a value
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> entries = ReadFlatToml(path);
   if (!entries.ok()) {
-    return absl::Status(entries.status().code(), absl::StrCat("--", config_flag_, ": ", entries.status().message()));
+    return absl::Status(entries.status().code(),
+                        absl::StrCat("--", config_flag_, ": ", entries.status().message()));
   }
   for (const auto& [key, text] : *entries) {
     Flag* flag = Find(key);

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/test_util.h"
 
 namespace slimfit::base {
 namespace {

@@ -27,8 +27,8 @@ void LogLine(LogLevel level, absl::string_view message) {
   const char letter = level == LogLevel::kInfo ? 'I' : level == LogLevel::kWarning ? 'W' : 'E';
   const std::string time = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
   absl::MutexLock lock(&log_mutex);
-  std::fprintf(stderr, "%s %s %c %.*s\n", time.c_str(), Component().c_str(), letter, static_cast<int>(message.size()),
-               message.data());
+  std::fprintf(stderr, "%s %s %c %.*s\n", time.c_str(), Component().c_str(), letter,
+               static_cast<int>(message.size()), message.data());
   std::fflush(stderr);
 }
 

@@ -19,11 +19,17 @@ void SetLogComponent(absl::string_view component);
 void LogLine(LogLevel level, absl::string_view message);
 
 template <typename... Args>
-void LogInfo(const Args&... args) { LogLine(LogLevel::kInfo, absl::StrCat(args...)); }
+void LogInfo(const Args&... args) {
+  LogLine(LogLevel::kInfo, absl::StrCat(args...));
+}
 template <typename... Args>
-void LogWarning(const Args&... args) { LogLine(LogLevel::kWarning, absl::StrCat(args...)); }
+void LogWarning(const Args&... args) {
+  LogLine(LogLevel::kWarning, absl::StrCat(args...));
+}
 template <typename... Args>
-void LogError(const Args&... args) { LogLine(LogLevel::kError, absl::StrCat(args...)); }
+void LogError(const Args&... args) {
+  LogLine(LogLevel::kError, absl::StrCat(args...));
+}
 
 }  // namespace slimfit::base
 

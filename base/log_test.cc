@@ -21,8 +21,8 @@ TEST(LogTest, OneLinePerCallWithTimeComponentAndLevel) {
   LogError("broken");
   const std::string text = ::testing::internal::GetCapturedStderr();
   const std::string time = "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z";
-  EXPECT_THAT(text, MatchesRegex(time + " worker w-1 I round 3 done\n" + time + " worker w-1 W slow\n" + time +
-                                 " worker w-1 E broken\n"));
+  EXPECT_THAT(text, MatchesRegex(time + " worker w-1 I round 3 done\n" + time + " worker w-1 W slow\n" +
+                                 time + " worker w-1 E broken\n"));
 }
 
 TEST(LogTest, LinesFromManyThreadsNeverInterleave) {

@@ -31,7 +31,8 @@ TEST(ProcessMemoryTest, FreedLargeBlocksLeaveTheProcess) {
   for (size_t i = 0; i + 1 < blocks.size(); ++i) std::free(blocks[i]);
   const int64_t after = ResidentBytes();
   std::free(blocks.back());
-  EXPECT_LT(after, held - 100 * (int64_t{1} << 20)) << "held " << held << " B, after freeing 156 MiB " << after << " B";
+  EXPECT_LT(after, held - 100 * (int64_t{1} << 20))
+      << "held " << held << " B, after freeing 156 MiB " << after << " B";
 }
 
 TEST(ProcessMemoryTest, ResidentBytesCountsTouchedMemory) {

@@ -37,10 +37,11 @@ std::vector<MetricFamily> Families() {
   };
   return {
       family("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::kGauge),
-      family("process_resident_memory_max_bytes", "Peak resident memory size in bytes since the process started.",
-             MetricType::kGauge),
+      family("process_resident_memory_max_bytes",
+             "Peak resident memory size in bytes since the process started.", MetricType::kGauge),
       family("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::kGauge),
-      family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", MetricType::kCounter),
+      family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+             MetricType::kCounter),
       family("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
              MetricType::kGauge),
       family("process_open_fds", "Number of open file descriptors.", MetricType::kGauge),
@@ -110,7 +111,8 @@ void Collect(std::vector<MetricFamily>* families) {
     }
     Set(families, kVirtual, std::strtod(f[20].c_str(), nullptr));
   }
-  if (const int64_t resident = ResidentBytes(); resident > 0) Set(families, kResident, static_cast<double>(resident));
+  if (const int64_t resident = ResidentBytes(); resident > 0)
+    Set(families, kResident, static_cast<double>(resident));
   if (const std::optional<double> peak = PeakResidentBytes()) Set(families, kResidentMax, *peak);
   if (const std::optional<double> open = OpenFileDescriptors()) Set(families, kOpenFds, *open);
   struct rlimit limit;

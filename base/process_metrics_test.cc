@@ -33,9 +33,10 @@ TEST(ProcessMetricsTest, ExportsTheStandardFamiliesWithValuesThatFollowTheProces
   AddProcessMetrics(&registry);
   ASSERT_TRUE(registry.registration_status().ok()) << registry.registration_status();
   std::map<std::string, double> before = Samples(registry);
-  for (const char* name : {"process_resident_memory_bytes", "process_resident_memory_max_bytes",
-                           "process_virtual_memory_bytes", "process_cpu_seconds_total", "process_start_time_seconds",
-                           "process_open_fds", "process_max_fds", "process_threads"}) {
+  for (const char* name :
+       {"process_resident_memory_bytes", "process_resident_memory_max_bytes", "process_virtual_memory_bytes",
+        "process_cpu_seconds_total", "process_start_time_seconds", "process_open_fds", "process_max_fds",
+        "process_threads"}) {
     EXPECT_EQ(before.count(name), 1u) << name << " missing from\n" << registry.Exposition();
   }
   EXPECT_GT(before["process_resident_memory_bytes"], 0);

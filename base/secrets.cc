@@ -44,11 +44,13 @@ absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path) 
     if (line.empty() || line.front() == '#') continue;
     for (char c : line) {
       if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": a token holds white space"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", line_number, ": a token holds white space"));
       }
     }
     if (line.size() < 8) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": a token must be at least 8 bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_number, ": a token must be at least 8 bytes"));
     }
     tokens.emplace_back(line);
   }

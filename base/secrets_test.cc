@@ -1,9 +1,9 @@
 #include "base/secrets.h"
 
-#include <set>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "base/files.h"
 #include "base/test_util.h"
@@ -34,12 +34,14 @@ TEST(SecretsTest, ConstantTimeEquals) {
 }
 
 TEST(SecretsTest, TokenFilesSkipCommentsAndNameTheBadLine) {
-  const std::string path = testing_util::WriteTempFile("tokens", "# rotated 2026-11\n\n  first-token-1  \nsecond-token-2\n");
+  const std::string path =
+      testing_util::WriteTempFile("tokens", "# rotated 2026-11\n\n  first-token-1  \nsecond-token-2\n");
   absl::StatusOr<std::vector<std::string>> tokens = ReadTokenFile(path);
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   EXPECT_THAT(*tokens, ElementsAre("first-token-1", "second-token-2"));
 
-  absl::Status short_token = ReadTokenFile(testing_util::WriteTempFile("short", "ok-token-1\nabc\n")).status();
+  absl::Status short_token =
+      ReadTokenFile(testing_util::WriteTempFile("short", "ok-token-1\nabc\n")).status();
   EXPECT_EQ(short_token.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(short_token.message()), HasSubstr(":2:"));
   EXPECT_THAT(std::string(short_token.message()), Not(HasSubstr("ok-token-1")));

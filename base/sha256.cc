@@ -15,7 +15,9 @@ struct Sha256Hasher::State {
 Sha256Hasher::Sha256Hasher() : state_(std::make_unique<State>()) { SHA256_Init(&state_->context); }
 Sha256Hasher::~Sha256Hasher() = default;
 
-void Sha256Hasher::Update(absl::string_view bytes) { SHA256_Update(&state_->context, bytes.data(), bytes.size()); }
+void Sha256Hasher::Update(absl::string_view bytes) {
+  SHA256_Update(&state_->context, bytes.data(), bytes.size());
+}
 
 std::string Sha256Hasher::FinishHex() {
   unsigned char digest[SHA256_DIGEST_LENGTH];
@@ -37,7 +39,8 @@ std::string Sha256Hex(absl::string_view bytes) {
 
 absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
   Sha256Hasher hasher;
-  absl::Status read = ReadFileInChunks(path, size_t{1} << 20, [&](absl::string_view piece) { hasher.Update(piece); });
+  absl::Status read =
+      ReadFileInChunks(path, size_t{1} << 20, [&](absl::string_view piece) { hasher.Update(piece); });
   if (!read.ok()) return read;
   return hasher.FinishHex();
 }

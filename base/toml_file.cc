@@ -22,7 +22,8 @@ std::string ShortestText(double value) {
   return absl::StrFormat("%.17g", value);
 }
 
-absl::StatusOr<std::string> ValueText(const std::string& path, const std::string& key, const toml::node& node) {
+absl::StatusOr<std::string> ValueText(const std::string& path, const std::string& key,
+                                      const toml::node& node) {
   if (const auto* text = node.as_string()) return text->get();
   if (const auto* integer = node.as_integer()) return absl::StrCat(integer->get());
   if (const auto* real = node.as_floating_point()) return ShortestText(real->get());
@@ -56,7 +57,8 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadFlatToml(co
     table = toml::parse(*content, path);
   } catch (const toml::parse_error& error) {
     const toml::source_position at = error.source().begin;
-    return absl::InvalidArgumentError(absl::StrCat(path, ":", at.line, ":", at.column, ": ", std::string(error.description())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", at.line, ":", at.column, ": ", std::string(error.description())));
   }
   // toml++ keeps keys sorted; report them in file order so messages follow the file.
   std::vector<std::pair<toml::source_position, std::pair<std::string, std::string>>> entries;

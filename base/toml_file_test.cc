@@ -24,8 +24,8 @@ TEST(ReadFlatTomlTest, EveryValueKindAsFlagTextInFileOrder) {
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> read = ReadFlatToml(path);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_THAT(*read, ElementsAre(Pair("state_dir", "/var/lib/slimfit"), Pair("lost_after_ms", "5000"),
-                                 Pair("insecure", "false"), Pair("fraction", "0.1"), Pair("data", "a.txt,b.txt"),
-                                 Pair("budget", "2GiB")));
+                                 Pair("insecure", "false"), Pair("fraction", "0.1"),
+                                 Pair("data", "a.txt,b.txt"), Pair("budget", "2GiB")));
 }
 
 TEST(ReadFlatTomlTest, SyntaxErrorsNameTheLineAndColumn) {

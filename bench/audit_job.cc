@@ -9,10 +9,9 @@
 // Exit status 0 when the audit passes, 1 when it finds problems (each printed) or the job has not
 // finished, 2 for a usage error or an unknown job (one line "audit_job: <message>" on stderr).
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -7,10 +7,9 @@
 // --tolerance, 1 when above it, 2 for a usage error or an unreadable or mismatched file (one line
 // "compare_models: <message>" on stderr).
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
 #include "base/exit_status.h"

@@ -22,10 +22,9 @@
 #include <atomic>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -8,19 +8,19 @@
 // unless --tokens names a file whose raw bytes are the sequence. --check_full also runs the full
 // gradient and reports the relative discrepancy ‖g_C − g_full‖ / ‖g_full‖. Times are medians over
 // --repeats runs after one warm-up run.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -33,15 +33,15 @@
 #include "absl/strings/str_split.h"
 #include "base/process_memory.h"
 #include "bench/op_counter.h"
-#include "planner/bptt_schedule.h"
 #include "performer/cpu_runtime.h"
+#include "performer/fused_cuda_kernels.h"
 #include "performer/gradient_engine.h"
-#include "performer/model_checkpoint.h"
 #include "performer/matrix_products.h"
+#include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
 #include "performer/prefix_attention_blocks.h"
-#include "performer/fused_cuda_kernels.h"
 #include "performer/prefix_attention_cpu.h"
+#include "planner/bptt_schedule.h"
 
 ABSL_FLAG(std::string, seq_len, "4096", "sequence lengths L, comma-separated");
 ABSL_FLAG(int64_t, d_model, 256, "model width");
@@ -99,11 +99,13 @@ ABSL_FLAG(bool, bf16_products, false,
           "mixed precision: the linear maps' matrix products in bfloat16, the rest in float32 "
           "(Plan::bf16_products; needs --dtype=float32); --check_full then compares with the "
           "float32 gradient");
-ABSL_FLAG(bool, explicit_backprop, true,
-          "run slices' forward and backward by hand where the engine can (GradientOptions::explicit_backprop); "
-          "false: autograd. --check_full's reference is always autograd's full back-propagation");
+ABSL_FLAG(
+    bool, explicit_backprop, true,
+    "run slices' forward and backward by hand where the engine can (GradientOptions::explicit_backprop); "
+    "false: autograd. --check_full's reference is always autograd's full back-propagation");
 ABSL_FLAG(bool, count_ops, false,
-          "after the timed runs, run once more counting the LibTorch calls the calling thread makes (on a GPU about "
+          "after the timed runs, run once more counting the LibTorch calls the calling thread makes (on a "
+          "GPU about "
           "its kernel launches; count with --slice_replay=off, replays make none): ops_per_slice, "
           "compute_ops_per_slice (without views and allocations) and fused_kernel_runs_per_slice (slimfit's "
           "own kernels, --fused_cuda_kernels) in the JSON, the calls by operator on stderr");
@@ -148,8 +150,8 @@ absl::StatusOr<PackedBatch> MakeTokens(int64_t length, int64_t vocab, uint64_t s
     if (!in) return absl::NotFoundError(absl::StrCat("cannot open --tokens file ", path));
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (static_cast<int64_t>(bytes.size()) < length) {
-      return absl::InvalidArgumentError(absl::StrFormat("--tokens file %s holds %d bytes; --seq_len needs %d",
-                                                        path, bytes.size(), length));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--tokens file %s holds %d bytes; --seq_len needs %d", path, bytes.size(), length));
     }
     for (int64_t i = 0; i < length; ++i) batch.tokens.push_back(static_cast<unsigned char>(bytes[i]));
     return batch;
@@ -162,8 +164,9 @@ absl::StatusOr<PackedBatch> MakeTokens(int64_t length, int64_t vocab, uint64_t s
 // Floating-point operations of one full gradient (forward + backward ≈ 3× forward) counting the
 // matrix products: dense layers and logits 2·L·(params), attention per the chunked mode.
 double GradientFlops(const ModelConfig& c, int64_t length, int64_t block) {
-  const double dense = static_cast<double>(c.layers) * (3.0 * c.d_model * c.d_model + 2.0 * c.d_model * c.d_ff) +
-                       static_cast<double>(c.d_model) * c.vocab;
+  const double dense =
+      static_cast<double>(c.layers) * (3.0 * c.d_model * c.d_model + 2.0 * c.d_model * c.d_ff) +
+      static_cast<double>(c.d_model) * c.vocab;
   const double m = static_cast<double>(c.features_per_head());
   const double d = static_cast<double>(c.head_dim());
   const double b = static_cast<double>(std::min(block, length));
@@ -197,7 +200,8 @@ absl::Status Run() {
   if (!policy.ok()) return policy.status();
   base.front_policy = *policy;
   base.resync_every = absl::GetFlag(FLAGS_resync_every);
-  absl::StatusOr<performer::ScheduleKind> schedule = performer::ParseScheduleKind(absl::GetFlag(FLAGS_schedule));
+  absl::StatusOr<performer::ScheduleKind> schedule =
+      performer::ParseScheduleKind(absl::GetFlag(FLAGS_schedule));
   if (!schedule.ok()) return schedule.status();
   base.schedule = *schedule;
   base.slots = absl::GetFlag(FLAGS_slots);
@@ -223,7 +227,8 @@ absl::Status Run() {
   }
   performer::EnableFusedCudaKernels(absl::GetFlag(FLAGS_fused_cuda_kernels));
   base::RetainFreedHeapMemory();
-  if (absl::Status s = ConfigureCpuThreads(base.threads, performer::ToScalarType(base.dtype)); !s.ok()) return s;
+  if (absl::Status s = ConfigureCpuThreads(base.threads, performer::ToScalarType(base.dtype)); !s.ok())
+    return s;
   if (absl::GetFlag(FLAGS_torch_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_torch_threads));
   base.threads = 0;  // configured here once; the engine leaves the process setting alone
 
@@ -267,7 +272,8 @@ absl::Status Run() {
   } else if (replay == "rerun") {
     options.slice_replay = SliceReplay::kRerun;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--slice_replay must be auto, off or rerun, got '", replay, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--slice_replay must be auto, off or rerun, got '", replay, "'"));
   }
 
   int configurations = 0;
@@ -296,7 +302,7 @@ absl::Status Run() {
       std::vector<double> times;
       GradientResult last;
       for (int run = 0; run <= repeats; ++run) {  // run 0 warms up
-        last = GradientResult();  // release the previous gradient before measuring the next
+        last = GradientResult();                  // release the previous gradient before measuring the next
         absl::StatusOr<GradientResult> result = ComputeGradient(*model, *batch, plan, options);
         if (!result.ok()) return result.status();
         if (run > 0) times.push_back(result->seconds);
@@ -325,23 +331,22 @@ absl::Status Run() {
           R"("fused_prefix": %s, "slice_replay": "%s", "replayed_slices": %d, "graph_pool_bytes": %d, )"
           R"("explicit_backprop": %s, "bf16_products": %s, "parallel_prefix": %s, "fused_cuda_kernels": %s)",
           length, slice, PrefixModeName(plan.prefix_mode), plan.block, FrontPolicyName(plan.front_policy),
-          LayerRecomputeName(plan.recompute),
-          DTypeName(plan.dtype), at::get_num_threads(), BlasThreads(), config.d_model, config.layers, config.heads, config.d_ff,
-          FeatureMapName(config.feature_map), LayerNormPlacementName(config.layernorm), median, times.front(),
-          last.peak_bytes, last.start_bytes, param_bytes, param_bytes,
-          last.peak_bytes - last.start_bytes - param_bytes, last.loss(),
+          LayerRecomputeName(plan.recompute), DTypeName(plan.dtype), at::get_num_threads(), BlasThreads(),
+          config.d_model, config.layers, config.heads, config.d_ff, FeatureMapName(config.feature_map),
+          LayerNormPlacementName(config.layernorm), median, times.front(), last.peak_bytes, last.start_bytes,
+          param_bytes, param_bytes, last.peak_bytes - last.start_bytes - param_bytes, last.loss(),
           last.token_count, last.slice_forwards, last.stored_fronts_peak,
           GradientFlops(config, length, plan.block) / median / 1e9,
-          plan.bf16_products                                                                   ? "bf16"
+          plan.bf16_products                                                                ? "bf16"
           : device.is_cpu() && plan.dtype == DType::kFloat32 && performer::OneDnnProducts() ? "onednn"
-                                                                                              : "libtorch",
+                                                                                            : "libtorch",
           CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights ? "true" : "false",
           absl::GetFlag(FLAGS_fused_prefix) && performer::OneDnnProducts() ? "true" : "false", replay,
           last.replayed_slices, last.graph_pool_bytes, last.explicit_backprop ? "true" : "false",
           plan.bf16_products ? "true" : "false",
           !device.is_cpu() && performer::BlockParallelPrefixEnabled() ? "true" : "false",
-          !performer::FusedCudaKernelsEnabled()               ? "false"
-          : device.is_cuda() && performer::FusedCudaKernelsBuilt() ? "true"
+          !performer::FusedCudaKernelsEnabled()                      ? "false"
+          : device.is_cuda() && performer::FusedCudaKernelsBuilt()   ? "true"
           : device.is_cpu() && performer::FusedCudaKernelsEmulated() ? "\"emulated\""
                                                                      : "false");
       if (!last.replay_fallback.empty()) {
@@ -373,7 +378,8 @@ absl::Status Run() {
         std::cout << absl::StrFormat("%-8d %-8s %10.3f %8s %11.1f %13.2f %10d %12s", length,
                                      slice == 0 ? "full" : absl::StrCat(slice), median,
                                      full_time > 0 ? absl::StrFormat("%.2f", median / full_time) : "-",
-                                     last.peak_bytes / kMiB, (last.peak_bytes - last.start_bytes - param_bytes) / kMiB,
+                                     last.peak_bytes / kMiB,
+                                     (last.peak_bytes - last.start_bytes - param_bytes) / kMiB,
                                      last.stored_fronts_peak,
                                      discrepancy < 0 ? "-" : absl::StrFormat("%.1e", discrepancy))
                   << std::endl;

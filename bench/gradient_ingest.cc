@@ -12,6 +12,7 @@
 // bound of the coordinator's.
 //
 //   bazel-bin/bench/gradient_ingest --clients=3 --parameters=100000000 --rounds=3
+#include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -23,8 +24,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -43,8 +42,10 @@ ABSL_FLAG(int64_t, parameters, 100000000, "float32 values in each gradient");
 ABSL_FLAG(int64_t, tensor_elements, int64_t{4} << 20, "elements per gradient tensor (the last is smaller)");
 ABSL_FLAG(int, rounds, 3, "rounds; each takes one gradient from every client");
 ABSL_FLAG(bool, aggregate, true, "sum the gradients (the coordinator's aggregation)");
-ABSL_FLAG(bool, stream_into_sum, false, "sum each chunk as it arrives (no gradient assembled); needs --aggregate");
-ABSL_FLAG(std::string, sum_dtype, "float32", "the sum's dtype: float32 (the coordinator's, for float32 jobs) or float64");
+ABSL_FLAG(bool, stream_into_sum, false,
+          "sum each chunk as it arrives (no gradient assembled); needs --aggregate");
+ABSL_FLAG(std::string, sum_dtype, "float32",
+          "the sum's dtype: float32 (the coordinator's, for float32 jobs) or float64");
 
 namespace slimfit::bench {
 namespace {
@@ -52,7 +53,8 @@ namespace {
 // Answers every ComputeGradient with the prepared chunks and a summary echoing the request.
 class SyntheticWorker final : public v1::Worker::Service {
  public:
-  SyntheticWorker(const std::vector<v1::TensorChunk>* chunks, int64_t tokens) : chunks_(chunks), tokens_(tokens) {}
+  SyntheticWorker(const std::vector<v1::TensorChunk>* chunks, int64_t tokens)
+      : chunks_(chunks), tokens_(tokens) {}
 
   grpc::Status ComputeGradient(grpc::ServerContext*, const v1::ComputeGradientRequest* request,
                                grpc::ServerWriter<v1::ComputeGradientResponse>* writer) override {
@@ -84,12 +86,14 @@ int Run() {
   const int64_t per_tensor = absl::GetFlag(FLAGS_tensor_elements);
   const int rounds = absl::GetFlag(FLAGS_rounds);
   if (clients < 1 || parameters < 1 || per_tensor < 1 || rounds < 1) {
-    std::fprintf(stderr, "gradient_ingest: --clients, --parameters, --tensor_elements and --rounds must be ≥ 1\n");
+    std::fprintf(stderr,
+                 "gradient_ingest: --clients, --parameters, --tensor_elements and --rounds must be ≥ 1\n");
     return 2;
   }
   const std::string sum_name = absl::GetFlag(FLAGS_sum_dtype);
   if (sum_name != "float32" && sum_name != "float64") {
-    std::fprintf(stderr, "gradient_ingest: --sum_dtype must be float32 or float64, not '%s'\n", sum_name.c_str());
+    std::fprintf(stderr, "gradient_ingest: --sum_dtype must be float32 or float64, not '%s'\n",
+                 sum_name.c_str());
     return 2;
   }
   const at::ScalarType sum_dtype = sum_name == "float32" ? at::kFloat : at::kDouble;
@@ -134,8 +138,8 @@ int Run() {
     }
     grpc::ChannelArguments arguments;
     arguments.SetMaxReceiveMessageSize(-1);
-    stubs.push_back(v1::Worker::NewStub(grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
-                                                                  grpc::InsecureChannelCredentials(), arguments)));
+    stubs.push_back(v1::Worker::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), arguments)));
   }
 
   const bool stream_into_sum = absl::GetFlag(FLAGS_stream_into_sum);
@@ -143,8 +147,8 @@ int Run() {
     std::fprintf(stderr, "gradient_ingest: --stream_into_sum sums as it receives; it needs --aggregate\n");
     return 2;
   }
-  std::printf("%d clients, %lld float32 parameters in %zu tensors (%.1f MB per gradient), aggregate %s%s\n", clients,
-              static_cast<long long>(parameters), names.size(), parameters * 4 / 1e6,
+  std::printf("%d clients, %lld float32 parameters in %zu tensors (%.1f MB per gradient), aggregate %s%s\n",
+              clients, static_cast<long long>(parameters), names.size(), parameters * 4 / 1e6,
               absl::GetFlag(FLAGS_aggregate) ? absl::GetFlag(FLAGS_sum_dtype).c_str() : "off",
               stream_into_sum ? ", streamed into the sum" : "");
   double total_bytes = 0, total_seconds = 0;
@@ -181,11 +185,11 @@ int Run() {
         if (stream_into_sum) summing.emplace(&*collector, absl::StrCat("client ", c), c);
         performer::TensorAssembler assembler =
             stream_into_sum
-                ? performer::TensorAssembler(specs, performer::DType::kFloat32, absl::StrCat("client ", c),
-                                             v1::COMPRESSION_NONE,
-                                             [&summing](size_t tensor, int64_t first, const at::Tensor& values) {
-                                               return summing->Add(tensor, first, values);
-                                             })
+                ? performer::TensorAssembler(
+                      specs, performer::DType::kFloat32, absl::StrCat("client ", c), v1::COMPRESSION_NONE,
+                      [&summing](size_t tensor, int64_t first, const at::Tensor& values) {
+                        return summing->Add(tensor, first, values);
+                      })
                 : performer::TensorAssembler(specs, performer::DType::kFloat32, absl::StrCat("client ", c));
         server::GradientStream stream = server::ReadGradientStream(reader.get(), &context, &assembler, false);
         const grpc::Status finished = reader->Finish();
@@ -211,20 +215,22 @@ int Run() {
     for (std::thread& thread : threads) thread.join();
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     if (failures > 0) {
-      std::fprintf(stderr, "gradient_ingest: %d of %d streams failed in round %d\n", failures.load(), clients, round);
+      std::fprintf(stderr, "gradient_ingest: %d of %d streams failed in round %d\n", failures.load(), clients,
+                   round);
       return 1;
     }
     total_bytes += static_cast<double>(bytes);
     total_seconds += seconds;
-    std::printf("round %d: %.1f MB in %.3f s = %.2f GB/s (per client: streamed by %.3f s, assembled %.3f s, "
-                "aggregated %.3f s)\n",
-                round, bytes / 1e6, seconds, bytes / seconds / 1e9, stream_us / 1e6 / clients,
-                finish_us / 1e6 / clients, aggregate_us / 1e6 / clients);
+    std::printf(
+        "round %d: %.1f MB in %.3f s = %.2f GB/s (per client: streamed by %.3f s, assembled %.3f s, "
+        "aggregated %.3f s)\n",
+        round, bytes / 1e6, seconds, bytes / seconds / 1e9, stream_us / 1e6 / clients,
+        finish_us / 1e6 / clients, aggregate_us / 1e6 / clients);
   }
   absl::StatusOr<ProcessUsage> usage = ReadProcessUsage(getpid());
   const double peak = usage.ok() ? static_cast<double>(usage->peak_rss_bytes) : 0;
-  std::printf("overall: %.2f GB/s; peak resident %.0f MiB (%.1f× one gradient)\n", total_bytes / total_seconds / 1e9,
-              peak / 1048576.0, peak / (parameters * 4.0));
+  std::printf("overall: %.2f GB/s; peak resident %.0f MiB (%.1f× one gradient)\n",
+              total_bytes / total_seconds / 1e9, peak / 1048576.0, peak / (parameters * 4.0));
   for (auto& server : servers) server->Shutdown();
   return 0;
 }
@@ -233,7 +239,8 @@ int Run() {
 }  // namespace slimfit::bench
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Streams synthetic gradients from several clients into the coordinator's receive path.");
+  absl::SetProgramUsageMessage(
+      "Streams synthetic gradients from several clients into the coordinator's receive path.");
   absl::ParseCommandLine(argc, argv);
   return slimfit::bench::Run();
 }

@@ -6,13 +6,13 @@
 // by a contiguous [in, out] copy of it, as the engine does where oneDNN runs the products.
 //
 //   bazel-bin/bench/linear_products_bench --rows=16,64,256,4096 --in=256 --out=1024 --threads=2
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     const at::Tensor x = at::randn({rows, in}), g = at::randn({rows, out}), bias = at::randn({out});
-    const at::Tensor w = at::randn({out, in});  // the parameter, [out, in]
+    const at::Tensor w = at::randn({out, in});     // the parameter, [out, in]
     const at::Tensor w_copy = w.t().contiguous();  // the forward copy, [in, out]
     at::Tensor sink = at::zeros({in, out});
     struct Variant {
@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
       bool engine;
       const at::Tensor* forward_weight;
     };
-    for (const Variant& v : {Variant{"libtorch", false, nullptr}, Variant{"engine, one layout", true, nullptr},
-                             Variant{"engine, forward copy", true, &w_copy}}) {
+    for (const Variant& v :
+         {Variant{"libtorch", false, nullptr}, Variant{"engine, one layout", true, nullptr},
+          Variant{"engine, forward copy", true, &w_copy}}) {
       if (v.engine && !p::OneDnnProducts()) continue;
       // LibTorch's products run in OpenBLAS: give it the threads, as the engine did before oneDNN.
       if (absl::Status s = p::ConfigureCpuThreads(threads, v.engine ? at::kFloat : at::kDouble); !s.ok()) {
@@ -76,14 +77,16 @@ int main(int argc, char** argv) {
       }
       const at::Tensor weight_t = v.forward_weight != nullptr ? *v.forward_weight : w.t();
       const double forward = Rate(
-          [&] { v.engine ? (void)p::AddBiasProduct(bias, x, weight_t) : (void)at::addmm(bias, x, weight_t); }, rows);
+          [&] { v.engine ? (void)p::AddBiasProduct(bias, x, weight_t) : (void)at::addmm(bias, x, weight_t); },
+          rows);
       const double input = Rate([&] { v.engine ? (void)p::Product(g, w) : (void)at::mm(g, w); }, rows);
-      const double weight = Rate(
-          [&] { v.engine ? p::AccumulateProduct(sink, x.t(), g) : (void)sink.addmm_(x.t(), g); }, rows);
-      std::printf("{\"rows\": %lld, \"in\": %lld, \"out\": %lld, \"variant\": \"%s\", \"threads\": %d, "
-                  "\"forward_gflops\": %.1f, \"input_grad_gflops\": %.1f, \"weight_grad_gflops\": %.1f}\n",
-                  static_cast<long long>(rows), static_cast<long long>(in), static_cast<long long>(out), v.name,
-                  threads, forward, input, weight);
+      const double weight =
+          Rate([&] { v.engine ? p::AccumulateProduct(sink, x.t(), g) : (void)sink.addmm_(x.t(), g); }, rows);
+      std::printf(
+          "{\"rows\": %lld, \"in\": %lld, \"out\": %lld, \"variant\": \"%s\", \"threads\": %d, "
+          "\"forward_gflops\": %.1f, \"input_grad_gflops\": %.1f, \"weight_grad_gflops\": %.1f}\n",
+          static_cast<long long>(rows), static_cast<long long>(in), static_cast<long long>(out), v.name,
+          threads, forward, input, weight);
     }
   }
   return 0;

@@ -4,13 +4,13 @@
 // gradient's FLOP rate against.
 //
 //   bazel run -c opt //bench:matmul_bench -- --threads=2 --sizes=512,1024,2048
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
     int64_t n = 0;
     if (!absl::SimpleAtoi(part, &n) || n <= 0) {
-      std::fprintf(stderr, "matmul_bench: --sizes: '%s' is not a positive integer\n", std::string(part).c_str());
+      std::fprintf(stderr, "matmul_bench: --sizes: '%s' is not a positive integer\n",
+                   std::string(part).c_str());
       return 1;
     }
     const at::Tensor a = at::randn({n, n});

@@ -1,9 +1,9 @@
 #include "bench/model_distance.h"
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 

@@ -1,8 +1,8 @@
 #include "bench/model_distance.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
+
+#include <cmath>
 
 #include "base/test_util.h"
 #include "gmock/gmock.h"

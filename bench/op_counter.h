@@ -18,18 +18,18 @@
 #ifndef SLIMFIT_BENCH_OP_COUNTER_H_
 #define SLIMFIT_BENCH_OP_COUNTER_H_
 
+#include <ATen/record_function.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 
-#include <ATen/record_function.h>
-
 namespace slimfit::bench {
 
 struct OpCounts {
-  int64_t calls = 0;     // every top-level call
-  int64_t compute = 0;   // of which not views or allocations
+  int64_t calls = 0;                       // every top-level call
+  int64_t compute = 0;                     // of which not views or allocations
   std::map<std::string, int64_t> by_name;  // top-level calls by operator name ("aten::add_")
 };
 

@@ -1,9 +1,9 @@
 #include "bench/op_counter.h"
 
-#include <thread>
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <thread>
 
 namespace slimfit::bench {
 namespace {
@@ -13,9 +13,9 @@ TEST(OpCounterTest, CountsTopLevelCallsAndTellsViewsFromCompute) {
   OpCounts counts;
   {
     OpCounter counter;
-    at::Tensor b = a.t();       // a view
-    at::Tensor c = b.mul(2.0);  // arithmetic
-    c.add_(1.0);                // arithmetic, in place
+    at::Tensor b = a.t();              // a view
+    at::Tensor c = b.mul(2.0);         // arithmetic
+    c.add_(1.0);                       // arithmetic, in place
     at::Tensor d = c.to(at::kDouble);  // a copy made inside `to`: one top-level call
     counts = counter.Counts();
     EXPECT_EQ(d.sum().item<double>(), 36.0);  // after Counts(): not counted above

@@ -9,15 +9,15 @@
 //   bazel-bin/bench/optimizer_step --fused=true  --threads=2     # the 100M model of round_data_path.sh
 //   bazel-bin/bench/optimizer_step --fused=false --threads=2
 //   bazel-bin/bench/optimizer_step --threads=2 --offload_dir=/var/tmp
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -83,10 +83,11 @@ int Run() {
   }
   auto step = [&]() -> bool {
     absl::StatusOr<performer::StepResult> result = (*trainer)->Step(gradient);
-    if (!result.ok()) std::fprintf(stderr, "optimizer_step: %s\n", std::string(result.status().message()).c_str());
+    if (!result.ok())
+      std::fprintf(stderr, "optimizer_step: %s\n", std::string(result.status().message()).c_str());
     return result.ok();
   };
-  if (!step()) return 1;  // creates AdamW's state
+  if (!step()) return 1;                          // creates AdamW's state
   std::ofstream("/proc/self/clear_refs") << "5";  // resets the peak resident set (VmHWM) to now
   absl::StatusOr<ProcessUsage> before = ReadProcessUsage(0);
   std::vector<double> seconds;
@@ -104,11 +105,11 @@ int Run() {
   std::sort(seconds.begin(), seconds.end());
   const double bytes = 4.0 * static_cast<double>(parameters);
   std::printf(
-      "{\"fused\": %s, \"moments_on_disk\": %s, \"parameters\": %lld, \"threads\": %d, \"step_s_median\": %.4f, \"step_s_min\": %.4f, "
+      "{\"fused\": %s, \"moments_on_disk\": %s, \"parameters\": %lld, \"threads\": %d, \"step_s_median\": "
+      "%.4f, \"step_s_min\": %.4f, "
       "\"transient_mib\": %.1f, \"rss_mib\": %.1f, \"rss_over_parameter_bytes\": %.2f}\n",
       absl::GetFlag(FLAGS_fused) ? "true" : "false", state_dir.empty() ? "false" : "true",
-      static_cast<long long>(parameters), at::get_num_threads(),
-      seconds[seconds.size() / 2], seconds.front(),
+      static_cast<long long>(parameters), at::get_num_threads(), seconds[seconds.size() / 2], seconds.front(),
       static_cast<double>(after->peak_rss_bytes - before->rss_bytes) / (1 << 20),
       static_cast<double>(before->rss_bytes) / (1 << 20), static_cast<double>(before->rss_bytes) / bytes);
   return 0;

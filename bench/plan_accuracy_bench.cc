@@ -14,22 +14,23 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "planner/calibration.h"
-#include "planner/bptt_schedule.h"
 #include "performer/gradient_engine.h"
 #include "performer/performer_model.h"
+#include "planner/bptt_schedule.h"
+#include "planner/calibration.h"
 #include "planner/cost_model.h"
 #include "planner/plan_search.h"
 
 ABSL_FLAG(int, threads, 2, "compute threads");
 ABSL_FLAG(std::string, seq_lens, "1024,4096,16384", "sequence lengths, comma-separated");
 ABSL_FLAG(std::string, budgets_mib, "24,48,96,256", "memory budgets in MiB, comma-separated");
-ABSL_FLAG(std::string, models, "small,medium,large", "model sizes: small (d128 f512), medium (d256 f1024), large (d512 f2048)");
+ABSL_FLAG(std::string, models, "small,medium,large",
+          "model sizes: small (d128 f512), medium (d256 f1024), large (d512 f2048)");
 ABSL_FLAG(bool, fixed_policies, true, "also run reverse/store/resync/dp plans at each of --fixed_slices");
 ABSL_FLAG(std::string, fixed_slices, "64,256", "--fixed_policies: the slice sizes C, comma-separated");
 ABSL_FLAG(int, repeats, 1, "timed runs per plan (median)");
@@ -84,25 +85,28 @@ int Run() {
     return 1;
   }
   const planner::DeviceProfile& profile = calibrated->profile;
-  std::cout << absl::StrFormat(
-                   R"({"profile": {"activation_scale": %.4f, "activation_overhead_bytes": %d, "flops_per_second": %.4g, )"
-                   R"("half_rate_rows": %.2f, "seconds_per_element": %.3g, "layer_overhead_s": %.3g, )"
-                   R"("bf16_flops_per_second": %.4g, "bf16_half_rate_rows": %.2f, "bf16_layer_overhead_s": %.3g, )"
-                   R"("bf16_call_time_ratio": %.3f}})",
-                   profile.activation_scale, profile.activation_overhead_bytes, profile.flops_per_second,
-                   profile.half_rate_rows, profile.seconds_per_element, profile.layer_overhead_s,
-                   profile.bf16_flops_per_second, profile.bf16_half_rate_rows, profile.bf16_layer_overhead_s,
-                   calibrated->bf16_call_time_ratio)
-            << std::endl;
+  std::cout
+      << absl::StrFormat(
+             R"({"profile": {"activation_scale": %.4f, "activation_overhead_bytes": %d, "flops_per_second": %.4g, )"
+             R"("half_rate_rows": %.2f, "seconds_per_element": %.3g, "layer_overhead_s": %.3g, )"
+             R"("bf16_flops_per_second": %.4g, "bf16_half_rate_rows": %.2f, "bf16_layer_overhead_s": %.3g, )"
+             R"("bf16_call_time_ratio": %.3f}})",
+             profile.activation_scale, profile.activation_overhead_bytes, profile.flops_per_second,
+             profile.half_rate_rows, profile.seconds_per_element, profile.layer_overhead_s,
+             profile.bf16_flops_per_second, profile.bf16_half_rate_rows, profile.bf16_layer_overhead_s,
+             calibrated->bf16_call_time_ratio)
+      << std::endl;
 
   for (absl::string_view model_name : absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty())) {
     const ModelConfig config = Model(std::string(model_name));
-    absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, performer::DType::kFloat32, at::kCPU, 1);
+    absl::StatusOr<PerformerModel> model =
+        PerformerModel::Create(config, performer::DType::kFloat32, at::kCPU, 1);
     if (!model.ok()) return 1;
     for (int64_t length : Ints(absl::GetFlag(FLAGS_seq_lens))) {
       PackedBatch batch;
       std::mt19937_64 generator(length);
-      for (int64_t i = 0; i < length; ++i) batch.tokens.push_back(static_cast<int64_t>(generator() % config.vocab));
+      for (int64_t i = 0; i < length; ++i)
+        batch.tokens.push_back(static_cast<int64_t>(generator() % config.vocab));
       const planner::Workload workload{config, length};
 
       std::vector<std::pair<std::string, Plan>> plans;
@@ -164,7 +168,8 @@ int Run() {
           if (!plan.bf16_products) continue;
           absl::StatusOr<GradientResult> reference = ComputeGradient(*model, batch, float32, options);
           if (!reference.ok()) {
-            std::fprintf(stderr, "plan_accuracy_bench: %s\n", std::string(reference.status().message()).c_str());
+            std::fprintf(stderr, "plan_accuracy_bench: %s\n",
+                         std::string(reference.status().message()).c_str());
             return 1;
           }
           float32_seconds.push_back(reference->seconds);
@@ -175,9 +180,10 @@ int Run() {
         if (plan.bf16_products) {
           std::sort(float32_seconds.begin(), float32_seconds.end());
           const double float32_time = float32_seconds[float32_seconds.size() / 2];
-          absl::StatusOr<planner::Prediction> float32_predicted = planner::Predict(workload, float32, profile);
-          bf16_columns = absl::StrFormat(R"(, "float32_time_s": %.4f, "bf16_ratio_measured": %.3f)", float32_time,
-                                         measured_time / float32_time);
+          absl::StatusOr<planner::Prediction> float32_predicted =
+              planner::Predict(workload, float32, profile);
+          bf16_columns = absl::StrFormat(R"(, "float32_time_s": %.4f, "bf16_ratio_measured": %.3f)",
+                                         float32_time, measured_time / float32_time);
           if (float32_predicted.ok()) {
             absl::StrAppendFormat(&bf16_columns, R"(, "bf16_ratio_predicted": %.3f)",
                                   predicted->seconds / float32_predicted->seconds);
@@ -185,18 +191,19 @@ int Run() {
         }
         // The call's own peak: tensors alive at its start (the parameters) plus what it allocated.
         const int64_t measured_peak = last.peak_bytes - last.start_bytes + model->parameter_bytes();
-        std::cout << absl::StrFormat(
-                         R"({"model": "%s", "seq_len": %d, "case": "%s", "plan": "%s", "predicted_peak": %d, )"
-                         R"("measured_peak": %d, "memory_error": %.3f, "predicted_time_s": %.4f, "measured_time_s": %.4f, )"
-                         R"("time_error": %.3f, "within_budget": %s%s})",
-                         model_name, length, label, plan.DebugString(), predicted->peak_bytes, measured_peak,
-                         (predicted->peak_bytes - measured_peak) / static_cast<double>(measured_peak),
-                         predicted->seconds, measured_time, (predicted->seconds - measured_time) / measured_time,
-                         absl::StartsWith(label, "budget:")
-                             ? (measured_peak <= std::stoll(label.substr(7)) ? "true" : "false")
-                             : "null",
-                         bf16_columns)
-                  << std::endl;
+        std::cout
+            << absl::StrFormat(
+                   R"({"model": "%s", "seq_len": %d, "case": "%s", "plan": "%s", "predicted_peak": %d, )"
+                   R"("measured_peak": %d, "memory_error": %.3f, "predicted_time_s": %.4f, "measured_time_s": %.4f, )"
+                   R"("time_error": %.3f, "within_budget": %s%s})",
+                   model_name, length, label, plan.DebugString(), predicted->peak_bytes, measured_peak,
+                   (predicted->peak_bytes - measured_peak) / static_cast<double>(measured_peak),
+                   predicted->seconds, measured_time, (predicted->seconds - measured_time) / measured_time,
+                   absl::StartsWith(label, "budget:")
+                       ? (measured_peak <= std::stoll(label.substr(7)) ? "true" : "false")
+                       : "null",
+                   bf16_columns)
+            << std::endl;
       }
     }
   }

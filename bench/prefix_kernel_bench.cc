@@ -3,14 +3,15 @@
 // or of a full sequence hands them, each form with the threads on the pool that runs its products.
 // Prints one JSON object per row count.
 //
-//   bazel-bin/bench/prefix_kernel_bench --rows=16,64,256,4096 --heads=4 --features=64 --dim=64 --block=64 --threads=2
+//   bazel-bin/bench/prefix_kernel_bench --rows=16,64,256,4096 --heads=4 --features=64 --dim=64 --block=64
+//   --threads=2
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -44,11 +45,12 @@ absl::StatusOr<double> MedianSeconds(int64_t rows, bool fused) {
   // LibTorch form's batched products in OpenBLAS (the engine's float64 split, and the float32 one
   // before oneDNN).
   if (absl::Status s = slimfit::performer::ConfigureCpuThreads(absl::GetFlag(FLAGS_threads),
-                                                                fused ? at::kFloat : at::kDouble);
+                                                               fused ? at::kFloat : at::kDouble);
       !s.ok()) {
     return s;
   }
-  const int64_t k = absl::GetFlag(FLAGS_heads), m = absl::GetFlag(FLAGS_features), d = absl::GetFlag(FLAGS_dim);
+  const int64_t k = absl::GetFlag(FLAGS_heads), m = absl::GetFlag(FLAGS_features),
+                d = absl::GetFlag(FLAGS_dim);
   const at::Tensor q = at::rand({k, rows, m}).requires_grad_(true);
   const at::Tensor key = at::rand({k, rows, m}).requires_grad_(true);
   const at::Tensor v = at::randn({k, rows, d}).requires_grad_(true);
@@ -76,7 +78,8 @@ int main(int argc, char** argv) {
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_rows), ',', absl::SkipEmpty())) {
     int64_t rows = 0;
     if (!absl::SimpleAtoi(part, &rows) || rows <= 0) {
-      std::fprintf(stderr, "prefix_kernel_bench: --rows: '%s' is not a positive integer\n", std::string(part).c_str());
+      std::fprintf(stderr, "prefix_kernel_bench: --rows: '%s' is not a positive integer\n",
+                   std::string(part).c_str());
       return 1;
     }
     const absl::StatusOr<double> libtorch = MedianSeconds(rows, false);
@@ -86,9 +89,10 @@ int main(int argc, char** argv) {
                    (libtorch.ok() ? fused.status() : libtorch.status()).ToString().c_str());
       return 1;
     }
-    std::printf("{\"rows\": %lld, \"block\": %lld, \"libtorch_us\": %.1f, \"fused_us\": %.1f, \"speedup\": %.2f}\n",
-                static_cast<long long>(rows), static_cast<long long>(absl::GetFlag(FLAGS_block)), *libtorch * 1e6,
-                *fused * 1e6, *libtorch / *fused);
+    std::printf(
+        "{\"rows\": %lld, \"block\": %lld, \"libtorch_us\": %.1f, \"fused_us\": %.1f, \"speedup\": %.2f}\n",
+        static_cast<long long>(rows), static_cast<long long>(absl::GetFlag(FLAGS_block)), *libtorch * 1e6,
+        *fused * 1e6, *libtorch / *fused);
   }
   return 0;
 }

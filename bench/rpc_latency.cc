@@ -1,11 +1,11 @@
 #include "bench/rpc_latency.h"
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/support/client_interceptor.h>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
-
-#include <grpcpp/create_channel.h>
-#include <grpcpp/support/client_interceptor.h>
 
 #include "absl/status/status.h"
 #include "proto/rpc_util.h"

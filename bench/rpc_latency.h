@@ -16,13 +16,13 @@
 #ifndef SLIMFIT_BENCH_RPC_LATENCY_H_
 #define SLIMFIT_BENCH_RPC_LATENCY_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"

@@ -1,9 +1,9 @@
 #include "bench/simulated_fleet.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <thread>
 #include <utility>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"

@@ -12,8 +12,8 @@
 #include "base/flags.h"
 #include "client/json_output.h"
 #include "nlohmann/json.hpp"
-#include "planner/calibration.h"
 #include "performer/plan.h"
+#include "planner/calibration.h"
 #include "planner/device_profile_io.h"
 
 namespace slimfit::client {
@@ -44,9 +44,8 @@ absl::StatusOr<CalibrationOutcome> CalibrateDevice(const CalibrationRequest& req
   outcome.profile = result->profile;
   outcome.warnings = result->Warnings();
   for (const planner::ProbeResult& probe : result->probes) {
-    outcome.probes.push_back(
-        CalibrationProbe{probe.plan.slice, probe.seconds, probe.working_bytes, probe.seq_len, probe.graph_pool_bytes,
-                         probe.pool_only});
+    outcome.probes.push_back(CalibrationProbe{probe.plan.slice, probe.seconds, probe.working_bytes,
+                                              probe.seq_len, probe.graph_pool_bytes, probe.pool_only});
   }
   return outcome;
 }
@@ -59,11 +58,11 @@ absl::Status RunCalibrateCommand(absl::Span<const std::string> args, std::ostrea
   std::string out_path;
   bool json = false;
   base::FlagSet flags("calibrate",
-                "slimfit calibrate [--device=cpu] [--threads=N] [--dtype=float32] [--out=FILE] "
-                "[--json]",
-                "Measures the device with short probes of the real gradient engine (seconds to a\n"
-                "minute) and prints its profile as a text-format slimfit.v1.DeviceProfile, or writes\n"
-                "it atomically to --out for 'slimfit plan --profile=FILE'.");
+                      "slimfit calibrate [--device=cpu] [--threads=N] [--dtype=float32] [--out=FILE] "
+                      "[--json]",
+                      "Measures the device with short probes of the real gradient engine (seconds to a\n"
+                      "minute) and prints its profile as a text-format slimfit.v1.DeviceProfile, or writes\n"
+                      "it atomically to --out for 'slimfit plan --profile=FILE'.");
   flags.String("device", &device, "device to measure: cpu, cuda:0");
   flags.Int("threads", &threads, "compute threads (a plan made from the profile uses these)");
   flags.String("dtype", &dtype_name, "float32 or float64");

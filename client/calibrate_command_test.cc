@@ -6,15 +6,15 @@
 #include <string>
 #include <vector>
 
-#include "base/files.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
+#include "base/test_util.h"
 #include "client/device_calibrator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "planner/device_profile.h"
 #include "planner/device_profile_io.h"
-#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {
@@ -118,13 +118,16 @@ TEST_F(CalibrateCommandTest, WarningsAreShownInEveryForm) {
   calibrator_.warnings = {"bfloat16 plans are predicted with the float32 constants: too few probes"};
   absl::StatusOr<std::string> text = RunCalibrate({"--threads=1"});
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_THAT(*text, ::testing::StartsWith("# warning: bfloat16 plans are predicted with the float32 constants"));
+  EXPECT_THAT(*text,
+              ::testing::StartsWith("# warning: bfloat16 plans are predicted with the float32 constants"));
   absl::StatusOr<planner::DeviceProfile> parsed = planner::ParseDeviceProfileText(*text);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->flops_per_second, 1.25e11);
   text = RunCalibrate({"--threads=1", "--out", TempPath("warned.profile")});
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_THAT(*text, HasSubstr("\nwarning: bfloat16 plans are predicted with the float32 constants: too few probes\n"));
+  EXPECT_THAT(
+      *text,
+      HasSubstr("\nwarning: bfloat16 plans are predicted with the float32 constants: too few probes\n"));
   text = RunCalibrate({"--threads=1", "--json"});
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(Json::parse(*text)["warnings"][0], calibrator_.warnings[0]);

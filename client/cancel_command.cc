@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "client/coordinator_client.h"
 #include "base/flags.h"
+#include "client/coordinator_client.h"
 #include "client/service_format.h"
 
 namespace slimfit::client {
@@ -14,7 +14,7 @@ absl::Status RunCancelCommand(absl::Span<const std::string> args, std::ostream& 
   std::string reason;
   CoordinatorOptions connection;
   base::FlagSet flags("cancel", "slimfit cancel JOB [--reason=TEXT] [--json] [coordinator flags]",
-                "Cancels a queued or running job. Its last checkpoint stays exportable.");
+                      "Cancels a queued or running job. Its last checkpoint stays exportable.");
   flags.Positional("JOB", &job_id, "job id", base::FlagSet::kRequired);
   flags.String("reason", &reason, "why, recorded in the job's state reason (at most 1024 bytes)",
                base::FlagSet::kOptionalNoDefault);

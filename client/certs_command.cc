@@ -31,7 +31,8 @@ bool Exists(const std::string& path) {
 
 // Writes key (0600) and certificate (0644) as DIR/NAME.key and DIR/NAME.pem.
 absl::Status WritePair(const std::string& dir, const std::string& name, const base::KeyAndCertificate& pair) {
-  absl::StatusOr<base::AtomicFileWriter> key = base::AtomicFileWriter::Create(absl::StrCat(dir, "/", name, ".key"), 0600);
+  absl::StatusOr<base::AtomicFileWriter> key =
+      base::AtomicFileWriter::Create(absl::StrCat(dir, "/", name, ".key"), 0600);
   if (!key.ok()) return key.status();
   if (absl::Status s = key->Append(pair.key_pem); !s.ok()) return s;
   if (absl::Status s = key->Commit(); !s.ok()) return s;
@@ -52,9 +53,11 @@ absl::Status RefuseOverwrite(const std::string& dir, const std::vector<std::stri
 }
 
 // The request for `name` naming `hosts` (and, with `local`, localhost and the loopback addresses).
-absl::StatusOr<base::CertificateRequest> RequestFor(const std::string& name, const std::vector<std::string>& hosts,
-                                                    bool local, int64_t days) {
-  if (days < 1 || days > 3650) return absl::InvalidArgumentError(absl::StrCat("--days=", days, ": expected 1 to 3650"));
+absl::StatusOr<base::CertificateRequest> RequestFor(const std::string& name,
+                                                    const std::vector<std::string>& hosts, bool local,
+                                                    int64_t days) {
+  if (days < 1 || days > 3650)
+    return absl::InvalidArgumentError(absl::StrCat("--days=", days, ": expected 1 to 3650"));
   base::CertificateRequest request;
   request.common_name = name;
   request.validity = absl::Hours(24 * days);
@@ -136,7 +139,9 @@ absl::Status RunCertsCommand(absl::Span<const std::string> args, std::ostream& o
   }
 
   absl::StatusOr<std::string> ca_cert = base::ReadFileToString(absl::StrCat(dir, "/ca.pem"));
-  if (!ca_cert.ok()) return absl::Status(ca_cert.status().code(), absl::StrCat(ca_cert.status().message(), " (run 'slimfit certs init' first)"));
+  if (!ca_cert.ok())
+    return absl::Status(ca_cert.status().code(),
+                        absl::StrCat(ca_cert.status().message(), " (run 'slimfit certs init' first)"));
   absl::StatusOr<std::string> ca_key = base::ReadFileToString(absl::StrCat(dir, "/ca.key"));
   if (!ca_key.ok()) return ca_key.status();
   if (absl::Status s = RefuseOverwrite(dir, {name}, force); !s.ok()) return s;
@@ -146,7 +151,8 @@ absl::Status RunCertsCommand(absl::Span<const std::string> args, std::ostream& o
       base::IssueCertificate(base::KeyAndCertificate{*ca_key, *ca_cert}, *request);
   if (!issued.ok()) return issued.status();
   if (absl::Status s = WritePair(dir, name, *issued); !s.ok()) return s;
-  out << "wrote " << dir << "/" << name << ".pem and " << name << ".key, valid for " << Names(*request) << "\n"
+  out << "wrote " << dir << "/" << name << ".pem and " << name << ".key, valid for " << Names(*request)
+      << "\n"
       << "start the worker with --tls_cert=" << dir << "/" << name << ".pem --tls_key=" << dir << "/" << name
       << ".key --tls_ca=" << dir << "/ca.pem (copy those three files to it)\n";
   return absl::OkStatus();

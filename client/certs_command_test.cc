@@ -1,11 +1,10 @@
 #include "client/certs_command.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <sstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
 #include "base/certificates.h"

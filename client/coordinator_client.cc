@@ -37,7 +37,8 @@ void AddCoordinatorFlags(base::FlagSet& flags, CoordinatorOptions* options) {
 
 absl::Status PageTokens::Next(const std::string& token) {
   if (!seen_.insert(token).second) {
-    return absl::InternalError(absl::StrCat(rpc_, ": the coordinator returned the page token '", token, "' twice"));
+    return absl::InternalError(
+        absl::StrCat(rpc_, ": the coordinator returned the page token '", token, "' twice"));
   }
   if (static_cast<int>(seen_.size()) > kMaxPages) {
     return absl::InternalError(absl::StrCat(rpc_, ": more than ", kMaxPages, " pages; giving up"));
@@ -80,7 +81,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
     const CoordinatorOptions& options) {
   absl::StatusOr<std::optional<rpc::TlsMaterial>> tls = rpc::LoadTls(options.tls);
   if (!tls.ok()) return tls.status();
-  std::shared_ptr<grpc::Channel> channel = rpc::MakeChannel(options.coordinator, rpc::ChannelCredentials(*tls));
+  std::shared_ptr<grpc::Channel> channel =
+      rpc::MakeChannel(options.coordinator, rpc::ChannelCredentials(*tls));
   if (channel == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot open a channel to ", options.coordinator));
   }

@@ -78,8 +78,9 @@ void AddCoordinatorFlags(base::FlagSet& flags, CoordinatorOptions* options);
 // What every service command does with its arguments: flags.Parse(args); with --help, writes
 // flags.Help() to `out` and sets *help_shown (the command then returns OK); otherwise
 // ResolveCoordinatorOptions. REQUIRES: AddCoordinatorFlags(flags, options) was called.
-[[nodiscard]] absl::Status ParseServiceFlags(base::FlagSet& flags, absl::Span<const std::string> args, std::ostream& out,
-                                             CoordinatorOptions* options, bool* help_shown);
+[[nodiscard]] absl::Status ParseServiceFlags(base::FlagSet& flags, absl::Span<const std::string> args,
+                                             std::ostream& out, CoordinatorOptions* options,
+                                             bool* help_shown);
 
 // Paging through a listing: remembers the page tokens seen. Next() is INTERNAL when the
 // coordinator hands out a token it gave before (a cycle) or more than kMaxPages pages, so that a

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "client/fake_coordinator.h"
 #include "base/flags.h"
+#include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -3,12 +3,12 @@
 #include <fstream>
 #include <string>
 
+#include "base/sha256.h"
+#include "base/test_util.h"
 #include "client/coordinator_client.h"
 #include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/sha256.h"
-#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {

@@ -12,11 +12,11 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "client/coordinator_client.h"
 #include "base/flags.h"
+#include "base/sha256.h"
+#include "client/coordinator_client.h"
 #include "nlohmann/json.hpp"
 #include "planner/plan_search.h"
-#include "base/sha256.h"
 
 namespace slimfit::client {
 namespace {
@@ -52,11 +52,11 @@ absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& 
   std::string path;
   int64_t round = 0;
   CoordinatorOptions connection;
-  base::FlagSet flags("export",
-                "slimfit export JOB --out=FILE.safetensors [--round=N] [--json] [coordinator flags]",
-                "Downloads a job's checkpoint as a safetensors file: the latest one (the final one for\n"
-                "a finished job), or that of --round. The file appears only once its size and SHA-256\n"
-                "match what the coordinator sent; an existing FILE is replaced.");
+  base::FlagSet flags(
+      "export", "slimfit export JOB --out=FILE.safetensors [--round=N] [--json] [coordinator flags]",
+      "Downloads a job's checkpoint as a safetensors file: the latest one (the final one for\n"
+      "a finished job), or that of --round. The file appears only once its size and SHA-256\n"
+      "match what the coordinator sent; an existing FILE is replaced.");
   flags.Positional("JOB", &job_id, "job id", base::FlagSet::kRequired);
   flags.String("out", &path, "where to write the safetensors file", base::FlagSet::kRequired);
   flags.Int("round", &round, "export the checkpoint of this round (default: the latest)",

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "base/files.h"
+#include "base/sha256.h"
+#include "base/test_util.h"
 #include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "base/sha256.h"
-#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {

@@ -155,8 +155,8 @@ grpc::Status FakeCoordinator::ListWorkers(grpc::ServerContext* context, const v1
   return list_workers ? list_workers(*request, response) : Unimplemented("ListWorkers");
 }
 
-grpc::Status FakeCoordinator::RevokeWorker(grpc::ServerContext* context, const v1::RevokeWorkerRequest* request,
-                                           v1::WorkerInfo* response) {
+grpc::Status FakeCoordinator::RevokeWorker(grpc::ServerContext* context,
+                                           const v1::RevokeWorkerRequest* request, v1::WorkerInfo* response) {
   RecordAuthorization(*context);
   {
     absl::MutexLock lock(&mutex_);

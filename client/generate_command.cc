@@ -35,7 +35,8 @@ struct GenerateOptions {
 absl::StatusOr<std::vector<int64_t>> PromptTokens(const base::FlagSet& flags, const GenerateOptions& options,
                                                   int64_t vocab) {
   if (flags.IsSet("prompt") == flags.IsSet("prompt_tokens")) {
-    return absl::InvalidArgumentError("give the prompt as --prompt=TEXT or as --prompt_tokens=ID,ID,... (one of them)");
+    return absl::InvalidArgumentError(
+        "give the prompt as --prompt=TEXT or as --prompt_tokens=ID,ID,... (one of them)");
   }
   std::vector<int64_t> tokens;
   if (flags.IsSet("prompt")) {
@@ -49,7 +50,8 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const base::FlagSet& flags, co
       tokens.push_back(id);
     }
   }
-  if (tokens.empty()) return absl::InvalidArgumentError("the prompt is empty: the model needs at least one token to follow");
+  if (tokens.empty())
+    return absl::InvalidArgumentError("the prompt is empty: the model needs at least one token to follow");
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab) {
       return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " = ", tokens[i],
@@ -63,9 +65,10 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const base::FlagSet& flags, co
 
 absl::Status RunGenerateCommand(absl::Span<const std::string> args, std::ostream& out) {
   GenerateOptions options;
-  base::FlagSet flags("generate", "slimfit generate --model=FILE --prompt=TEXT [--max_tokens=N] [flags]",
-                      "Generates text from a model, token by token, with the Performer's recurrent form: each\n"
-                      "layer keeps only its prefix-sum state, so memory does not grow with the text.");
+  base::FlagSet flags(
+      "generate", "slimfit generate --model=FILE --prompt=TEXT [--max_tokens=N] [flags]",
+      "Generates text from a model, token by token, with the Performer's recurrent form: each\n"
+      "layer keeps only its prefix-sum state, so memory does not grow with the text.");
   LocalModelFlags model_flags(flags);
   flags.String("prompt", &options.prompt, "the text to continue (its bytes are the tokens)",
                base::FlagSet::kOptionalNoDefault);
@@ -75,7 +78,8 @@ absl::Status RunGenerateCommand(absl::Span<const std::string> args, std::ostream
   flags.Double("temperature", &options.temperature, "sampling temperature (0: always the most likely token)");
   flags.Int("top_k", &options.top_k, "sample among the k most likely tokens (0: all)");
   flags.Int("seed", &options.seed, "random seed of the sampling (the same seed gives the same text)");
-  flags.Int("stretch", &options.stretch, "prompt tokens run at once (memory grows with it, not with the text)");
+  flags.Int("stretch", &options.stretch,
+            "prompt tokens run at once (memory grows with it, not with the text)");
   flags.Bool("echo", &options.echo, "print the prompt before the generated text");
   flags.Bool("json", &options.json, "print one JSON object at the end instead of streaming text");
   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
@@ -84,9 +88,11 @@ absl::Status RunGenerateCommand(absl::Span<const std::string> args, std::ostream
     return absl::OkStatus();
   }
   if (options.max_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--max_tokens=", options.max_tokens, ": expected 0 or more"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_tokens=", options.max_tokens, ": expected 0 or more"));
   }
-  if (options.seed < 0) return absl::InvalidArgumentError(absl::StrCat("--seed=", options.seed, ": expected 0 or more"));
+  if (options.seed < 0)
+    return absl::InvalidArgumentError(absl::StrCat("--seed=", options.seed, ": expected 0 or more"));
   const performer::SamplingOptions sampling{options.temperature, options.top_k};
   if (absl::Status s = performer::ValidateSamplingOptions(sampling); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
@@ -103,7 +109,8 @@ absl::Status RunGenerateCommand(absl::Span<const std::string> args, std::ostream
   performer::ForwardOptions forward;
   forward.stretch = options.stretch;
   forward.feature_seed = loaded->feature_seed;
-  absl::StatusOr<performer::RecurrentModel> decoder = performer::RecurrentModel::Create(loaded->model, forward);
+  absl::StatusOr<performer::RecurrentModel> decoder =
+      performer::RecurrentModel::Create(loaded->model, forward);
   if (!decoder.ok()) return decoder.status();
   performer::TokenSampler sampler(sampling, static_cast<uint64_t>(options.seed));
   const bool bytes = vocab == kByteVocabulary && !flags.IsSet("prompt_tokens");

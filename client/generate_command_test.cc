@@ -56,7 +56,8 @@ CommandRun Generate(std::vector<std::string> args) {
 TEST(GenerateCommand, GreedyTextIsTheModelsMostLikelyContinuation) {
   const performer::PerformerModel model = MustCreate(ByteModel());
   const std::string path = SavedModel("greedy.safetensors", model);
-  const CommandRun run = Generate({"--model=" + path, "--prompt=Once", "--max_tokens=12", "--temperature=0", "--threads=1"});
+  const CommandRun run =
+      Generate({"--model=" + path, "--prompt=Once", "--max_tokens=12", "--temperature=0", "--threads=1"});
   ASSERT_TRUE(run.status.ok()) << run.status;
   ASSERT_THAT(run.out, StartsWith("Once"));
   ASSERT_EQ(run.out.size(), 4u + 12u + 1u);
@@ -69,14 +70,15 @@ TEST(GenerateCommand, GreedyTextIsTheModelsMostLikelyContinuation) {
     for (size_t i = 0; i < end; ++i) prefix.push_back(static_cast<unsigned char>(run.out[i]));
     absl::StatusOr<at::Tensor> log_probs = decoder->Feed(prefix);
     ASSERT_TRUE(log_probs.ok());
-    EXPECT_EQ(log_probs->argmax().item<int64_t>(), static_cast<unsigned char>(run.out[end])) << "byte " << end;
+    EXPECT_EQ(log_probs->argmax().item<int64_t>(), static_cast<unsigned char>(run.out[end]))
+        << "byte " << end;
   }
 }
 
 TEST(GenerateCommand, TheSameSeedGivesTheSameTextAndJsonSaysWhatRan) {
   const std::string path = SavedModel("seeded.safetensors", MustCreate(ByteModel()));
-  const std::vector<std::string> args = {"--model=" + path, "--prompt=ab", "--max_tokens=40", "--seed=5",
-                                         "--temperature=1.5", "--top_k=0", "--json"};
+  const std::vector<std::string> args = {"--model=" + path,   "--prompt=ab", "--max_tokens=40", "--seed=5",
+                                         "--temperature=1.5", "--top_k=0",   "--json"};
   const CommandRun first = Generate(args);
   const CommandRun second = Generate(args);
   ASSERT_TRUE(first.status.ok()) << first.status;
@@ -95,12 +97,13 @@ TEST(GenerateCommand, AFileWithoutItsShapeNeedsTheShapeFlags) {
   const performer::PerformerModel model = MustCreate(ByteModel());
   const std::string path = testing_util::TempPath("bare.safetensors");
   std::vector<at::Tensor> tensors = model.parameters();
-  ASSERT_TRUE(performer::SaveNamedTensors(path, model.names(), tensors).ok());  // no metadata, as the reference writes
+  ASSERT_TRUE(performer::SaveNamedTensors(path, model.names(), tensors)
+                  .ok());  // no metadata, as the reference writes
   const CommandRun bare = Generate({"--model=" + path, "--prompt=x", "--max_tokens=3"});
   EXPECT_EQ(bare.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bare.status.message(), HasSubstr("pass the model's shape"));
-  const CommandRun shaped = Generate({"--model=" + path, "--prompt=x", "--max_tokens=3", "--d_model=16", "--layers=2",
-                               "--heads=2", "--d_ff=32"});
+  const CommandRun shaped = Generate({"--model=" + path, "--prompt=x", "--max_tokens=3", "--d_model=16",
+                                      "--layers=2", "--heads=2", "--d_ff=32"});
   EXPECT_TRUE(shaped.status.ok()) << shaped.status;
 }
 
@@ -114,15 +117,25 @@ TEST(GenerateCommand, BadInputGetsAClearError) {
   const Case cases[] = {
       {{"--model=" + path}, absl::StatusCode::kInvalidArgument, "--prompt=TEXT or as --prompt_tokens"},
       {{"--model=" + path, "--prompt="}, absl::StatusCode::kInvalidArgument, "the prompt is empty"},
-      {{"--model=" + path, "--prompt_tokens=1,x"}, absl::StatusCode::kInvalidArgument, "\"x\" is not a token id"},
-      {{"--model=" + path, "--prompt_tokens=300"}, absl::StatusCode::kInvalidArgument, "outside the model's vocabulary"},
-      {{"--model=" + path, "--prompt=a", "--temperature=-1"}, absl::StatusCode::kInvalidArgument, "--temperature"},
+      {{"--model=" + path, "--prompt_tokens=1,x"},
+       absl::StatusCode::kInvalidArgument,
+       "\"x\" is not a token id"},
+      {{"--model=" + path, "--prompt_tokens=300"},
+       absl::StatusCode::kInvalidArgument,
+       "outside the model's vocabulary"},
+      {{"--model=" + path, "--prompt=a", "--temperature=-1"},
+       absl::StatusCode::kInvalidArgument,
+       "--temperature"},
       {{"--model=" + path, "--prompt=a", "--top_k=-2"}, absl::StatusCode::kInvalidArgument, "--top_k"},
-      {{"--model=" + path, "--prompt=a", "--max_tokens=-1"}, absl::StatusCode::kInvalidArgument, "--max_tokens"},
+      {{"--model=" + path, "--prompt=a", "--max_tokens=-1"},
+       absl::StatusCode::kInvalidArgument,
+       "--max_tokens"},
       {{"--model=" + path, "--prompt=a", "--dtype=half"}, absl::StatusCode::kInvalidArgument, "--dtype=half"},
       {{"--model=" + path, "--prompt=a", "--device=gpu"}, absl::StatusCode::kInvalidArgument, "--device=gpu"},
       {{"--model=" + path, "--prompt=a", "--d_model=32"}, absl::StatusCode::kInvalidArgument, "d_model"},
-      {{"--model=/nonexistent/m.safetensors", "--prompt=a"}, absl::StatusCode::kNotFound, "/nonexistent/m.safetensors"},
+      {{"--model=/nonexistent/m.safetensors", "--prompt=a"},
+       absl::StatusCode::kNotFound,
+       "/nonexistent/m.safetensors"},
       {{"--prompt=a"}, absl::StatusCode::kInvalidArgument, "--model"},
   };
   for (const Case& c : cases) {

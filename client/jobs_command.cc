@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/coordinator_client.h"
 #include "base/flags.h"
+#include "client/coordinator_client.h"
 #include "client/service_format.h"
 #include "client/text_table.h"
 
@@ -17,9 +17,10 @@ absl::Status RunJobsCommand(absl::Span<const std::string> args, std::ostream& ou
   std::vector<std::string> state_names;
   int64_t limit = 50;
   CoordinatorOptions connection;
-  base::FlagSet flags("jobs", "slimfit jobs [--state=STATE[,STATE...]] [--limit=N] [--json] [coordinator flags]",
-                "The coordinator's jobs, newest first: id, name, state, rounds, loss, bits per byte,\n"
-                "created.");
+  base::FlagSet flags("jobs",
+                      "slimfit jobs [--state=STATE[,STATE...]] [--limit=N] [--json] [coordinator flags]",
+                      "The coordinator's jobs, newest first: id, name, state, rounds, loss, bits per byte,\n"
+                      "created.");
   flags.StringList("state", &state_names,
                    "only jobs in these states: queued, running, succeeded, failed, cancelled");
   flags.Int("limit", &limit, "list at most this many jobs (0: all)");

@@ -33,7 +33,8 @@ LocalModelFlags::LocalModelFlags(base::FlagSet& flags) : flags_(flags), shape_(f
 
 absl::StatusOr<LocalModel> LocalModelFlags::Load() const {
   absl::StatusOr<performer::DType> dtype = performer::ParseDType(dtype_);
-  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype=", dtype_, ": ", dtype.status().message()));
+  if (!dtype.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--dtype=", dtype_, ": ", dtype.status().message()));
   absl::StatusOr<c10::Device> device = performer::ParseDevice(device_);
   if (!device.ok()) return device.status();
   if (threads_ < 1 || threads_ > 4096) {
@@ -51,21 +52,24 @@ absl::StatusOr<LocalModel> LocalModelFlags::Load() const {
     expected = *config;
   }
   if (device->is_cpu()) {
-    if (absl::Status s = performer::ConfigureCpuThreads(static_cast<int>(threads_), performer::ToScalarType(*dtype));
+    if (absl::Status s =
+            performer::ConfigureCpuThreads(static_cast<int>(threads_), performer::ToScalarType(*dtype));
         !s.ok()) {
       return s;
     }
   }
   std::map<std::string, std::string> metadata;
-  absl::StatusOr<performer::PerformerModel> model = performer::LoadModel(path_, *dtype, *device, expected, &metadata);
+  absl::StatusOr<performer::PerformerModel> model =
+      performer::LoadModel(path_, *dtype, *device, expected, &metadata);
   if (!model.ok()) return model.status();
   uint64_t seed = static_cast<uint64_t>(feature_seed_);
   if (!flags_.IsSet("feature_seed")) {
     seed = 0;
     auto it = metadata.find(performer::kFeatureSeedKey);
     if (it != metadata.end() && !absl::SimpleAtoi(it->second, &seed)) {
-      return absl::InvalidArgumentError(absl::StrCat(path_, ": metadata ", performer::kFeatureSeedKey, " = \"",
-                                                     it->second, "\" is not a seed; pass --feature_seed"));
+      return absl::InvalidArgumentError(absl::StrCat(path_, ": metadata ", performer::kFeatureSeedKey,
+                                                     " = \"", it->second,
+                                                     "\" is not a seed; pass --feature_seed"));
     }
   }
   return LocalModel{*std::move(model), seed, path_};

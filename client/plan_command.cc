@@ -378,7 +378,8 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   if (!dtype.ok()) return with_flag("dtype", dtype.status());
   options.dtype = std::string(performer::DTypeName(*dtype));
   if (options.bf16_products && *dtype != performer::DType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat("--bf16_products: ", performer::Bf16ProductsDTypeError(*dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--bf16_products: ", performer::Bf16ProductsDTypeError(*dtype)));
   }
   absl::StatusOr<planner::Objective> objective = planner::ParseObjective(options.objective);
   if (!objective.ok()) return with_flag("objective", objective.status());

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
+#include "base/test_util.h"
 #include "client/device_calibrator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -15,8 +17,6 @@
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
 #include "planner/transformer_baselines.h"
-#include "base/files.h"
-#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {
@@ -89,8 +89,9 @@ std::vector<std::string> Keys(const Json& json) {
 }
 
 const std::vector<std::string> kPlanKeys = {
-    "slice",     "prefix_mode",          "block",           "front_policy", "slots", "resync_every",
-    "recompute", "copy_forward_weights", "bf16_products", "predicted_peak_bytes", "predicted_time_s"};
+    "slice",         "prefix_mode",          "block",           "front_policy",
+    "slots",         "resync_every",         "recompute",       "copy_forward_weights",
+    "bf16_products", "predicted_peak_bytes", "predicted_time_s"};
 
 TEST(PlanCommandTest, ChosenPlanIsTheSearchResult) {
   const int64_t budget = TightBudget();
@@ -245,7 +246,8 @@ TEST(PlanCommandTest, SvgDrawsEveryCandidateTheFrontierAndTheBudget) {
   const planner::PlanSearchResult result = *planner::SearchPlans(TinyRequest(TightBudget()), TinyProfile());
   // One circle per candidate, plus the two markers (full back-propagation, the chosen plan).
   size_t circles = 0;
-  for (size_t at = svg->find("<circle"); at != std::string::npos; at = svg->find("<circle", at + 1)) ++circles;
+  for (size_t at = svg->find("<circle"); at != std::string::npos; at = svg->find("<circle", at + 1))
+    ++circles;
   EXPECT_EQ(circles, result.candidate_points.size() + 2);
   EXPECT_GT(result.candidate_points.size(), result.frontier.size());
   EXPECT_THAT(*svg, HasSubstr(absl::StrCat(">", result.candidate_points.size(), " candidates<")));
@@ -256,7 +258,8 @@ TEST(PlanCommandTest, SvgDrawsEveryCandidateTheFrontierAndTheBudget) {
   EXPECT_THAT(*svg, HasSubstr(">usable<"));
 
   const absl::Status unwritable =
-      RunPlan(TinyArgs({absl::StrCat("--memory_budget=", TightBudget()), "--svg=/nonexistent/dir/f.svg"})).status();
+      RunPlan(TinyArgs({absl::StrCat("--memory_budget=", TightBudget()), "--svg=/nonexistent/dir/f.svg"}))
+          .status();
   EXPECT_FALSE(unwritable.ok());
   EXPECT_THAT(Message(unwritable), StartsWith("--svg: "));
 }

@@ -14,10 +14,10 @@
 namespace slimfit::client {
 namespace {
 
-using planner::BpttPolicy;
-using planner::Schedule;
 using performer::ScheduleKind;
 using performer::ScheduleStats;
+using planner::BpttPolicy;
+using planner::Schedule;
 
 struct ScheduleOptions {
   int64_t steps = 0;
@@ -151,7 +151,8 @@ absl::Status RunScheduleCommand(absl::Span<const std::string> args, std::ostream
       "T slices with at most M memory slots: its cost C(T,M) in slice forwards (ordinary BPTT\n"
       "costs T), the overhead C - T, and the most fronts and slice graphs it keeps at once.");
   flags.Int("steps", &options.steps, "slices T to back-propagate through", base::FlagSet::kRequired);
-  flags.Int("slots", &options.slots, "memory budget M in the program's units (fronts)", base::FlagSet::kRequired);
+  flags.Int("slots", &options.slots, "memory budget M in the program's units (fronts)",
+            base::FlagSet::kRequired);
   flags.String("kind", &options.kind, "program: hsm (keeps fronts), ism (keeps slice graphs) or msm (both)");
   flags.Double("alpha", &options.alpha, "msm: size of a slice graph with its input front, in fronts (>= 1)");
   flags.Double("beta", &options.beta,

@@ -42,7 +42,8 @@ std::vector<performer::PackedBatch> Batches(const rpc::TokenStream& stream, int6
     batch.tokens.assign(stream.tokens.begin() + begin, stream.tokens.begin() + end);
     batch.doc_starts.push_back(0);
     while (next_start < stream.doc_starts.size() && stream.doc_starts[next_start] < end) {
-      if (stream.doc_starts[next_start] > begin) batch.doc_starts.push_back(stream.doc_starts[next_start] - begin);
+      if (stream.doc_starts[next_start] > begin)
+        batch.doc_starts.push_back(stream.doc_starts[next_start] - begin);
       ++next_start;
     }
     batches.push_back(std::move(batch));
@@ -54,17 +55,19 @@ std::vector<performer::PackedBatch> Batches(const rpc::TokenStream& stream, int6
 
 absl::Status RunScoreCommand(absl::Span<const std::string> args, std::ostream& out) {
   ScoreOptions options;
-  base::FlagSet flags("score", "slimfit score --model=FILE --data=FILE [--separator=S] [flags]",
-                      "How well a model predicts a file: its cross-entropy in bits per byte (bits per token for\n"
-                      "a pre-tokenised file), run forward in stretches of --stretch tokens that carry the\n"
-                      "Performer's prefix-sum state, so memory does not grow with the file.");
+  base::FlagSet flags(
+      "score", "slimfit score --model=FILE --data=FILE [--separator=S] [flags]",
+      "How well a model predicts a file: its cross-entropy in bits per byte (bits per token for\n"
+      "a pre-tokenised file), run forward in stretches of --stretch tokens that carry the\n"
+      "Performer's prefix-sum state, so memory does not grow with the file.");
   LocalModelFlags model_flags(flags);
   flags.String("data", &options.data, "the file to score", base::FlagSet::kRequired);
   flags.String("data_type", &options.data_type,
                "text (every byte a token), or uint8, uint16, uint32 (pre-tokenised little-endian ids)");
-  flags.String("separator", &options.separator,
-               "bytes between documents, with C escapes, e.g. '\\n\\n' (default: none, the file is one document)",
-               base::FlagSet::kOptionalNoDefault);
+  flags.String(
+      "separator", &options.separator,
+      "bytes between documents, with C escapes, e.g. '\\n\\n' (default: none, the file is one document)",
+      base::FlagSet::kOptionalNoDefault);
   flags.Int("sequence_length", &options.sequence_length,
             "0: each document whole; L: cut the stream into sequences of L tokens as a training job does");
   flags.Int("stretch", &options.stretch, "tokens run at once (memory grows with it, not with the file)");
@@ -87,8 +90,10 @@ absl::Status RunScoreCommand(absl::Span<const std::string> args, std::ostream& o
   if (!bytes.ok()) return bytes.status();
   absl::StatusOr<rpc::TokenStream> stream =
       rpc::ParseDataset(*bytes, source->content_type, source->token_encoding, source->document_separator);
-  if (!stream.ok()) return absl::InvalidArgumentError(absl::StrCat(options.data, ": ", stream.status().message()));
-  if (stream->tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(options.data, ": holds no tokens"));
+  if (!stream.ok())
+    return absl::InvalidArgumentError(absl::StrCat(options.data, ": ", stream.status().message()));
+  if (stream->tokens.empty())
+    return absl::InvalidArgumentError(absl::StrCat(options.data, ": holds no tokens"));
 
   absl::StatusOr<LocalModel> loaded = model_flags.Load();
   if (!loaded.ok()) return loaded.status();
@@ -107,7 +112,8 @@ absl::Status RunScoreCommand(absl::Span<const std::string> args, std::ostream& o
   for (const performer::PackedBatch& batch : Batches(*stream, options.sequence_length)) {
     if (performer::PredictedTokenCount(batch) == 0) continue;
     absl::StatusOr<performer::ScoreResult> score = performer::ScoreTokens(loaded->model, batch, forward);
-    if (!score.ok()) return absl::Status(score.status().code(), absl::StrCat(options.data, ": ", score.status().message()));
+    if (!score.ok())
+      return absl::Status(score.status().code(), absl::StrCat(options.data, ": ", score.status().message()));
     total.loss_sum += score->loss_sum;
     total.predicted_tokens += score->predicted_tokens;
     total.seconds += score->seconds;

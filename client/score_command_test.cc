@@ -41,7 +41,8 @@ performer::PerformerModel MustCreate(performer::FeatureMap map) {
 
 // The engine's loss (full back-propagation) of documents given as strings, each its own batch when
 // `separately`, else packed into one.
-double EngineLoss(const performer::PerformerModel& model, const std::vector<std::string>& documents, uint64_t seed) {
+double EngineLoss(const performer::PerformerModel& model, const std::vector<std::string>& documents,
+                  uint64_t seed) {
   performer::Plan plan;
   plan.dtype = performer::DType::kFloat64;
   performer::GradientOptions options;
@@ -90,8 +91,8 @@ TEST(ScoreCommand, BitsPerByteOfDocumentsAreTheEnginesLoss) {
   ASSERT_TRUE(performer::SaveModel(path, model).ok());
   const std::string data = testing_util::WriteTempFile("licences.txt", kText);
   const double want = EngineLoss(model, Documents(), 0);
-  const CommandRun run = Score({"--model=" + path, "--data=" + data, "--separator=\\n\\n", "--dtype=float64", "--stretch=7",
-                         "--json"});
+  const CommandRun run = Score({"--model=" + path, "--data=" + data, "--separator=\\n\\n", "--dtype=float64",
+                                "--stretch=7", "--json"});
   ASSERT_TRUE(run.status.ok()) << run.status;
   EXPECT_NEAR(run.json["loss_sum_nats"].get<double>(), want, 1e-9 * want);
   EXPECT_EQ(run.json["documents"], 4);
@@ -99,9 +100,11 @@ TEST(ScoreCommand, BitsPerByteOfDocumentsAreTheEnginesLoss) {
   EXPECT_EQ(run.json["predicted_tokens"], predicted);
   EXPECT_NEAR(run.json["bits_per_byte"].get<double>(), want / predicted / std::log(2.0), 1e-9);
 
-  const CommandRun line = Score({"--model=" + path, "--data=" + data, "--separator=\\n\\n", "--dtype=float64"});
+  const CommandRun line =
+      Score({"--model=" + path, "--data=" + data, "--separator=\\n\\n", "--dtype=float64"});
   ASSERT_TRUE(line.status.ok()) << line.status;
-  EXPECT_THAT(line.out, MatchesRegex(".*licences.txt: [0-9.]+ bits per byte over [0-9,]+ predicted bytes .*\n"));
+  EXPECT_THAT(line.out,
+              MatchesRegex(".*licences.txt: [0-9.]+ bits per byte over [0-9,]+ predicted bytes .*\n"));
 }
 
 TEST(ScoreCommand, SequencesOfLTokensRestartTheStateAsTrainingDoes) {
@@ -111,8 +114,10 @@ TEST(ScoreCommand, SequencesOfLTokensRestartTheStateAsTrainingDoes) {
   const std::string text = std::string(kText).substr(0, 100);  // one document
   const std::string data = testing_util::WriteTempFile("one.txt", text);
   double want = 0;
-  for (size_t begin = 0; begin < text.size(); begin += 32) want += EngineLoss(model, {text.substr(begin, 32)}, 0);
-  const CommandRun run = Score({"--model=" + path, "--data=" + data, "--sequence_length=32", "--dtype=float64", "--json"});
+  for (size_t begin = 0; begin < text.size(); begin += 32)
+    want += EngineLoss(model, {text.substr(begin, 32)}, 0);
+  const CommandRun run =
+      Score({"--model=" + path, "--data=" + data, "--sequence_length=32", "--dtype=float64", "--json"});
   ASSERT_TRUE(run.status.ok()) << run.status;
   EXPECT_NEAR(run.json["loss_sum_nats"].get<double>(), want, 1e-9 * want);
   EXPECT_EQ(run.json["predicted_tokens"], 100 - 4);  // sequences of 32, 32, 32 and 4 tokens
@@ -127,7 +132,8 @@ TEST(ScoreCommand, FavorModelsUseTheSeedTheirCheckpointRecords) {
   const CommandRun recorded = Score({"--model=" + path, "--data=" + data, "--dtype=float64", "--json"});
   ASSERT_TRUE(recorded.status.ok()) << recorded.status;
   EXPECT_NEAR(recorded.json["loss_sum_nats"].get<double>(), want, 1e-9 * want);
-  const CommandRun other = Score({"--model=" + path, "--data=" + data, "--dtype=float64", "--feature_seed=1", "--json"});
+  const CommandRun other =
+      Score({"--model=" + path, "--data=" + data, "--dtype=float64", "--feature_seed=1", "--json"});
   ASSERT_TRUE(other.status.ok()) << other.status;
   EXPECT_GT(std::abs(other.json["loss_sum_nats"].get<double>() - want), 1e-6 * want);
 }
@@ -139,7 +145,8 @@ TEST(ScoreCommand, BadInputGetsAClearError) {
   const std::string text = testing_util::WriteTempFile("text.txt", "abc");
   const std::string singles = testing_util::WriteTempFile("singles.txt", "a|b|c");
   const std::string odd = testing_util::WriteTempFile("odd.bin", "abc");
-  const std::string wide = testing_util::WriteTempFile("wide.bin", std::string("\x01\x00\x00\x00\x01\x02\x03\x04", 8));
+  const std::string wide =
+      testing_util::WriteTempFile("wide.bin", std::string("\x01\x00\x00\x00\x01\x02\x03\x04", 8));
   struct Case {
     std::vector<std::string> args;
     absl::StatusCode code;
@@ -148,11 +155,21 @@ TEST(ScoreCommand, BadInputGetsAClearError) {
   const Case cases[] = {
       {{"--model=" + path}, absl::StatusCode::kInvalidArgument, "--data"},
       {{"--model=" + path, "--data=/nonexistent.txt"}, absl::StatusCode::kNotFound, "/nonexistent.txt"},
-      {{"--model=" + path, "--data=" + singles, "--separator=|"}, absl::StatusCode::kInvalidArgument, "predicts nothing"},
-      {{"--model=" + path, "--data=" + odd, "--data_type=uint16"}, absl::StatusCode::kInvalidArgument, "whole number"},
-      {{"--model=" + path, "--data=" + wide, "--data_type=uint32"}, absl::StatusCode::kInvalidArgument, "token 1 = 67305985 is outside the model's vocabulary [0, 256)"},
-      {{"--model=" + path, "--data=" + text, "--data_type=utf8"}, absl::StatusCode::kInvalidArgument, "--data_type"},
-      {{"--model=" + path, "--data=" + text, "--sequence_length=1"}, absl::StatusCode::kInvalidArgument, "--sequence_length"},
+      {{"--model=" + path, "--data=" + singles, "--separator=|"},
+       absl::StatusCode::kInvalidArgument,
+       "predicts nothing"},
+      {{"--model=" + path, "--data=" + odd, "--data_type=uint16"},
+       absl::StatusCode::kInvalidArgument,
+       "whole number"},
+      {{"--model=" + path, "--data=" + wide, "--data_type=uint32"},
+       absl::StatusCode::kInvalidArgument,
+       "token 1 = 67305985 is outside the model's vocabulary [0, 256)"},
+      {{"--model=" + path, "--data=" + text, "--data_type=utf8"},
+       absl::StatusCode::kInvalidArgument,
+       "--data_type"},
+      {{"--model=" + path, "--data=" + text, "--sequence_length=1"},
+       absl::StatusCode::kInvalidArgument,
+       "--sequence_length"},
       {{"--model=" + path, "--data=" + text, "--stretch=0"}, absl::StatusCode::kInvalidArgument, "--stretch"},
   };
   for (const Case& c : cases) {

@@ -13,14 +13,14 @@
 #include <utility>
 #include <vector>
 
-#include "base/files.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
+#include "base/test_util.h"
 #include "client/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "base/test_util.h"
 
 extern char** environ;
 

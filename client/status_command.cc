@@ -59,19 +59,22 @@ std::string FormatJobStatus(const v1::Job& job) {
                     " for training, ", FormatCount(job.held_out_tokens()), " held out"));
   const int64_t wire = progress.bytes_to_workers() + progress.bytes_from_workers();
   if (wire > 0) {
-    std::string bytes = absl::StrFormat("%.1f MB (%.1f MB to workers, %.1f MB back)", static_cast<double>(wire) / 1e6,
-                                        static_cast<double>(progress.bytes_to_workers()) / 1e6,
-                                        static_cast<double>(progress.bytes_from_workers()) / 1e6);
+    std::string bytes =
+        absl::StrFormat("%.1f MB (%.1f MB to workers, %.1f MB back)", static_cast<double>(wire) / 1e6,
+                        static_cast<double>(progress.bytes_to_workers()) / 1e6,
+                        static_cast<double>(progress.bytes_from_workers()) / 1e6);
     if (progress.tokens_trained() > 0) {
       absl::StrAppendFormat(&bytes, "; %.1f bytes per trained token",
                             static_cast<double>(wire) / static_cast<double>(progress.tokens_trained()));
     }
     const v1::UpdateCompression& compression = job.spec().compression();
     if (performer::IsCompressed(compression.pseudo_gradients())) {
-      absl::StrAppend(&bytes, "; pseudo-gradients ", performer::CompressionName(compression.pseudo_gradients()));
+      absl::StrAppend(&bytes, "; pseudo-gradients ",
+                      performer::CompressionName(compression.pseudo_gradients()));
     }
     if (performer::IsCompressed(compression.parameters())) {
-      absl::StrAppend(&bytes, "; parameters as ", performer::CompressionName(compression.parameters()), " differences");
+      absl::StrAppend(&bytes, "; parameters as ", performer::CompressionName(compression.parameters()),
+                      " differences");
     }
     line("on the wire", bytes);
   }
@@ -86,8 +89,8 @@ absl::Status RunStatusCommand(absl::Span<const std::string> args, std::ostream& 
   std::string svg;
   CoordinatorOptions connection;
   base::FlagSet flags("status", "slimfit status JOB [--svg=FILE] [--json] [coordinator flags]",
-                "One job: state and reason, rounds, loss and bits per byte, the latest evaluation,\n"
-                "tokens per second, ETA and the latest checkpoint. --json prints the Job.");
+                      "One job: state and reason, rounds, loss and bits per byte, the latest evaluation,\n"
+                      "tokens per second, ETA and the latest checkpoint. --json prints the Job.");
   flags.Positional("JOB", &job_id, "job id", base::FlagSet::kRequired);
   flags.String("svg", &svg, "also draw the training and held-out loss curves so far as an SVG chart");
   AddCoordinatorFlags(flags, &connection);
@@ -105,10 +108,11 @@ absl::Status RunStatusCommand(absl::Span<const std::string> args, std::ostream& 
   if (!svg.empty()) {
     absl::StatusOr<std::vector<v1::JobEvent>> history = ReadJobHistory(**client, job_id);
     if (!history.ok()) return history.status();
-    const std::string title = absl::StrCat(job.job_id(), job.spec().name().empty() ? "" : " \"" + job.spec().name() + "\"",
-                                           ": loss by round");
+    const std::string title = absl::StrCat(
+        job.job_id(), job.spec().name().empty() ? "" : " \"" + job.spec().name() + "\"", ": loss by round");
     absl::StatusOr<std::string> chart = rpc::LossCurvesSvg(*history, title);
-    if (!chart.ok()) return absl::Status(chart.status().code(), absl::StrCat("--svg: ", chart.status().message()));
+    if (!chart.ok())
+      return absl::Status(chart.status().code(), absl::StrCat("--svg: ", chart.status().message()));
     if (absl::Status written = base::WriteFileAtomically(svg, *chart); !written.ok()) {
       return absl::Status(written.code(), absl::StrCat("--svg: ", written.message()));
     }

@@ -117,8 +117,8 @@ TEST_F(StatusCommandTest, OnTheWireNamesTheCompression) {
   job.mutable_spec()->set_local_steps(10);
   job.mutable_spec()->mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_INT8);
   job.mutable_spec()->mutable_compression()->set_parameters(v1::COMPRESSION_INT8);
-  EXPECT_THAT(FormatJobStatus(job),
-              HasSubstr(std::string(kWireLine) + "; pseudo-gradients int8; parameters as int8 differences\n"));
+  EXPECT_THAT(FormatJobStatus(job), HasSubstr(std::string(kWireLine) +
+                                              "; pseudo-gradients int8; parameters as int8 differences\n"));
 
   job.mutable_spec()->mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_FLOAT16);
   job.mutable_spec()->mutable_compression()->set_parameters(v1::COMPRESSION_NONE);
@@ -126,7 +126,8 @@ TEST_F(StatusCommandTest, OnTheWireNamesTheCompression) {
 
   job.mutable_spec()->mutable_compression()->set_pseudo_gradients(v1::COMPRESSION_NONE);
   job.mutable_spec()->mutable_compression()->set_parameters(v1::COMPRESSION_BFLOAT16);
-  EXPECT_THAT(FormatJobStatus(job), HasSubstr(std::string(kWireLine) + "; parameters as bfloat16 differences\n"));
+  EXPECT_THAT(FormatJobStatus(job),
+              HasSubstr(std::string(kWireLine) + "; parameters as bfloat16 differences\n"));
 }
 
 TEST_F(StatusCommandTest, OnTheWireSaysNothingMoreForExactUpdates) {
@@ -204,9 +205,9 @@ TEST_F(StatusCommandTest, SvgDrawsTheHistoryUpToTheRequestNotWhatFollows) {
     snapshot.set_sequence(6);
     *snapshot.mutable_snapshot() = RunningJob();
     // Round 2 is computed twice (a rollback): its second value counts.
-    for (const v1::JobEvent& event : {snapshot, EvaluationEvent(1, 0, 5.5), RoundEvent(2, 1, 5.0),
-                                      RoundEvent(3, 2, 9.0), RoundEvent(4, 2, 4.0), RoundEvent(5, 3, 3.5),
-                                      EvaluationEvent(6, 3, 3.8)}) {
+    for (const v1::JobEvent& event :
+         {snapshot, EvaluationEvent(1, 0, 5.5), RoundEvent(2, 1, 5.0), RoundEvent(3, 2, 9.0),
+          RoundEvent(4, 2, 4.0), RoundEvent(5, 3, 3.5), EvaluationEvent(6, 3, 3.8)}) {
       if (!write(event)) return grpc::Status::CANCELLED;
     }
     // The job goes on: live events until the client hangs up.
@@ -240,7 +241,8 @@ TEST_F(StatusCommandTest, SvgOfAJobWithNoRoundYetSaysSo) {
     write(snapshot);
     return grpc::Status::OK;
   };
-  const absl::Status status = Status({"job-000017", "--token=t", "--svg=" + testing_util::TempPath("none.svg")});
+  const absl::Status status =
+      Status({"job-000017", "--token=t", "--svg=" + testing_util::TempPath("none.svg")});
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()), HasSubstr("--svg: no round has completed"));
 }

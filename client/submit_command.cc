@@ -23,8 +23,8 @@
 #include "client/watch_command.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "planner/plan_search.h"
 #include "performer/tensor_codec.h"
+#include "planner/plan_search.h"
 #include "proto/text_proto_checks.h"
 
 namespace slimfit::client {
@@ -149,15 +149,16 @@ absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options
   }
   if (flags.IsSet("local_steps")) {
     if (options.local_steps < 1 || options.local_steps > v1::LIMIT_MAX_LOCAL_STEPS) {
-      return absl::InvalidArgumentError(absl::StrCat("--local_steps=", options.local_steps, ": expected 1 to ",
-                                                     v1::LIMIT_MAX_LOCAL_STEPS));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--local_steps=", options.local_steps, ": expected 1 to ", v1::LIMIT_MAX_LOCAL_STEPS));
     }
     spec.set_local_steps(static_cast<int32_t>(options.local_steps));
   }
   if (flags.IsSet("outer_learning_rate") || flags.IsSet("outer_momentum")) {
     if (!spec.has_local_steps()) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flags.IsSet("outer_learning_rate") ? "outer_learning_rate" : "outer_momentum",
-                                                     ": only with --local_steps (or local_steps in the spec)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flags.IsSet("outer_learning_rate") ? "outer_learning_rate" : "outer_momentum",
+                       ": only with --local_steps (or local_steps in the spec)"));
     }
     // The outer optimizer is SGD; the coordinator fills in what is not given (Nesterov momentum 0.9,
     // learning rate 0.7).
@@ -165,17 +166,20 @@ absl::Status ApplyFlags(const base::FlagSet& flags, const SubmitOptions& options
     if (outer.kind_case() == v1::Optimizer::KIND_NOT_SET) outer.mutable_sgd();
     if (flags.IsSet("outer_learning_rate")) outer.set_learning_rate(options.outer_learning_rate);
     if (flags.IsSet("outer_momentum")) {
-      if (!outer.has_sgd()) return absl::InvalidArgumentError("--outer_momentum: the spec's outer optimizer is not SGD");
+      if (!outer.has_sgd())
+        return absl::InvalidArgumentError("--outer_momentum: the spec's outer optimizer is not SGD");
       outer.mutable_sgd()->set_momentum(options.outer_momentum);
       outer.mutable_sgd()->set_nesterov(options.outer_momentum > 0);
     }
   }
-  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"compress_pseudo_gradients",
-                                                                              &options.compress_pseudo_gradients},
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{
+                                        "compress_pseudo_gradients", &options.compress_pseudo_gradients},
                                     {"compress_parameters", &options.compress_parameters}}) {
     if (!flags.IsSet(flag)) continue;
-    absl::StatusOr<v1::Compression> compression = performer::CompressionFromName(absl::AsciiStrToLower(*value));
-    if (!compression.ok()) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", compression.status().message()));
+    absl::StatusOr<v1::Compression> compression =
+        performer::CompressionFromName(absl::AsciiStrToLower(*value));
+    if (!compression.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", compression.status().message()));
     if (std::string(flag) == "compress_parameters") {
       spec.mutable_compression()->set_parameters(*compression);
     } else if (*compression != v1::COMPRESSION_NONE && !spec.has_local_steps()) {
@@ -290,11 +294,12 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
                    "datasets that stay on the workers holding them (slimfit-worker --data), by the name they "
                    "announced or their SHA-256 ('slimfit workers' lists them); appended to the spec's "
                    "local_datasets (repeatable)");
-  flags.String("trainable", &options.trainable,
-               "train only these parameters (comma-separated name patterns, '*' any run), e.g. "
-               "'layers.1.*,output_logit_map.*'; the rest stay as the model starts, and workers send and fetch "
-               "only these (default: all)",
-               base::FlagSet::kOptionalNoDefault);
+  flags.String(
+      "trainable", &options.trainable,
+      "train only these parameters (comma-separated name patterns, '*' any run), e.g. "
+      "'layers.1.*,output_logit_map.*'; the rest stay as the model starts, and workers send and fetch "
+      "only these (default: all)",
+      base::FlagSet::kOptionalNoDefault);
   flags.String("data_type", &options.data_type,
                "text (every byte a token), or uint8, uint16, uint32 (pre-tokenised little-endian ids)");
   flags.String("separator", &options.separator,
@@ -339,10 +344,12 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
             "share of as many batches, and the coordinator averages what they moved with an outer optimizer "
             "(default: synchronous rounds, one exact gradient each)",
             base::FlagSet::kOptionalNoDefault);
-  flags.Double("round_time_budget", &options.round_time_budget,
-               "with --local_steps: seconds per round; each worker takes the inner steps that fit (at least one), "
-               "and one that has not answered by 1.5x this + 5 s is not waited for (default: every step, wait for all)",
-               base::FlagSet::kOptionalNoDefault);
+  flags.Double(
+      "round_time_budget", &options.round_time_budget,
+      "with --local_steps: seconds per round; each worker takes the inner steps that fit (at least one), "
+      "and one that has not answered by 1.5x this + 5 s is not waited for (default: every step, wait for "
+      "all)",
+      base::FlagSet::kOptionalNoDefault);
   flags.Double("outer_learning_rate", &options.outer_learning_rate,
                "with --local_steps: the outer SGD's learning rate (default 0.7; 1 with --outer_momentum=0 "
                "applies the workers' average as it is)",
@@ -354,10 +361,11 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
                "with --local_steps: how workers send what they moved: none, float16, bfloat16 or int8 (each "
                "worker keeps what the encoding loses and adds it to its next round; default none)",
                base::FlagSet::kOptionalNoDefault);
-  flags.String("compress_parameters", &options.compress_parameters,
-               "how new parameter versions reach workers that hold the previous one: none, float16, bfloat16 or "
-               "int8 differences (every worker rebuilds the same parameters; default none)",
-               base::FlagSet::kOptionalNoDefault);
+  flags.String(
+      "compress_parameters", &options.compress_parameters,
+      "how new parameter versions reach workers that hold the previous one: none, float16, bfloat16 or "
+      "int8 differences (every worker rebuilds the same parameters; default none)",
+      base::FlagSet::kOptionalNoDefault);
   flags.Int("eval_interval", &options.eval_interval,
             "evaluate every K rounds (0: only before the first and after the last)");
   flags.Int("checkpoint_interval", &options.checkpoint_interval, "checkpoint every K rounds");
@@ -390,7 +398,8 @@ absl::Status RunSubmitCommand(absl::Span<const std::string> args, std::ostream& 
   if (flags.IsSet("round_time_budget")) spec.set_round_time_budget_seconds(options.round_time_budget);
   if (spec.dataset_ids_size() == 0 && options.data.empty() && spec.local_datasets_size() == 0) {
     return absl::InvalidArgumentError(
-        "no training data: give --data=FILE or --local_data=NAME (or dataset_ids or local_datasets in the job "
+        "no training data: give --data=FILE or --local_data=NAME (or dataset_ids or local_datasets in the "
+        "job "
         "spec); see 'slimfit submit --help'");
   }
   std::vector<UploadSource> datasets;

@@ -166,7 +166,8 @@ TEST_F(SubmitCommandTest, Bf16ProductsFlagWritesTheSpec) {
 
 TEST_F(SubmitCommandTest, LocalStepsFlagsWriteTheOuterOptimizer) {
   const std::string data = WriteFile("local.txt", "some text to train on");
-  ASSERT_TRUE(Submit({"--data", data, "--local_steps=20", "--outer_learning_rate=1", "--outer_momentum=0"}).ok());
+  ASSERT_TRUE(
+      Submit({"--data", data, "--local_steps=20", "--outer_learning_rate=1", "--outer_momentum=0"}).ok());
   const v1::JobSpec spec = OnlySubmit().spec();
   EXPECT_EQ(spec.local_steps(), 20);
   ASSERT_TRUE(spec.outer_optimizer().has_sgd());
@@ -237,7 +238,9 @@ TEST_F(SubmitCommandTest, CompressedParametersNeedNoLocalSteps) {
 
 TEST_F(SubmitCommandTest, LocalStepsInTheSpecAllowCompressedPseudoGradients) {
   const std::string spec_path = WriteFile("local.textproto", "local_steps: 3\n");
-  ASSERT_TRUE(Submit({spec_path, "--data", WriteFile("l.txt", "some text"), "--compress_pseudo_gradients=float16"}).ok());
+  ASSERT_TRUE(
+      Submit({spec_path, "--data", WriteFile("l.txt", "some text"), "--compress_pseudo_gradients=float16"})
+          .ok());
   const v1::JobSpec spec = OnlySubmit().spec();
   EXPECT_EQ(spec.local_steps(), 3);
   EXPECT_EQ(spec.compression().pseudo_gradients(), v1::COMPRESSION_FLOAT16);

@@ -63,14 +63,15 @@ absl::StatusOr<int> SmallInt(absl::string_view flag, int64_t value) {
 
 absl::Status RunTransformerPlanCommand(absl::Span<const std::string> args, std::ostream& out) {
   TransformerPlanOptions options;
-  base::FlagSet flags("plan --arch=transformer",
-                "slimfit plan --arch=transformer --d_model=H --layers=N --heads=A [--d_ff=F] [--vocab=V]\n"
-                "           (--batch=B --seq_len=L | --length_distribution=FILE) [--bytes_per_element=2] "
-                "[--json]",
-                "Memory needed to train an ordinary softmax transformer on one batch: naive, FlashAttention\n"
-                "and padding-free layouts, each with no, attention, feed-forward or full recomputation.\n"
-                "--length_distribution=uniform (default): B sequences with lengths uniform in 1..L\n"
-                "(expected values). --length_distribution=FILE: the lengths, one per line.");
+  base::FlagSet flags(
+      "plan --arch=transformer",
+      "slimfit plan --arch=transformer --d_model=H --layers=N --heads=A [--d_ff=F] [--vocab=V]\n"
+      "           (--batch=B --seq_len=L | --length_distribution=FILE) [--bytes_per_element=2] "
+      "[--json]",
+      "Memory needed to train an ordinary softmax transformer on one batch: naive, FlashAttention\n"
+      "and padding-free layouts, each with no, attention, feed-forward or full recomputation.\n"
+      "--length_distribution=uniform (default): B sequences with lengths uniform in 1..L\n"
+      "(expected values). --length_distribution=FILE: the lengths, one per line.");
   flags.String("arch", &options.arch,
                "model family: transformer here (performer: see 'slimfit plan --help')");
   flags.Int("d_model", &options.d_model, "model width h", base::FlagSet::kRequired);

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "planner/transformer_baselines.h"
-#include "base/test_util.h"
 
 namespace slimfit::client {
 namespace {

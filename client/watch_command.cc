@@ -39,7 +39,8 @@ std::string RoundLine(const v1::RoundCompleted& round) {
   if (round.reassigned_shards() > 0)
     parts.push_back(absl::StrCat(round.reassigned_shards(), " shards reassigned"));
   if (round.verified_shards() > 0) parts.push_back(absl::StrCat(round.verified_shards(), " verified"));
-  if (round.recomputations() > 0) parts.push_back(absl::StrCat("computed ", round.recomputations() + 1, " times"));
+  if (round.recomputations() > 0)
+    parts.push_back(absl::StrCat("computed ", round.recomputations() + 1, " times"));
   if (round.inner_steps() > 0) parts.push_back(absl::StrCat(round.inner_steps(), " inner steps"));
   if (round.late_workers_size() > 0) {
     parts.push_back(absl::StrCat("late, dropped: ", absl::StrJoin(round.late_workers(), ", ")));
@@ -294,7 +295,8 @@ absl::Status RunWatchCommand(absl::Span<const std::string> args, std::ostream& o
   std::string job_id;
   double reconnect_seconds = 60;
   CoordinatorOptions connection;
-  base::FlagSet flags("watch", "slimfit watch JOB [--from_start] [--reconnect_seconds=S] [--json] [coordinator flags]",
+  base::FlagSet flags("watch",
+                      "slimfit watch JOB [--from_start] [--reconnect_seconds=S] [--json] [coordinator flags]",
                       "Follows a job until it ends: progress of every round (loss, bits per byte, tokens/s,\n"
                       "ETA), evaluations, checkpoints, plan changes, reassigned shards and state changes.\n"
                       "Exit status 0 when the job SUCCEEDED, 1 when it FAILED or was CANCELLED. --json\n"
@@ -302,8 +304,9 @@ absl::Status RunWatchCommand(absl::Span<const std::string> args, std::ostream& o
   flags.Positional("JOB", &job_id, "job id (from 'slimfit submit' or 'slimfit jobs')",
                    base::FlagSet::kRequired);
   bool from_start = false;
-  flags.Bool("from_start", &from_start,
-             "replay the job's events from its first (a job watched after it started or ended), then follow it");
+  flags.Bool(
+      "from_start", &from_start,
+      "replay the job's events from its first (a job watched after it started or ended), then follow it");
   AddReconnectFlag(flags, &reconnect_seconds);
   AddCoordinatorFlags(flags, &connection);
   bool help = false;

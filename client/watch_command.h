@@ -30,8 +30,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "client/coordinator_client.h"
 #include "base/flags.h"
+#include "client/coordinator_client.h"
 
 namespace slimfit::client {
 

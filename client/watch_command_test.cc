@@ -172,7 +172,8 @@ TEST_F(WatchCommandTest, RendersEveryKindOfEventAndSucceeds) {
           "again without its 3 shards)",
           "worker w-9c quarantined in round 5: outvoted on round 5 shard 0; its results since "
           "round 3 are undone: training goes back to round 2's checkpoint",
-          "round 6/10  loss 1.9000  2.741 bits/byte  12.3k tokens/s  ETA 4m 00s  computed 2 times  7 inner steps  "
+          "round 6/10  loss 1.9000  2.741 bits/byte  12.3k tokens/s  ETA 4m 00s  computed 2 times  7 inner "
+          "steps  "
           "late, dropped: w-9c",
           "state RUNNING -> SUCCEEDED"));
   EXPECT_THAT(fake_->calls().authorizations, ElementsAre("Bearer tok"));

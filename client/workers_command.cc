@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/coordinator_client.h"
 #include "base/flags.h"
+#include "client/coordinator_client.h"
 #include "client/service_format.h"
 #include "client/text_table.h"
 #include "planner/plan_search.h"
@@ -58,8 +58,9 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers, absl::Tim
   for (const v1::WorkerInfo& worker : workers.workers()) {
     // Datasets that stay on the worker: what it announced, never their bytes.
     for (const v1::LocalDataset& dataset : worker.local_datasets()) {
-      absl::StrAppend(&text, worker.worker_id(), " holds ", dataset.name(), ": ", dataset.tokens(), " tokens in ",
-                      dataset.documents(), dataset.documents() == 1 ? " document" : " documents", ", sha256 ",
+      absl::StrAppend(&text, worker.worker_id(), " holds ", dataset.name(), ": ", dataset.tokens(),
+                      " tokens in ", dataset.documents(),
+                      dataset.documents() == 1 ? " document" : " documents", ", sha256 ",
                       dataset.sha256().substr(0, 12), "\n");
     }
     if (worker.state() == v1::WORKER_STATE_REVOKED) {
@@ -79,12 +80,14 @@ namespace {
 absl::Status RunRevoke(absl::Span<const std::string> args, std::ostream& out) {
   std::string worker_id, reason;
   CoordinatorOptions connection;
-  base::FlagSet flags("workers revoke", "slimfit workers revoke ID [--reason=TEXT] [coordinator flags]",
-                      "Revokes a worker: its calls are refused from now on, its shards are reassigned, and its\n"
-                      "credential can never register again (it may only join anew, with a join token, under a\n"
-                      "new id). Survives coordinator restarts.");
+  base::FlagSet flags(
+      "workers revoke", "slimfit workers revoke ID [--reason=TEXT] [coordinator flags]",
+      "Revokes a worker: its calls are refused from now on, its shards are reassigned, and its\n"
+      "credential can never register again (it may only join anew, with a join token, under a\n"
+      "new id). Survives coordinator restarts.");
   flags.Positional("ID", &worker_id, "worker id (from 'slimfit workers')", base::FlagSet::kRequired);
-  flags.String("reason", &reason, "why, shown by 'slimfit workers' and logged", base::FlagSet::kOptionalNoDefault);
+  flags.String("reason", &reason, "why, shown by 'slimfit workers' and logged",
+               base::FlagSet::kOptionalNoDefault);
   AddCoordinatorFlags(flags, &connection);
   bool help = false;
   if (absl::Status s = ParseServiceFlags(flags, args, out, &connection, &help); !s.ok() || help) return s;
@@ -94,9 +97,10 @@ absl::Status RunRevoke(absl::Span<const std::string> args, std::ostream& out) {
   request.set_worker_id(worker_id);
   request.set_reason(reason);
   v1::WorkerInfo revoked;
-  absl::Status status = (*client)->Call(
-      "RevokeWorker", Idempotency::kIdempotent,
-      [&](grpc::ClientContext* context) { return (*client)->stub().RevokeWorker(context, request, &revoked); });
+  absl::Status status =
+      (*client)->Call("RevokeWorker", Idempotency::kIdempotent, [&](grpc::ClientContext* context) {
+        return (*client)->stub().RevokeWorker(context, request, &revoked);
+      });
   if (!status.ok()) return status;
   if (connection.json) {
     out << ProtoToJson(revoked, /*pretty=*/true) << "\n";
@@ -112,12 +116,13 @@ absl::Status RunWorkersCommand(absl::Span<const std::string> args, std::ostream&
   if (!args.empty() && args[0] == "revoke") return RunRevoke(args.subspan(1), out);
   bool all = false;
   CoordinatorOptions connection;
-  base::FlagSet flags("workers",
-                      "slimfit workers [--all] [--json] [coordinator flags]\n       slimfit workers revoke ID "
-                      "[--reason=TEXT]",
-                "The coordinator's workers: device, memory budget, state, the plan each runs per job\n"
-                "(slice C and policies) with predicted and measured tokens per second, the age of the\n"
-                "last heartbeat, and the datasets each holds on its own storage (--data).");
+  base::FlagSet flags(
+      "workers",
+      "slimfit workers [--all] [--json] [coordinator flags]\n       slimfit workers revoke ID "
+      "[--reason=TEXT]",
+      "The coordinator's workers: device, memory budget, state, the plan each runs per job\n"
+      "(slice C and policies) with predicted and measured tokens per second, the age of the\n"
+      "last heartbeat, and the datasets each holds on its own storage (--data).");
   flags.Bool("all", &all, "include LOST, LEFT and REVOKED workers");
   AddCoordinatorFlags(flags, &connection);
   bool help = false;
@@ -145,7 +150,8 @@ absl::Status RunWorkersCommand(absl::Span<const std::string> args, std::ostream&
   if (connection.json) {
     out << ProtoToJson(listed, /*pretty=*/true) << "\n";
   } else if (listed.workers_size() == 0) {
-    out << (all ? "no workers have registered\n" : "no live workers (--all lists lost, departed and revoked ones)\n");
+    out << (all ? "no workers have registered\n"
+                : "no live workers (--all lists lost, departed and revoked ones)\n");
   } else {
     out << FormatWorkersTable(listed, absl::Now());
   }

@@ -103,7 +103,8 @@ TEST_F(WorkersCommandTest, OneRowPerJobPlanAcrossPages) {
 TEST_F(WorkersCommandTest, AllIncludesLostWorkers) {
   ASSERT_TRUE(Workers({"--all"}).ok());
   EXPECT_TRUE(fake_->calls().list_workers[0].include_gone());
-  EXPECT_THAT(out_.str(), MatchesRegex("(.|\n)*w-gone +cpu +32.0 MiB +LOST +- +- +- +- +10m 0[0-9]s ago\n(.|\n)*"));
+  EXPECT_THAT(out_.str(),
+              MatchesRegex("(.|\n)*w-gone +cpu +32.0 MiB +LOST +- +- +- +- +10m 0[0-9]s ago\n(.|\n)*"));
   EXPECT_THAT(out_.str(), HasSubstr("w-bad revoked 1m 0"));
   EXPECT_THAT(out_.str(), HasSubstr("stolen laptop"));
 }
@@ -141,7 +142,8 @@ TEST_F(WorkersCommandTest, LocalDatasetsAreListedUnderTheTable) {
     return grpc::Status::OK;
   };
   ASSERT_TRUE(Workers({}).ok());
-  EXPECT_THAT(out_.str(), HasSubstr("w-home holds notes: 120345 tokens in 17 documents, sha256 0123456789ab\n"));
+  EXPECT_THAT(out_.str(),
+              HasSubstr("w-home holds notes: 120345 tokens in 17 documents, sha256 0123456789ab\n"));
   EXPECT_THAT(out_.str(), HasSubstr("w-home holds letter: 900 tokens in 1 document, sha256 ffffffffffff\n"));
   EXPECT_THAT(out_.str(), Not(HasSubstr("w-none holds")));
   out_.str("");
@@ -153,7 +155,8 @@ TEST_F(WorkersCommandTest, LocalDatasetsAreListedUnderTheTable) {
 
 TEST_F(WorkersCommandTest, RevokeSendsTheIdAndReason) {
   fake_->revoke_worker = [](const v1::RevokeWorkerRequest& request, v1::WorkerInfo* response) {
-    if (request.worker_id() != "w-3f2a") return grpc::Status(grpc::StatusCode::NOT_FOUND, "no worker " + request.worker_id());
+    if (request.worker_id() != "w-3f2a")
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no worker " + request.worker_id());
     response->set_worker_id(request.worker_id());
     response->set_state(v1::WORKER_STATE_REVOKED);
     response->set_revoked_reason(request.reason());

@@ -1,8 +1,8 @@
 // Fuzz target: job specs — the text-format slimfit.v1.JobSpec `slimfit submit JOB.textproto` reads
 // (client/submit_command.h ReadJobSpec) and the coordinator's validation and preparation of the
-// spec it receives (server/job_defaults.h WithJobDefaults, server/job_preparer.h JobPreparer::Prepare): the spec's
-// fields, the model (fresh, or an uploaded or earlier job's checkpoint), the datasets and the
-// job data cut from them.
+// spec it receives (server/job_defaults.h WithJobDefaults, server/job_preparer.h JobPreparer::Prepare): the
+// spec's fields, the model (fresh, or an uploaded or earlier job's checkpoint), the datasets and the job data
+// cut from them.
 //
 // The preparer works on a state store holding the seed uploads (service_uploads.h) and a
 // checkpoint of round 10 of job "job-000001". Invariants:

@@ -136,8 +136,10 @@ void CheckFloat32Conditioning(const v1::ComputeGradientRequest& request, const p
   performer::Plan full64;
   full64.dtype = performer::DType::kFloat64;
   full64.threads = 1;
-  absl::StatusOr<performer::GradientResult> got64 = performer::ComputeGradient(exact, batch, sliced64, options);
-  absl::StatusOr<performer::GradientResult> want64 = performer::ComputeGradient(exact, batch, full64, options);
+  absl::StatusOr<performer::GradientResult> got64 =
+      performer::ComputeGradient(exact, batch, sliced64, options);
+  absl::StatusOr<performer::GradientResult> want64 =
+      performer::ComputeGradient(exact, batch, full64, options);
   SLIMFIT_FUZZ_CHECK(got64.ok() && want64.ok(), "float64 run of {", sliced64.DebugString(), "}");
   const double exactness = performer::RelativeDiscrepancy(got64->gradients, want64->gradients);
   SLIMFIT_FUZZ_CHECK(!(exactness > 1e-9), "gradient differs from full back-propagation by ", discrepancy,
@@ -148,7 +150,8 @@ void CheckFloat32Conditioning(const v1::ComputeGradientRequest& request, const p
   blocked.prefix_mode = sliced.prefix_mode;
   blocked.block = sliced.slice > 0 ? std::min(sliced.block, sliced.slice) : sliced.block;
   const performer::PerformerModel& model = TinyModel(request.feature_seed(), performer::DType::kFloat32);
-  absl::StatusOr<performer::GradientResult> reference = performer::ComputeGradient(model, batch, blocked, options);
+  absl::StatusOr<performer::GradientResult> reference =
+      performer::ComputeGradient(model, batch, blocked, options);
   SLIMFIT_FUZZ_CHECK(reference.ok(), reference.status().ToString());
   performer::Plan kept = sliced;  // the same slices, every front kept
   if (kept.slice > 0) {
@@ -165,11 +168,13 @@ void CheckFloat32Conditioning(const v1::ComputeGradientRequest& request, const p
   const double error = performer::RelativeDiscrepancy(got.gradients, exact32);
   const bool rebuilds = sliced.slice > 0 && (sliced.front_policy == performer::FrontPolicy::kReverse ||
                                              sliced.front_policy == performer::FrontPolicy::kResync);
-  const double bound = (rebuilds ? performer::kMaxRebuildGrowth : 10.0) * std::max(full_rounding, kept_rounding);
-  SLIMFIT_FUZZ_CHECK(!(error > bound), "float32 gradient off by ", error, " (", discrepancy,
-                     " from full back-propagation) where full back-propagation in the same prefix mode is off by ",
-                     full_rounding, " and the same slices with every front kept by ", kept_rounding, ", with {",
-                     sliced.DebugString(), "}");
+  const double bound =
+      (rebuilds ? performer::kMaxRebuildGrowth : 10.0) * std::max(full_rounding, kept_rounding);
+  SLIMFIT_FUZZ_CHECK(
+      !(error > bound), "float32 gradient off by ", error, " (", discrepancy,
+      " from full back-propagation) where full back-propagation in the same prefix mode is off by ",
+      full_rounding, " and the same slices with every front kept by ", kept_rounding, ", with {",
+      sliced.DebugString(), "}");
 }
 
 // The engine with the request's plan against full back-propagation, sequence by sequence.

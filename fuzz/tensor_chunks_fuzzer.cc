@@ -71,8 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const performer::DType dtype = (header & 1) ? performer::DType::kFloat64 : performer::DType::kFloat32;
   const int64_t element = performer::DTypeBytes(dtype);
   std::vector<performer::TensorSpec> specs(1 + ((header >> 1) & 3));
-  const v1::Compression encodings[] = {v1::COMPRESSION_NONE, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16,
-                                       v1::COMPRESSION_INT8};
+  const v1::Compression encodings[] = {v1::COMPRESSION_NONE, v1::COMPRESSION_FLOAT16,
+                                       v1::COMPRESSION_BFLOAT16, v1::COMPRESSION_INT8};
   const v1::Compression compression = encodings[(header >> 3) & 3];
   const bool encoded = compression != v1::COMPRESSION_NONE;
   const int64_t wire_element = encoded ? performer::CompressedElementBytes(compression) : element;
@@ -103,8 +103,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       chunk.set_dtype(dtype == performer::DType::kFloat64 ? v1::DTYPE_FLOAT64 : v1::DTYPE_FLOAT32);
       if (encoded) chunk.set_compression(compression);
       for (int64_t d : spec.shape) chunk.add_shape(d);
-      int64_t offset =
-          current < specs.size() ? static_cast<int64_t>(accepted[current].size()) / wire_element * element : 0;
+      int64_t offset = current < specs.size()
+                           ? static_cast<int64_t>(accepted[current].size()) / wire_element * element
+                           : 0;
       const size_t elements = 1 + in.Byte();
       if (control & 2) offset += static_cast<int64_t>(in.Byte()) - 128;
       chunk.set_offset(offset);
@@ -131,8 +132,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t index = 0;
     while (index < specs.size() && specs[index].name != chunk.name()) ++index;
     SLIMFIT_FUZZ_CHECK(index < specs.size(), "accepted a chunk of unknown tensor '", chunk.name(), "'");
-    SLIMFIT_FUZZ_CHECK(chunk.offset() == static_cast<int64_t>(accepted[index].size()) / wire_element * element,
-                       "accepted offset ", chunk.offset(), " after ", accepted[index].size(), " bytes");
+    SLIMFIT_FUZZ_CHECK(
+        chunk.offset() == static_cast<int64_t>(accepted[index].size()) / wire_element * element,
+        "accepted offset ", chunk.offset(), " after ", accepted[index].size(), " bytes");
     accepted[index] += chunk.data();
     accepted_scales[index].insert(accepted_scales[index].end(), chunk.scales().begin(), chunk.scales().end());
   }
@@ -154,8 +156,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const int64_t count = static_cast<int64_t>(accepted[i].size()) / wire_element;
       SLIMFIT_FUZZ_CHECK(count == t.numel(), "tensor ", i, ": ", count, " accepted elements for ", t.numel());
       std::vector<float> decoded(static_cast<size_t>(count));
-      const absl::Status ok = performer::DecodeElements(compression, accepted[i], accepted_scales[i], count,
-                                                        decoded.data());
+      const absl::Status ok =
+          performer::DecodeElements(compression, accepted[i], accepted_scales[i], count, decoded.data());
       SLIMFIT_FUZZ_CHECK(ok.ok(), "tensor ", i, ": the accepted data does not decode: ", ok.ToString());
       const at::Tensor expected = at::from_blob(decoded.data(), {count}, at::kFloat).to(t.scalar_type());
       SLIMFIT_FUZZ_CHECK(fuzz::SameBytes(t.reshape({count}).contiguous(), expected), "tensor ", i,

@@ -1,10 +1,10 @@
 #include "performer/adamw_step.h"
 
-#include <cmath>
-#include <type_traits>
-
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
+
+#include <cmath>
+#include <type_traits>
 
 namespace slimfit::performer {
 namespace {
@@ -15,7 +15,8 @@ constexpr int64_t kGrain = int64_t{1} << 15;
 // The scalars of one step, each rounded to T as LibTorch rounds a Scalar for a T kernel.
 template <typename T>
 struct StepScalars {
-  T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bias_correction2, epsilon, neg_step_size, scale;
+  T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bias_correction2, epsilon, neg_step_size,
+      scale;
   bool decays, scales;
 };
 
@@ -44,8 +45,8 @@ inline void StepRange(T* p, const T* g, T* m, T* v, int64_t begin, int64_t end, 
 #define SLIMFIT_ADAMW_CLONES
 #endif
 
-SLIMFIT_ADAMW_CLONES void StepRangeFloat(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
-                                         const StepScalars<float>& s) {
+SLIMFIT_ADAMW_CLONES void StepRangeFloat(float* p, const float* g, float* m, float* v, int64_t begin,
+                                         int64_t end, const StepScalars<float>& s) {
   StepRange(p, g, m, v, begin, end, s);
 }
 

@@ -4,8 +4,8 @@
 // and writing the parameter and moments once, with nothing allocated.
 //
 // torch::optim::AdamW does the same step as eight tensor operations (nine with weight decay; each a
-// pass over memory) and allocates two temporaries the size of the parameter for the denominator; at the coordinator's
-// model sizes the step is memory-bound, so one pass is several times faster. The arithmetic is
+// pass over memory) and allocates two temporaries the size of the parameter for the denominator; at the
+// coordinator's model sizes the step is memory-bound, so one pass is several times faster. The arithmetic is
 // torch::optim::AdamW's, operation for operation, in the tensor's dtype:
 //   p ← p · (1 − lr·wd)                       (when wd ≠ 0)
 //   m ← m · β₁ + (1 − β₁) · g
@@ -20,9 +20,9 @@
 #ifndef SLIMFIT_PERFORMER_ADAMW_STEP_H_
 #define SLIMFIT_PERFORMER_ADAMW_STEP_H_
 
-#include <cstdint>
-
 #include <ATen/ATen.h>
+
+#include <cstdint>
 
 namespace slimfit::performer {
 

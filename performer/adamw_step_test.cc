@@ -1,13 +1,12 @@
 #include "performer/adamw_step.h"
 
-#include <cstdint>
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <gtest/gtest.h>
 #include <torch/optim.h>
 
-#include <gtest/gtest.h>
+#include <cstdint>
+#include <vector>
 
 namespace slimfit::performer {
 namespace {
@@ -30,7 +29,8 @@ TEST(AdamWStepTest, EqualsLibTorchsAdamWStepByStep) {
       {at::kDouble, 0.01, 0.5, 1e-12, 1e-15},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << c.dtype << " wd " << c.weight_decay << " scale " << c.gradient_scale);
+    SCOPED_TRACE(::testing::Message()
+                 << c.dtype << " wd " << c.weight_decay << " scale " << c.gradient_scale);
     at::manual_seed(3);
     const at::Tensor start = at::randn({100003}, at::TensorOptions(c.dtype));
     at::Tensor reference = start.clone().set_requires_grad(true);
@@ -51,8 +51,8 @@ TEST(AdamWStepTest, EqualsLibTorchsAdamWStepByStep) {
       reference.mutable_grad() = gradient.clone().mul_(c.gradient_scale);
       optimizer.step();
       AdamWStep(fused, gradient, exp_avg, exp_avg_sq, step, hyper, c.gradient_scale);
-      const auto& state = static_cast<const torch::optim::AdamWParamState&>(
-          *optimizer.state().begin()->second);
+      const auto& state =
+          static_cast<const torch::optim::AdamWParamState&>(*optimizer.state().begin()->second);
       EXPECT_TRUE(at::allclose(fused, reference.detach(), c.rtol, c.atol)) << "step " << step;
       EXPECT_TRUE(at::allclose(exp_avg, state.exp_avg(), c.rtol, c.atol)) << "step " << step;
       EXPECT_TRUE(at::allclose(exp_avg_sq, state.exp_avg_sq(), c.rtol, c.atol)) << "step " << step;

@@ -1,8 +1,8 @@
 #include "performer/async_host_copy.h"
 
-#include <thread>
-
 #include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <thread>
 
 namespace slimfit::performer {
 

@@ -19,10 +19,10 @@
 #ifndef SLIMFIT_PERFORMER_ASYNC_HOST_COPY_H_
 #define SLIMFIT_PERFORMER_ASYNC_HOST_COPY_H_
 
-#include <optional>
-
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
+
+#include <optional>
 
 namespace slimfit::performer {
 

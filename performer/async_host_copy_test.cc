@@ -35,7 +35,7 @@ TEST(AsyncHostCopyTest, OnCudaReadsTheValueAtTheTimeOfTheCopy) {
   const at::Device cuda(at::kCUDA, 0);
   at::Tensor a = at::randn({2048, 2048}, at::TensorOptions().device(cuda));
   at::Tensor source = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(cuda));
-  for (int i = 0; i < 20; ++i) a = at::matmul(a, a).tanh();  // keeps the device busy
+  for (int i = 0; i < 20; ++i) a = at::matmul(a, a).tanh();      // keeps the device busy
   source.add_((a.sum().to(at::kDouble) * 0).nan_to_num(0) + 7);  // 7 everywhere, after the work above
   AsyncHostCopy copy(source);
   source.fill_(-1);  // queued after the copy

@@ -24,8 +24,9 @@ inline constexpr int64_t kBatchedWeightGradientRows = 64;
 // comes); a call that runs through autograd anyway (the hand-written path turned off) allocates
 // nothing.
 inline bool BatchesWeightGradients(const Plan& plan) {
-  return plan.slice > 0 && plan.slice < kBatchedWeightGradientRows && plan.prefix_mode == PrefixMode::kChunked &&
-         plan.recompute == LayerRecompute::kNone && !plan.bf16_products;
+  return plan.slice > 0 && plan.slice < kBatchedWeightGradientRows &&
+         plan.prefix_mode == PrefixMode::kChunked && plan.recompute == LayerRecompute::kNone &&
+         !plan.bf16_products;
 }
 
 // The buffers for such a call: kBatchedWeightGradientRows rows of every linear map's input and
@@ -33,7 +34,8 @@ inline bool BatchesWeightGradients(const Plan& plan) {
 // (d → vocab) — in the plan's dtype; 0 for a plan that does not batch.
 inline int64_t BatchedWeightGradientBytes(const ModelConfig& config, const Plan& plan) {
   if (!BatchesWeightGradients(plan)) return 0;
-  const int64_t widths = config.layers * (6 * config.d_model + 2 * config.d_ff) + config.d_model + config.vocab;
+  const int64_t widths =
+      config.layers * (6 * config.d_model + 2 * config.d_ff) + config.d_model + config.vocab;
   return kBatchedWeightGradientRows * widths * DTypeBytes(plan.dtype);
 }
 

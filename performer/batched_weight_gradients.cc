@@ -1,8 +1,8 @@
 #include "performer/batched_weight_gradients.h"
 
-#include <algorithm>
-
 #include <c10/util/Exception.h>
+
+#include <algorithm>
 
 #include "performer/matrix_products.h"
 
@@ -24,9 +24,9 @@ void BatchedWeightGradients::Add(at::Tensor& gradient, const at::Tensor& x, cons
     pending.g = at::empty({rows_, g.size(1)}, g.options());
     allocated_bytes_ += pending.x.nbytes() + pending.g.nbytes();
   }
-  TORCH_CHECK(pending.gradient.is_same(gradient) && pending.x.size(1) == x.size(1) &&
-                  pending.g.size(1) == g.size(1),
-              "BatchedWeightGradients::Add: another gradient, or other widths, at the same address");
+  TORCH_CHECK(
+      pending.gradient.is_same(gradient) && pending.x.size(1) == x.size(1) && pending.g.size(1) == g.size(1),
+      "BatchedWeightGradients::Add: another gradient, or other widths, at the same address");
   // Every product but a call's last has exactly rows_ inner rows: a slice's rows that do not fit
   // go into the next batch.
   for (int64_t done = 0; done < r;) {

@@ -24,10 +24,10 @@
 #ifndef SLIMFIT_PERFORMER_BATCHED_WEIGHT_GRADIENTS_H_
 #define SLIMFIT_PERFORMER_BATCHED_WEIGHT_GRADIENTS_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <map>
-
-#include <ATen/ATen.h>
 
 #include "performer/batched_weight_gradient_rows.h"
 

@@ -1,10 +1,9 @@
 #include "performer/batched_weight_gradients.h"
 
-#include <vector>
-
 #include <ATen/ATen.h>
-
 #include <gtest/gtest.h>
+
+#include <vector>
 
 namespace slimfit::performer {
 namespace {

@@ -51,16 +51,16 @@ absl::Status ValidateScheduleSlots(int64_t slots, absl::string_view name) {
 absl::Status ValidateScheduleGraphSizes(ScheduleKind kind, double alpha, double beta) {
   if (kind != ScheduleKind::kMsm) return absl::OkStatus();
   if (!std::isfinite(alpha) || alpha < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "msm: alpha (slice graph size in fronts, input front included) must be finite and >= 1, "
-        "got ",
-        alpha));
+    return absl::InvalidArgumentError(
+        absl::StrCat("msm: alpha (slice graph size in fronts, input front included) must be finite and >= 1, "
+                     "got ",
+                     alpha));
   }
   if (!std::isfinite(beta) || beta <= 0 || beta > alpha) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "msm: beta (slice graph size in fronts when its input front is held anyway) must be "
-        "finite and in (0, alpha = ",
-        alpha, "], got ", beta));
+    return absl::InvalidArgumentError(
+        absl::StrCat("msm: beta (slice graph size in fronts when its input front is held anyway) must be "
+                     "finite and in (0, alpha = ",
+                     alpha, "], got ", beta));
   }
   return absl::OkStatus();
 }
@@ -120,8 +120,7 @@ std::string ScheduleActionToString(const ScheduleAction& action) {
   return absl::StrCat(ScheduleActionTypeName(action.type), "(", action.index, ")");
 }
 
-absl::StatusOr<ScheduleStats> SimulateSchedule(const Schedule& schedule, int64_t steps,
-                                               int64_t slots) {
+absl::StatusOr<ScheduleStats> SimulateSchedule(const Schedule& schedule, int64_t steps, int64_t slots) {
   const ScheduleKind kind = schedule.kind;
   if (absl::Status status = ValidateScheduleKind(kind); !status.ok()) return status;
   if (absl::Status status = ValidateScheduleSteps(steps, "steps"); !status.ok()) return status;
@@ -198,9 +197,8 @@ absl::StatusOr<ScheduleStats> SimulateSchedule(const Schedule& schedule, int64_t
           return fail(absl::StrCat("slice out of range [0, ", steps, ")"));
         }
         if (i != next) {
-          return fail(
-              next < 0 ? std::string("every slice was already back-propagated")
-                       : absl::StrCat("slice ", next, " must be back-propagated before slice ", i));
+          return fail(next < 0 ? std::string("every slice was already back-propagated")
+                               : absl::StrCat("slice ", next, " must be back-propagated before slice ", i));
         }
         if (!graph[i]) return fail(absl::StrCat("the graph of slice ", i, " is not kept"));
         const int64_t before = graph_charge(i) + graph_charge(i + 1);
@@ -222,9 +220,8 @@ absl::StatusOr<ScheduleStats> SimulateSchedule(const Schedule& schedule, int64_t
           const bool readable =
               front[i] || (i >= 1 && graph[i - 1]) || (i < steps && graph[i]) || (is_ism && i == 0);
           if (!readable) {
-            return fail(absl::StrCat("front ", i,
-                                     " is neither kept nor held by a kept graph of slice ", i - 1,
-                                     " or ", i));
+            return fail(absl::StrCat("front ", i, " is neither kept nor held by a kept graph of slice ",
+                                     i - 1, " or ", i));
           }
           cursor = i;
           ++stats.restore_count;
@@ -249,11 +246,10 @@ absl::StatusOr<ScheduleStats> SimulateSchedule(const Schedule& schedule, int64_t
         return fail(absl::StrCat("unknown action type ", static_cast<int>(action.type)));
     }
     if (usage + transient > slots) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("action ", k, " (", ScheduleActionToString(action), "): ", usage + transient,
-                       " units in use (", kept_fronts, " fronts, ", kept_graphs, " graphs",
-                       transient > 0 ? ", 1 graph being back-propagated" : "", "), more than the ",
-                       slots, " slots"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "action ", k, " (", ScheduleActionToString(action), "): ", usage + transient, " units in use (",
+          kept_fronts, " fronts, ", kept_graphs, " graphs",
+          transient > 0 ? ", 1 graph being back-propagated" : "", "), more than the ", slots, " slots"));
     }
     stats.peak_units = std::max(stats.peak_units, usage + transient);
     stats.peak_kept_fronts = std::max(stats.peak_kept_fronts, kept_fronts);
@@ -264,8 +260,8 @@ absl::StatusOr<ScheduleStats> SimulateSchedule(const Schedule& schedule, int64_t
         absl::StrCat("the schedule ends before slices ", next, "..0 are back-propagated"));
   }
   if (kept_fronts > 0 || kept_graphs > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the schedule ends with ", kept_fronts, " fronts and ", kept_graphs, " graphs still kept"));
+    return absl::InvalidArgumentError(absl::StrCat("the schedule ends with ", kept_fronts, " fronts and ",
+                                                   kept_graphs, " graphs still kept"));
   }
   return stats;
 }

@@ -25,8 +25,7 @@ TEST(CheckpointScheduleTest, ParseAndNames) {
 
 // ---- The simulator catches broken schedules -----------------------------------------------------
 
-Schedule HandMade(ScheduleKind kind, std::vector<ScheduleAction> actions, double alpha = 0,
-                  double beta = 0) {
+Schedule HandMade(ScheduleKind kind, std::vector<ScheduleAction> actions, double alpha = 0, double beta = 0) {
   Schedule schedule;
   schedule.kind = kind;
   schedule.alpha = alpha;
@@ -82,8 +81,7 @@ TEST(CheckpointScheduleTest, SimulatorAcceptsHandMadeSchedules) {
 TEST(CheckpointScheduleTest, SimulatorRejectsBrokenSchedules) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   // Backward out of order.
-  EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kForwardBackward, 0}}), 2, 2),
-            kInvalid);
+  EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kForwardBackward, 0}}), 2, 2), kInvalid);
   // Forward from a front the cursor does not hold.
   EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kForward, 1}}), 2, 2), kInvalid);
   // Forward after the cursor was consumed by a backward, without a restore.
@@ -94,10 +92,9 @@ TEST(CheckpointScheduleTest, SimulatorRejectsBrokenSchedules) {
                          2, 2),
             kInvalid);
   // Restore of a front nobody kept (HSM must keep f_0).
-  EXPECT_EQ(SimulateCode(
-                HandMade(ScheduleKind::kHsm,
-                         {{Type::kForward, 0}, {Type::kForwardBackward, 1}, {Type::kRestore, 0}}),
-                2, 2),
+  EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm,
+                                  {{Type::kForward, 0}, {Type::kForwardBackward, 1}, {Type::kRestore, 0}}),
+                         2, 2),
             kInvalid);
   // ...but ISM reads f_0 for free.
   EXPECT_TRUE(SimulateSchedule(HandMade(ScheduleKind::kIsm, {{Type::kForward, 0},
@@ -107,14 +104,12 @@ TEST(CheckpointScheduleTest, SimulatorRejectsBrokenSchedules) {
                                2, 1)
                   .ok());
   // Kinds: HSM keeps no graphs, ISM keeps no fronts.
-  EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kForwardKeepGraph, 0}}), 1, 4),
-            kInvalid);
+  EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kForwardKeepGraph, 0}}), 1, 4), kInvalid);
   EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kIsm, {{Type::kKeepFront, 0}}), 1, 4), kInvalid);
   // Backward of a graph that is not kept; freeing a front that is not kept; keeping twice.
   EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kIsm, {{Type::kBackward, 0}}), 1, 4), kInvalid);
   EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kFreeFront, 0}}), 1, 4), kInvalid);
-  EXPECT_EQ(SimulateCode(
-                HandMade(ScheduleKind::kHsm, {{Type::kKeepFront, 0}, {Type::kKeepFront, 0}}), 1, 4),
+  EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kKeepFront, 0}, {Type::kKeepFront, 0}}), 1, 4),
             kInvalid);
   // Index out of range.
   EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kRestore, 9}}), 2, 4), kInvalid);
@@ -129,14 +124,13 @@ TEST(CheckpointScheduleTest, SimulatorRejectsBrokenSchedules) {
   // Incomplete, and leaving memory kept.
   EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {}), 1, 1), kInvalid);
   EXPECT_EQ(
-      SimulateCode(
-          HandMade(ScheduleKind::kHsm, {{Type::kKeepFront, 0}, {Type::kForwardBackward, 0}}), 1, 1),
+      SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kKeepFront, 0}, {Type::kForwardBackward, 0}}), 1, 1),
       kInvalid);
   // Over budget: ISM's kForwardBackward needs a free slot; HSM keeping three fronts in two.
-  EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kIsm, {{Type::kForwardKeepGraph, 0},
-                                                       {Type::kForwardBackward, 1},
-                                                       {Type::kBackward, 0}}),
-                         2, 1),
+  EXPECT_EQ(SimulateCode(
+                HandMade(ScheduleKind::kIsm,
+                         {{Type::kForwardKeepGraph, 0}, {Type::kForwardBackward, 1}, {Type::kBackward, 0}}),
+                2, 1),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(SimulateCode(HandMade(ScheduleKind::kHsm, {{Type::kKeepFront, 0},
                                                        {Type::kForward, 0},

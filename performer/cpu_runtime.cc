@@ -1,8 +1,7 @@
 #include "performer/cpu_runtime.h"
 
-#include <dlfcn.h>
-
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/matrix_products.h"
@@ -24,7 +23,8 @@ GetThreadsFn OpenBlasGetThreads() {
 }  // namespace
 
 absl::Status ConfigureCpuThreads(int threads, at::ScalarType products) {
-  if (threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads must be at least 1, got ", threads));
+  if (threads < 1)
+    return absl::InvalidArgumentError(absl::StrCat("threads must be at least 1, got ", threads));
   SetThreadsFn set_blas = OpenBlasSetThreads();
   const bool openmp_products = set_blas == nullptr || (products == at::kFloat && OneDnnProducts());
   if (set_blas != nullptr) set_blas(openmp_products ? 1 : threads);

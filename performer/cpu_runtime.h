@@ -15,9 +15,9 @@
 #ifndef SLIMFIT_PERFORMER_CPU_RUNTIME_H_
 #define SLIMFIT_PERFORMER_CPU_RUNTIME_H_
 
-#include <string>
-
 #include <c10/core/ScalarType.h>
+
+#include <string>
 
 #include "absl/status/status.h"
 

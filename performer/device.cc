@@ -1,9 +1,9 @@
 #include "performer/device.h"
 
-#include <string>
-
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
+
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -16,14 +16,15 @@ absl::StatusOr<c10::Device> ParseDevice(absl::string_view name, absl::string_vie
     if (device.is_cuda() && device.has_index()) {
       if (!at::hasCUDA()) {
         return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", name,
-                                                       ": this build of LibTorch has no CUDA support; use --", flag,
-                                                       "=cpu or a CUDA build"));
+                                                       ": this build of LibTorch has no CUDA support; use --",
+                                                       flag, "=cpu or a CUDA build"));
       }
       return device;
     }
   } catch (const c10::Error&) {
   }
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", name, ": expected cpu or cuda:N (e.g. cuda:0)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", name, ": expected cpu or cuda:N (e.g. cuda:0)"));
 }
 
 }  // namespace slimfit::performer

@@ -18,7 +18,8 @@ TEST(ParseDevice, CpuAndCudaByIndex) {
     ASSERT_TRUE(cuda.ok());
     EXPECT_EQ(cuda->index(), 0);
   } else {
-    EXPECT_THAT(cuda.status().message(), HasSubstr("--device=cuda:0: this build of LibTorch has no CUDA support"));
+    EXPECT_THAT(cuda.status().message(),
+                HasSubstr("--device=cuda:0: this build of LibTorch has no CUDA support"));
   }
 }
 

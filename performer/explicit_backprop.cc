@@ -1,12 +1,12 @@
 #include "performer/explicit_backprop.h"
 
-#include <cmath>
-#include <tuple>
-#include <utility>
-
 #include <ATen/core/Reduction.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/grad_mode.h>
+
+#include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "performer/layer_kernels_cpu.h"
 #include "performer/layer_kernels_cuda.h"
@@ -48,9 +48,16 @@ double FavorScale(const at::Tensor& raw) { return std::pow(static_cast<double>(r
 // [k, head_dim, M]; undefined for the other maps).
 void FeaturesInto(FeatureMap map, const at::Tensor& raw, const at::Tensor& projection, at::Tensor& out) {
   switch (map) {
-    case FeatureMap::kRelu: at::clamp_min_out(out, raw, 0); return;
-    case FeatureMap::kElu1: at::elu_out(out, raw); out.add_(1); return;
-    case FeatureMap::kSqr: at::mul_out(out, raw, raw); return;
+    case FeatureMap::kRelu:
+      at::clamp_min_out(out, raw, 0);
+      return;
+    case FeatureMap::kElu1:
+      at::elu_out(out, raw);
+      out.add_(1);
+      return;
+    case FeatureMap::kSqr:
+      at::mul_out(out, raw, raw);
+      return;
     case FeatureMap::kFavor: {
       const at::Tensor scaled = raw * FavorScale(raw);
       const at::Tensor half_norms = (scaled * scaled).sum(-1, true).mul_(0.5);
@@ -62,12 +69,19 @@ void FeaturesInto(FeatureMap map, const at::Tensor& raw, const at::Tensor& proje
 }
 
 // ∂φ/∂raw · g_phi into `out`; `phi` is φ(raw) (FAVOR+ reads it, the others do not).
-void FeatureGradientInto(FeatureMap map, const at::Tensor& raw, const at::Tensor& phi, const at::Tensor& projection,
-                         const at::Tensor& g_phi, at::Tensor out) {
+void FeatureGradientInto(FeatureMap map, const at::Tensor& raw, const at::Tensor& phi,
+                         const at::Tensor& projection, const at::Tensor& g_phi, at::Tensor out) {
   switch (map) {
-    case FeatureMap::kRelu: at::threshold_backward_out(out, g_phi, raw, 0); return;
-    case FeatureMap::kElu1: at::elu_backward_out(out, g_phi, 1, 1, 1, /*is_result=*/false, raw); return;
-    case FeatureMap::kSqr: at::mul_out(out, raw, g_phi); out.mul_(2); return;  // g·x + g·x, as autograd
+    case FeatureMap::kRelu:
+      at::threshold_backward_out(out, g_phi, raw, 0);
+      return;
+    case FeatureMap::kElu1:
+      at::elu_backward_out(out, g_phi, 1, 1, 1, /*is_result=*/false, raw);
+      return;
+    case FeatureMap::kSqr:
+      at::mul_out(out, raw, g_phi);
+      out.mul_(2);
+      return;  // g·x + g·x, as autograd
     case FeatureMap::kFavor: {
       // With a = s·W − |s|²/2 and φ = exp(a): ∂/∂a = g_phi·φ, ∂/∂s = (∂/∂a)·Wᵀ − s·Σ_m ∂/∂a_m.
       const double scale = FavorScale(raw);
@@ -153,7 +167,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> Normalize(const at::Tensor& x, co
 // Normalize(x) + residual (post-LN's residual connection), with the rows' mean and rstd: one GPU
 // kernel where it applies, else Normalize and an addition.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> NormalizeAndAdd(const at::Tensor& x, const at::Tensor& weight,
-                                                               const at::Tensor& bias, const at::Tensor& residual) {
+                                                               const at::Tensor& bias,
+                                                               const at::Tensor& residual) {
   if (LayerKernelsCudaApply({&x, &weight, &bias, &residual}) && FewRows(x)) {
     at::Tensor y = at::empty_like(x);
     at::Tensor mean = at::empty({x.size(0), 1}, x.options());
@@ -204,15 +219,17 @@ Front StartOf(const Segment& segment, const Front& entry, const Front& zero) {
 
 // The chunked prefix sums over a stretch's document segments.
 PrefixAttentionResult PrefixForward(const at::Tensor& phi_q, const at::Tensor& phi_k, const at::Tensor& v,
-                                    const Front& entry, const Front& zero, const std::vector<Segment>& segments,
-                                    int64_t block) {
-  if (segments.size() == 1) return ChunkedPrefixForward(phi_q, phi_k, v, StartOf(segments[0], entry, zero), block);
+                                    const Front& entry, const Front& zero,
+                                    const std::vector<Segment>& segments, int64_t block) {
+  if (segments.size() == 1)
+    return ChunkedPrefixForward(phi_q, phi_k, v, StartOf(segments[0], entry, zero), block);
   PrefixAttentionResult result;
   result.numerator = at::empty(v.sizes(), v.options());
   result.denominator = at::empty({phi_q.size(0), phi_q.size(1)}, v.options());
   for (const Segment& s : segments) {
-    PrefixAttentionResult part = ChunkedPrefixForward(Rows(phi_q, s.begin, s.end), Rows(phi_k, s.begin, s.end),
-                                                      Rows(v, s.begin, s.end), StartOf(s, entry, zero), block);
+    PrefixAttentionResult part =
+        ChunkedPrefixForward(Rows(phi_q, s.begin, s.end), Rows(phi_k, s.begin, s.end),
+                             Rows(v, s.begin, s.end), StartOf(s, entry, zero), block);
     Rows(result.numerator, s.begin, s.end).copy_(part.numerator);
     Rows(result.denominator, s.begin, s.end).copy_(part.denominator);
     result.end = std::move(part.end);
@@ -224,10 +241,11 @@ PrefixAttentionResult PrefixForward(const at::Tensor& phi_q, const at::Tensor& p
 // continues it).
 PrefixGradients PrefixBackward(const at::Tensor& phi_q, const at::Tensor& phi_k, const at::Tensor& v,
                                const Front& entry, const Front& zero, const std::vector<Segment>& segments,
-                               int64_t block, const at::Tensor& g_num, const at::Tensor& g_den, const Front& g_exit) {
+                               int64_t block, const at::Tensor& g_num, const at::Tensor& g_den,
+                               const Front& g_exit) {
   if (segments.size() == 1) {
-    PrefixGradients g = ChunkedPrefixBackward(phi_q, phi_k, v, StartOf(segments[0], entry, zero), block, g_num,
-                                              g_den, g_exit);
+    PrefixGradients g = ChunkedPrefixBackward(phi_q, phi_k, v, StartOf(segments[0], entry, zero), block,
+                                              g_num, g_den, g_exit);
     if (!segments[0].continues_front) g.start = Front{};
     return g;
   }
@@ -235,9 +253,10 @@ PrefixGradients PrefixBackward(const at::Tensor& phi_q, const at::Tensor& phi_k,
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
     const bool last = i + 1 == segments.size();
-    PrefixGradients part = ChunkedPrefixBackward(
-        Rows(phi_q, s.begin, s.end), Rows(phi_k, s.begin, s.end), Rows(v, s.begin, s.end), StartOf(s, entry, zero),
-        block, Rows(g_num, s.begin, s.end), Rows(g_den, s.begin, s.end), last ? g_exit : zero);
+    PrefixGradients part =
+        ChunkedPrefixBackward(Rows(phi_q, s.begin, s.end), Rows(phi_k, s.begin, s.end),
+                              Rows(v, s.begin, s.end), StartOf(s, entry, zero), block,
+                              Rows(g_num, s.begin, s.end), Rows(g_den, s.begin, s.end), last ? g_exit : zero);
     Rows(result.phi_q, s.begin, s.end).copy_(part.phi_q);
     Rows(result.phi_k, s.begin, s.end).copy_(part.phi_k);
     Rows(result.v, s.begin, s.end).copy_(part.v);
@@ -291,10 +310,12 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
   t.attention = at::empty({rows, c.d_model}, x.options());
   if (KernelsApply({&prefix.numerator, &prefix.denominator})) {
     t.denominator_eps = at::empty_like(prefix.denominator);
-    NormalizeAttentionCpu(prefix.numerator, prefix.denominator, kDenominatorEps, t.denominator_eps, t.attention);
+    NormalizeAttentionCpu(prefix.numerator, prefix.denominator, kDenominatorEps, t.denominator_eps,
+                          t.attention);
   } else if (LayerKernelsCudaApply({&prefix.numerator, &prefix.denominator, &t.attention})) {
     t.denominator_eps = at::empty_like(prefix.denominator);
-    NormalizeAttentionCuda(prefix.numerator, prefix.denominator, kDenominatorEps, t.denominator_eps, t.attention);
+    NormalizeAttentionCuda(prefix.numerator, prefix.denominator, kDenominatorEps, t.denominator_eps,
+                           t.attention);
   } else {
     t.denominator_eps = prefix.denominator.add(kDenominatorEps);
     at::Tensor attention_heads = HeadMajor(t.attention, c.heads);
@@ -309,10 +330,12 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
   if (!keep) t.attention = t.denominator_eps = at::Tensor();
   t.ffn_input = t.x1;
   if (!post) std::tie(t.ffn_input, t.f_mean, t.f_rstd) = Normalize(t.x1, w.norm2_weight, w.norm2_bias);
-  t.u = AddBiasProductIn(w.products, w.ffn_in_bias, t.ffn_input, ForwardOperand(w.ffn_in_forward_t, w.ffn_in_weight_t));
+  t.u = AddBiasProductIn(w.products, w.ffn_in_bias, t.ffn_input,
+                         ForwardOperand(w.ffn_in_forward_t, w.ffn_in_weight_t));
   t.hidden = Gelu(t.u);
   if (!keep) t.u = t.ffn_input = at::Tensor();
-  at::Tensor o = AddBiasProductIn(w.products, w.ffn_out_bias, t.hidden, ForwardOperand(w.ffn_out_forward_t, w.ffn_out_weight_t));
+  at::Tensor o = AddBiasProductIn(w.products, w.ffn_out_bias, t.hidden,
+                                  ForwardOperand(w.ffn_out_forward_t, w.ffn_out_weight_t));
   if (!keep) t.hidden = at::Tensor();
   at::Tensor y;
   if (post) {
@@ -328,8 +351,8 @@ at::Tensor LayerForward(const Context& ctx, int64_t r, const Stretch& stretch, c
 
 // The gradient of layer r's input given that of its output `gy` (and of its outgoing front);
 // parameter gradients go into the sinks. Releases the tape's tensors.
-at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, const Front& zero, LayerTape& t,
-                         const at::Tensor& gy, const Front& g_exit, Front* g_entry) {
+at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, const Front& zero,
+                         LayerTape& t, const at::Tensor& gy, const Front& g_exit, Front* g_entry) {
   const ModelConfig& c = ctx.config;
   const LayerWeights& w = ctx.weights.layers[r];
   // The sinks are written through their tensor handles; the struct holding them is shared as const.
@@ -386,12 +409,13 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
   {
     const at::Tensor phi_q = t.phi.select(0, 0);
     const at::Tensor phi_k = t.phi.select(0, 1);
-    PrefixGradients g = PrefixBackward(phi_q, phi_k, t.v, t.entry, zero, stretch.layout.segments, ctx.block, g_num,
-                                       g_den, g_exit);
+    PrefixGradients g = PrefixBackward(phi_q, phi_k, t.v, t.entry, zero, stretch.layout.segments, ctx.block,
+                                       g_num, g_den, g_exit);
     g_num = g_den = at::Tensor();
     if (g_entry != nullptr) {
-      *g_entry = g.start.numerator.defined() ? g.start
-                                             : Front{at::zeros_like(zero.numerator), at::zeros_like(zero.denominator)};
+      *g_entry = g.start.numerator.defined()
+                     ? g.start
+                     : Front{at::zeros_like(zero.numerator), at::zeros_like(zero.denominator)};
     }
     t.v = at::Tensor();
     t.entry = Front();
@@ -403,8 +427,10 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
       const at::Tensor g_heads = HeadsOf(g_qkv, c.heads);
       const at::Tensor heads = HeadsOf(t.qkv, c.heads);
       const at::Tensor projection = ProjectionOf(ctx, r);
-      FeatureGradientInto(c.feature_map, heads.select(0, 0), phi_q, projection, g.phi_q, g_heads.select(0, 0));
-      FeatureGradientInto(c.feature_map, heads.select(0, 1), phi_k, projection, g.phi_k, g_heads.select(0, 1));
+      FeatureGradientInto(c.feature_map, heads.select(0, 0), phi_q, projection, g.phi_q,
+                          g_heads.select(0, 0));
+      FeatureGradientInto(c.feature_map, heads.select(0, 1), phi_k, projection, g.phi_k,
+                          g_heads.select(0, 1));
       g_heads.select(0, 2).copy_(g.v);
     }
     t.qkv = t.phi = at::Tensor();
@@ -425,7 +451,8 @@ at::Tensor LayerBackward(const Context& ctx, int64_t r, const Stretch& stretch, 
 bool ExplicitBackpropApplies(bool wanted, const Context& ctx, LayerRecompute recompute) {
   if (!wanted || recompute != LayerRecompute::kNone) return false;
   if (ctx.mode != PrefixMode::kChunked) return false;
-  if (ctx.config.feature_map == FeatureMap::kFavor && ctx.projections.size() != static_cast<size_t>(ctx.config.layers)) {
+  if (ctx.config.feature_map == FeatureMap::kFavor &&
+      ctx.projections.size() != static_cast<size_t>(ctx.config.layers)) {
     return false;
   }
   if (ctx.weights.gradient_sink == nullptr || ctx.weights.layers.empty()) return false;
@@ -447,7 +474,8 @@ at::Tensor ExplicitForward(const Context& ctx, const Stretch& stretch, const Fro
     x = at::empty({stretch.tokens.size(0), c.d_model}, weights.embedding.options());
     EmbedCpu(stretch.tokens, stretch.positions, weights.embedding, weights.position_frequencies, x);
   } else if (LayerKernelsCudaApply({&weights.embedding, &weights.position_frequencies}) &&
-             IndicesOn(stretch.tokens, weights.embedding) && IndicesOn(stretch.positions, weights.embedding)) {
+             IndicesOn(stretch.tokens, weights.embedding) &&
+             IndicesOn(stretch.positions, weights.embedding)) {
     x = at::empty({stretch.tokens.size(0), c.d_model}, weights.embedding.options());
     EmbedCuda(stretch.tokens, stretch.positions, weights.embedding, weights.position_frequencies, x);
   } else {
@@ -465,8 +493,8 @@ at::Tensor ExplicitForward(const Context& ctx, const Stretch& stretch, const Fro
   if (!tape->has_loss) return at::zeros({}, x.options());
   const ModelWeights& w = ctx.weights;
   tape->top_rows = x.index_select(0, stretch.target_rows);
-  const at::Tensor logits =
-      AddBiasProductIn(w.products, w.output_bias, tape->top_rows, ForwardOperand(w.output_forward_t, w.output_weight_t));
+  const at::Tensor logits = AddBiasProductIn(w.products, w.output_bias, tape->top_rows,
+                                             ForwardOperand(w.output_forward_t, w.output_weight_t));
   at::Tensor loss;
   if (KernelsApply({&logits}) && stretch.targets.is_contiguous()) {
     tape->log_probs = logits;  // made log-probabilities in place
@@ -493,8 +521,9 @@ ModelFront ExplicitBackward(const Context& ctx, const Stretch& stretch, const Fr
       g_logits = at::empty_like(tape.log_probs);
       LogSoftmaxCrossEntropyBackwardCpu(tape.log_probs, stretch.targets, loss_scale.item<float>(), g_logits);
     } else {
-      const at::Tensor g_log_probs = at::nll_loss_backward(loss_scale, tape.log_probs, stretch.targets, {},
-                                                           at::Reduction::Sum, kIgnoreIndex, tape.total_weight);
+      const at::Tensor g_log_probs =
+          at::nll_loss_backward(loss_scale, tape.log_probs, stretch.targets, {}, at::Reduction::Sum,
+                                kIgnoreIndex, tape.total_weight);
       g_logits = at::_log_softmax_backward_data(g_log_probs, tape.log_probs, 1, tape.log_probs.scalar_type());
     }
     tape.log_probs = tape.total_weight = at::Tensor();
@@ -511,7 +540,8 @@ ModelFront ExplicitBackward(const Context& ctx, const Stretch& stretch, const Fr
   ModelFront entry_grad(reads_entry ? c.layers : 0);
   for (int64_t r = c.layers - 1; r >= 0; --r) {
     const Front& g_exit = exit_grad.empty() ? zero : exit_grad[r];
-    g = LayerBackward(ctx, r, stretch, zero, tape.layers[r], g, g_exit, reads_entry ? &entry_grad[r] : nullptr);
+    g = LayerBackward(ctx, r, stretch, zero, tape.layers[r], g, g_exit,
+                      reads_entry ? &entry_grad[r] : nullptr);
   }
   // x0 = [E(token) | positional features]: only the embedding columns have a parameter.
   if (KernelsApply({&g, &sink.embedding}) && stretch.tokens.is_contiguous()) {

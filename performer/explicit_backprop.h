@@ -26,9 +26,9 @@
 #ifndef SLIMFIT_PERFORMER_EXPLICIT_BACKPROP_H_
 #define SLIMFIT_PERFORMER_EXPLICIT_BACKPROP_H_
 
-#include <vector>
-
 #include <ATen/ATen.h>
+
+#include <vector>
 
 #include "performer/plan.h"
 #include "performer/slice_runner.h"
@@ -41,27 +41,27 @@ bool ExplicitBackpropApplies(bool wanted, const Context& ctx, LayerRecompute rec
 
 // What one layer's backward needs from its forward.
 struct LayerTape {
-  at::Tensor x;                // the layer's input [S, d] (the residual)
-  at::Tensor h, h_mean, h_rstd;  // pre-LN: LN1(x) and its statistics; post-LN: h = x
-  at::Tensor qkv;              // [S, 3d] before the feature map
-  at::Tensor phi;              // [2, k, S, M]: φq | φk
-  at::Tensor v;                // [k, S, d]
-  Front entry;                 // the incoming front
-  at::Tensor denominator_eps;  // den + ε [k, S]
-  at::Tensor attention;        // [S, d] = num / (den + ε), heads joined
-  at::Tensor a_mean, a_rstd;   // post-LN: LN1 statistics of `attention`
-  at::Tensor x1;               // x + the attention branch
+  at::Tensor x;                          // the layer's input [S, d] (the residual)
+  at::Tensor h, h_mean, h_rstd;          // pre-LN: LN1(x) and its statistics; post-LN: h = x
+  at::Tensor qkv;                        // [S, 3d] before the feature map
+  at::Tensor phi;                        // [2, k, S, M]: φq | φk
+  at::Tensor v;                          // [k, S, d]
+  Front entry;                           // the incoming front
+  at::Tensor denominator_eps;            // den + ε [k, S]
+  at::Tensor attention;                  // [S, d] = num / (den + ε), heads joined
+  at::Tensor a_mean, a_rstd;             // post-LN: LN1 statistics of `attention`
+  at::Tensor x1;                         // x + the attention branch
   at::Tensor ffn_input, f_mean, f_rstd;  // pre-LN: LN2(x1) and its statistics; post-LN: x1
-  at::Tensor u, hidden;        // [S, d_ff] before and after GELU
-  at::Tensor o, o_mean, o_rstd;  // post-LN: the FFN output and LN2 statistics
+  at::Tensor u, hidden;                  // [S, d_ff] before and after GELU
+  at::Tensor o, o_mean, o_rstd;          // post-LN: the FFN output and LN2 statistics
 };
 
 // A stretch's tape: every layer's, the loss's.
 struct SliceTape {
   std::vector<LayerTape> layers;
-  at::Tensor top_rows;         // the last layer's output at the predicted rows [P, d]
-  at::Tensor log_probs;        // [P, vocab]
-  at::Tensor total_weight;     // nll_loss's
+  at::Tensor top_rows;      // the last layer's output at the predicted rows [P, d]
+  at::Tensor log_probs;     // [P, vocab]
+  at::Tensor total_weight;  // nll_loss's
   bool has_loss = false;
 };
 

@@ -3,13 +3,13 @@
 // several documents, slices that predict nothing — compared with the same call through autograd
 // (to 1e-11 in float64, to float32 rounding in float32, and with bfloat16 products far inside
 // bfloat16's rounding).
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
@@ -63,7 +63,8 @@ void ExpectByHandEqualsAutograd(const PerformerModel& model, const PerformerMode
     return RelativeDiscrepancy(widened, truth.gradients);
   };
   const double autograd_error = error(autograd);
-  EXPECT_LE(error(by_hand), std::max(1e-5, 3 * autograd_error)) << what << " (autograd's: " << autograd_error << ")";
+  EXPECT_LE(error(by_hand), std::max(1e-5, 3 * autograd_error))
+      << what << " (autograd's: " << autograd_error << ")";
   EXPECT_NEAR(by_hand.loss_sum, truth.loss_sum, 1e-5 * truth.loss_sum) << what;
 }
 
@@ -79,7 +80,8 @@ TEST_P(ExplicitBackpropTest, EqualsAutogradForEveryPolicyAndSlice) {
   const PerformerModel model = MustCreateModel(SmallEngineConfig(map, layernorm), dtype, 5);
   const PerformerModel model64 = Float64Twin(model);
   const PackedBatch batch = FiveDocumentStream(model.config().vocab);
-  for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync, FrontPolicy::kDp}) {
+  for (FrontPolicy policy :
+       {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync, FrontPolicy::kDp}) {
     // 48: every slice's weight-gradient rows split across two batches (BatchedWeightGradients).
     for (int64_t slice : {0, 1, 5, 16, 48}) {
       if (slice == 0 && policy != FrontPolicy::kReverse) continue;  // the full gradient has no policy
@@ -105,20 +107,21 @@ TEST_P(ExplicitBackpropTest, EqualsAutogradForEveryPolicyAndSlice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Served, ExplicitBackpropTest,
-    ::testing::Combine(::testing::Values(FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr, FeatureMap::kFavor),
-                       ::testing::Values(LayerNormPlacement::kPost, LayerNormPlacement::kPre),
-                       ::testing::Values(DType::kFloat64, DType::kFloat32)),
-    [](const ::testing::TestParamInfo<ServedCase>& info) {
-      std::string name = absl::StrCat(FeatureMapName(std::get<0>(info.param)), "_",
-                                      LayerNormPlacementName(std::get<1>(info.param)), "_",
-                                      DTypeName(std::get<2>(info.param)));
-      for (char& c : name) {
-        if (c == '+') c = 'p';
-      }
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Served, ExplicitBackpropTest,
+                         ::testing::Combine(::testing::Values(FeatureMap::kRelu, FeatureMap::kElu1,
+                                                              FeatureMap::kSqr, FeatureMap::kFavor),
+                                            ::testing::Values(LayerNormPlacement::kPost,
+                                                              LayerNormPlacement::kPre),
+                                            ::testing::Values(DType::kFloat64, DType::kFloat32)),
+                         [](const ::testing::TestParamInfo<ServedCase>& info) {
+                           std::string name = absl::StrCat(FeatureMapName(std::get<0>(info.param)), "_",
+                                                           LayerNormPlacementName(std::get<1>(info.param)),
+                                                           "_", DTypeName(std::get<2>(info.param)));
+                           for (char& c : name) {
+                             if (c == '+') c = 'p';
+                           }
+                           return name;
+                         });
 
 // From 512 rows on the float32 path leaves LayerNorm, GELU and the bias sums to LibTorch's kernels
 // (explicit_backprop.cc): a full gradient of 700 rows, and slices of 600 (one over the limit, one
@@ -183,7 +186,8 @@ TEST(ExplicitBackpropScopeTest, CumsumAndLayerRecomputationKeepAutograd) {
   }
   // And served plans do run by hand, every feature map.
   for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr, FeatureMap::kFavor}) {
-    absl::StatusOr<PerformerModel> model = PerformerModel::Create(SmallEngineConfig(map), DType::kFloat64, at::kCPU, 5);
+    absl::StatusOr<PerformerModel> model =
+        PerformerModel::Create(SmallEngineConfig(map), DType::kFloat64, at::kCPU, 5);
     ASSERT_TRUE(model.ok()) << model.status();
     Plan plan;
     plan.dtype = DType::kFloat64;
@@ -202,7 +206,8 @@ TEST(ExplicitBackpropFavorTest, GivenProjectionsEqualAutograd) {
     plan.dtype = DType::kFloat64;
     plan.slice = slice;
     GradientOptions by_hand = Options(true);
-    by_hand.favor_projections = SampleFavorProjections(model.config(), 11, at::TensorOptions().dtype(at::kDouble));
+    by_hand.favor_projections =
+        SampleFavorProjections(model.config(), 11, at::TensorOptions().dtype(at::kDouble));
     GradientOptions autograd = by_hand;
     autograd.explicit_backprop = false;
     const GradientResult a = MustCompute(model, batch, plan, by_hand);
@@ -210,7 +215,8 @@ TEST(ExplicitBackpropFavorTest, GivenProjectionsEqualAutograd) {
     const GradientResult seeded = MustCompute(model, batch, plan, Options(true));
     EXPECT_TRUE(a.explicit_backprop);
     EXPECT_LE(RelativeDiscrepancy(a.gradients, b.gradients), 1e-11) << plan.DebugString();
-    EXPECT_GT(RelativeDiscrepancy(a.gradients, seeded.gradients), 1e-6) << "the given projections were not used";
+    EXPECT_GT(RelativeDiscrepancy(a.gradients, seeded.gradients), 1e-6)
+        << "the given projections were not used";
   }
 }
 
@@ -233,8 +239,8 @@ TEST(ExplicitBackpropBf16Test, Bf16ProductsEqualAutogradsBf16Products) {
           plan.slice = slice;
           plan.front_policy = policy;
           plan.bf16_products = true;
-          const std::string what = absl::StrCat(FeatureMapName(map), " ", LayerNormPlacementName(layernorm), " ",
-                                                plan.DebugString());
+          const std::string what = absl::StrCat(FeatureMapName(map), " ", LayerNormPlacementName(layernorm),
+                                                " ", plan.DebugString());
           const GradientResult by_hand = MustCompute(model, batch, plan, Options(true));
           const GradientResult autograd = MustCompute(model, batch, plan, Options(false));
           EXPECT_TRUE(by_hand.explicit_backprop) << what;

@@ -24,17 +24,20 @@ absl::StatusOr<at::Tensor> FileBackedZerosLike(const std::string& directory, con
   return FileBackedZeros(directory, like.sizes(), like.scalar_type());
 }
 
-absl::StatusOr<at::Tensor> FileBackedZeros(const std::string& directory, at::IntArrayRef shape, at::ScalarType dtype) {
+absl::StatusOr<at::Tensor> FileBackedZeros(const std::string& directory, at::IntArrayRef shape,
+                                           at::ScalarType dtype) {
   int64_t elements = 1;
   for (const int64_t extent : shape) elements *= extent;
   const int64_t bytes = std::max<int64_t>(1, elements * static_cast<int64_t>(c10::elementSize(dtype)));
-  absl::StatusOr<std::unique_ptr<base::FileBackedMemory>> memory = base::FileBackedMemory::Create(directory, bytes);
+  absl::StatusOr<std::unique_ptr<base::FileBackedMemory>> memory =
+      base::FileBackedMemory::Create(directory, bytes);
   if (!memory.ok()) return memory.status();
   void* data = (*memory)->data();
   c10::DataPtr pointer(data, memory->release(), &DeleteFileBackedMemory, c10::Device(c10::kCPU));
   c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(bytes), std::move(pointer),
                        /*allocator=*/nullptr, /*resizable=*/false);
-  return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(std::move(storage), /*storage_offset=*/0, shape);
+  return at::empty({0}, at::TensorOptions().dtype(dtype))
+      .set_(std::move(storage), /*storage_offset=*/0, shape);
 }
 
 bool IsFileBacked(const at::Tensor& tensor) { return MemoryOf(tensor) != nullptr; }

@@ -10,9 +10,9 @@
 #ifndef SLIMFIT_PERFORMER_FILE_BACKED_TENSORS_H_
 #define SLIMFIT_PERFORMER_FILE_BACKED_TENSORS_H_
 
-#include <string>
-
 #include <ATen/ATen.h>
+
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -23,7 +23,8 @@ namespace slimfit::performer {
 // RESOURCE_EXHAUSTED for a full disk, ...), naming the directory.
 absl::StatusOr<at::Tensor> FileBackedZerosLike(const std::string& directory, const at::Tensor& like);
 // The same by shape and dtype.
-absl::StatusOr<at::Tensor> FileBackedZeros(const std::string& directory, at::IntArrayRef shape, at::ScalarType dtype);
+absl::StatusOr<at::Tensor> FileBackedZeros(const std::string& directory, at::IntArrayRef shape,
+                                           at::ScalarType dtype);
 
 // Whether `tensor`'s memory is a file's (made by FileBackedZerosLike or FileBackedZeros).
 bool IsFileBacked(const at::Tensor& tensor);

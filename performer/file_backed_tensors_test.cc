@@ -1,9 +1,9 @@
 #include "performer/file_backed_tensors.h"
 
+#include <ATen/ATen.h>
+
 #include <cstdlib>
 #include <string>
-
-#include <ATen/ATen.h>
 
 #include "gtest/gtest.h"
 

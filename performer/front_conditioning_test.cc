@@ -5,6 +5,10 @@
 // fronts where that would happen, and `reverse` and `resync` come out as precise as `store`. Every
 // case runs on the CPU and, where LibTorch has a GPU, on CUDA (its slices replayed as CUDA graphs
 // where the engine's rule replays them); the CUDA cases skip without one.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,10 +16,6 @@
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <gtest/gtest.h>
-#include <torch/csrc/autograd/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
@@ -28,7 +28,8 @@ namespace {
 
 // Every layer-0 key is `bias + weight · e` with e the first embedding coordinate, `first[token]`
 // (0 past its end); the layer's queries and values do not see that coordinate.
-void SetFirstLayerKeys(const PerformerModel& model, const std::vector<double>& first, double weight, double bias) {
+void SetFirstLayerKeys(const PerformerModel& model, const std::vector<double>& first, double weight,
+                       double bias) {
   at::NoGradGuard no_grad;
   const std::vector<std::string>& names = model.names();
   for (size_t i = 0; i < names.size(); ++i) {
@@ -41,7 +42,8 @@ void SetFirstLayerKeys(const PerformerModel& model, const std::vector<double>& f
       p.select(1, 0).fill_(weight);
     } else if (names[i] == "layers.0.attention.k_map.bias") {
       p.fill_(bias);
-    } else if (names[i] == "layers.0.attention.q_map.weight" || names[i] == "layers.0.attention.v_map.weight") {
+    } else if (names[i] == "layers.0.attention.q_map.weight" ||
+               names[i] == "layers.0.attention.v_map.weight") {
       p.select(1, 0).fill_(0);
     }
   }
@@ -74,7 +76,8 @@ void SetHalfFeatureAttention(const PerformerModel& model, double small_key, doub
     } else if (names[i] == "layers.0.attention.q_map.weight") {
       p.fill_(0);
     } else if (names[i] == "layers.0.attention.q_map.bias") {
-      for (int64_t row = 0; row < p.size(0); ++row) p[row].fill_(first_half(row) ? weighed_query : ignored_query);
+      for (int64_t row = 0; row < p.size(0); ++row)
+        p[row].fill_(first_half(row) ? weighed_query : ignored_query);
     } else if (names[i] == "layers.0.attention.v_map.weight") {
       p.select(1, 0).fill_(0);
     }
@@ -156,13 +159,13 @@ void ExpectAsPreciseAsStore(at::Device device, FeatureMap map,
     plan.resync_every = s.resync_every;
     const GradientResult result = MustCompute(model32, batch, plan);
     const double error = RelativeDiscrepancy(result.gradients, exact.gradients);
-    std::printf("%s, %s, C = %lld, %s: rel. discrepancy %.3g (store %.3g), fronts kept %lld, recomputed %lld, "
-                "slice forwards %lld of %lld\n",
-                device.str().c_str(), std::string(FeatureMapName(map)).c_str(), static_cast<long long>(slice),
-                Name(s).c_str(), error,
-                store_error, static_cast<long long>(result.conditioning_fronts),
-                static_cast<long long>(result.conditioning_fronts_recomputed),
-                static_cast<long long>(result.slice_forwards), static_cast<long long>(2 * slices - 1));
+    std::printf(
+        "%s, %s, C = %lld, %s: rel. discrepancy %.3g (store %.3g), fronts kept %lld, recomputed %lld, "
+        "slice forwards %lld of %lld\n",
+        device.str().c_str(), std::string(FeatureMapName(map)).c_str(), static_cast<long long>(slice),
+        Name(s).c_str(), error, store_error, static_cast<long long>(result.conditioning_fronts),
+        static_cast<long long>(result.conditioning_fronts_recomputed),
+        static_cast<long long>(result.slice_forwards), static_cast<long long>(2 * slices - 1));
     EXPECT_GE(result.conditioning_fronts, 1) << Name(s);
     EXPECT_EQ(result.conditioning_fronts_recomputed, 0) << Name(s);
     EXPECT_LE(error, 4 * store_error + 1e-6) << Name(s) << ": store's error " << store_error;

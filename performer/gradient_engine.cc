@@ -1,16 +1,16 @@
 #include "performer/gradient_engine.h"
 
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
-
-#include <c10/util/Exception.h>
-#include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/autograd/grad_mode.h>
-#include <torch/cuda.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -35,21 +35,18 @@ using internal::Stretch;
 absl::Status ValidateProjections(const ModelConfig& config, const std::vector<at::Tensor>& projections) {
   if (projections.empty()) return absl::OkStatus();
   if (config.feature_map != FeatureMap::kFavor) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "FAVOR+ projections were given for a model with the ", FeatureMapName(config.feature_map),
-        " feature map"));
+    return absl::InvalidArgumentError(absl::StrCat("FAVOR+ projections were given for a model with the ",
+                                                   FeatureMapName(config.feature_map), " feature map"));
   }
   if (static_cast<int64_t>(projections.size()) != config.layers) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", config.layers,
-                                                   " FAVOR+ projections (one per layer), got ",
-                                                   projections.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected ", config.layers, " FAVOR+ projections (one per layer), got ", projections.size()));
   }
   const std::vector<int64_t> shape = {config.heads, config.head_dim(), config.features_per_head()};
   for (size_t r = 0; r < projections.size(); ++r) {
     if (!projections[r].defined() || projections[r].sizes() != at::IntArrayRef(shape)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "FAVOR+ projection of layer ", r, " must have shape [", shape[0], ", ", shape[1], ", ",
-          shape[2], "]"));
+      return absl::InvalidArgumentError(absl::StrCat("FAVOR+ projection of layer ", r, " must have shape [",
+                                                     shape[0], ", ", shape[1], ", ", shape[2], "]"));
     }
   }
   return absl::OkStatus();
@@ -69,14 +66,16 @@ absl::StatusOr<Schedule> CheckedSchedule(const Plan& plan, int64_t length, const
                         absl::StrCat("dp schedule for ", slices, " slices: ", schedule.status().message()));
   }
   if (schedule->kind != plan.schedule || schedule->steps != slices || schedule->slots > plan.slots ||
-      (plan.schedule == ScheduleKind::kMsm && (schedule->alpha != plan.alpha || schedule->beta != plan.beta))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the dp schedule given is for ", ScheduleKindName(schedule->kind), " over ", schedule->steps, " slices in ",
-        schedule->slots, " slots; the plan needs ", ScheduleKindName(plan.schedule), " over ", slices,
-        " slices in at most ", plan.slots));
+      (plan.schedule == ScheduleKind::kMsm &&
+       (schedule->alpha != plan.alpha || schedule->beta != plan.beta))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the dp schedule given is for ", ScheduleKindName(schedule->kind), " over ",
+                     schedule->steps, " slices in ", schedule->slots, " slots; the plan needs ",
+                     ScheduleKindName(plan.schedule), " over ", slices, " slices in at most ", plan.slots));
   }
   if (absl::StatusOr<ScheduleStats> stats = SimulateSchedule(*schedule, slices, plan.slots); !stats.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("the dp schedule given cannot run: ", stats.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the dp schedule given cannot run: ", stats.status().message()));
   }
   return schedule;
 }
@@ -84,7 +83,8 @@ absl::StatusOr<Schedule> CheckedSchedule(const Plan& plan, int64_t length, const
 // Ordinary back-propagation over the whole stream: the reference gradient, by hand when `by_hand`
 // (explicit_backprop.h; the caller has checked that it applies), through autograd otherwise.
 double FullGradient(const Context& ctx, const PackedBatch& batch, const at::Device& device,
-                    const at::TensorOptions& options, int64_t normalizer, bool by_hand, int64_t* slice_forwards) {
+                    const at::TensorOptions& options, int64_t normalizer, bool by_hand,
+                    int64_t* slice_forwards) {
   const Stretch stretch = internal::MakeStretch(batch, 0, batch.size(), device);
   const ModelConfig& c = ctx.config;
   const Front zero = ZeroFront(c.heads, c.features_per_head(), c.head_dim(), options);
@@ -123,7 +123,8 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     schedule = *std::move(checked);
   }
   const int64_t token_count = PredictedTokenCount(batch);
-  const int64_t normalizer = options.loss_normalizer > 0 ? options.loss_normalizer : std::max<int64_t>(token_count, 1);
+  const int64_t normalizer =
+      options.loss_normalizer > 0 ? options.loss_normalizer : std::max<int64_t>(token_count, 1);
 
   const absl::Time start = absl::Now();
   const at::Device device = model.device();
@@ -154,7 +155,8 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     for (int64_t r = 0; r < config.layers; ++r) {
       fused_weight_sinks.push_back(at::zeros({config.d_model, 3 * config.d_model}, tensor_options));
       fused_bias_sinks.push_back(at::zeros({3 * config.d_model}, tensor_options));
-      const size_t first = FirstAttentionParameter(r);  // q weight, q bias, k weight, k bias, v weight, v bias
+      const size_t first =
+          FirstAttentionParameter(r);  // q weight, q bias, k weight, k bias, v weight, v bias
       for (int64_t j = 0; j < 3; ++j) {
         sink_tensors[first + 2 * j] = fused_weight_sinks[r].narrow(1, j * config.d_model, config.d_model);
         sink_tensors[first + 2 * j + 1] = fused_bias_sinks[r].narrow(0, j * config.d_model, config.d_model);
@@ -177,7 +179,8 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
     PrepareForwardLayouts(&ctx.weights, CopiesForwardLayouts(device, plan.dtype) && plan.copy_forward_weights,
                           plan.bf16_products ? at::kBFloat16 : at::ScalarType::Undefined);
     ctx.weights.gradient_sink = &sink;
-    for (size_t r = 0; r < ctx.weights.layers.size(); ++r) ctx.weights.layers[r].gradient_sink = &sink.layers[r];
+    for (size_t r = 0; r < ctx.weights.layers.size(); ++r)
+      ctx.weights.layers[r].gradient_sink = &sink.layers[r];
 
     if (token_count == 0) {
       // Nothing is predicted (every document is one token long): the loss and its gradient are 0.
@@ -204,7 +207,8 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       }
       internal::SliceGraphs* replay = graphs ? &*graphs : nullptr;
       if (plan.front_policy == FrontPolicy::kDp) {
-        if (absl::Status s = internal::ScheduledGradient(runner, replay, *schedule, &result.stored_fronts_peak);
+        if (absl::Status s =
+                internal::ScheduledGradient(runner, replay, *schedule, &result.stored_fronts_peak);
             !s.ok()) {
           return s;
         }
@@ -244,8 +248,7 @@ absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, cons
       return absl::ResourceExhaustedError(
           absl::StrCat("out of memory computing a gradient with plan {", plan.DebugString(), "}: ", what));
     }
-    return absl::InternalError(
-        absl::StrCat("gradient with plan {", plan.DebugString(), "} failed: ", what));
+    return absl::InternalError(absl::StrCat("gradient with plan {", plan.DebugString(), "} failed: ", what));
   }
   absl::StatusOr<int64_t> peak = memory.PeakBytes();
   result.peak_bytes = peak.ok() ? *peak + result.graph_pool_bytes : -1;

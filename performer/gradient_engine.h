@@ -24,12 +24,12 @@
 #ifndef SLIMFIT_PERFORMER_GRADIENT_ENGINE_H_
 #define SLIMFIT_PERFORMER_GRADIENT_ENGINE_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/statusor.h"
 #include "performer/checkpoint_schedule.h"
@@ -84,10 +84,10 @@ struct GradientResult {
   // graph_pool_bytes: the allocator counts a graph's scratch only while capturing it, but holds it
   // for the whole call (an upper bound, by at most what the capture had live at the peak).
   int64_t peak_bytes = 0;
-  int64_t start_bytes = 0;            // tensor bytes allocated when the call began (parameters, ...)
-  double seconds = 0;                 // wall time of the call
-  int64_t slice_forwards = 0;         // slice computations run (forward sweep + rebuilds)
-  int64_t stored_fronts_peak = 0;     // most fronts held at once by the front policy
+  int64_t start_bytes = 0;         // tensor bytes allocated when the call began (parameters, ...)
+  double seconds = 0;              // wall time of the call
+  int64_t slice_forwards = 0;      // slice computations run (forward sweep + rebuilds)
+  int64_t stored_fronts_peak = 0;  // most fronts held at once by the front policy
   // Fronts the subtracting policies (reverse, resync) kept because rebuilding them by subtraction
   // would have lost their precision (the sweep's conditioning, sliced_gradient.h), and those they
   // recomputed instead by a forward from an exact front (in slice_forwards) once
@@ -98,8 +98,8 @@ struct GradientResult {
   // stretches swept again slice by slice to place a keep exactly (their first sweep, and the stretch
   // swept after one before its check came back), and the recomputations.
   int64_t conditioning_forwards = 0;
-  int64_t replayed_slices = 0;        // slice computations launched as a replay (SliceReplay)
-  int64_t graph_pool_bytes = 0;       // device memory the captured graphs held for their scratch
+  int64_t replayed_slices = 0;   // slice computations launched as a replay (SliceReplay)
+  int64_t graph_pool_bytes = 0;  // device memory the captured graphs held for their scratch
   // Buffers of small CPU slices' weight gradients, added a batch at a time (BatchedWeightGradients).
   int64_t batched_weight_gradient_bytes = 0;
   // Why replays stopped during the call (a capture failed: then CUDA graphs stay off for the
@@ -114,8 +114,8 @@ struct GradientResult {
 // Errors: INVALID_ARGUMENT for a bad batch (empty, token outside the vocabulary, bad document
 // starts), a bad plan (C ≤ 0 with slicing, C > L, …), a plan dtype other than the model's, bad
 // FAVOR+ projections, or a dp schedule that does not fit the plan; FAILED_PRECONDITION for a dp
-// plan without options.dp_schedule; the schedule function's own error; RESOURCE_EXHAUSTED when the device runs out of memory; INTERNAL for other
-// LibTorch failures, with context.
+// plan without options.dp_schedule; the schedule function's own error; RESOURCE_EXHAUSTED when the device
+// runs out of memory; INTERNAL for other LibTorch failures, with context.
 absl::StatusOr<GradientResult> ComputeGradient(const PerformerModel& model, const PackedBatch& batch,
                                                const Plan& plan, const GradientOptions& options);
 

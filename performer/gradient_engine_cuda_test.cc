@@ -3,14 +3,14 @@
 // its working memory stays flat in L. Every test skips (GTEST_SKIP) when LibTorch has no CUDA or no
 // device is present, so the suite passes unchanged on CPU-only machines; scripts/cuda/ builds and
 // runs it against a CUDA LibTorch.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
@@ -24,9 +24,10 @@ namespace {
 
 bool CudaPresent() { return at::hasCUDA(); }
 
-#define SKIP_WITHOUT_CUDA()                                                             \
-  if (!CudaPresent()) GTEST_SKIP() << "no CUDA device (this LibTorch has no CUDA support " \
-                                      "or no GPU is visible): nothing to compare on CUDA"
+#define SKIP_WITHOUT_CUDA()                                            \
+  if (!CudaPresent())                                                  \
+  GTEST_SKIP() << "no CUDA device (this LibTorch has no CUDA support " \
+                  "or no GPU is visible): nothing to compare on CUDA"
 
 const at::Device kCuda(at::kCUDA, 0);
 
@@ -129,13 +130,15 @@ TEST(CudaGradientTest, EveryFrontPolicyAndLayerRecomputationGivesTheCpuGradient)
 // with and without layer recomputation, in documents and in one long one.
 TEST(CudaGradientTest, SlicesReplayedAsCudaGraphsGiveTheOpByOpGradient) {
   SKIP_WITHOUT_CUDA();
-  if (!ReplayableWork::CudaGraphsBuilt()) GTEST_SKIP() << "this build has no CUDA graphs (SLIMFIT_CUDA_GRAPHS)";
+  if (!ReplayableWork::CudaGraphsBuilt())
+    GTEST_SKIP() << "this build has no CUDA graphs (SLIMFIT_CUDA_GRAPHS)";
   const ModelConfig config = Config(FeatureMap::kElu1, LayerNormPlacement::kPre);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, kCuda, 4);
   ASSERT_TRUE(model.ok()) << model.status();
   for (bool documents : {true, false}) {
     const PackedBatch batch = Stream(768, config.vocab, documents);
-    for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync, FrontPolicy::kDp}) {
+    for (FrontPolicy policy :
+         {FrontPolicy::kReverse, FrontPolicy::kStore, FrontPolicy::kResync, FrontPolicy::kDp}) {
       for (LayerRecompute recompute : {LayerRecompute::kNone, LayerRecompute::kLayers}) {
         for (int64_t slice : {int64_t{8}, int64_t{48}}) {
           Plan plan;
@@ -151,7 +154,8 @@ TEST(CudaGradientTest, SlicesReplayedAsCudaGraphsGiveTheOpByOpGradient) {
           const GradientResult direct = MustCompute(*model, batch, plan, options);
           options.slice_replay = SliceReplay::kAuto;
           const GradientResult replayed = MustCompute(*model, batch, plan, options);
-          const std::string what = absl::StrCat(plan.DebugString(), documents ? ", documents" : ", one document");
+          const std::string what =
+              absl::StrCat(plan.DebugString(), documents ? ", documents" : ", one document");
           EXPECT_LE(RelativeDiscrepancy(replayed.gradients, direct.gradients), 1e-6) << what;
           EXPECT_NEAR(replayed.loss_sum, direct.loss_sum, 1e-6 * direct.loss_sum) << what;
           EXPECT_EQ(replayed.slice_forwards, direct.slice_forwards) << what;
@@ -171,7 +175,8 @@ TEST(CudaGradientTest, SlicesReplayedAsCudaGraphsGiveTheOpByOpGradient) {
 // (slice_replay_test counts the same without capture).
 TEST(CudaGradientTest, StepsAndAdvancesBothReplay) {
   SKIP_WITHOUT_CUDA();
-  if (!ReplayableWork::CudaGraphsBuilt()) GTEST_SKIP() << "this build has no CUDA graphs (SLIMFIT_CUDA_GRAPHS)";
+  if (!ReplayableWork::CudaGraphsBuilt())
+    GTEST_SKIP() << "this build has no CUDA graphs (SLIMFIT_CUDA_GRAPHS)";
   const ModelConfig config = Config(FeatureMap::kSqr, LayerNormPlacement::kPost);
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat64, kCuda, 1);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -276,7 +281,8 @@ TEST(CudaGradientTest, Bf16ProductsGiveTheFloatGradientToBf16Rounding) {
     plan.bf16_products = true;
     const GradientResult sliced = MustCompute(*model, batch, plan);
     EXPECT_TRUE(sliced.explicit_backprop) << "C=" << slice;
-    EXPECT_LT(RelativeDiscrepancy(sliced.gradients, want.gradients), std::min(3 * full_error, 2e-2)) << "C=" << slice;
+    EXPECT_LT(RelativeDiscrepancy(sliced.gradients, want.gradients), std::min(3 * full_error, 2e-2))
+        << "C=" << slice;
     EXPECT_NEAR(sliced.loss(), want.loss(), 1e-3 * want.loss()) << "C=" << slice;
     // Only C = 16 has slices without a document start in this stream (starts are 37–65 apart).
     if (ReplayableWork::CudaGraphsBuilt() && slice == 16) {
@@ -340,7 +346,8 @@ TEST(CudaGradientTest, SlicedWorkingMemoryIsFlatInSequenceLength) {
   auto working = [&](int64_t length, int64_t slice) {
     Plan plan;
     plan.slice = slice;
-    const GradientResult result = MustCompute(*model, Stream(length, config.vocab, /*documents=*/false), plan);
+    const GradientResult result =
+        MustCompute(*model, Stream(length, config.vocab, /*documents=*/false), plan);
     EXPECT_GT(result.peak_bytes, 0);
     return result.peak_bytes - result.start_bytes;
   };

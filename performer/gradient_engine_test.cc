@@ -1,5 +1,7 @@
 #include "performer/gradient_engine.h"
-#include "performer/gradient_engine_test_cases.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_cat.h"
+#include "performer/gradient_engine_test_cases.h"
 
 namespace slimfit::performer {
 namespace {
@@ -92,7 +92,8 @@ INSTANTIATE_TEST_SUITE_P(AllConfigurations, SlicedEqualsFullTest, EveryEngineCas
 TEST(GradientEngineTest, ForwardWeightCopiesChangeMemoryNotTheGradient) {
   if (!CopiesForwardLayouts(at::kCPU, DType::kFloat32)) GTEST_SKIP() << "no oneDNN: one weight layout only";
   const ModelConfig config = SmallEngineConfig(FeatureMap::kSqr, LayerNormPlacement::kPost);
-  absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, /*seed=*/7);
+  absl::StatusOr<PerformerModel> model =
+      PerformerModel::Create(config, DType::kFloat32, at::kCPU, /*seed=*/7);
   ASSERT_TRUE(model.ok()) << model.status();
   const PackedBatch batch = PackedStream(config.vocab);
   for (int64_t slice : {int64_t{0}, int64_t{7}}) {
@@ -118,7 +119,8 @@ TEST(GradientEngineTest, FloatGradientMatchesTheDoubleGradientOfTheSameWeights) 
   for (FeatureMap map : {FeatureMap::kRelu, FeatureMap::kElu1, FeatureMap::kSqr, FeatureMap::kFavor}) {
     for (LayerNormPlacement ln : {LayerNormPlacement::kPost, LayerNormPlacement::kPre}) {
       const ModelConfig config = SmallEngineConfig(map, ln);
-      absl::StatusOr<PerformerModel> f64 = PerformerModel::Create(config, DType::kFloat64, at::kCPU, /*seed=*/7);
+      absl::StatusOr<PerformerModel> f64 =
+          PerformerModel::Create(config, DType::kFloat64, at::kCPU, /*seed=*/7);
       ASSERT_TRUE(f64.ok()) << f64.status();
       absl::StatusOr<PerformerModel> f32 =
           PerformerModel::FromTensors(config, f64->StateDict(), DType::kFloat32, at::kCPU);
@@ -134,7 +136,8 @@ TEST(GradientEngineTest, FloatGradientMatchesTheDoubleGradientOfTheSameWeights) 
           plan.copy_forward_weights = copies;
           const GradientResult got = MustCompute(*f32, batch, plan, options);
           EXPECT_LE(RelativeDiscrepancy(got.gradients, want.gradients), 1e-5)
-              << FeatureMapName(map) << " " << LayerNormPlacementName(ln) << " C=" << slice << " copies " << copies;
+              << FeatureMapName(map) << " " << LayerNormPlacementName(ln) << " C=" << slice << " copies "
+              << copies;
         }
       }
     }
@@ -211,8 +214,7 @@ TEST(GradientEngineTest, FrontPoliciesAllGiveTheFullGradient) {
     plan.front_policy = policy;
     plan.resync_every = 4;
     const GradientResult sliced = MustCompute(*model, batch, plan);
-    EXPECT_LE(RelativeDiscrepancy(sliced.gradients, reference.gradients), 1e-10)
-        << FrontPolicyName(policy);
+    EXPECT_LE(RelativeDiscrepancy(sliced.gradients, reference.gradients), 1e-10) << FrontPolicyName(policy);
   }
 }
 
@@ -257,7 +259,8 @@ TEST(GradientEngineTest, DpRefusesAMissingOrUnfitSchedule) {
 
   GradientOptions options;
   options.dp_schedule = [](const Plan&, int64_t slices) { return KeepEveryFront(slices - 1); };
-  EXPECT_EQ(ComputeGradient(*model, batch, plan, options).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeGradient(*model, batch, plan, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
   options.dp_schedule = [](const Plan&, int64_t slices) {
     Schedule schedule = KeepEveryFront(slices);
     std::swap(schedule.actions[0], schedule.actions[1]);  // forward before keeping f_0: f_0 is lost
@@ -268,12 +271,14 @@ TEST(GradientEngineTest, DpRefusesAMissingOrUnfitSchedule) {
   EXPECT_THAT(std::string(broken.message()), HasSubstr("cannot run"));
   plan.slots = 9;  // keeping all 10 fronts needs 10 slots
   options.dp_schedule = [](const Plan&, int64_t slices) { return KeepEveryFront(slices); };
-  EXPECT_EQ(ComputeGradient(*model, batch, plan, options).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeGradient(*model, batch, plan, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
   options.dp_schedule = [](const Plan&, int64_t) -> absl::StatusOr<Schedule> {
     return absl::ResourceExhaustedError("too many actions");
   };
   plan.slots = 10;
-  EXPECT_EQ(ComputeGradient(*model, batch, plan, options).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ComputeGradient(*model, batch, plan, options).status().code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST(GradientEngineTest, LayerRecomputationGivesTheFullGradientUnderEveryPolicy) {
@@ -443,7 +448,8 @@ TEST_F(BadInputTest, TokenOutsideVocabulary) {
   batch.tokens[17] = config_.vocab;
   const absl::Status s = Run(batch, SlicedPlan(4));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("token 37 at position 17 is outside the vocabulary [0, 37)"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("token 37 at position 17 is outside the vocabulary [0, 37)"));
   batch.tokens[17] = -1;
   EXPECT_EQ(Run(batch, SlicedPlan(4)).code(), absl::StatusCode::kInvalidArgument);
 }
@@ -473,7 +479,14 @@ TEST_F(BadInputTest, BadDocumentStarts) {
 TEST_F(BadInputTest, DTypeMismatchAndBadBlock) {
   EXPECT_EQ(Run(PackedStream(config_.vocab), SlicedPlan(0, DType::kFloat64)).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Run(PackedStream(config_.vocab), [] { Plan plan; plan.block = 0; return plan; }()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Run(PackedStream(config_.vocab),
+                [] {
+                  Plan plan;
+                  plan.block = 0;
+                  return plan;
+                }())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelCreationTest, DModelNotDivisibleByHeads) {
@@ -481,7 +494,8 @@ TEST(ModelCreationTest, DModelNotDivisibleByHeads) {
   config.heads = 3;
   absl::StatusOr<PerformerModel> model = PerformerModel::Create(config, DType::kFloat32, at::kCPU, 1);
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(model.status().message()), HasSubstr("d_model (16) must be divisible by heads (3)"));
+  EXPECT_THAT(std::string(model.status().message()),
+              HasSubstr("d_model (16) must be divisible by heads (3)"));
 }
 
 }  // namespace

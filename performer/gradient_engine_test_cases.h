@@ -6,11 +6,11 @@
 #ifndef SLIMFIT_PERFORMER_GRADIENT_ENGINE_TEST_CASES_H_
 #define SLIMFIT_PERFORMER_GRADIENT_ENGINE_TEST_CASES_H_
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 #include <tuple>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
@@ -33,9 +33,10 @@ inline auto EveryEngineCase() {
 
 // "favorp_pre_chunked_float32": the case's names joined, '+' spelled 'p'.
 inline std::string EngineCaseName(const ::testing::TestParamInfo<EngineCase>& info) {
-  std::string name = absl::StrCat(std::string(FeatureMapName(std::get<0>(info.param))), "_",
-                                  LayerNormPlacementName(std::get<1>(info.param)), "_",
-                                  PrefixModeName(std::get<2>(info.param)), "_", DTypeName(std::get<3>(info.param)));
+  std::string name =
+      absl::StrCat(std::string(FeatureMapName(std::get<0>(info.param))), "_",
+                   LayerNormPlacementName(std::get<1>(info.param)), "_",
+                   PrefixModeName(std::get<2>(info.param)), "_", DTypeName(std::get<3>(info.param)));
   for (char& c : name) {
     if (c == '+') c = 'p';
   }

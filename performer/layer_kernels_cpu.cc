@@ -1,13 +1,13 @@
 #include "performer/layer_kernels_cpu.h"
 
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
-
-#include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
 
 namespace slimfit::performer {
 namespace {
@@ -122,8 +122,8 @@ SLIMFIT_VECTOR_CLONES void LayerNormRow(const float* x, const float* w, const fl
 }
 
 // One row of its backward: dx = rstd · (dx̂ − mean(dx̂) − x̂ · mean(dx̂ · x̂)), dx̂ = g · w.
-SLIMFIT_VECTOR_CLONES void LayerNormBackwardRow(const float* g, const float* x, const float* w, float m, float inv,
-                                                int64_t n, float* out) {
+SLIMFIT_VECTOR_CLONES void LayerNormBackwardRow(const float* g, const float* x, const float* w, float m,
+                                                float inv, int64_t n, float* out) {
   float sum_dxhat = 0, sum_dxhat_xhat = 0;
 #pragma omp simd reduction(+ : sum_dxhat, sum_dxhat_xhat)
   for (int64_t c = 0; c < n; ++c) {
@@ -160,20 +160,28 @@ using FeatureGradientRowFn = void (*)(const float*, const float*, float*, int64_
 
 FeatureRowFn FeatureRowFor(FeatureMap map) {
   switch (map) {
-    case FeatureMap::kRelu: return FeatureRow<FeatureMap::kRelu>;
-    case FeatureMap::kElu1: return FeatureRow<FeatureMap::kElu1>;
-    case FeatureMap::kSqr: return FeatureRow<FeatureMap::kSqr>;
-    case FeatureMap::kFavor: break;
+    case FeatureMap::kRelu:
+      return FeatureRow<FeatureMap::kRelu>;
+    case FeatureMap::kElu1:
+      return FeatureRow<FeatureMap::kElu1>;
+    case FeatureMap::kSqr:
+      return FeatureRow<FeatureMap::kSqr>;
+    case FeatureMap::kFavor:
+      break;
   }
   TORCH_CHECK(false, "layer kernels: favor+ features are not served");
 }
 
 FeatureGradientRowFn FeatureGradientRowFor(FeatureMap map) {
   switch (map) {
-    case FeatureMap::kRelu: return FeatureGradientRow<FeatureMap::kRelu>;
-    case FeatureMap::kElu1: return FeatureGradientRow<FeatureMap::kElu1>;
-    case FeatureMap::kSqr: return FeatureGradientRow<FeatureMap::kSqr>;
-    case FeatureMap::kFavor: break;
+    case FeatureMap::kRelu:
+      return FeatureGradientRow<FeatureMap::kRelu>;
+    case FeatureMap::kElu1:
+      return FeatureGradientRow<FeatureMap::kElu1>;
+    case FeatureMap::kSqr:
+      return FeatureGradientRow<FeatureMap::kSqr>;
+    case FeatureMap::kFavor:
+      break;
   }
   TORCH_CHECK(false, "layer kernels: favor+ features are not served");
 }
@@ -193,14 +201,16 @@ void EmbedCpu(const at::Tensor& tokens, const at::Tensor& positions, const at::T
   CheckAll({&embedding, &frequencies, &x0}, "embedding");
   const int64_t rows = x0.size(0), d = x0.size(1), half = embedding.size(1), quarter = frequencies.size(0);
   Check(tokens.device().is_cpu() && tokens.scalar_type() == at::kLong && tokens.is_contiguous() &&
-            positions.device().is_cpu() && positions.scalar_type() == at::kLong && positions.is_contiguous() &&
-            tokens.sizes() == at::IntArrayRef({rows}) && positions.sizes() == tokens.sizes(),
+            positions.device().is_cpu() && positions.scalar_type() == at::kLong &&
+            positions.is_contiguous() && tokens.sizes() == at::IntArrayRef({rows}) &&
+            positions.sizes() == tokens.sizes(),
         "embedding: tokens and positions must be contiguous int64 CPU tensors of one value per row");
   Check(x0.dim() == 2 && half * 2 == d && quarter * 4 == d, "embedding: shapes differ");
   const int64_t vocab = embedding.size(0);
   const int64_t* token = tokens.data_ptr<int64_t>();
   for (int64_t s = 0; s < rows; ++s) {
-    TORCH_CHECK(token[s] >= 0 && token[s] < vocab, "embedding: token ", token[s], " outside [0, ", vocab, ")");
+    TORCH_CHECK(token[s] >= 0 && token[s] < vocab, "embedding: token ", token[s], " outside [0, ", vocab,
+                ")");
   }
   const int64_t* position = positions.data_ptr<int64_t>();
   const float* e = embedding.data_ptr<float>();
@@ -230,7 +240,8 @@ void EmbedBackwardCpu(const at::Tensor& tokens, const at::Tensor& g_x0, at::Tens
   const float* g = g_x0.data_ptr<float>();
   float* out = sink.data_ptr<float>();
   for (int64_t s = 0; s < rows; ++s) {
-    TORCH_CHECK(token[s] >= 0 && token[s] < vocab, "embedding: token ", token[s], " outside [0, ", vocab, ")");
+    TORCH_CHECK(token[s] >= 0 && token[s] < vocab, "embedding: token ", token[s], " outside [0, ", vocab,
+                ")");
     float* target = out + token[s] * half;
     const float* source = g + s * d;
     for (int64_t i = 0; i < half; ++i) target[i] += source[i];
@@ -341,8 +352,9 @@ void NormalizeAttentionBackwardCpu(const at::Tensor& g_attention, const at::Tens
                                    const at::Tensor& den_eps, at::Tensor& g_num, at::Tensor& g_den) {
   CheckAll({&g_attention, &attention, &den_eps, &g_num, &g_den}, "attention");
   const int64_t heads = den_eps.size(0), rows = den_eps.size(1), h = g_num.size(2);
-  Check(g_attention.sizes() == at::IntArrayRef({rows, heads * h}) && attention.sizes() == g_attention.sizes() &&
-            g_num.sizes() == at::IntArrayRef({heads, rows, h}) && g_den.sizes() == den_eps.sizes(),
+  Check(g_attention.sizes() == at::IntArrayRef({rows, heads * h}) &&
+            attention.sizes() == g_attention.sizes() && g_num.sizes() == at::IntArrayRef({heads, rows, h}) &&
+            g_den.sizes() == den_eps.sizes(),
         "normalise attention backward: shapes differ");
   const float* ga = g_attention.data_ptr<float>();
   const float* a = attention.data_ptr<float>();
@@ -367,12 +379,13 @@ void NormalizeAttentionBackwardCpu(const at::Tensor& g_attention, const at::Tens
   });
 }
 
-void LayerNormCpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps, at::Tensor& y,
-                  at::Tensor& mean, at::Tensor& rstd) {
+void LayerNormCpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                  at::Tensor& y, at::Tensor& mean, at::Tensor& rstd) {
   CheckAll({&x, &weight, &bias, &y, &mean, &rstd}, "LayerNorm");
   const int64_t rows = x.size(0), n = x.size(1);
   Check(x.dim() == 2 && weight.sizes() == at::IntArrayRef({n}) && bias.sizes() == weight.sizes() &&
-            y.sizes() == x.sizes() && mean.sizes() == at::IntArrayRef({rows, 1}) && rstd.sizes() == mean.sizes(),
+            y.sizes() == x.sizes() && mean.sizes() == at::IntArrayRef({rows, 1}) &&
+            rstd.sizes() == mean.sizes(),
         "LayerNorm: shapes differ");
   const float* in = x.data_ptr<float>();
   const float* w = weight.data_ptr<float>();
@@ -386,8 +399,9 @@ void LayerNormCpu(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   });
 }
 
-void LayerNormBackwardCpu(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
-                          const at::Tensor& weight, at::Tensor& g_x, at::Tensor& sink_weight, at::Tensor& sink_bias) {
+void LayerNormBackwardCpu(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean,
+                          const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& g_x,
+                          at::Tensor& sink_weight, at::Tensor& sink_bias) {
   CheckAll({&g, &x, &mean, &rstd, &weight, &g_x, &sink_weight, &sink_bias}, "LayerNorm backward");
   const int64_t rows = x.size(0), n = x.size(1);
   Check(x.dim() == 2 && g.sizes() == x.sizes() && g_x.sizes() == x.sizes() &&
@@ -435,8 +449,8 @@ void CheckIndices(const at::Tensor& indices, int64_t count, int64_t bound, const
         what);
   const int64_t* index = indices.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) {
-    TORCH_CHECK(index[i] >= 0 && index[i] < bound, "layer kernels: ", what, ": index ", index[i], " outside [0, ",
-                bound, ")");
+    TORCH_CHECK(index[i] >= 0 && index[i] < bound, "layer kernels: ", what, ": index ", index[i],
+                " outside [0, ", bound, ")");
   }
 }
 

@@ -53,13 +53,14 @@ void NormalizeAttentionBackwardCpu(const at::Tensor& g_attention, const at::Tens
 
 // LayerNorm over the last dimension of x [S, n] with weight and bias [n]: y [S, n], and the rows'
 // mean and 1/sqrt(var + eps), each [S, 1] (LibTorch's native_layer_norm layout).
-void LayerNormCpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps, at::Tensor& y,
-                  at::Tensor& mean, at::Tensor& rstd);
+void LayerNormCpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                  at::Tensor& y, at::Tensor& mean, at::Tensor& rstd);
 
 // Its backward: g_x [S, n] from g [S, n]; the weight's and bias's gradients are added into
 // sink_weight and sink_bias [n].
-void LayerNormBackwardCpu(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
-                          const at::Tensor& weight, at::Tensor& g_x, at::Tensor& sink_weight, at::Tensor& sink_bias);
+void LayerNormBackwardCpu(const at::Tensor& g, const at::Tensor& x, const at::Tensor& mean,
+                          const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& g_x,
+                          at::Tensor& sink_weight, at::Tensor& sink_bias);
 
 // Σ_p cross-entropy of logits [P, V] against targets (int64 [P], in [0, V)): turns `logits` into
 // log-probabilities in place and returns the sum (accumulated in double).

@@ -3,11 +3,11 @@
 // threads, and every feature map it serves.
 #include "performer/layer_kernels_cpu.h"
 
-#include <cmath>
-#include <cstdint>
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
 
 namespace slimfit::performer {
 namespace {
@@ -31,7 +31,8 @@ TEST_P(LayerKernelsTest, EmbeddingAndItsBackwardMatchLibTorch) {
   const at::Tensor tokens = at::arange(rows, at::kLong).mul_(7).remainder_(vocab);  // tokens repeat
   const at::Tensor positions = at::arange(rows, at::kLong).mul_(13).remainder_(3000);
   const at::Tensor embedding = Random({vocab, d / 2}, 1.0, 18);
-  const at::Tensor frequencies = at::exp(at::arange(0, d / 2, 2, at::kFloat) * (-std::log(10000.0) / (d / 2)));
+  const at::Tensor frequencies =
+      at::exp(at::arange(0, d / 2, 2, at::kFloat) * (-std::log(10000.0) / (d / 2)));
   at::Tensor x0 = at::empty({rows, d});
   EmbedCpu(tokens, positions, embedding, frequencies, x0);
   const at::Tensor angles = positions.to(at::kDouble).unsqueeze(1) * frequencies.to(at::kDouble).unsqueeze(0);
@@ -42,7 +43,8 @@ TEST_P(LayerKernelsTest, EmbeddingAndItsBackwardMatchLibTorch) {
 
   const at::Tensor g = Random({rows, d}, 1.0, 19);
   at::Tensor sink = Random({vocab, d / 2}, 1.0, 20);
-  const at::Tensor want_sink = sink.to(at::kDouble).index_add(0, tokens, g.to(at::kDouble).narrow(1, 0, d / 2));
+  const at::Tensor want_sink =
+      sink.to(at::kDouble).index_add(0, tokens, g.to(at::kDouble).narrow(1, 0, d / 2));
   EmbedBackwardCpu(tokens, g, sink);
   EXPECT_LE(MaxError(sink, want_sink), 1e-5 * MaxAbs(want_sink));
   const at::Tensor bad = tokens.clone();
@@ -147,8 +149,8 @@ TEST_P(LayerKernelsTest, LayerNormAndItsBackwardMatchLibTorch) {
   const at::Tensor weight = Random({n}, 1.0, 13), bias = Random({n}, 1.0, 14);
   at::Tensor y = at::empty_like(x), mean = at::empty({rows, 1}), rstd = at::empty({rows, 1});
   LayerNormCpu(x, weight, bias, 1e-5, y, mean, rstd);
-  const auto [want, want_mean, want_rstd] = at::native_layer_norm(x.to(at::kDouble), {n}, weight.to(at::kDouble),
-                                                                  bias.to(at::kDouble), 1e-5);
+  const auto [want, want_mean, want_rstd] =
+      at::native_layer_norm(x.to(at::kDouble), {n}, weight.to(at::kDouble), bias.to(at::kDouble), 1e-5);
   EXPECT_LE(MaxError(y, want), 1e-6 * MaxAbs(want));
   EXPECT_LE(MaxError(mean, want_mean.view({rows, 1})), 1e-6 * MaxAbs(want_mean));
   EXPECT_LE(MaxError(rstd, want_rstd.view({rows, 1})), 1e-6 * MaxAbs(want_rstd));
@@ -158,9 +160,9 @@ TEST_P(LayerKernelsTest, LayerNormAndItsBackwardMatchLibTorch) {
   at::Tensor sink_weight = Random({n}, 1.0, 16), sink_bias = Random({n}, 1.0, 17);
   const at::Tensor weight_before = sink_weight.to(at::kDouble), bias_before = sink_bias.to(at::kDouble);
   LayerNormBackwardCpu(g, x, mean, rstd, weight, g_x, sink_weight, sink_bias);
-  const auto [want_gx, want_gw, want_gb] = at::native_layer_norm_backward(
-      g.to(at::kDouble), x.to(at::kDouble), {n}, want_mean, want_rstd, weight.to(at::kDouble),
-      bias.to(at::kDouble), {true, true, true});
+  const auto [want_gx, want_gw, want_gb] =
+      at::native_layer_norm_backward(g.to(at::kDouble), x.to(at::kDouble), {n}, want_mean, want_rstd,
+                                     weight.to(at::kDouble), bias.to(at::kDouble), {true, true, true});
   EXPECT_LE(MaxError(g_x, want_gx), 1e-5 * MaxAbs(want_gx));
   EXPECT_LE(MaxError(sink_weight, weight_before + want_gw), 1e-5 * MaxAbs(weight_before + want_gw));
   EXPECT_LE(MaxError(sink_bias, bias_before + want_gb), 1e-5 * MaxAbs(bias_before + want_gb));

@@ -1,11 +1,11 @@
 #include "performer/matrix_products.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
-
-#include <ATen/core/grad_mode.h>
 
 #ifdef SLIMFIT_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
@@ -65,8 +65,8 @@ bool Sgemm(const at::Tensor& a, const at::Tensor& b, float beta, float* c, int64
   const int64_t k = a.size(1);
   const int64_t n = b.size(1);
   if (!c_transposed) {
-    RowMajorSgemm(oa->trans, ob->trans, m, n, k, 1.0f, a.data_ptr<float>(), oa->ld, b.data_ptr<float>(), ob->ld,
-                  beta, c, ldc);
+    RowMajorSgemm(oa->trans, ob->trans, m, n, k, 1.0f, a.data_ptr<float>(), oa->ld, b.data_ptr<float>(),
+                  ob->ld, beta, c, ldc);
   } else {  // cᵀ (row-major [n, m]) = bᵀ·aᵀ
     RowMajorSgemm(Flip(ob->trans), Flip(oa->trans), n, m, k, 1.0f, b.data_ptr<float>(), ob->ld,
                   a.data_ptr<float>(), oa->ld, beta, c, ldc);
@@ -77,8 +77,8 @@ bool Sgemm(const at::Tensor& a, const at::Tensor& b, float beta, float* c, int64
 // Every row of the fresh contiguous `out` [m, n] set to `bias` [n]: one copy per row (the expand and
 // copy_ of LibTorch cost more than the copying at the row counts of small slices).
 void BroadcastRows(const at::Tensor& bias, at::Tensor& out) {
-  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == out.size(1), "bias of shape ", bias.sizes(), " for a product with ",
-              out.size(1), " columns");
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == out.size(1), "bias of shape ", bias.sizes(),
+              " for a product with ", out.size(1), " columns");
   if (!bias.is_contiguous()) {
     out.copy_(bias.expand(out.sizes()));
     return;
@@ -111,8 +111,8 @@ void RowMajorSgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, 
   TORCH_CHECK(status == dnnl_success, "oneDNN sgemm of [", m, ", ", k, "] by [", k, ", ", n,
               "] failed with status ", static_cast<int>(status));
 #else
-  TORCH_CHECK(false, "RowMajorSgemm needs a build with oneDNN (SLIMFIT_WITH_ONEDNN); ", trans_a, trans_b, m, n, k,
-              alpha, a, lda, b, ldb, beta, c, ldc);
+  TORCH_CHECK(false, "RowMajorSgemm needs a build with oneDNN (SLIMFIT_WITH_ONEDNN); ", trans_a, trans_b, m,
+              n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #endif
 }
 
@@ -160,8 +160,8 @@ bool Reduced(at::ScalarType compute, const at::Tensor& a) {
 at::Tensor AddBiasProductIn(at::ScalarType compute, const at::Tensor& bias, const at::Tensor& a,
                             const at::Tensor& b) {
   if (!Reduced(compute, a)) return AddBiasProduct(bias, a, b);
-  const at::Tensor product =
-      bias.defined() ? at::addmm(bias.to(compute), a.to(compute), b.to(compute)) : at::mm(a.to(compute), b.to(compute));
+  const at::Tensor product = bias.defined() ? at::addmm(bias.to(compute), a.to(compute), b.to(compute))
+                                            : at::mm(a.to(compute), b.to(compute));
   return product.to(a.scalar_type());
 }
 

@@ -41,7 +41,8 @@ void AccumulateProduct(at::Tensor& out, const at::Tensor& a, const at::Tensor& b
 // returned in a's dtype; AccumulateProductIn adds it to `out` in out's dtype. With `compute`
 // Undefined or a's own dtype they are AddBiasProduct and AccumulateProduct. The rounding records
 // autograd history like any LibTorch op.
-at::Tensor AddBiasProductIn(at::ScalarType compute, const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b);
+at::Tensor AddBiasProductIn(at::ScalarType compute, const at::Tensor& bias, const at::Tensor& a,
+                            const at::Tensor& b);
 void AccumulateProductIn(at::ScalarType compute, at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 
 // True when float32 CPU products go to oneDNN in this build; for reports and thread settings.

@@ -1,9 +1,9 @@
 #include "performer/matrix_products.h"
 
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
+
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -31,7 +31,13 @@ TEST_P(MatrixProductsTest, EqualsLibTorchForEveryOperandLayoutAndShape) {
   const at::ScalarType dtype = GetParam();
   const double tolerance = dtype == at::kFloat ? 1e-5 : 1e-12;
   for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {16, 256, 768}, {1, 7, 5}, {5, 1, 9}, {9, 4, 1}, {1, 1, 1}, {33, 65, 17}, {127, 9, 13},
+           {16, 256, 768},
+           {1, 7, 5},
+           {5, 1, 9},
+           {9, 4, 1},
+           {1, 1, 1},
+           {33, 65, 17},
+           {127, 9, 13},
            {130, 17, 9}}) {  // either side of the few-rows path for transposed right operands
     SCOPED_TRACE(::testing::Message() << "m " << m << " k " << k << " n " << n);
     const at::Tensor bias = at::randn({n}, dtype);
@@ -110,7 +116,6 @@ TEST(MatrixProducts, ReducedPrecisionProductsRoundTheOperandsAndTheProduct) {
   EXPECT_EQ(out.scalar_type(), at::kFloat);
   EXPECT_TRUE(at::equal(out, 1 + at::mm(a.to(at::kBFloat16), b.to(at::kBFloat16)).to(at::kFloat)));
 }
-
 
 }  // namespace
 }  // namespace slimfit::performer

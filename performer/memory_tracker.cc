@@ -1,5 +1,9 @@
 #include "performer/memory_tracker.h"
 
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -8,9 +12,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include <c10/core/Allocator.h>
-#include <c10/core/CPUAllocator.h>
-#include <torch/version.h>
 #ifdef SLIMFIT_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -63,8 +64,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
 #endif
 
   MemoryStats Stats() const {
-    return MemoryStats{current_.load(std::memory_order_relaxed),
-                       peak_.load(std::memory_order_relaxed)};
+    return MemoryStats{current_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed)};
   }
   void ResetPeak() { peak_.store(current_.load(std::memory_order_relaxed)); }
 
@@ -124,16 +124,14 @@ absl::StatusOr<MemoryStats> GetMemoryStats(const c10::Device& device) {
     const int index = device.has_index() ? device.index() : 0;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
     constexpr size_t kAggregate = 0;
-    return MemoryStats{stats.allocated_bytes[kAggregate].current,
-                       stats.allocated_bytes[kAggregate].peak};
+    return MemoryStats{stats.allocated_bytes[kAggregate].current, stats.allocated_bytes[kAggregate].peak};
 #else
     return absl::UnimplementedError(
         "this binary was built without CUDA support: CUDA memory statistics need a build against a "
         "CUDA LibTorch with SLIMFIT_WITH_CUDA defined and c10_cuda linked");
 #endif
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("no memory accounting for device ", device.str()));
+  return absl::InvalidArgumentError(absl::StrCat("no memory accounting for device ", device.str()));
 }
 
 absl::StatusOr<int64_t> DeviceMemoryBytes(const c10::Device& device) {

@@ -18,10 +18,11 @@
 #ifndef SLIMFIT_PERFORMER_MEMORY_TRACKER_H_
 #define SLIMFIT_PERFORMER_MEMORY_TRACKER_H_
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include <c10/core/Device.h>
 
 namespace slimfit::performer {
 

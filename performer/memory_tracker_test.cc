@@ -1,10 +1,10 @@
 #include "performer/memory_tracker.h"
 
-#include <thread>
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -18,7 +18,7 @@ TEST(MemoryTrackerTest, CountsCurrentAndPeakTensorBytes) {
   MemoryScope scope(cpu);
   {
     at::Tensor a = at::ones({1024, 1024}, at::kFloat);  // 4 MiB
-    at::Tensor b = at::matmul(a, a);                     // another 4 MiB
+    at::Tensor b = at::matmul(a, a);                    // another 4 MiB
     EXPECT_GE(GetMemoryStats(cpu)->current_bytes - before, 8 << 20);
   }
   EXPECT_EQ(GetMemoryStats(cpu)->current_bytes, before);
@@ -53,7 +53,8 @@ TEST(MemoryTrackerTest, DeviceMemoryIsThePhysicalMemoryOrTheCards) {
   EXPECT_GT(*cpu, GetMemoryStats(at::kCPU)->current_bytes);
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the card's memory is not checked";
   absl::StatusOr<int64_t> card = DeviceMemoryBytes(at::Device(at::kCUDA, 0));
-  if (absl::IsUnimplemented(card.status())) GTEST_SKIP() << card.status();  // a build without the CUDA runtime
+  if (absl::IsUnimplemented(card.status()))
+    GTEST_SKIP() << card.status();  // a build without the CUDA runtime
   ASSERT_TRUE(card.ok()) << card.status();
   EXPECT_GT(*card, int64_t{1} << 30);
 }

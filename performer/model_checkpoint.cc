@@ -26,8 +26,8 @@ absl::StatusOr<int64_t> IntField(const std::map<std::string, std::string>& metad
 
 absl::Status SameShape(const ModelConfig& a, const ModelConfig& b) {
   if (a.DebugString() == b.DebugString()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("checkpoint holds a model with ", a.DebugString(),
-                                                 " but ", b.DebugString(), " was requested"));
+  return absl::InvalidArgumentError(absl::StrCat("checkpoint holds a model with ", a.DebugString(), " but ",
+                                                 b.DebugString(), " was requested"));
 }
 
 }  // namespace
@@ -46,8 +46,10 @@ std::map<std::string, std::string> ConfigToMetadata(const ModelConfig& config) {
 absl::StatusOr<ModelConfig> ConfigFromMetadata(const std::map<std::string, std::string>& metadata) {
   ModelConfig config;
   for (auto [key, field] : {std::pair<const char*, int64_t*>{"vocab", &config.vocab},
-                            {"d_model", &config.d_model}, {"layers", &config.layers},
-                            {"heads", &config.heads}, {"d_ff", &config.d_ff}}) {
+                            {"d_model", &config.d_model},
+                            {"layers", &config.layers},
+                            {"heads", &config.heads},
+                            {"d_ff", &config.d_ff}}) {
     absl::StatusOr<int64_t> value = IntField(metadata, key);
     if (!value.ok()) return value.status();
     *field = *value;
@@ -78,7 +80,8 @@ absl::Status SaveModel(const std::string& path, const PerformerModel& model,
   file.metadata = ConfigToMetadata(model.config());
   for (const auto& [key, value] : extra_metadata) {
     if (file.metadata.count(key) > 0) {
-      return absl::InvalidArgumentError(absl::StrCat("metadata key '", key, "' is reserved for the model config"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("metadata key '", key, "' is reserved for the model config"));
     }
     file.metadata.emplace(key, value);
   }
@@ -103,26 +106,30 @@ absl::StatusOr<PerformerModel> LoadModel(const std::string& path, DType dtype, c
     } else if (expected.has_value()) {
       config = *expected;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, " does not describe its model (", stored.status().message(),
-          "); pass the model's shape (--d_model, --layers, ...)"));
+      return absl::InvalidArgumentError(absl::StrCat(path, " does not describe its model (",
+                                                     stored.status().message(),
+                                                     "); pass the model's shape (--d_model, --layers, ...)"));
     }
     // The file's tensors (each read into memory of its own) become the model without a copy.
     absl::StatusOr<PerformerModel> model =
         PerformerModel::FromOwnedTensors(config, std::move(file->tensors), dtype, device, ignored);
-    if (!model.ok()) return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
+    if (!model.ok())
+      return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
     if (metadata != nullptr) *metadata = std::move(file->metadata);
     return model;
   }
   if (!expected.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is not a .safetensors file; a PyTorch state_dict carries no model shape, so pass the "
-              "model's shape (--d_model, --layers, ...)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     " is not a .safetensors file; a PyTorch state_dict carries no model shape, so pass the "
+                     "model's shape (--d_model, --layers, ...)"));
   }
   absl::StatusOr<std::map<std::string, at::Tensor>> tensors = ReadTorchStateDict(path);
   if (!tensors.ok()) return tensors.status();
-  absl::StatusOr<PerformerModel> model = PerformerModel::FromTensors(*expected, *tensors, dtype, device, ignored);
-  if (!model.ok()) return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
+  absl::StatusOr<PerformerModel> model =
+      PerformerModel::FromTensors(*expected, *tensors, dtype, device, ignored);
+  if (!model.ok())
+    return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
   return model;
 }
 

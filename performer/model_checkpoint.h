@@ -14,12 +14,12 @@
 #ifndef SLIMFIT_PERFORMER_MODEL_CHECKPOINT_H_
 #define SLIMFIT_PERFORMER_MODEL_CHECKPOINT_H_
 
+#include <ATen/ATen.h>
+
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

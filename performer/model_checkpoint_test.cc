@@ -1,13 +1,13 @@
 #include "performer/model_checkpoint.h"
 
-#include <fstream>
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "performer/safetensors.h"
+#include <fstream>
+#include <string>
+
 #include "base/test_util.h"
+#include "performer/safetensors.h"
 
 namespace slimfit::performer {
 namespace {
@@ -37,7 +37,8 @@ TEST(ModelCheckpointTest, SaveAndLoadRoundTripWithConfig) {
   EXPECT_EQ(loaded->config().DebugString(), Small().DebugString());
   EXPECT_EQ(loaded->dtype(), DType::kFloat64);
   for (size_t i = 0; i < model->parameters().size(); ++i) {
-    EXPECT_TRUE(at::equal(loaded->parameters()[i].to(at::kFloat), model->parameters()[i])) << model->names()[i];
+    EXPECT_TRUE(at::equal(loaded->parameters()[i].to(at::kFloat), model->parameters()[i]))
+        << model->names()[i];
   }
 }
 
@@ -89,7 +90,8 @@ TEST(ModelCheckpointTest, CorruptAndMissingFilesAreClearErrors) {
 TEST(ModelCheckpointTest, ConfigMetadataErrorsNameTheKey) {
   std::map<std::string, std::string> metadata = ConfigToMetadata(Small());
   metadata["heads"] = "two";
-  EXPECT_THAT(std::string(ConfigFromMetadata(metadata).status().message()), HasSubstr("'heads' is not an integer"));
+  EXPECT_THAT(std::string(ConfigFromMetadata(metadata).status().message()),
+              HasSubstr("'heads' is not an integer"));
   metadata = ConfigToMetadata(Small());
   metadata.erase("layernorm");
   EXPECT_THAT(std::string(ConfigFromMetadata(metadata).status().message()), HasSubstr("'layernorm'"));

@@ -7,10 +7,14 @@ namespace slimfit::performer {
 
 absl::string_view FeatureMapName(FeatureMap map) {
   switch (map) {
-    case FeatureMap::kRelu: return "relu";
-    case FeatureMap::kElu1: return "elu+1";
-    case FeatureMap::kSqr: return "sqr";
-    case FeatureMap::kFavor: return "favor+";
+    case FeatureMap::kRelu:
+      return "relu";
+    case FeatureMap::kElu1:
+      return "elu+1";
+    case FeatureMap::kSqr:
+      return "sqr";
+    case FeatureMap::kFavor:
+      return "favor+";
   }
   return "unknown";
 }
@@ -20,8 +24,8 @@ absl::StatusOr<FeatureMap> ParseFeatureMap(absl::string_view name) {
   if (name == "elu+1" || name == "elu") return FeatureMap::kElu1;
   if (name == "sqr") return FeatureMap::kSqr;
   if (name == "favor+" || name == "favor") return FeatureMap::kFavor;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown feature map '", name, "'; expected one of relu, elu+1, sqr, favor+"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown feature map '", name, "'; expected one of relu, elu+1, sqr, favor+"));
 }
 
 absl::string_view LayerNormPlacementName(LayerNormPlacement ln) {
@@ -58,39 +62,41 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(field, " must be positive, got ", value));
   };
   for (auto [field, value] : {std::pair<absl::string_view, int64_t>{"vocab", vocab},
-                              {"d_model", d_model}, {"layers", layers}, {"heads", heads},
-                              {"d_ff", d_ff}, {"feature_multiplier", feature_multiplier}}) {
+                              {"d_model", d_model},
+                              {"layers", layers},
+                              {"heads", heads},
+                              {"d_ff", d_ff},
+                              {"feature_multiplier", feature_multiplier}}) {
     if (absl::Status s = positive(field, value); !s.ok()) return s;
   }
   if (d_model % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "d_model must be divisible by 4 (half token embedding, a quarter each of sin and cos "
-        "positions), got ", d_model));
+    return absl::InvalidArgumentError(
+        absl::StrCat("d_model must be divisible by 4 (half token embedding, a quarter each of sin and cos "
+                     "positions), got ",
+                     d_model));
   }
   if (d_model % heads != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "d_model (%d) must be divisible by heads (%d)", d_model, heads));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("d_model (%d) must be divisible by heads (%d)", d_model, heads));
   }
   if (feature_multiplier != 1 && feature_map != FeatureMap::kFavor) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "feature_multiplier ", feature_multiplier, " needs the favor+ feature map; ",
-        FeatureMapName(feature_map), " has exactly head_dim features"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("feature_multiplier ", feature_multiplier, " needs the favor+ feature map; ",
+                     FeatureMapName(feature_map), " has exactly head_dim features"));
   }
   // Keep sizes sane so a typo cannot ask for petabytes.
   constexpr int64_t kMaxDim = int64_t{1} << 20;
-  if (vocab > kMaxDim || d_model > kMaxDim || d_ff > kMaxDim || layers > 4096 ||
-      feature_multiplier > 64) {
+  if (vocab > kMaxDim || d_model > kMaxDim || d_ff > kMaxDim || layers > 4096 || feature_multiplier > 64) {
     return absl::InvalidArgumentError(absl::StrCat("model is implausibly large: ", DebugString()));
   }
   return absl::OkStatus();
 }
 
 std::string ModelConfig::DebugString() const {
-  return absl::StrFormat(
-      "vocab=%d d_model=%d layers=%d heads=%d d_ff=%d features=%s%s ln=%s", vocab, d_model,
-      layers, heads, d_ff, FeatureMapName(feature_map),
-      feature_multiplier == 1 ? "" : absl::StrCat("x", feature_multiplier),
-      LayerNormPlacementName(layernorm));
+  return absl::StrFormat("vocab=%d d_model=%d layers=%d heads=%d d_ff=%d features=%s%s ln=%s", vocab, d_model,
+                         layers, heads, d_ff, FeatureMapName(feature_map),
+                         feature_multiplier == 1 ? "" : absl::StrCat("x", feature_multiplier),
+                         LayerNormPlacementName(layernorm));
 }
 
 }  // namespace slimfit::performer

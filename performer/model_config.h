@@ -34,14 +34,14 @@ enum class LayerNormPlacement {
   kPre,   // x + sublayer(LN(x))
 };
 
-absl::string_view FeatureMapName(FeatureMap map);                  // "relu", "elu+1", "sqr", "favor+"
+absl::string_view FeatureMapName(FeatureMap map);                    // "relu", "elu+1", "sqr", "favor+"
 absl::StatusOr<FeatureMap> ParseFeatureMap(absl::string_view name);  // accepts the names above
 absl::string_view LayerNormPlacementName(LayerNormPlacement ln);     // "post", "pre"
 absl::StatusOr<LayerNormPlacement> ParseLayerNormPlacement(absl::string_view name);
 
 struct ModelConfig {
-  int64_t vocab = 256;     // byte-level by default
-  int64_t d_model = 256;   // must be divisible by 4 (embedding/positions) and by heads
+  int64_t vocab = 256;    // byte-level by default
+  int64_t d_model = 256;  // must be divisible by 4 (embedding/positions) and by heads
   int64_t layers = 2;
   int64_t heads = 4;
   int64_t d_ff = 1024;
@@ -53,9 +53,7 @@ struct ModelConfig {
   int64_t head_dim() const { return d_model / heads; }
   int64_t features_per_head() const { return feature_multiplier * head_dim(); }
   // Floats in one layer's front: numerator k·M·d plus denominator k·M.
-  int64_t front_elements_per_layer() const {
-    return heads * features_per_head() * (head_dim() + 1);
-  }
+  int64_t front_elements_per_layer() const { return heads * features_per_head() * (head_dim() + 1); }
   int64_t parameter_count() const;
   // Values of the copies the gradient engine makes of the weights for its forward products
   // (PrepareForwardLayouts, performer_model.h): q | k | v fused per layer, and with `copy_all` a

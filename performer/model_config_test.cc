@@ -1,9 +1,9 @@
 #include "performer/model_config.h"
 
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
 
 namespace slimfit::performer {
 namespace {

@@ -14,14 +14,14 @@ absl::Status ValidatePackedBatch(const PackedBatch& batch, int64_t vocab) {
   for (size_t i = 0; i < batch.tokens.size(); ++i) {
     const int64_t token = batch.tokens[i];
     if (token < 0 || token >= vocab) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "token %d at position %d is outside the vocabulary [0, %d)", token, i, vocab));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("token %d at position %d is outside the vocabulary [0, %d)", token, i, vocab));
     }
   }
   if (!batch.doc_starts.empty()) {
     if (batch.doc_starts.front() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the first document must start at offset 0, got ", batch.doc_starts.front()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the first document must start at offset 0, got ", batch.doc_starts.front()));
     }
     for (size_t i = 1; i < batch.doc_starts.size(); ++i) {
       const int64_t start = batch.doc_starts[i];

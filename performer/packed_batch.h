@@ -42,10 +42,10 @@ struct Segment {
 
 // The per-token layout of a stretch [begin, end) of a validated batch.
 struct StretchLayout {
-  std::vector<Segment> segments;      // in order, covering [begin, end)
-  std::vector<int64_t> positions;     // position of each token within its document
-  std::vector<int64_t> target_rows;   // rows (relative to begin) that predict a next token
-  std::vector<int64_t> targets;       // the token each of those rows predicts
+  std::vector<Segment> segments;     // in order, covering [begin, end)
+  std::vector<int64_t> positions;    // position of each token within its document
+  std::vector<int64_t> target_rows;  // rows (relative to begin) that predict a next token
+  std::vector<int64_t> targets;      // the token each of those rows predicts
   // True when the outgoing front of this stretch is the incoming one plus the stretch's own
   // contributions, i.e. no document starts inside it: the incoming front can be recovered from
   // the outgoing one by subtraction.

@@ -40,7 +40,8 @@ absl::StatusOr<std::vector<int>> SelectParameters(const std::vector<std::string>
   std::vector<bool> chosen(names.size(), false);
   for (absl::string_view pattern : absl::StrSplit(patterns, ',')) {
     pattern = absl::StripAsciiWhitespace(pattern);
-    if (pattern.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": an empty pattern in '", patterns, "'"));
+    if (pattern.empty())
+      return absl::InvalidArgumentError(absl::StrCat(field, ": an empty pattern in '", patterns, "'"));
     bool any = false;
     for (size_t i = 0; i < names.size(); ++i) {
       if (!MatchesPattern(pattern, names[i])) continue;
@@ -48,8 +49,8 @@ absl::StatusOr<std::vector<int>> SelectParameters(const std::vector<std::string>
       any = true;
     }
     if (!any) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": '", pattern, "' matches no parameter; the model's are ",
-                                                     absl::StrJoin(names, ", ")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": '", pattern, "' matches no parameter; the model's are ", absl::StrJoin(names, ", ")));
     }
   }
   for (size_t i = 0; i < names.size(); ++i) {

@@ -22,7 +22,8 @@ TEST(ParameterSelectionTest, StarsMatchAnyRunAndTheRestLiterally) {
 }
 
 TEST(ParameterSelectionTest, SelectsTheUnionInModelOrder) {
-  const std::vector<std::string> names = {"embedding", "layers.0.q", "layers.1.q", "layers.1.k", "output_logit_map.weight"};
+  const std::vector<std::string> names = {"embedding", "layers.0.q", "layers.1.q", "layers.1.k",
+                                          "output_logit_map.weight"};
   absl::StatusOr<std::vector<int>> selected = SelectParameters(names, "output_logit_map.*, layers.1.*");
   ASSERT_TRUE(selected.ok()) << selected.status();
   EXPECT_THAT(*selected, ElementsAre(2, 3, 4));
@@ -30,8 +31,10 @@ TEST(ParameterSelectionTest, SelectsTheUnionInModelOrder) {
 
   absl::StatusOr<std::vector<int>> none = SelectParameters(names, "layers.9.*");
   ASSERT_FALSE(none.ok());
-  EXPECT_THAT(none.status().message(), HasSubstr("spec.trainable: 'layers.9.*' matches no parameter; the model's are embedding"));
-  EXPECT_THAT(SelectParameters(names, "embedding,,layers.0.q").status().message(), HasSubstr("an empty pattern"));
+  EXPECT_THAT(none.status().message(),
+              HasSubstr("spec.trainable: 'layers.9.*' matches no parameter; the model's are embedding"));
+  EXPECT_THAT(SelectParameters(names, "embedding,,layers.0.q").status().message(),
+              HasSubstr("an empty pattern"));
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
 #include "performer/performer_model.h"
 
-#include <cmath>
-#include <utility>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -44,9 +44,9 @@ class LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
     const auto products = static_cast<at::ScalarType>(ctx->saved_data["products"].toInt());
     AccumulateProductIn(products, sink_weight_t, x.t(), g);
     sink_bias.add_(g.sum(0));
-    const at::Tensor grad_x = x.requires_grad()
-                                  ? LinearInputGradient(g, ctx->saved_data["pieces"].toTensorVector(), products)
-                                  : at::Tensor();
+    const at::Tensor grad_x =
+        x.requires_grad() ? LinearInputGradient(g, ctx->saved_data["pieces"].toTensorVector(), products)
+                          : at::Tensor();
     return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -82,9 +82,7 @@ std::string ShapeString(at::IntArrayRef shape) { return absl::StrCat("[", absl::
 
 }  // namespace
 
-at::ScalarType ToScalarType(DType dtype) {
-  return dtype == DType::kFloat32 ? at::kFloat : at::kDouble;
-}
+at::ScalarType ToScalarType(DType dtype) { return dtype == DType::kFloat32 ? at::kFloat : at::kDouble; }
 
 namespace {
 
@@ -134,10 +132,9 @@ std::vector<std::string> ParameterNames(const ModelConfig& config) {
   for (int64_t r = 0; r < config.layers; ++r) {
     const std::string p = absl::StrCat("layers.", r, ".");
     for (const char* name :
-         {"attention.q_map.weight", "attention.q_map.bias", "attention.k_map.weight",
-          "attention.k_map.bias", "attention.v_map.weight", "attention.v_map.bias",
-          "U_map.weight", "U_map.bias", "V_map.weight", "V_map.bias", "layernorm1.weight",
-          "layernorm1.bias", "layernorm2.weight", "layernorm2.bias"}) {
+         {"attention.q_map.weight", "attention.q_map.bias", "attention.k_map.weight", "attention.k_map.bias",
+          "attention.v_map.weight", "attention.v_map.bias", "U_map.weight", "U_map.bias", "V_map.weight",
+          "V_map.bias", "layernorm1.weight", "layernorm1.bias", "layernorm2.weight", "layernorm2.bias"}) {
       names.push_back(p + name);
     }
   }
@@ -162,7 +159,9 @@ std::vector<std::vector<int64_t>> ParameterShapes(const ModelConfig& config) {
   return shapes;
 }
 
-size_t FirstAttentionParameter(int64_t layer) { return 1 + static_cast<size_t>(layer) * kLayerParameterCount; }
+size_t FirstAttentionParameter(int64_t layer) {
+  return 1 + static_cast<size_t>(layer) * kLayerParameterCount;
+}
 
 const at::Tensor& ForwardOperand(const at::Tensor& copy, const at::Tensor& weight_t) {
   return copy.defined() ? copy : weight_t;
@@ -181,8 +180,9 @@ void PrepareForwardLayouts(ModelWeights* weights, bool copy_all, at::ScalarType 
   for (LayerWeights& w : weights->layers) {
     w.qkv_weight_t = at::cat({w.q_weight_t, w.k_weight_t, w.v_weight_t}, 1);
     w.qkv_bias = at::cat({w.q_bias, w.k_bias, w.v_bias}, 0);
-    const bool onednn = CopiesForwardLayouts(
-        w.qkv_weight_t.device(), w.qkv_weight_t.scalar_type() == at::kFloat ? DType::kFloat32 : DType::kFloat64);
+    const bool onednn =
+        CopiesForwardLayouts(w.qkv_weight_t.device(),
+                             w.qkv_weight_t.scalar_type() == at::kFloat ? DType::kFloat32 : DType::kFloat64);
     w.qkv_gradient_pieces = onednn ? std::vector<at::Tensor>{w.q_weight_t, w.k_weight_t, w.v_weight_t}
                                    : std::vector<at::Tensor>{w.qkv_weight_t};
     if (copy_all) {
@@ -194,7 +194,8 @@ void PrepareForwardLayouts(ModelWeights* weights, bool copy_all, at::ScalarType 
 }
 
 bool IsLinearWeight(const std::string& name) {
-  return absl::EndsWith(name, ".weight") && !absl::StrContains(name, "layernorm") && name != "input_map.weight";
+  return absl::EndsWith(name, ".weight") && !absl::StrContains(name, "layernorm") &&
+         name != "input_map.weight";
 }
 
 std::vector<at::Tensor> ToComputeLayout(const std::vector<std::string>& names,
@@ -211,9 +212,9 @@ ModelWeights BindWeights(const ModelConfig& config, const std::vector<at::Tensor
   weights.embedding = p[0];
   for (int64_t r = 0; r < config.layers; ++r) {
     const size_t o = FirstAttentionParameter(r);
-    weights.layers.push_back(LayerWeights{p[o], p[o + 1], p[o + 2], p[o + 3], p[o + 4], p[o + 5],
-                                          p[o + 6], p[o + 7], p[o + 8], p[o + 9], p[o + 10],
-                                          p[o + 11], p[o + 12], p[o + 13]});
+    weights.layers.push_back(LayerWeights{p[o], p[o + 1], p[o + 2], p[o + 3], p[o + 4], p[o + 5], p[o + 6],
+                                          p[o + 7], p[o + 8], p[o + 9], p[o + 10], p[o + 11], p[o + 12],
+                                          p[o + 13]});
   }
   weights.output_weight_t = p[p.size() - 2];
   const int64_t half = config.d_model / 2;
@@ -256,7 +257,8 @@ absl::StatusOr<PerformerModel> PerformerModel::Create(const ModelConfig& config,
         t = absl::EndsWith(name, ".weight") ? at::ones(shapes[i], cpu64) : at::zeros(shapes[i], cpu64);
       } else {
         // Linear layers: weight [out, in] and bias [out] both uniform in ±1/sqrt(in).
-        const std::vector<int64_t>& weight_shape = absl::EndsWith(name, ".weight") ? shapes[i] : shapes[i - 1];
+        const std::vector<int64_t>& weight_shape =
+            absl::EndsWith(name, ".weight") ? shapes[i] : shapes[i - 1];
         const double bound = 1.0 / std::sqrt(static_cast<double>(weight_shape[1]));
         t = at::empty(shapes[i], cpu64).uniform_(-bound, bound, generator);
         if (absl::StartsWith(name, "output_logit_map.")) t.mul_(init.readout_scale);
@@ -273,11 +275,9 @@ namespace {
 
 // The parameters of `config` from named tensors, checked (FromTensors' contract); `take`: tensors
 // that already fit are used as they are (FromOwnedTensors).
-absl::StatusOr<std::vector<at::Tensor>> ParametersFromTensors(const ModelConfig& config,
-                                                              const std::map<std::string, at::Tensor>& tensors,
-                                                              DType dtype, const at::Device& device,
-                                                              const std::vector<std::string>& ignored_prefixes,
-                                                              bool take) {
+absl::StatusOr<std::vector<at::Tensor>> ParametersFromTensors(
+    const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors, DType dtype,
+    const at::Device& device, const std::vector<std::string>& ignored_prefixes, bool take) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   const std::vector<std::string> names = ParameterNames(config);
   const std::vector<std::vector<int64_t>> shapes = ParameterShapes(config);
@@ -285,15 +285,15 @@ absl::StatusOr<std::vector<at::Tensor>> ParametersFromTensors(const ModelConfig&
   for (size_t i = 0; i < names.size(); ++i) {
     auto it = tensors.find(names[i]);
     if (it == tensors.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint has no tensor '", names[i], "' (expected shape ", ShapeString(shapes[i]),
-          ") for a model with ", config.DebugString()));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint has no tensor '", names[i],
+                                                     "' (expected shape ", ShapeString(shapes[i]),
+                                                     ") for a model with ", config.DebugString()));
     }
     const at::Tensor& t = it->second;
     if (t.sizes() != at::IntArrayRef(shapes[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint tensor '", names[i], "' has shape ", ShapeString(t.sizes()), " but a model with ",
-          config.DebugString(), " needs ", ShapeString(shapes[i])));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor '", names[i], "' has shape ", ShapeString(t.sizes()),
+                       " but a model with ", config.DebugString(), " needs ", ShapeString(shapes[i])));
     }
     if (!at::isFloatingType(t.scalar_type())) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor '", names[i], "' has dtype ",
@@ -308,9 +308,8 @@ absl::StatusOr<std::vector<at::Tensor>> ParametersFromTensors(const ModelConfig&
                                     : t.to(at::TensorOptions().dtype(ToScalarType(dtype)).device(device),
                                            /*non_blocking=*/false, /*copy=*/true));
     } catch (const c10::Error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot move checkpoint tensor '", names[i],
-                                                     "' to ", device.str(), ": ",
-                                                     e.what_without_backtrace()));
+      return absl::InvalidArgumentError(absl::StrCat("cannot move checkpoint tensor '", names[i], "' to ",
+                                                     device.str(), ": ", e.what_without_backtrace()));
     }
   }
   for (const auto& [name, tensor] : tensors) {
@@ -319,9 +318,9 @@ absl::StatusOr<std::vector<at::Tensor>> ParametersFromTensors(const ModelConfig&
     bool ignored = false;
     for (const std::string& prefix : ignored_prefixes) ignored = ignored || absl::StartsWith(name, prefix);
     if (!ignored) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint tensor '", name, "' is not a parameter of a model with ", config.DebugString(),
-          " (a checkpoint of another architecture or depth?)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor '", name, "' is not a parameter of a model with ",
+                       config.DebugString(), " (a checkpoint of another architecture or depth?)"));
     }
   }
   return parameters;
@@ -329,9 +328,10 @@ absl::StatusOr<std::vector<at::Tensor>> ParametersFromTensors(const ModelConfig&
 
 }  // namespace
 
-absl::StatusOr<PerformerModel> PerformerModel::FromTensors(
-    const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors, DType dtype,
-    const at::Device& device, const std::vector<std::string>& ignored_prefixes) {
+absl::StatusOr<PerformerModel> PerformerModel::FromTensors(const ModelConfig& config,
+                                                           const std::map<std::string, at::Tensor>& tensors,
+                                                           DType dtype, const at::Device& device,
+                                                           const std::vector<std::string>& ignored_prefixes) {
   absl::StatusOr<std::vector<at::Tensor>> parameters =
       ParametersFromTensors(config, tensors, dtype, device, ignored_prefixes, /*take=*/false);
   if (!parameters.ok()) return parameters.status();
@@ -339,8 +339,8 @@ absl::StatusOr<PerformerModel> PerformerModel::FromTensors(
 }
 
 absl::StatusOr<PerformerModel> PerformerModel::FromOwnedTensors(
-    const ModelConfig& config, std::map<std::string, at::Tensor> tensors, DType dtype, const at::Device& device,
-    const std::vector<std::string>& ignored_prefixes) {
+    const ModelConfig& config, std::map<std::string, at::Tensor> tensors, DType dtype,
+    const at::Device& device, const std::vector<std::string>& ignored_prefixes) {
   absl::StatusOr<std::vector<at::Tensor>> parameters =
       ParametersFromTensors(config, tensors, dtype, device, ignored_prefixes, /*take=*/true);
   tensors.clear();  // what was not taken goes now
@@ -383,13 +383,14 @@ std::vector<at::Tensor> SampleFavorProjections(const ModelConfig& config, uint64
   return projections;
 }
 
-at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights,
-                       const at::Tensor& tokens, const at::Tensor& positions) {
+at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights, const at::Tensor& tokens,
+                       const at::Tensor& positions) {
   const auto options = weights.embedding.options().requires_grad(false);
   const at::Tensor angles = positions.to(options).unsqueeze(1) * weights.position_frequencies.unsqueeze(0);
-  const at::Tensor embedded = weights.gradient_sink == nullptr
-                                  ? at::embedding(weights.embedding, tokens)
-                                  : EmbeddingIntoSink::apply(weights.embedding, tokens, weights.gradient_sink->embedding);
+  const at::Tensor embedded =
+      weights.gradient_sink == nullptr
+          ? at::embedding(weights.embedding, tokens)
+          : EmbeddingIntoSink::apply(weights.embedding, tokens, weights.gradient_sink->embedding);
   return at::cat({embedded, at::sin(angles), at::cos(angles)}, 1);
 }
 
@@ -401,9 +402,12 @@ at::Tensor SplitHeads(const at::Tensor& x, int64_t heads) {
 
 at::Tensor Features(const ModelConfig& config, const at::Tensor& x, const at::Tensor& projection) {
   switch (config.feature_map) {
-    case FeatureMap::kRelu: return at::relu(x).contiguous();
-    case FeatureMap::kElu1: return (at::elu(x) + 1).contiguous();
-    case FeatureMap::kSqr: return (x * x).contiguous();
+    case FeatureMap::kRelu:
+      return at::relu(x).contiguous();
+    case FeatureMap::kElu1:
+      return (at::elu(x) + 1).contiguous();
+    case FeatureMap::kSqr:
+      return (x * x).contiguous();
     case FeatureMap::kFavor: {
       const at::Tensor scaled = x * std::pow(static_cast<double>(config.head_dim()), -0.25);
       return at::exp(at::matmul(scaled, projection) - 0.5 * (scaled * scaled).sum(2, true));
@@ -421,16 +425,17 @@ AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& w, const a
                            : x;
   AttentionInputs inputs;
   const LayerWeights* sink = w.gradient_sink;
-  auto linear = [&](const at::Tensor& forward_t, const at::Tensor& bias, const std::vector<at::Tensor>& pieces,
-                    const at::Tensor LayerWeights::*sink_weight, const at::Tensor LayerWeights::*sink_bias) {
-    return sink == nullptr ? Linear(h, forward_t, bias, pieces, nullptr, nullptr, w.products)
-                           : Linear(h, forward_t, bias, pieces, &(sink->*sink_weight), &(sink->*sink_bias),
-                                    w.products);
+  auto linear = [&](const at::Tensor& forward_t, const at::Tensor& bias,
+                    const std::vector<at::Tensor>& pieces, const at::Tensor LayerWeights::*sink_weight,
+                    const at::Tensor LayerWeights::*sink_bias) {
+    return sink == nullptr
+               ? Linear(h, forward_t, bias, pieces, nullptr, nullptr, w.products)
+               : Linear(h, forward_t, bias, pieces, &(sink->*sink_weight), &(sink->*sink_bias), w.products);
   };
   at::Tensor q, k, v;
   if (w.qkv_weight_t.defined()) {
-    const at::Tensor qkv = linear(w.qkv_weight_t, w.qkv_bias, w.qkv_gradient_pieces, &LayerWeights::qkv_weight_t,
-                                  &LayerWeights::qkv_bias);
+    const at::Tensor qkv = linear(w.qkv_weight_t, w.qkv_bias, w.qkv_gradient_pieces,
+                                  &LayerWeights::qkv_weight_t, &LayerWeights::qkv_bias);
     const int64_t d = config.d_model;
     q = qkv.narrow(1, 0, d);
     k = qkv.narrow(1, d, d);
@@ -454,15 +459,15 @@ at::Tensor LayerG(const ModelConfig& config, const LayerWeights& w, const at::Te
                              .transpose(0, 1)
                              .reshape({rows, config.d_model});
   const bool post = config.layernorm == LayerNormPlacement::kPost;
-  if (post) attention = at::layer_norm(attention, {config.d_model}, w.norm1_weight, w.norm1_bias, kLayerNormEps);
+  if (post)
+    attention = at::layer_norm(attention, {config.d_model}, w.norm1_weight, w.norm1_bias, kLayerNormEps);
   const at::Tensor x = residual + attention;
   const at::Tensor ffn_input =
       post ? x : at::layer_norm(x, {config.d_model}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
   const LayerWeights* sink = w.gradient_sink;
-  const at::Tensor hidden =
-      at::gelu(Linear(ffn_input, ForwardOperand(w.ffn_in_forward_t, w.ffn_in_weight_t), w.ffn_in_bias,
-                      {w.ffn_in_weight_t}, sink ? &sink->ffn_in_weight_t : nullptr, sink ? &sink->ffn_in_bias : nullptr,
-                      w.products));
+  const at::Tensor hidden = at::gelu(Linear(
+      ffn_input, ForwardOperand(w.ffn_in_forward_t, w.ffn_in_weight_t), w.ffn_in_bias, {w.ffn_in_weight_t},
+      sink ? &sink->ffn_in_weight_t : nullptr, sink ? &sink->ffn_in_bias : nullptr, w.products));
   at::Tensor ffn = Linear(hidden, ForwardOperand(w.ffn_out_forward_t, w.ffn_out_weight_t), w.ffn_out_bias,
                           {w.ffn_out_weight_t}, sink ? &sink->ffn_out_weight_t : nullptr,
                           sink ? &sink->ffn_out_bias : nullptr, w.products);
@@ -470,14 +475,14 @@ at::Tensor LayerG(const ModelConfig& config, const LayerWeights& w, const at::Te
   return x + ffn;
 }
 
-at::Tensor CrossEntropySum(const ModelWeights& weights, const at::Tensor& x,
-                           const at::Tensor& target_rows, const at::Tensor& targets) {
+at::Tensor CrossEntropySum(const ModelWeights& weights, const at::Tensor& x, const at::Tensor& target_rows,
+                           const at::Tensor& targets) {
   if (target_rows.numel() == 0) return at::zeros({}, x.options());
   const ModelWeights* sink = weights.gradient_sink;
-  const at::Tensor logits =
-      Linear(x.index_select(0, target_rows), ForwardOperand(weights.output_forward_t, weights.output_weight_t),
-             weights.output_bias, {weights.output_weight_t}, sink ? &sink->output_weight_t : nullptr,
-             sink ? &sink->output_bias : nullptr, weights.products);
+  const at::Tensor logits = Linear(
+      x.index_select(0, target_rows), ForwardOperand(weights.output_forward_t, weights.output_weight_t),
+      weights.output_bias, {weights.output_weight_t}, sink ? &sink->output_weight_t : nullptr,
+      sink ? &sink->output_bias : nullptr, weights.products);
   return at::nll_loss(at::log_softmax(logits, 1), targets, {}, at::Reduction::Sum);
 }
 

@@ -21,12 +21,12 @@
 #ifndef SLIMFIT_PERFORMER_PERFORMER_MODEL_H_
 #define SLIMFIT_PERFORMER_PERFORMER_MODEL_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/statusor.h"
 #include "performer/model_config.h"
@@ -40,9 +40,9 @@ namespace slimfit::performer {
 // backward pass (which would keep every weight gradient of a slice alive at once).
 struct LayerWeights {
   at::Tensor q_weight_t, q_bias, k_weight_t, k_bias, v_weight_t, v_bias;  // attention.{q,k,v}_map
-  at::Tensor ffn_in_weight_t, ffn_in_bias;                                 // U_map: d → d_ff
-  at::Tensor ffn_out_weight_t, ffn_out_bias;                               // V_map: d_ff → d
-  at::Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;           // layernorm1, layernorm2
+  at::Tensor ffn_in_weight_t, ffn_in_bias;                                // U_map: d → d_ff
+  at::Tensor ffn_out_weight_t, ffn_out_bias;                              // V_map: d_ff → d
+  at::Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;          // layernorm1, layernorm2
   // Optional fused projections [d, 3d] and [3d] (q | k | v): when defined, F runs one matrix
   // product instead of three (PrepareForwardLayouts), and its input gradient multiplies by
   // `qkv_gradient_pieces`: q, k and v's own [out, in] storage where oneDNN runs the products
@@ -75,8 +75,6 @@ struct ModelWeights {
   const ModelWeights* gradient_sink = nullptr;
   at::ScalarType products = at::ScalarType::Undefined;  // as LayerWeights::products, for the output map
 };
-
-
 
 // Canonical parameter names and shapes, in the model's order.
 std::vector<std::string> ParameterNames(const ModelConfig& config);
@@ -153,9 +151,10 @@ class PerformerModel {
   // A model from named tensors (a checkpoint). Every parameter must be present with its exact
   // shape; extra names are an error unless they start with one of `ignored_prefixes`. Tensors of
   // another floating dtype are converted to `dtype`. INVALID_ARGUMENT names the tensor.
-  static absl::StatusOr<PerformerModel> FromTensors(
-      const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors, DType dtype,
-      const at::Device& device, const std::vector<std::string>& ignored_prefixes = {});
+  static absl::StatusOr<PerformerModel> FromTensors(const ModelConfig& config,
+                                                    const std::map<std::string, at::Tensor>& tensors,
+                                                    DType dtype, const at::Device& device,
+                                                    const std::vector<std::string>& ignored_prefixes = {});
   // The same, taking the tensors instead of copying them: a tensor already of `dtype`, on `device`,
   // contiguous and covering its whole storage becomes the parameter as it is (no copy, no second
   // copy of the model in memory while it is built); any other is copied as FromTensors does. For
@@ -163,8 +162,8 @@ class PerformerModel {
   // again: whoever else holds them (e.g. the model a partial fetch was rebuilt from) shares memory
   // with the model — which is safe because a model's parameters are never written in place.
   static absl::StatusOr<PerformerModel> FromOwnedTensors(
-      const ModelConfig& config, std::map<std::string, at::Tensor> tensors, DType dtype, const at::Device& device,
-      const std::vector<std::string>& ignored_prefixes = {});
+      const ModelConfig& config, std::map<std::string, at::Tensor> tensors, DType dtype,
+      const at::Device& device, const std::vector<std::string>& ignored_prefixes = {});
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
@@ -177,8 +176,7 @@ class PerformerModel {
   std::map<std::string, at::Tensor> StateDict() const;
 
  private:
-  PerformerModel(ModelConfig config, DType dtype, at::Device device,
-                 std::vector<at::Tensor> parameters);
+  PerformerModel(ModelConfig config, DType dtype, at::Device device, std::vector<at::Tensor> parameters);
 
   ModelConfig config_;
   DType dtype_;
@@ -206,28 +204,27 @@ at::Tensor LinearInputGradient(const at::Tensor& g, const std::vector<at::Tensor
                                at::ScalarType products = at::ScalarType::Undefined);
 
 // x0 for tokens [S] (int64) at document positions [S] (int64): [S, d_model].
-at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights,
-                       const at::Tensor& tokens, const at::Tensor& positions);
+at::Tensor EmbedTokens(const ModelConfig& config, const ModelWeights& weights, const at::Tensor& tokens,
+                       const at::Tensor& positions);
 
 // F: what goes into the prefix sum (φk, v) and what skips it (φq and the residual input x).
 struct AttentionInputs {
-  at::Tensor phi_q;  // [k, S, M]
-  at::Tensor phi_k;  // [k, S, M]
-  at::Tensor v;      // [k, S, d]
+  at::Tensor phi_q;     // [k, S, M]
+  at::Tensor phi_k;     // [k, S, M]
+  at::Tensor v;         // [k, S, d]
   at::Tensor residual;  // [S, d_model], the layer's input
 };
 AttentionInputs LayerF(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& x,
                        const at::Tensor& favor_projection);
 
 // G: attention output from the prefix-sum results, residual adds and the feed-forward block.
-at::Tensor LayerG(const ModelConfig& config, const LayerWeights& weights,
-                  const at::Tensor& numerator, const at::Tensor& denominator,
-                  const at::Tensor& residual);
+at::Tensor LayerG(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& numerator,
+                  const at::Tensor& denominator, const at::Tensor& residual);
 
 // Σ cross-entropy of rows `target_rows` of the logits of x [S, d_model] against `targets`
 // (both int64 [P]); a zero scalar when P = 0.
-at::Tensor CrossEntropySum(const ModelWeights& weights, const at::Tensor& x,
-                           const at::Tensor& target_rows, const at::Tensor& targets);
+at::Tensor CrossEntropySum(const ModelWeights& weights, const at::Tensor& x, const at::Tensor& target_rows,
+                           const at::Tensor& targets);
 
 }  // namespace slimfit::performer
 

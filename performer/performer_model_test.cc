@@ -1,12 +1,12 @@
 #include "performer/performer_model.h"
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "gtest/gtest.h"
 
@@ -72,8 +72,8 @@ TEST(PerformerModelTest, ReadoutScaleScalesOnlyTheOutputMap) {
 }
 
 // Every linear map honours LayerWeights / ModelWeights::products in its forward and its backward
-// (weight and input gradients), with the weights rounded once (PrepareForwardLayouts) — the q|k|v map (LayerF),
-// the FFN's two maps (LayerG), the output map (CrossEntropySum) — against a replica written with
+// (weight and input gradients), with the weights rounded once (PrepareForwardLayouts) — the q|k|v map
+// (LayerF), the FFN's two maps (LayerG), the output map (CrossEntropySum) — against a replica written with
 // explicit bfloat16 casts of the float32 weights. A map left in float32 differs from the replica by
 // bfloat16's rounding (~1e-3), far above the tolerance.
 TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
@@ -92,7 +92,8 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   PrepareForwardLayouts(&unrounded, /*copy_all=*/false);
   PrepareForwardLayouts(&weights, /*copy_all=*/false, at::kBFloat16);
   std::vector<at::Tensor> zeros;
-  for (const at::Tensor& p : ToComputeLayout(model->names(), model->parameters())) zeros.push_back(at::zeros(p.sizes()));
+  for (const at::Tensor& p : ToComputeLayout(model->names(), model->parameters()))
+    zeros.push_back(at::zeros(p.sizes()));
   ModelWeights sink = BindWeights(config, zeros);
   sink.layers[0].qkv_weight_t = at::zeros({8, 24});
   sink.layers[0].qkv_bias = at::zeros({24});
@@ -107,7 +108,9 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   auto linear16 = [&](const at::Tensor& x, const at::Tensor& wt, const at::Tensor& b) {
     return at::addmm(bf(b), bf(x), bf(wt)).to(at::kFloat);
   };
-  auto weight_gradient16 = [&](const at::Tensor& x, const at::Tensor& g) { return at::mm(bf(x.t()), bf(g)).to(at::kFloat); };
+  auto weight_gradient16 = [&](const at::Tensor& x, const at::Tensor& g) {
+    return at::mm(bf(x.t()), bf(g)).to(at::kFloat);
+  };
   auto close = [](const at::Tensor& got, const at::Tensor& want) {
     return at::allclose(got, want, 1e-5, 1e-6 * want.abs().max().item<double>());
   };
@@ -138,11 +141,12 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   EXPECT_TRUE(close(sink.layers[0].qkv_weight_t, weight_gradient16(h, g_qkv)));
   const at::Tensor x_replica = x.detach().clone().requires_grad_();
   const at::Tensor h_replica = at::layer_norm(x_replica, {8}, w.norm1_weight, w.norm1_bias, kLayerNormEps);
-  const at::Tensor v_replica = at::addmm(bf(w.qkv_bias), h_replica.to(at::kBFloat16), weight16(f.qkv_weight_t))
-                                   .to(at::kFloat)
-                                   .narrow(1, 16, 8)
-                                   .reshape({5, 2, 4})
-                                   .transpose(0, 1);
+  const at::Tensor v_replica =
+      at::addmm(bf(w.qkv_bias), h_replica.to(at::kBFloat16), weight16(f.qkv_weight_t))
+          .to(at::kFloat)
+          .narrow(1, 16, 8)
+          .reshape({5, 2, 4})
+          .transpose(0, 1);
   (v_replica * weight_v).sum().backward();
   EXPECT_TRUE(close(x.grad(), x_replica.grad()));
 
@@ -152,7 +156,8 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   const at::Tensor residual = at::randn({5, 8}).requires_grad_();
   const at::Tensor out = LayerG(config, w, numerator, denominator, residual);
   const at::Tensor x1 =
-      residual.detach() + (numerator / (denominator.unsqueeze(2) + kDenominatorEps)).transpose(0, 1).reshape({5, 8});
+      residual.detach() +
+      (numerator / (denominator.unsqueeze(2) + kDenominatorEps)).transpose(0, 1).reshape({5, 8});
   const at::Tensor ffn_input = at::layer_norm(x1, {8}, w.norm2_weight, w.norm2_bias, kLayerNormEps);
   const at::Tensor pre = linear16(ffn_input, weight16(f.ffn_in_weight_t), w.ffn_in_bias);
   const at::Tensor hidden = at::gelu(pre);
@@ -161,23 +166,25 @@ TEST(PerformerModelTest, Bf16ProductsRoundEveryLinearMapForwardAndBackward) {
   (out * weight_out).sum().backward();
   EXPECT_TRUE(close(sink.layers[0].ffn_out_weight_t, weight_gradient16(hidden, weight_out)));
   const at::Tensor g_hidden = at::mm(bf(weight_out), weight16(f.ffn_out_weight_t).t()).to(at::kFloat);
-  EXPECT_TRUE(close(sink.layers[0].ffn_in_weight_t, weight_gradient16(ffn_input, at::gelu_backward(g_hidden, pre))));
+  EXPECT_TRUE(
+      close(sink.layers[0].ffn_in_weight_t, weight_gradient16(ffn_input, at::gelu_backward(g_hidden, pre))));
 
   // The output map: the loss forwards, its weight gradient backwards.
   const at::Tensor top = at::randn({5, 8}).requires_grad_();
   const at::Tensor rows = at::arange(1, 5, at::kLong), targets = at::randint(11, {4}, at::kLong);
   const at::Tensor loss = CrossEntropySum(weights, top, rows, targets);
   const at::Tensor logits =
-      linear16(top.detach().index_select(0, rows), weight16(unrounded.output_weight_t), weights.output_bias).requires_grad_();
+      linear16(top.detach().index_select(0, rows), weight16(unrounded.output_weight_t), weights.output_bias)
+          .requires_grad_();
   const at::Tensor want_loss = at::nll_loss(at::log_softmax(logits, 1), targets, {}, at::Reduction::Sum);
   EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-5 * want_loss.item<double>());
   loss.backward();
   want_loss.backward();
-  EXPECT_TRUE(close(sink.output_weight_t, weight_gradient16(top.detach().index_select(0, rows), logits.grad())));
+  EXPECT_TRUE(
+      close(sink.output_weight_t, weight_gradient16(top.detach().index_select(0, rows), logits.grad())));
   const at::Tensor g_rows = at::mm(bf(logits.grad()), weight16(unrounded.output_weight_t).t()).to(at::kFloat);
   EXPECT_TRUE(close(top.grad(), at::zeros({5, 8}).index_add_(0, rows, g_rows)));
 }
-
 
 // FromOwnedTensors takes tensors that already fit (dtype, device, contiguous, alone in their
 // storage) as they are and copies the rest, as FromTensors copies everything; both give the same
@@ -188,7 +195,8 @@ TEST(PerformerModelTest, FromOwnedTensorsTakesWhatFitsAndCopiesTheRest) {
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [name, tensor] : source->StateDict()) tensors[name] = tensor.clone();
   const std::string fits = "input_map.weight", as_double = "layers.0.attention.q_map.weight",
-                    strided = "layers.0.attention.k_map.weight", shares_storage = "layers.0.attention.k_map.bias";
+                    strided = "layers.0.attention.k_map.weight",
+                    shares_storage = "layers.0.attention.k_map.bias";
   tensors[as_double] = tensors[as_double].to(at::kDouble);
   tensors[strided] = tensors[strided].t().contiguous().t();  // the same values, transposed layout
   const at::Tensor wide = at::cat({tensors[shares_storage], tensors[shares_storage]});
@@ -199,8 +207,10 @@ TEST(PerformerModelTest, FromOwnedTensorsTakesWhatFitsAndCopiesTheRest) {
   std::map<std::string, const void*> pointers;
   for (const auto& [name, tensor] : tensors) pointers[name] = tensor.data_ptr();
 
-  absl::StatusOr<PerformerModel> copied = PerformerModel::FromTensors(Small(), tensors, DType::kFloat32, at::kCPU);
-  absl::StatusOr<PerformerModel> taken = PerformerModel::FromOwnedTensors(Small(), tensors, DType::kFloat32, at::kCPU);
+  absl::StatusOr<PerformerModel> copied =
+      PerformerModel::FromTensors(Small(), tensors, DType::kFloat32, at::kCPU);
+  absl::StatusOr<PerformerModel> taken =
+      PerformerModel::FromOwnedTensors(Small(), tensors, DType::kFloat32, at::kCPU);
   ASSERT_TRUE(copied.ok() && taken.ok()) << copied.status() << taken.status();
   const std::map<std::string, at::Tensor> got = taken->StateDict();
   for (const auto& [name, tensor] : source->StateDict()) {
@@ -219,7 +229,8 @@ TEST(PerformerModelTest, FromOwnedTensorsTakesWhatFitsAndCopiesTheRest) {
   missing.erase(fits);
   const absl::StatusOr<PerformerModel> refused =
       PerformerModel::FromOwnedTensors(Small(), missing, DType::kFloat32, at::kCPU);
-  EXPECT_EQ(refused.status(), PerformerModel::FromTensors(Small(), missing, DType::kFloat32, at::kCPU).status());
+  EXPECT_EQ(refused.status(),
+            PerformerModel::FromTensors(Small(), missing, DType::kFloat32, at::kCPU).status());
   EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
 }
 

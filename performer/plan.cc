@@ -18,10 +18,14 @@ absl::StatusOr<PrefixMode> ParsePrefixMode(absl::string_view name) {
 
 absl::string_view FrontPolicyName(FrontPolicy policy) {
   switch (policy) {
-    case FrontPolicy::kReverse: return "reverse";
-    case FrontPolicy::kStore: return "store";
-    case FrontPolicy::kResync: return "resync";
-    case FrontPolicy::kDp: return "dp";
+    case FrontPolicy::kReverse:
+      return "reverse";
+    case FrontPolicy::kStore:
+      return "store";
+    case FrontPolicy::kResync:
+      return "resync";
+    case FrontPolicy::kDp:
+      return "dp";
   }
   return "unknown";
 }
@@ -45,37 +49,32 @@ absl::StatusOr<LayerRecompute> ParseLayerRecompute(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown recompute '", name, "'; expected none or layers"));
 }
 
-absl::string_view DTypeName(DType dtype) {
-  return dtype == DType::kFloat32 ? "float32" : "float64";
-}
+absl::string_view DTypeName(DType dtype) { return dtype == DType::kFloat32 ? "float32" : "float64"; }
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
   if (name == "float32" || name == "f32") return DType::kFloat32;
   if (name == "float64" || name == "f64") return DType::kFloat64;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "'; expected float32 or float64"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "'; expected float32 or float64"));
 }
 
 int64_t DTypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 8; }
 
 std::string Bf16ProductsDTypeError(DType dtype) {
-  return absl::StrCat("bfloat16 products need dtype float32 (the float32 values they round), not ", DTypeName(dtype));
+  return absl::StrCat("bfloat16 products need dtype float32 (the float32 values they round), not ",
+                      DTypeName(dtype));
 }
 
 absl::Status Plan::Validate(int64_t seq_len) const {
   if (seq_len <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sequence must hold at least one token, got ", seq_len));
+    return absl::InvalidArgumentError(absl::StrCat("sequence must hold at least one token, got ", seq_len));
   }
   if (slice < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("slice size C must be at least 1 (or 0 for full back-propagation), got ",
-                     slice));
+        absl::StrCat("slice size C must be at least 1 (or 0 for full back-propagation), got ", slice));
   }
   if (slice > seq_len) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "slice size C = %d exceeds the sequence length L = %d; choose 1 <= C <= L", slice,
-        seq_len));
+        "slice size C = %d exceeds the sequence length L = %d; choose 1 <= C <= L", slice, seq_len));
   }
   if (prefix_mode == PrefixMode::kChunked && block <= 0) {
     return absl::InvalidArgumentError(
@@ -103,7 +102,8 @@ absl::Status Plan::Validate(int64_t seq_len) const {
   if (threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", threads));
   }
-  if (bf16_products && dtype != DType::kFloat32) return absl::InvalidArgumentError(Bf16ProductsDTypeError(dtype));
+  if (bf16_products && dtype != DType::kFloat32)
+    return absl::InvalidArgumentError(Bf16ProductsDTypeError(dtype));
   return absl::OkStatus();
 }
 
@@ -117,7 +117,8 @@ std::string Plan::DebugString() const {
     absl::StrAppend(&text, " schedule=", ScheduleKindName(schedule), " slots=", slots);
     if (schedule == ScheduleKind::kMsm) absl::StrAppendFormat(&text, " alpha=%g beta=%g", alpha, beta);
   }
-  if (recompute != LayerRecompute::kNone) absl::StrAppend(&text, " recompute=", LayerRecomputeName(recompute));
+  if (recompute != LayerRecompute::kNone)
+    absl::StrAppend(&text, " recompute=", LayerRecomputeName(recompute));
   absl::StrAppend(&text, " dtype=", DTypeName(dtype));
   if (threads > 0) absl::StrAppend(&text, " threads=", threads);
   if (!copy_forward_weights) absl::StrAppend(&text, " one_weight_layout");

@@ -1,9 +1,9 @@
 #include "performer/prefix_attention.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <algorithm>
 #include <utility>
-
-#include <torch/csrc/autograd/custom_function.h>
 
 #include "performer/prefix_attention_blocks.h"
 #include "performer/prefix_attention_cpu.h"
@@ -53,8 +53,7 @@ class ChunkedPrefixFunction : public torch::autograd::Function<ChunkedPrefixFunc
 PrefixAttentionResult CumsumSegment(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const Front& start) {
   // states[h, l] = R_start + Σ_{l' ≤ l} k_l' ⊗ v_l'   : [k, S, M, d]
-  const at::Tensor states =
-      at::cumsum(k.unsqueeze(3) * v.unsqueeze(2), 1) + start.numerator.unsqueeze(1);
+  const at::Tensor states = at::cumsum(k.unsqueeze(3) * v.unsqueeze(2), 1) + start.numerator.unsqueeze(1);
   const at::Tensor norms = at::cumsum(k, 1) + start.denominator.unsqueeze(1);  // [k, S, M]
   PrefixAttentionResult result;
   result.numerator = at::matmul(q.unsqueeze(2), states).squeeze(2);
@@ -65,10 +64,9 @@ PrefixAttentionResult CumsumSegment(const at::Tensor& q, const at::Tensor& k, co
 }
 
 PrefixAttentionResult RunSegment(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              const Front& start, PrefixMode mode, int64_t block) {
+                                 const Front& start, PrefixMode mode, int64_t block) {
   if (mode == PrefixMode::kCumsum) return CumsumSegment(q, k, v, start);
-  variable_list out =
-      ChunkedPrefixFunction::apply(q, k, v, start.numerator, start.denominator, block);
+  variable_list out = ChunkedPrefixFunction::apply(q, k, v, start.numerator, start.denominator, block);
   return PrefixAttentionResult{out[0], out[1], Front{out[2], out[3]}};
 }
 
@@ -122,19 +120,22 @@ PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, 
                                       const Front& start, int64_t block, const at::Tensor& grad_num,
                                       const at::Tensor& grad_den, const Front& grad_end) {
   if (FusedPrefixApplies(q, k, v, start.numerator, start.denominator)) {
-    FusedPrefixGradients g = FusedPrefixBackwardCpu(q, k, v, start.numerator, start.denominator, block, grad_num,
-                                                    grad_den, grad_end.numerator, grad_end.denominator);
+    FusedPrefixGradients g =
+        FusedPrefixBackwardCpu(q, k, v, start.numerator, start.denominator, block, grad_num, grad_den,
+                               grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};
   }
   if (FusedCudaPrefixBackwardApplies(q, k, v, start.numerator, start.denominator, block, grad_num, grad_den,
                                      grad_end.numerator, grad_end.denominator)) {
-    FusedPrefixGradients g = FusedPrefixBackwardCuda(q, k, v, start.numerator, start.denominator, block, grad_num,
-                                                     grad_den, grad_end.numerator, grad_end.denominator);
+    FusedPrefixGradients g =
+        FusedPrefixBackwardCuda(q, k, v, start.numerator, start.denominator, block, grad_num, grad_den,
+                                grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};
   }
   if (BlockParallel(q, block)) {
-    BlockPrefixGradients g = BlockParallelPrefixBackward(q, k, v, start.numerator, start.denominator, block, grad_num,
-                                                         grad_den, grad_end.numerator, grad_end.denominator);
+    BlockPrefixGradients g =
+        BlockParallelPrefixBackward(q, k, v, start.numerator, start.denominator, block, grad_num, grad_den,
+                                    grad_end.numerator, grad_end.denominator);
     return {g.q, g.k, g.v, Front{g.r0, g.z0}};
   }
   // Off the fused paths every LibTorch call is a kernel launch on a GPU (a C = 16 slice is launch
@@ -152,7 +153,8 @@ PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, 
   for (int64_t j = 0; j + 1 < blocks; ++j) {
     const at::Tensor kb = Rows(k, j * block, (j + 1) * block);
     const auto& [r, z] = starts.back();
-    starts.emplace_back(at::baddbmm(r, kb.transpose(1, 2), Rows(v, j * block, (j + 1) * block)), z + kb.sum(1));
+    starts.emplace_back(at::baddbmm(r, kb.transpose(1, 2), Rows(v, j * block, (j + 1) * block)),
+                        z + kb.sum(1));
   }
 
   at::Tensor dr = grad_end.numerator;  // the gradient of the front after block j
@@ -199,8 +201,7 @@ PrefixGradients ChunkedPrefixBackward(const at::Tensor& q, const at::Tensor& k, 
   return {dq, dk, dv, Front{dr, dz}};
 }
 
-Front ZeroFront(int64_t heads, int64_t features, int64_t head_dim,
-                const at::TensorOptions& options) {
+Front ZeroFront(int64_t heads, int64_t features, int64_t head_dim, const at::TensorOptions& options) {
   return Front{at::zeros({heads, features, head_dim}, options), at::zeros({heads, features}, options)};
 }
 
@@ -223,8 +224,8 @@ Front FrontWithout(const Front& after, const at::Tensor& phi_k, const at::Tensor
 
 PrefixAttentionResult CausalPrefixAttention(const at::Tensor& phi_q, const at::Tensor& phi_k,
                                             const at::Tensor& v, const Front& start,
-                                            const std::vector<Segment>& segments,
-                                            PrefixMode mode, int64_t block) {
+                                            const std::vector<Segment>& segments, PrefixMode mode,
+                                            int64_t block) {
   if (segments.size() == 1) {  // the common case: one document across the stretch, no copies
     const Front origin = segments[0].continues_front
                              ? start
@@ -235,13 +236,12 @@ PrefixAttentionResult CausalPrefixAttention(const at::Tensor& phi_q, const at::T
   std::vector<at::Tensor> denominators;
   Front end;
   for (const auto& segment : segments) {
-    const Front origin =
-        segment.continues_front
-            ? start
-            : Front{at::zeros_like(start.numerator), at::zeros_like(start.denominator)};
+    const Front origin = segment.continues_front
+                             ? start
+                             : Front{at::zeros_like(start.numerator), at::zeros_like(start.denominator)};
     PrefixAttentionResult part =
         RunSegment(Rows(phi_q, segment.begin, segment.end), Rows(phi_k, segment.begin, segment.end),
-                Rows(v, segment.begin, segment.end), origin, mode, block);
+                   Rows(v, segment.begin, segment.end), origin, mode, block);
     numerators.push_back(std::move(part.numerator));
     denominators.push_back(std::move(part.denominator));
     end = std::move(part.end);

@@ -24,10 +24,10 @@
 #ifndef SLIMFIT_PERFORMER_PREFIX_ATTENTION_H_
 #define SLIMFIT_PERFORMER_PREFIX_ATTENTION_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "performer/packed_batch.h"
 #include "performer/plan.h"
@@ -50,15 +50,15 @@ struct PrefixAttentionResult {
 // first may have continues_front; block > 0 for kChunked.
 PrefixAttentionResult CausalPrefixAttention(const at::Tensor& phi_q, const at::Tensor& phi_k,
                                             const at::Tensor& v, const Front& start,
-                                            const std::vector<Segment>& segments,
-                                            PrefixMode mode, int64_t block);
+                                            const std::vector<Segment>& segments, PrefixMode mode,
+                                            int64_t block);
 
 // The chunked prefix sums of one segment without autograd (the fused CPU kernels of
 // prefix_attention_cpu.h where they apply, LibTorch's ops otherwise): for callers that
 // back-propagate by hand. REQUIRES: shapes as above, block ≥ 1; the result's numerator is [k, S, d],
 // its denominator [k, S], `end` the front after the last row.
-PrefixAttentionResult ChunkedPrefixForward(const at::Tensor& phi_q, const at::Tensor& phi_k, const at::Tensor& v,
-                                           const Front& start, int64_t block);
+PrefixAttentionResult ChunkedPrefixForward(const at::Tensor& phi_q, const at::Tensor& phi_k,
+                                           const at::Tensor& v, const Front& start, int64_t block);
 
 struct PrefixGradients {
   at::Tensor phi_q, phi_k, v;  // [k, S, M], [k, S, M], [k, S, d]

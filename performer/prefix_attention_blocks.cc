@@ -1,11 +1,11 @@
 #include "performer/prefix_attention_blocks.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <atomic>
 #include <utility>
 #include <vector>
-
-#include <c10/util/Exception.h>
 
 #include "performer/prefix_shapes.h"
 
@@ -55,8 +55,8 @@ at::Tensor ShiftEarlier(const at::Tensor& t) {
 
 // A group's block products and block-start fronts.
 struct Starts {
-  at::Tensor numerator;    // [k·blocks, M, d]: R_j
-  at::Tensor denominator;  // [k·blocks, M]:    Z_j
+  at::Tensor numerator;        // [k·blocks, M, d]: R_j
+  at::Tensor denominator;      // [k·blocks, M]:    Z_j
   at::Tensor sum_numerator;    // [k, M, d]: Σ_j K_jᵀ V_j
   at::Tensor sum_denominator;  // [k, M]
 };
@@ -86,7 +86,9 @@ void Store(const at::Tensor& blocked, const Group& g, at::Tensor& out) {
 
 }  // namespace
 
-void EnableBlockParallelPrefix(bool enabled) { block_parallel_enabled.store(enabled, std::memory_order_relaxed); }
+void EnableBlockParallelPrefix(bool enabled) {
+  block_parallel_enabled.store(enabled, std::memory_order_relaxed);
+}
 
 bool BlockParallelPrefixEnabled() { return block_parallel_enabled.load(std::memory_order_relaxed); }
 
@@ -127,12 +129,10 @@ BlockPrefixForward BlockParallelPrefixForward(const at::Tensor& q, const at::Ten
   return out;
 }
 
-BlockPrefixGradients BlockParallelPrefixBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 const at::Tensor& r0, const at::Tensor& z0, int64_t block,
-                                                 const at::Tensor& grad_numerator,
-                                                 const at::Tensor& grad_denominator,
-                                                 const at::Tensor& grad_end_numerator,
-                                                 const at::Tensor& grad_end_denominator) {
+BlockPrefixGradients BlockParallelPrefixBackward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0, const at::Tensor& z0,
+    int64_t block, const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
+    const at::Tensor& grad_end_numerator, const at::Tensor& grad_end_denominator) {
   CheckPrefixShapes("prefix sums", q, k, v, r0, z0, block);
   TORCH_CHECK(q.size(1) >= 1, "prefix sums: the block-parallel form needs at least one row");
   CheckPrefixGradientShapes("prefix sums backward", q, v, r0, z0, grad_numerator, grad_denominator,

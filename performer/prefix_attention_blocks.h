@@ -27,9 +27,9 @@
 #ifndef SLIMFIT_PERFORMER_PREFIX_ATTENTION_BLOCKS_H_
 #define SLIMFIT_PERFORMER_PREFIX_ATTENTION_BLOCKS_H_
 
-#include <cstdint>
-
 #include <ATen/ATen.h>
+
+#include <cstdint>
 
 namespace slimfit::performer {
 
@@ -61,12 +61,10 @@ struct BlockPrefixGradients {
 
 // The gradients of BlockParallelPrefixForward's inputs given those of its four outputs (all
 // defined). The block starts are rebuilt from (r0, z0), as the block-by-block backward does.
-BlockPrefixGradients BlockParallelPrefixBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 const at::Tensor& r0, const at::Tensor& z0, int64_t block,
-                                                 const at::Tensor& grad_numerator,
-                                                 const at::Tensor& grad_denominator,
-                                                 const at::Tensor& grad_end_numerator,
-                                                 const at::Tensor& grad_end_denominator);
+BlockPrefixGradients BlockParallelPrefixBackward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& r0, const at::Tensor& z0,
+    int64_t block, const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
+    const at::Tensor& grad_end_numerator, const at::Tensor& grad_end_denominator);
 
 }  // namespace slimfit::performer
 

@@ -1,10 +1,10 @@
 #include "performer/prefix_attention_cpu.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-
-#include <ATen/Parallel.h>
 
 #include "performer/matrix_products.h"
 #include "performer/prefix_shapes.h"
@@ -99,7 +99,8 @@ FusedPrefixForward FusedPrefixForwardCpu(const at::Tensor& q, const at::Tensor& 
 
 FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                             const at::Tensor& r0, const at::Tensor& z0, int64_t block,
-                                            const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
+                                            const at::Tensor& grad_numerator,
+                                            const at::Tensor& grad_denominator,
                                             const at::Tensor& grad_end_numerator,
                                             const at::Tensor& grad_end_denominator) {
   CheckPrefixShapes("fused prefix sums", q, k, v, r0, z0, block);
@@ -136,8 +137,8 @@ FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tenso
         float* z_next = zs + (j + 1) * features;
         std::memcpy(r_next, rs + j * features * dim, sizeof(float) * features * dim);
         std::memcpy(z_next, zs + j * features, sizeof(float) * features);
-        RowMajorSgemm('T', 'N', features, dim, b, 1.0f, kb, kh.ld, vh.data + begin * vh.ld, vh.ld, 1.0f, r_next,
-                      dim);
+        RowMajorSgemm('T', 'N', features, dim, b, 1.0f, kb, kh.ld, vh.data + begin * vh.ld, vh.ld, 1.0f,
+                      r_next, dim);
         for (int64_t i = 0; i < b; ++i) {
           for (int64_t m = 0; m < features; ++m) z_next[m] += kb[i * kh.ld + m];
         }

@@ -22,9 +22,9 @@
 #ifndef SLIMFIT_PERFORMER_PREFIX_ATTENTION_CPU_H_
 #define SLIMFIT_PERFORMER_PREFIX_ATTENTION_CPU_H_
 
-#include <cstdint>
-
 #include <ATen/ATen.h>
+
+#include <cstdint>
 
 namespace slimfit::performer {
 
@@ -39,7 +39,7 @@ bool FusedPrefixApplies(const at::Tensor& q, const at::Tensor& k, const at::Tens
 void EnableFusedPrefixKernels(bool enabled);
 
 struct FusedPrefixForward {
-  at::Tensor numerator, denominator;  // [k, S, d], [k, S]
+  at::Tensor numerator, denominator;          // [k, S, d], [k, S]
   at::Tensor end_numerator, end_denominator;  // the front after the last row
 };
 
@@ -55,7 +55,8 @@ struct FusedPrefixGradients {
 // forward's). REQUIRES: as FusedPrefixForwardCpu, and the gradients float32 on the CPU.
 FusedPrefixGradients FusedPrefixBackwardCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                             const at::Tensor& r0, const at::Tensor& z0, int64_t block,
-                                            const at::Tensor& grad_numerator, const at::Tensor& grad_denominator,
+                                            const at::Tensor& grad_numerator,
+                                            const at::Tensor& grad_denominator,
                                             const at::Tensor& grad_end_numerator,
                                             const at::Tensor& grad_end_denominator);
 

@@ -1,7 +1,7 @@
 #include "performer/prefix_attention.h"
 
-#include <torch/csrc/autograd/autograd.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "performer/matrix_products.h"
 #include "performer/prefix_attention_blocks.h"
@@ -11,7 +11,8 @@ namespace slimfit::performer {
 namespace {
 
 // The defining sums, one row at a time.
-PrefixAttentionResult Naive(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Front& start) {
+PrefixAttentionResult Naive(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const Front& start) {
   at::Tensor r = start.numerator;
   at::Tensor z = start.denominator;
   std::vector<at::Tensor> num, den;
@@ -44,8 +45,10 @@ TEST(PrefixAttentionTest, BothModesMatchTheDefinitionAndEachOthersGradients) {
            (p.end.numerator * weights_r).sum() + (p.end.denominator * weights_z).sum();
   };
   const auto want_grads = torch::autograd::grad({objective(want)}, {q, k, v, r0, z0});
-  for (auto [mode, block] : {std::pair{PrefixMode::kCumsum, int64_t{1}}, {PrefixMode::kChunked, int64_t{1}},
-                             {PrefixMode::kChunked, int64_t{4}}, {PrefixMode::kChunked, int64_t{11}},
+  for (auto [mode, block] : {std::pair{PrefixMode::kCumsum, int64_t{1}},
+                             {PrefixMode::kChunked, int64_t{1}},
+                             {PrefixMode::kChunked, int64_t{4}},
+                             {PrefixMode::kChunked, int64_t{11}},
                              {PrefixMode::kChunked, int64_t{64}}}) {
     const PrefixAttentionResult got = CausalPrefixAttention(q, k, v, Front{r0, z0}, one, mode, block);
     EXPECT_TRUE(at::allclose(got.numerator, want.numerator, 1e-12, 1e-12));
@@ -60,7 +63,8 @@ TEST(PrefixAttentionTest, BothModesMatchTheDefinitionAndEachOthersGradients) {
 
 TEST(PrefixAttentionTest, SegmentsRestartFromZero) {
   const auto options = at::TensorOptions().dtype(at::kDouble);
-  at::Tensor q = at::rand({1, 6, 2}, options), k = at::rand({1, 6, 2}, options), v = at::rand({1, 6, 3}, options);
+  at::Tensor q = at::rand({1, 6, 2}, options), k = at::rand({1, 6, 2}, options),
+             v = at::rand({1, 6, 3}, options);
   const Front start{at::rand({1, 2, 3}, options), at::rand({1, 2}, options)};
   const std::vector<Segment> segments = {Segment{0, 2, true}, Segment{2, 6, false}};
   const PrefixAttentionResult got = CausalPrefixAttention(q, k, v, start, segments, PrefixMode::kChunked, 3);
@@ -91,8 +95,9 @@ TEST(PrefixAttentionTest, FusedFloatKernelsMatchTheDefinitionAsCloselyAsTheLibTo
   const at::Tensor r64 = at::rand({heads, features, dim}, f64), z64 = at::rand({heads, features}, f64);
   const at::Tensor wn = at::randn({heads, rows, dim}, f64), wd = at::randn({heads, rows}, f64);
   const at::Tensor wr = at::randn({heads, features, dim}, f64), wz = at::randn({heads, features}, f64);
-  for (const auto& segments : {std::vector<Segment>{Segment{0, rows, true}},
-                               std::vector<Segment>{Segment{0, 9, true}, Segment{9, 30, false}, Segment{30, rows, false}}}) {
+  for (const auto& segments :
+       {std::vector<Segment>{Segment{0, rows, true}},
+        std::vector<Segment>{Segment{0, 9, true}, Segment{9, 30, false}, Segment{30, rows, false}}}) {
     for (int64_t block : {1, 4, 16, 64}) {
       SCOPED_TRACE(::testing::Message() << segments.size() << " segments, block " << block);
       // Gradients of one weighted sum of all four outputs, for a dtype and a form; `interleaved`
@@ -106,11 +111,11 @@ TEST(PrefixAttentionTest, FusedFloatKernelsMatchTheDefinitionAsCloselyAsTheLibTo
             in[i] = in[i].detach().permute({1, 0, 2}).contiguous().permute({1, 0, 2}).requires_grad_(true);
           }
         }
-        const PrefixAttentionResult out =
-            CausalPrefixAttention(in[0], in[1], in[2], Front{in[3], in[4]}, segments, PrefixMode::kChunked, block);
-        const at::Tensor objective = (out.numerator * wn.to(dtype)).sum() + (out.denominator * wd.to(dtype)).sum() +
-                                     (out.end.numerator * wr.to(dtype)).sum() +
-                                     (out.end.denominator * wz.to(dtype)).sum();
+        const PrefixAttentionResult out = CausalPrefixAttention(in[0], in[1], in[2], Front{in[3], in[4]},
+                                                                segments, PrefixMode::kChunked, block);
+        const at::Tensor objective =
+            (out.numerator * wn.to(dtype)).sum() + (out.denominator * wd.to(dtype)).sum() +
+            (out.end.numerator * wr.to(dtype)).sum() + (out.end.denominator * wz.to(dtype)).sum();
         std::vector<at::Tensor> results = {out.numerator.detach(), out.denominator.detach(),
                                            out.end.numerator.detach(), out.end.denominator.detach()};
         for (const at::Tensor& g : torch::autograd::grad({objective}, in)) results.push_back(g);
@@ -172,11 +177,17 @@ TEST(PrefixAttentionTest, BlockParallelFormMatchesTheDefinitionAndTheBlockByBloc
   at::manual_seed(7);
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   const int64_t heads = 3, features = 4, dim = 5;
-  for (auto [rows, block] : {std::pair<int64_t, int64_t>{37, 1}, {37, 4}, {37, 16}, {32, 16}, {37, 64},
-                             {2 * kBlocksPerGroup + 9, 1}, {3 * kBlocksPerGroup * 2, 2},
+  for (auto [rows, block] : {std::pair<int64_t, int64_t>{37, 1},
+                             {37, 4},
+                             {37, 16},
+                             {32, 16},
+                             {37, 64},
+                             {2 * kBlocksPerGroup + 9, 1},
+                             {3 * kBlocksPerGroup * 2, 2},
                              {2 * kBlocksPerGroup * 4 + 5, 4}}) {
     for (bool interleaved : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << rows << " rows, block " << block << ", interleaved " << interleaved);
+      SCOPED_TRACE(::testing::Message()
+                   << rows << " rows, block " << block << ", interleaved " << interleaved);
       at::Tensor q = at::rand({heads, rows, features}, f64), k = at::rand({heads, rows, features}, f64);
       at::Tensor v = at::randn({heads, rows, dim}, f64);
       if (interleaved) {
@@ -186,7 +197,8 @@ TEST(PrefixAttentionTest, BlockParallelFormMatchesTheDefinitionAndTheBlockByBloc
       }
       const Front start{at::rand({heads, features, dim}, f64), at::rand({heads, features}, f64)};
       const PrefixAttentionResult want = Naive(q, k, v, start);
-      const BlockPrefixForward got = BlockParallelPrefixForward(q, k, v, start.numerator, start.denominator, block);
+      const BlockPrefixForward got =
+          BlockParallelPrefixForward(q, k, v, start.numerator, start.denominator, block);
       EXPECT_LT(RelativeError(got.numerator, want.numerator), 1e-13);
       EXPECT_LT(RelativeError(got.denominator, want.denominator), 1e-13);
       EXPECT_LT(RelativeError(got.end_numerator, want.end.numerator), 1e-13);

@@ -1,12 +1,12 @@
 #include "performer/recurrent_model.h"
 
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
-
-#include <c10/util/Exception.h>
-#include <torch/csrc/autograd/grad_mode.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,7 +21,8 @@ namespace {
 constexpr int64_t kPrefixBlock = 64;  // the chunked prefix attention's block, as Plan's default
 
 absl::Status CheckStretch(int64_t stretch) {
-  if (stretch < 1) return absl::InvalidArgumentError(absl::StrCat("stretch must be ≥ 1 token, got ", stretch));
+  if (stretch < 1)
+    return absl::InvalidArgumentError(absl::StrCat("stretch must be ≥ 1 token, got ", stretch));
   return absl::OkStatus();
 }
 
@@ -112,7 +113,8 @@ absl::StatusOr<ScoreResult> ScoreTokens(const PerformerModel& model, const Packe
     }
     result.loss_sum = loss.item<double>();
   } catch (const c10::Error& e) {
-    return FromTorchError(e, absl::StrCat("scoring ", batch.size(), " tokens in stretches of ", options.stretch));
+    return FromTorchError(
+        e, absl::StrCat("scoring ", batch.size(), " tokens in stretches of ", options.stretch));
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return result;
@@ -126,7 +128,8 @@ RecurrentModel::RecurrentModel(const PerformerModel& model, const ForwardOptions
   Reset();
 }
 
-absl::StatusOr<RecurrentModel> RecurrentModel::Create(const PerformerModel& model, const ForwardOptions& options) {
+absl::StatusOr<RecurrentModel> RecurrentModel::Create(const PerformerModel& model,
+                                                      const ForwardOptions& options) {
   if (absl::Status s = CheckStretch(options.stretch); !s.ok()) return s;
   try {
     at::NoGradGuard no_grad;
@@ -172,14 +175,15 @@ absl::StatusOr<at::Tensor> RecurrentModel::Feed(absl::Span<const int64_t> tokens
       std::vector<int64_t> positions(rows);
       for (int64_t i = 0; i < rows; ++i) positions[i] = position + i;
       const std::vector<Segment> segments = {Segment{0, rows, /*continues_front=*/position > 0}};
-      const at::Tensor x =
-          ForwardStretch(config, bound, LongTensor(std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + end), device),
-                         LongTensor(positions, device), segments, &fronts);
+      const at::Tensor x = ForwardStretch(
+          config, bound,
+          LongTensor(std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + end), device),
+          LongTensor(positions, device), segments, &fronts);
       last = x.narrow(0, rows - 1, 1);
       position += rows;
     }
-    const at::Tensor logits = AddBiasProduct(weights_.output_bias, last,
-                                             ForwardOperand(weights_.output_forward_t, weights_.output_weight_t));
+    const at::Tensor logits = AddBiasProduct(
+        weights_.output_bias, last, ForwardOperand(weights_.output_forward_t, weights_.output_weight_t));
     at::Tensor log_probs = at::log_softmax(logits.to(at::kDouble), 1).squeeze(0).to(at::kCPU);
     fronts_ = std::move(fronts);
     position_ = position;

@@ -23,10 +23,10 @@
 #ifndef SLIMFIT_PERFORMER_RECURRENT_MODEL_H_
 #define SLIMFIT_PERFORMER_RECURRENT_MODEL_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -62,7 +62,8 @@ absl::StatusOr<ScoreResult> ScoreTokens(const PerformerModel& model, const Packe
 class RecurrentModel {
  public:
   // INVALID_ARGUMENT for stretch < 1.
-  static absl::StatusOr<RecurrentModel> Create(const PerformerModel& model, const ForwardOptions& options = {});
+  static absl::StatusOr<RecurrentModel> Create(const PerformerModel& model,
+                                               const ForwardOptions& options = {});
 
   // Appends `tokens` to the current document and returns the log-probabilities of the token that
   // follows the last of them: float64 [vocab] on the CPU. Runs in stretches of options.stretch.

@@ -1,12 +1,12 @@
 #include "performer/recurrent_model.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
@@ -127,7 +127,8 @@ TEST(RecurrentModel, StateIsTheFrontsWhateverTheLength) {
 }
 
 TEST(RecurrentModel, ResetStartsANewDocument) {
-  const PerformerModel model = MustCreateModel(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, /*seed=*/5);
+  const PerformerModel model =
+      MustCreateModel(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, /*seed=*/5);
   absl::StatusOr<RecurrentModel> fresh = RecurrentModel::Create(model);
   absl::StatusOr<RecurrentModel> reused = RecurrentModel::Create(model);
   ASSERT_TRUE(fresh.ok() && reused.ok());
@@ -141,7 +142,8 @@ TEST(RecurrentModel, ResetStartsANewDocument) {
 }
 
 TEST(RecurrentModel, BadTokensAreRefusedAndLeaveTheStateAsItWas) {
-  const PerformerModel model = MustCreateModel(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, /*seed=*/5);
+  const PerformerModel model =
+      MustCreateModel(SmallEngineConfig(FeatureMap::kSqr), DType::kFloat64, /*seed=*/5);
   absl::StatusOr<RecurrentModel> decoder = RecurrentModel::Create(model);
   ASSERT_TRUE(decoder.ok());
   ASSERT_TRUE(decoder->Feed({1, 2}).ok());

@@ -1,10 +1,10 @@
 #include "performer/replayable_work.h"
 
+#include <c10/util/Exception.h>
+
 #include <atomic>
 #include <map>
 #include <mutex>
-
-#include <c10/util/Exception.h>
 
 #if defined(SLIMFIT_WITH_CUDA) && defined(SLIMFIT_WITH_CUDA_GRAPHS)
 #include <ATen/cuda/CUDAGraph.h>
@@ -113,7 +113,8 @@ ReplayableWork::ReplayableWork(Mode mode, const at::Device& device, const Replay
   TORCH_CHECK(CudaGraphsBuilt(), "ReplayableWork: this binary was built without CUDA graphs");
   TORCH_CHECK(device_.is_cuda(), "ReplayableWork: CUDA graphs need a CUDA device, not ", device_.str());
 #ifdef SLIMFIT_CUDA_GRAPHS_ENABLED
-  graph_ = std::make_unique<CudaGraphState>(device_.has_index() ? device_.index() : c10::cuda::current_device());
+  graph_ =
+      std::make_unique<CudaGraphState>(device_.has_index() ? device_.index() : c10::cuda::current_device());
   if (pool_owner != nullptr) {
     TORCH_CHECK(pool_owner->graph_ != nullptr, "ReplayableWork: the pool owner captures no graph");
     graph_->pool = pool_owner->graph_->pool;
@@ -153,8 +154,10 @@ void ReplayableWork::Run(const std::function<void()>& body) {
     int left = captures_to_fail.load();
     while (left > 0 && !captures_to_fail.compare_exchange_weak(left, left - 1)) {
     }
-    break_capture = left > 0 && mode_ == Mode::kCudaGraph && injected_failure.load() == InjectedFailure::kInsideCapture;
-    TORCH_CHECK(left <= 0 || break_capture, "ReplayableWork: capture failed on purpose (FailCapturesForTesting)");
+    break_capture =
+        left > 0 && mode_ == Mode::kCudaGraph && injected_failure.load() == InjectedFailure::kInsideCapture;
+    TORCH_CHECK(left <= 0 || break_capture,
+                "ReplayableWork: capture failed on purpose (FailCapturesForTesting)");
   }
   if (mode_ == Mode::kRerun) {
     body();
@@ -179,7 +182,8 @@ void ReplayableWork::Run(const std::function<void()>& body) {
         if (break_capture) {
           // FailCapturesForTesting(kInsideCapture): a host read, which CUDA refuses in a capture.
           (void)at::zeros({1}, at::TensorOptions().device(device_)).item<float>();
-          TORCH_CHECK(false, "ReplayableWork: a host read inside a capture did not fail (FailCapturesForTesting)");
+          TORCH_CHECK(false,
+                      "ReplayableWork: a host read inside a capture did not fail (FailCapturesForTesting)");
         }
       } catch (...) {
         try {

@@ -38,11 +38,11 @@
 #ifndef SLIMFIT_PERFORMER_REPLAYABLE_WORK_H_
 #define SLIMFIT_PERFORMER_REPLAYABLE_WORK_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
-
-#include <ATen/ATen.h>
 
 namespace slimfit::performer {
 

@@ -40,11 +40,11 @@
 #ifndef SLIMFIT_PERFORMER_SAFETENSORS_H_
 #define SLIMFIT_PERFORMER_SAFETENSORS_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <functional>
 #include <map>
 #include <string>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -10,10 +10,9 @@ struct DtypeName {
   at::ScalarType type;
 };
 constexpr DtypeName kDtypes[] = {
-    {"F64", at::kDouble},    {"F32", at::kFloat}, {"F16", at::kHalf},
-    {"BF16", at::kBFloat16}, {"I64", at::kLong},  {"I32", at::kInt},
-    {"I16", at::kShort},     {"I8", at::kChar},   {"U8", at::kByte},
-    {"BOOL", at::kBool},
+    {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16},
+    {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
+    {"U8", at::kByte},    {"BOOL", at::kBool},
 };
 
 }  // namespace
@@ -33,15 +32,12 @@ const char* NameOfDtype(at::ScalarType type) {
 }
 
 std::string SupportedDtypes() {
-  return absl::StrJoin(kDtypes, ", ", [](std::string* out, const DtypeName& d) {
-    out->append(d.name);
-  });
+  return absl::StrJoin(kDtypes, ", ", [](std::string* out, const DtypeName& d) { out->append(d.name); });
 }
 
 absl::Status WithPath(const std::string& path, const absl::Status& status) {
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat(path, ": ", status.message()));
+  return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
 }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {

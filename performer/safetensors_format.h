@@ -3,11 +3,11 @@
 #ifndef SLIMFIT_PERFORMER_SAFETENSORS_FORMAT_H_
 #define SLIMFIT_PERFORMER_SAFETENSORS_FORMAT_H_
 
-#include <cstdint>
-#include <string>
-
 #include <ATen/core/Tensor.h>
+
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -17,8 +17,7 @@
 
 // safetensors stores tensor elements little-endian; tensor bytes are copied
 // verbatim between files and host memory, which is only right on such hosts.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "safetensors I/O assumes a little-endian host");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
 namespace slimfit::performer::safetensors_internal {
 

@@ -1,5 +1,7 @@
 // The safetensors reader: exhaustive header validation, then tensor bytes read straight into
 // their tensors.
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,9 +15,6 @@
 #include <tuple>
 #include <utility>
 #include <vector>
-
-#include <ATen/ops/empty.h>
-#include <c10/util/Exception.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -57,20 +56,17 @@ uint64_t DecodeLittleEndian64(const char* p) {
 
 // Checks the length prefix (the first min(8, file_size) bytes, in `prefix`) of
 // a file of `file_size` bytes and returns the header length.
-absl::StatusOr<uint64_t> HeaderLength(absl::string_view prefix,
-                                      uint64_t file_size) {
+absl::StatusOr<uint64_t> HeaderLength(absl::string_view prefix, uint64_t file_size) {
   if (file_size < kPrefixBytes) {
-    return Invalid("file is ", file_size,
-                   " bytes, shorter than the 8-byte header length prefix");
+    return Invalid("file is ", file_size, " bytes, shorter than the 8-byte header length prefix");
   }
   const uint64_t length = DecodeLittleEndian64(prefix.data());
   if (length > kMaxHeaderBytes) {
-    return Invalid("header length ", length, " exceeds the limit of ",
-                   kMaxHeaderBytes, " bytes (not a safetensors file?)");
+    return Invalid("header length ", length, " exceeds the limit of ", kMaxHeaderBytes,
+                   " bytes (not a safetensors file?)");
   }
   if (length > file_size - kPrefixBytes) {
-    return Invalid("header length ", length, " exceeds the ",
-                   file_size - kPrefixBytes,
+    return Invalid("header length ", length, " exceeds the ", file_size - kPrefixBytes,
                    " bytes that follow the length prefix (file truncated?)");
   }
   return length;
@@ -91,8 +87,7 @@ absl::StatusOr<Json> ParseJsonStrict(absl::string_view text) {
         open_objects.pop_back();
         break;
       case Json::parse_event_t::key:
-        if (!open_objects.back().insert(parsed.get<std::string>()).second &&
-            duplicate.empty()) {
+        if (!open_objects.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
           duplicate = parsed.get<std::string>();
           duplicate_is_tensor = open_objects.size() == 1;
         }
@@ -109,28 +104,23 @@ absl::StatusOr<Json> ParseJsonStrict(absl::string_view text) {
     return Invalid("header is not valid JSON: ", e.what());
   }
   if (!json.is_object()) {
-    return Invalid("header is a JSON ", json.type_name(),
-                   ", expected an object");
+    return Invalid("header is a JSON ", json.type_name(), ", expected an object");
   }
   if (!duplicate.empty()) {
-    return Invalid("header has duplicate ",
-                   duplicate_is_tensor ? "tensor name '" : "key '", duplicate,
-                   "'");
+    return Invalid("header has duplicate ", duplicate_is_tensor ? "tensor name '" : "key '", duplicate, "'");
   }
   return json;
 }
 
-absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(
-    const Json& json) {
+absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const Json& json) {
   if (!json.is_object()) {
-    return Invalid("\"__metadata__\" is a JSON ", json.type_name(),
-                   ", expected an object of strings");
+    return Invalid("\"__metadata__\" is a JSON ", json.type_name(), ", expected an object of strings");
   }
   std::map<std::string, std::string> metadata;
   for (const auto& item : json.items()) {
     if (!item.value().is_string()) {
-      return Invalid("\"__metadata__\" value of key '", item.key(), "' is a ",
-                     item.value().type_name(), ", expected a string");
+      return Invalid("\"__metadata__\" value of key '", item.key(), "' is a ", item.value().type_name(),
+                     ", expected a string");
     }
     metadata.emplace(item.key(), item.value().get<std::string>());
   }
@@ -139,11 +129,9 @@ absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(
 
 // Decodes one tensor entry and checks it against a data section of
 // `data_size` bytes.
-absl::StatusOr<Entry> ParseEntry(const std::string& name, const Json& json,
-                                 uint64_t data_size) {
+absl::StatusOr<Entry> ParseEntry(const std::string& name, const Json& json, uint64_t data_size) {
   if (!json.is_object()) {
-    return Invalid("tensor '", name, "' entry is a JSON ", json.type_name(),
-                   ", expected an object");
+    return Invalid("tensor '", name, "' entry is a JSON ", json.type_name(), ", expected an object");
   }
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
     if (!json.contains(field)) {
@@ -155,11 +143,9 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const Json& json,
 
   const Json& dtype = json["dtype"];
   if (!dtype.is_string()) {
-    return Invalid("tensor '", name, "' dtype is a JSON ", dtype.type_name(),
-                   ", expected a string");
+    return Invalid("tensor '", name, "' dtype is a JSON ", dtype.type_name(), ", expected a string");
   }
-  absl::optional<at::ScalarType> type =
-      DtypeFromName(dtype.get_ref<const std::string&>());
+  absl::optional<at::ScalarType> type = DtypeFromName(dtype.get_ref<const std::string&>());
   if (!type) {
     return Invalid("tensor '", name, "' has unsupported dtype ", dtype.dump(),
                    " (supported: ", SupportedDtypes(), ")");
@@ -174,8 +160,7 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const Json& json,
   for (size_t i = 0; i < shape.size(); ++i) {
     const Json& dim = shape[i];
     if (dim.is_number_integer() && !dim.is_number_unsigned()) {
-      return Invalid("tensor '", name, "' has negative dimension ",
-                     dim.get<int64_t>(), " at shape[", i, "]");
+      return Invalid("tensor '", name, "' has negative dimension ", dim.get<int64_t>(), " at shape[", i, "]");
     }
     if (!dim.is_number_unsigned()) {
       return Invalid("tensor '", name, "' shape[", i, "] is ", dim.dump(),
@@ -183,29 +168,26 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const Json& json,
     }
     const uint64_t value = dim.get<uint64_t>();
     if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return Invalid("tensor '", name, "' dimension ", value, " at shape[", i,
-                     "] does not fit in int64");
+      return Invalid("tensor '", name, "' dimension ", value, " at shape[", i, "] does not fit in int64");
     }
     entry.shape.push_back(static_cast<int64_t>(value));
   }
 
   const Json& offsets = json["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2 ||
-      !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned()) {
     return Invalid("tensor '", name, "' data_offsets is ", offsets.dump(),
                    ", expected [begin, end] of non-negative integers");
   }
   entry.begin = offsets[0].get<uint64_t>();
   entry.end = offsets[1].get<uint64_t>();
-  const std::string range =
-      absl::StrCat("[", entry.begin, ", ", entry.end, "]");
+  const std::string range = absl::StrCat("[", entry.begin, ", ", entry.end, "]");
   if (entry.begin > entry.end) {
-    return Invalid("tensor '", name, "' data_offsets ", range,
-                   " have begin > end");
+    return Invalid("tensor '", name, "' data_offsets ", range, " have begin > end");
   }
   if (entry.end > data_size) {
-    return Invalid("tensor '", name, "' data_offsets ", range, " exceed the ",
-                   data_size, "-byte data section (file truncated?)");
+    return Invalid("tensor '", name, "' data_offsets ", range, " exceed the ", data_size,
+                   "-byte data section (file truncated?)");
   }
 
   // LibTorch computes a tensor's extent from max(dim, 1) for every dim, so it
@@ -224,17 +206,16 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const Json& json,
   const uint64_t expected = has_zero_dim ? 0 : extent;
   const uint64_t span = entry.end - entry.begin;
   if (expected != span) {
-    return Invalid("tensor '", name, "' of dtype ", dtype.get<std::string>(),
-                   " and shape ", ShapeString(entry.shape), " needs ", expected,
-                   " bytes, but data_offsets ", range, " span ", span);
+    return Invalid("tensor '", name, "' of dtype ", dtype.get<std::string>(), " and shape ",
+                   ShapeString(entry.shape), " needs ", expected, " bytes, but data_offsets ", range,
+                   " span ", span);
   }
   return entry;
 }
 
 // Checks that the entries tile [0, data_size) exactly: no overlap, no hole, no
 // trailing bytes (as the format requires, so a file has one interpretation).
-absl::Status CheckTiling(const std::vector<Entry>& entries,
-                         uint64_t data_size) {
+absl::Status CheckTiling(const std::vector<Entry>& entries, uint64_t data_size) {
   std::vector<const Entry*> order;
   order.reserve(entries.size());
   for (const Entry& e : entries) order.push_back(&e);
@@ -245,10 +226,8 @@ absl::Status CheckTiling(const std::vector<Entry>& entries,
   const Entry* previous = nullptr;
   for (const Entry* e : order) {
     if (e->begin < covered) {
-      return Invalid("tensor '", e->name, "' data_offsets [", e->begin, ", ",
-                     e->end, "] overlap tensor '", previous->name,
-                     "' data_offsets [", previous->begin, ", ", previous->end,
-                     "]");
+      return Invalid("tensor '", e->name, "' data_offsets [", e->begin, ", ", e->end, "] overlap tensor '",
+                     previous->name, "' data_offsets [", previous->begin, ", ", previous->end, "]");
     }
     if (e->begin > covered) {
       return Invalid("bytes [", covered, ", ", e->begin,
@@ -259,8 +238,7 @@ absl::Status CheckTiling(const std::vector<Entry>& entries,
     previous = e;
   }
   if (covered != data_size) {
-    return Invalid("the data section is ", data_size,
-                   " bytes but the tensors cover only the first ", covered,
+    return Invalid("the data section is ", data_size, " bytes but the tensors cover only the first ", covered,
                    " (trailing bytes are not allowed)");
   }
   return absl::OkStatus();
@@ -273,14 +251,12 @@ absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_size) {
   Header header;
   for (const auto& item : json->items()) {
     if (item.key() == kMetadataKey) {
-      absl::StatusOr<std::map<std::string, std::string>> metadata =
-          ParseMetadata(item.value());
+      absl::StatusOr<std::map<std::string, std::string>> metadata = ParseMetadata(item.value());
       if (!metadata.ok()) return metadata.status();
       header.metadata = *std::move(metadata);
       continue;
     }
-    absl::StatusOr<Entry> entry =
-        ParseEntry(item.key(), item.value(), data_size);
+    absl::StatusOr<Entry> entry = ParseEntry(item.key(), item.value(), data_size);
     if (!entry.ok()) return entry.status();
     header.entries.push_back(*std::move(entry));
   }
@@ -293,9 +269,9 @@ absl::StatusOr<at::Tensor> AllocateTensor(const Entry& entry) {
   try {
     return at::empty(entry.shape, at::TensorOptions().dtype(entry.dtype));
   } catch (const c10::Error& e) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot allocate ", entry.end - entry.begin, " bytes for tensor '",
-        entry.name, "': ", e.what_without_backtrace()));
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", entry.end - entry.begin,
+                                                     " bytes for tensor '", entry.name,
+                                                     "': ", e.what_without_backtrace()));
   }
 }
 
@@ -307,8 +283,7 @@ absl::Status CheckBoolBytes(const Entry& entry, const at::Tensor& tensor) {
   const int64_t n = tensor.numel();
   for (int64_t i = 0; i < n; ++i) {
     if (bytes[i] > 1) {
-      return Invalid("tensor '", entry.name, "' element ", i, " is byte ",
-                     static_cast<int>(bytes[i]),
+      return Invalid("tensor '", entry.name, "' element ", i, " is byte ", static_cast<int>(bytes[i]),
                      "; BOOL elements must be 0 or 1");
     }
   }
@@ -321,17 +296,15 @@ absl::Status CheckBoolBytes(const Entry& entry, const at::Tensor& tensor) {
 // Reads exactly `size` bytes at `offset`.
 absl::Status ReadFully(int fd, char* out, uint64_t size, uint64_t offset) {
   while (size > 0) {
-    const size_t chunk = static_cast<size_t>(
-        std::min<uint64_t>(size, std::numeric_limits<ssize_t>::max()));
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, std::numeric_limits<ssize_t>::max()));
     const ssize_t n = pread(fd, out, chunk, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, absl::StrCat("read at byte ", offset));
     }
     if (n == 0) {
-      return absl::DataLossError(absl::StrCat(
-          "file ended at byte ", offset, " while ", size,
-          " more bytes were expected (did it shrink while being read?)"));
+      return absl::DataLossError(absl::StrCat("file ended at byte ", offset, " while ", size,
+                                              " more bytes were expected (did it shrink while being read?)"));
     }
     out += n;
     size -= static_cast<uint64_t>(n);
@@ -358,8 +331,7 @@ class InputFile {
     return file;
   }
 
-  InputFile(InputFile&& other) noexcept
-      : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+  InputFile(InputFile&& other) noexcept : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
   InputFile& operator=(InputFile&&) = delete;
   ~InputFile() {
     if (fd_ >= 0) close(fd_);
@@ -380,8 +352,7 @@ absl::StatusOr<TensorFile> ParseSafetensors(absl::string_view bytes) {
   absl::StatusOr<uint64_t> header_length = HeaderLength(bytes, bytes.size());
   if (!header_length.ok()) return header_length.status();
   const absl::string_view data = bytes.substr(kPrefixBytes + *header_length);
-  absl::StatusOr<Header> header =
-      ParseHeader(bytes.substr(kPrefixBytes, *header_length), data.size());
+  absl::StatusOr<Header> header = ParseHeader(bytes.substr(kPrefixBytes, *header_length), data.size());
   if (!header.ok()) return header.status();
 
   TensorFile file;
@@ -390,8 +361,7 @@ absl::StatusOr<TensorFile> ParseSafetensors(absl::string_view bytes) {
     absl::StatusOr<at::Tensor> tensor = AllocateTensor(entry);
     if (!tensor.ok()) return tensor.status();
     if (entry.end > entry.begin) {
-      std::memcpy(tensor->data_ptr(), data.data() + entry.begin,
-                  entry.end - entry.begin);
+      std::memcpy(tensor->data_ptr(), data.data() + entry.begin, entry.end - entry.begin);
     }
     absl::Status bools = CheckBoolBytes(entry, *tensor);
     if (!bools.ok()) return bools;
@@ -410,13 +380,11 @@ absl::StatusOr<TensorFile> ReadSafetensors(const std::string& path) {
     absl::Status read = ReadFully(input->fd(), prefix, kPrefixBytes, 0);
     if (!read.ok()) return WithPath(path, read);
   }
-  absl::StatusOr<uint64_t> header_length =
-      HeaderLength(absl::string_view(prefix, kPrefixBytes), size);
+  absl::StatusOr<uint64_t> header_length = HeaderLength(absl::string_view(prefix, kPrefixBytes), size);
   if (!header_length.ok()) return WithPath(path, header_length.status());
 
   std::string text(*header_length, '\0');
-  absl::Status read =
-      ReadFully(input->fd(), text.data(), text.size(), kPrefixBytes);
+  absl::Status read = ReadFully(input->fd(), text.data(), text.size(), kPrefixBytes);
   if (!read.ok()) return WithPath(path, read);
   const uint64_t data_start = kPrefixBytes + *header_length;
   absl::StatusOr<Header> header = ParseHeader(text, size - data_start);
@@ -427,8 +395,8 @@ absl::StatusOr<TensorFile> ReadSafetensors(const std::string& path) {
   for (Entry& entry : header->entries) {
     absl::StatusOr<at::Tensor> tensor = AllocateTensor(entry);
     if (!tensor.ok()) return WithPath(path, tensor.status());
-    read = ReadFully(input->fd(), static_cast<char*>(tensor->data_ptr()),
-                     entry.end - entry.begin, data_start + entry.begin);
+    read = ReadFully(input->fd(), static_cast<char*>(tensor->data_ptr()), entry.end - entry.begin,
+                     data_start + entry.begin);
     if (read.ok()) read = CheckBoolBytes(entry, *tensor);
     if (!read.ok()) return WithPath(path, read);
     file.tensors.emplace(std::move(entry.name), *std::move(tensor));

@@ -1,5 +1,7 @@
 #include "performer/safetensors.h"
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -8,14 +10,12 @@
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-
-#include "base/files.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/test_util.h"
 
 namespace slimfit {
 namespace performer {
@@ -45,10 +45,9 @@ std::string MakeFile(const std::string& header, const std::string& data = "") {
 }
 
 // A header holding one tensor 'x' whose fields are the given JSON texts.
-std::string OneTensor(const std::string& dtype, const std::string& shape,
-                      const std::string& data_offsets) {
-  return absl::StrCat(R"({"x": {"dtype": ")", dtype, R"(", "shape": )", shape,
-                      R"(, "data_offsets": )", data_offsets, "}}");
+std::string OneTensor(const std::string& dtype, const std::string& shape, const std::string& data_offsets) {
+  return absl::StrCat(R"({"x": {"dtype": ")", dtype, R"(", "shape": )", shape, R"(, "data_offsets": )",
+                      data_offsets, "}}");
 }
 
 at::Tensor Ints(std::vector<int64_t> values, at::ScalarType dtype) {
@@ -61,15 +60,12 @@ TensorFile ReferenceFile() {
   auto& t = file.tensors;
   t["f64"] = at::tensor({1.5, -2.25, 1e300}, at::kDouble);
   t["f32"] = at::arange(6, at::kFloat).reshape({2, 3}) / 4 - 0.5;
-  t["f16"] = at::tensor({0.5, -1.0, 65504.0, std::ldexp(1.0, -24)}, at::kDouble)
-                 .to(at::kHalf)
-                 .reshape({2, 2});
+  t["f16"] =
+      at::tensor({0.5, -1.0, 65504.0, std::ldexp(1.0, -24)}, at::kDouble).to(at::kHalf).reshape({2, 2});
   t["bf16"] = at::tensor({1.0, -3.0, 0.0078125}, at::kDouble).to(at::kBFloat16);
-  t["i64"] =
-      at::tensor(std::vector<int64_t>{std::numeric_limits<int64_t>::min(),
-                                      std::numeric_limits<int64_t>::max(), 7});
-  t["i32"] =
-      Ints({-5, std::numeric_limits<int32_t>::max()}, at::kInt).reshape({2, 1});
+  t["i64"] = at::tensor(
+      std::vector<int64_t>{std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), 7});
+  t["i32"] = Ints({-5, std::numeric_limits<int32_t>::max()}, at::kInt).reshape({2, 1});
   t["i16"] = Ints({-32768, 32767}, at::kShort);
   t["i8"] = Ints({-128, 0, 127}, at::kChar);
   t["u8"] = Ints({0, 200, 255}, at::kByte);
@@ -101,23 +97,18 @@ void ExpectInvalid(const absl::Status& status, const std::string& phrase) {
   EXPECT_THAT(std::string(status.message()), HasSubstr(phrase));
 }
 
-absl::Status ParseStatus(const std::string& bytes) {
-  return ParseSafetensors(bytes).status();
-}
+absl::Status ParseStatus(const std::string& bytes) { return ParseSafetensors(bytes).status(); }
 
 // --- Round trips -------------------------------------------------------------
 
 TEST(SafetensorsTest, RoundTripsEveryDtype) {
   TensorFile file;
-  const std::vector<at::ScalarType> dtypes = {
-      at::kDouble, at::kFloat, at::kHalf, at::kBFloat16, at::kLong,
-      at::kInt,    at::kShort, at::kChar, at::kByte,     at::kBool};
+  const std::vector<at::ScalarType> dtypes = {at::kDouble, at::kFloat, at::kHalf, at::kBFloat16, at::kLong,
+                                              at::kInt,    at::kShort, at::kChar, at::kByte,     at::kBool};
   for (at::ScalarType dtype : dtypes) {
-    at::Tensor values = dtype == at::kBool
-                            ? at::arange(12, at::kLong).remainder(3).eq(0)
-                            : at::arange(12, at::kLong).sub(4);
-    file.tensors[absl::StrCat("t_", c10::toString(dtype))] =
-        values.to(dtype).reshape({3, 4});
+    at::Tensor values =
+        dtype == at::kBool ? at::arange(12, at::kLong).remainder(3).eq(0) : at::arange(12, at::kLong).sub(4);
+    file.tensors[absl::StrCat("t_", c10::toString(dtype))] = values.to(dtype).reshape({3, 4});
   }
   absl::StatusOr<std::string> bytes = SerializeSafetensors(file);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
@@ -137,8 +128,7 @@ TEST(SafetensorsTest, RoundTripsScalarsAndEmptyTensors) {
   absl::StatusOr<std::string> bytes = SerializeSafetensors(file);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_THAT(*bytes, HasSubstr(R"("scalar_f64":{"dtype":"F64","shape":[],)"));
-  EXPECT_THAT(*bytes,
-              HasSubstr(R"("empty_3d":{"dtype":"I64","shape":[4,0,2],)"));
+  EXPECT_THAT(*bytes, HasSubstr(R"("empty_3d":{"dtype":"I64","shape":[4,0,2],)"));
   absl::StatusOr<TensorFile> parsed = ParseSafetensors(*bytes);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ExpectTensorsEqual(parsed->tensors, file.tensors);
@@ -212,8 +202,7 @@ TEST(SafetensorsTest, AcceptsOtherHeaderOrderAndIgnoresUnknownFields) {
   const std::string data("\x01\x00\xfe\xff\x09", 5);
   absl::StatusOr<TensorFile> parsed = ParseSafetensors(MakeFile(header, data));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  ExpectTensorsEqual(parsed->tensors, {{"a", Ints({9}, at::kByte)},
-                                       {"b", Ints({1, -2}, at::kShort)}});
+  ExpectTensorsEqual(parsed->tensors, {{"a", Ints({9}, at::kByte)}, {"b", Ints({1, -2}, at::kShort)}});
 }
 
 // --- Compatibility with an independently written file ------------------------
@@ -235,12 +224,10 @@ TEST(SafetensorsTest, ReadsIndependentlyWrittenFile) {
 }
 
 TEST(SafetensorsTest, WritesByteIdenticalFile) {
-  absl::StatusOr<std::string> read =
-      base::ReadFileToString(TestDataPath("reference.safetensors"));
+  absl::StatusOr<std::string> read = base::ReadFileToString(TestDataPath("reference.safetensors"));
   ASSERT_TRUE(read.ok()) << read.status();
   const std::string& reference = *read;
-  absl::StatusOr<std::string> from_scratch =
-      SerializeSafetensors(ReferenceFile());
+  absl::StatusOr<std::string> from_scratch = SerializeSafetensors(ReferenceFile());
   ASSERT_TRUE(from_scratch.ok()) << from_scratch.status();
   EXPECT_EQ(*from_scratch, reference);
 
@@ -252,8 +239,7 @@ TEST(SafetensorsTest, WritesByteIdenticalFile) {
 }
 
 TEST(SafetensorsTest, EveryTruncationIsAnErrorNeverACrash) {
-  absl::StatusOr<std::string> read =
-      base::ReadFileToString(TestDataPath("reference.safetensors"));
+  absl::StatusOr<std::string> read = base::ReadFileToString(TestDataPath("reference.safetensors"));
   ASSERT_TRUE(read.ok()) << read.status();
   const std::string& bytes = *read;
   ASSERT_GT(bytes.size(), 8u);
@@ -273,8 +259,7 @@ TEST(SafetensorsTest, EveryTruncationIsAnErrorNeverACrash) {
 
 TEST(SafetensorsTest, RejectsShortFile) {
   ExpectInvalid(ParseStatus(""), "0 bytes, shorter than the 8-byte");
-  ExpectInvalid(ParseStatus(std::string("\x02\0\0", 3)),
-                "3 bytes, shorter than the 8-byte");
+  ExpectInvalid(ParseStatus(std::string("\x02\0\0", 3)), "3 bytes, shorter than the 8-byte");
 }
 
 TEST(SafetensorsTest, RejectsHeaderLengthBeyondFile) {
@@ -288,121 +273,93 @@ TEST(SafetensorsTest, RejectsHeaderLengthBeyondFile) {
 TEST(SafetensorsTest, RejectsAbsurdHeaderLength) {
   std::string bytes = MakeFile("{}");
   bytes.replace(0, 8, std::string("\0\0\0\0\0\x01\0\0", 8));  // 2^40
-  ExpectInvalid(ParseStatus(bytes),
-                "header length 1099511627776 exceeds the limit of 104857600");
+  ExpectInvalid(ParseStatus(bytes), "header length 1099511627776 exceeds the limit of 104857600");
 }
 
 TEST(SafetensorsTest, RejectsMalformedJson) {
   ExpectInvalid(ParseStatus(MakeFile(R"({"a": )")), "header is not valid JSON");
   ExpectInvalid(ParseStatus(MakeFile("{} trailing")), "not valid JSON");
   ExpectInvalid(ParseStatus(MakeFile("\"\xff\xfe\"")), "not valid JSON");
-  ExpectInvalid(ParseStatus(MakeFile("[1, 2]")),
-                "header is a JSON array, expected an object");
+  ExpectInvalid(ParseStatus(MakeFile("[1, 2]")), "header is a JSON array, expected an object");
 }
 
 TEST(SafetensorsTest, RejectsEntryWithMissingOrMistypedFields) {
   ExpectInvalid(ParseStatus(MakeFile(R"({"w": 3})")),
                 "tensor 'w' entry is a JSON number, expected an object");
-  ExpectInvalid(
-      ParseStatus(MakeFile(R"({"w": {"shape": [], "data_offsets": [0, 0]}})")),
-      "tensor 'w' has no \"dtype\"");
-  ExpectInvalid(ParseStatus(MakeFile(
-                    R"({"w": {"dtype": "U8", "data_offsets": [0, 0]}})")),
+  ExpectInvalid(ParseStatus(MakeFile(R"({"w": {"shape": [], "data_offsets": [0, 0]}})")),
+                "tensor 'w' has no \"dtype\"");
+  ExpectInvalid(ParseStatus(MakeFile(R"({"w": {"dtype": "U8", "data_offsets": [0, 0]}})")),
                 "tensor 'w' has no \"shape\"");
   ExpectInvalid(ParseStatus(MakeFile(R"({"w": {"dtype": "U8", "shape": []}})")),
                 "tensor 'w' has no \"data_offsets\"");
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"w": {"dtype": 5, "shape": [], "data_offsets": [0, 1]}})")),
-      "tensor 'w' dtype is a JSON number, expected a string");
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"w": {"dtype": "U8", "shape": "1", "data_offsets": [0, 1]}})")),
-      "tensor 'w' shape is a JSON string, expected an array");
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"w": {"dtype": "U8", "shape": [1.5], "data_offsets": [0, 1]}})")),
-      "tensor 'w' shape[0] is 1.5, expected a non-negative integer");
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [1]}})")),
-      "tensor 'w' data_offsets is [1], expected [begin, end]");
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [-1, 0]}})")),
-      "tensor 'w' data_offsets is [-1,0], expected [begin, end]");
+  ExpectInvalid(ParseStatus(MakeFile(R"({"w": {"dtype": 5, "shape": [], "data_offsets": [0, 1]}})")),
+                "tensor 'w' dtype is a JSON number, expected a string");
+  ExpectInvalid(ParseStatus(MakeFile(R"({"w": {"dtype": "U8", "shape": "1", "data_offsets": [0, 1]}})")),
+                "tensor 'w' shape is a JSON string, expected an array");
+  ExpectInvalid(ParseStatus(MakeFile(R"({"w": {"dtype": "U8", "shape": [1.5], "data_offsets": [0, 1]}})")),
+                "tensor 'w' shape[0] is 1.5, expected a non-negative integer");
+  ExpectInvalid(ParseStatus(MakeFile(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [1]}})")),
+                "tensor 'w' data_offsets is [1], expected [begin, end]");
+  ExpectInvalid(ParseStatus(MakeFile(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [-1, 0]}})")),
+                "tensor 'w' data_offsets is [-1,0], expected [begin, end]");
 }
 
 TEST(SafetensorsTest, RejectsUnknownDtype) {
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"z": {"dtype": "C64", "shape": [], "data_offsets": [0, 8]}})",
-          std::string(8, '\0'))),
-      "tensor 'z' has unsupported dtype \"C64\" (supported: F64, "
-      "F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+  ExpectInvalid(ParseStatus(MakeFile(R"({"z": {"dtype": "C64", "shape": [], "data_offsets": [0, 8]}})",
+                                     std::string(8, '\0'))),
+                "tensor 'z' has unsupported dtype \"C64\" (supported: F64, "
+                "F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
 }
 
 TEST(SafetensorsTest, RejectsBadDimensions) {
   ExpectInvalid(ParseStatus(MakeFile(OneTensor("F32", "[3, -2]", "[0, 0]"))),
                 "tensor 'x' has negative dimension -2 at shape[1]");
-  ExpectInvalid(
-      ParseStatus(MakeFile(OneTensor("U8", "[9223372036854775808]", "[0, 0]"))),
-      "tensor 'x' dimension 9223372036854775808 at shape[0] does not fit in "
-      "int64");
-  ExpectInvalid(ParseStatus(MakeFile(
-                    OneTensor("F32", "[4611686018427387904, 8]", "[0, 0]"))),
+  ExpectInvalid(ParseStatus(MakeFile(OneTensor("U8", "[9223372036854775808]", "[0, 0]"))),
+                "tensor 'x' dimension 9223372036854775808 at shape[0] does not fit in "
+                "int64");
+  ExpectInvalid(ParseStatus(MakeFile(OneTensor("F32", "[4611686018427387904, 8]", "[0, 0]"))),
                 "tensor 'x' shape [4611686018427387904, 8] is too large");
   // LibTorch cannot allocate such a shape even when it has no elements.
-  ExpectInvalid(ParseStatus(MakeFile(
-                    OneTensor("U8", "[4611686018427387904, 8, 0]", "[0, 0]"))),
+  ExpectInvalid(ParseStatus(MakeFile(OneTensor("U8", "[4611686018427387904, 8, 0]", "[0, 0]"))),
                 "is too large: its dimensions multiply past 2^63 bytes");
 }
 
 TEST(SafetensorsTest, RejectsBadOffsets) {
-  ExpectInvalid(ParseStatus(MakeFile(OneTensor("U8", "[4]", "[8, 4]"),
-                                     std::string(8, '\0'))),
+  ExpectInvalid(ParseStatus(MakeFile(OneTensor("U8", "[4]", "[8, 4]"), std::string(8, '\0'))),
                 "tensor 'x' data_offsets [8, 4] have begin > end");
-  ExpectInvalid(ParseStatus(MakeFile(OneTensor("F32", "[1024]", "[0, 4096]"),
-                                     std::string(1024, '\0'))),
+  ExpectInvalid(ParseStatus(MakeFile(OneTensor("F32", "[1024]", "[0, 4096]"), std::string(1024, '\0'))),
                 "tensor 'x' data_offsets [0, 4096] exceed the 1024-byte data "
                 "section (file truncated?)");
-  ExpectInvalid(ParseStatus(MakeFile(OneTensor("F32", "[2, 3]", "[0, 20]"),
-                                     std::string(20, '\0'))),
+  ExpectInvalid(ParseStatus(MakeFile(OneTensor("F32", "[2, 3]", "[0, 20]"), std::string(20, '\0'))),
                 "tensor 'x' of dtype F32 and shape [2, 3] needs 24 bytes, but "
                 "data_offsets [0, 20] span 20");
 }
 
 TEST(SafetensorsTest, RejectsOverlapsHolesAndTrailingBytes) {
   const std::string data(12, '\0');
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},
+  ExpectInvalid(ParseStatus(MakeFile(
+                    R"({"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},
               "b": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]}})",
-          data)),
-      "tensor 'b' data_offsets [4, 12] overlap tensor 'a' data_offsets [0, 8]");
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+                    data)),
+                "tensor 'b' data_offsets [4, 12] overlap tensor 'a' data_offsets [0, 8]");
+  ExpectInvalid(ParseStatus(MakeFile(
+                    R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
               "b": {"dtype": "U8", "shape": [4], "data_offsets": [8, 12]}})",
-          data)),
-      "bytes [4, 8) of the data section belong to no tensor");
+                    data)),
+                "bytes [4, 8) of the data section belong to no tensor");
   ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}})",
-          data)),
+      ParseStatus(MakeFile(R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}})", data)),
       "the data section is 12 bytes but the tensors cover only the first 4");
 }
 
 TEST(SafetensorsTest, RejectsDuplicateKeys) {
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+  ExpectInvalid(ParseStatus(MakeFile(
+                    R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
               "a": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}})",
-          "xy")),
-      "header has duplicate tensor name 'a'");
-  ExpectInvalid(
-      ParseStatus(MakeFile(R"({"__metadata__": {"k": "1", "k": "2"}})")),
-      "header has duplicate key 'k'");
+                    "xy")),
+                "header has duplicate tensor name 'a'");
+  ExpectInvalid(ParseStatus(MakeFile(R"({"__metadata__": {"k": "1", "k": "2"}})")),
+                "header has duplicate key 'k'");
 }
 
 TEST(SafetensorsTest, RejectsBadMetadata) {
@@ -414,11 +371,9 @@ TEST(SafetensorsTest, RejectsBadMetadata) {
 }
 
 TEST(SafetensorsTest, RejectsInvalidBoolBytes) {
-  ExpectInvalid(
-      ParseStatus(MakeFile(
-          R"({"m": {"dtype": "BOOL", "shape": [3], "data_offsets": [0, 3]}})",
-          std::string("\x01\x00\x02", 3))),
-      "tensor 'm' element 2 is byte 2; BOOL elements must be 0 or 1");
+  ExpectInvalid(ParseStatus(MakeFile(R"({"m": {"dtype": "BOOL", "shape": [3], "data_offsets": [0, 3]}})",
+                                     std::string("\x01\x00\x02", 3))),
+                "tensor 'm' element 2 is byte 2; BOOL elements must be 0 or 1");
 }
 
 // --- Serialization errors ----------------------------------------------------
@@ -426,8 +381,7 @@ TEST(SafetensorsTest, RejectsInvalidBoolBytes) {
 TEST(SafetensorsTest, SerializeRejectsUnsavableInput) {
   TensorFile undefined;
   undefined.tensors["u"] = at::Tensor();
-  ExpectInvalid(SerializeSafetensors(undefined).status(),
-                "tensor 'u' is undefined");
+  ExpectInvalid(SerializeSafetensors(undefined).status(), "tensor 'u' is undefined");
 
   TensorFile complex;
   complex.tensors["c"] = at::zeros({2}, at::kComplexFloat);
@@ -436,13 +390,11 @@ TEST(SafetensorsTest, SerializeRejectsUnsavableInput) {
 
   TensorFile sparse;
   sparse.tensors["s"] = at::eye(3).to_sparse();
-  ExpectInvalid(SerializeSafetensors(sparse).status(),
-                "only dense (strided) tensors can be saved");
+  ExpectInvalid(SerializeSafetensors(sparse).status(), "only dense (strided) tensors can be saved");
 
   TensorFile reserved;
   reserved.tensors["__metadata__"] = at::zeros({1});
-  ExpectInvalid(SerializeSafetensors(reserved).status(),
-                "a tensor cannot be named \"__metadata__\"");
+  ExpectInvalid(SerializeSafetensors(reserved).status(), "a tensor cannot be named \"__metadata__\"");
 
   TensorFile bad_name;
   bad_name.tensors["bad\xff"] = at::zeros({1});
@@ -450,8 +402,7 @@ TEST(SafetensorsTest, SerializeRejectsUnsavableInput) {
 
   TensorFile bad_metadata;
   bad_metadata.metadata["k"] = "\xc3";
-  ExpectInvalid(SerializeSafetensors(bad_metadata).status(),
-                "metadata value of key 'k' is not valid UTF-8");
+  ExpectInvalid(SerializeSafetensors(bad_metadata).status(), "metadata value of key 'k' is not valid UTF-8");
 }
 
 // --- Files -------------------------------------------------------------------

@@ -9,11 +9,11 @@
 // with SLIMFIT_CAPTURE_FAILURE_BY_HAND 1 (slices by hand, explicit_backprop.h) and 0 (autograd).
 // The CPU has no captures to fail (slice_replay_test covers the injected failure before the body
 // there): every case skips without CUDA or without a build with CUDA graphs (scripts/cuda/).
-#include <string>
-
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "performer/gradient_engine.h"
 #include "performer/gradient_engine_test_cases.h"

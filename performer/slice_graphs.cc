@@ -1,10 +1,10 @@
 #include "performer/slice_graphs.h"
 
+#include <c10/util/Exception.h>
+
 #include <exception>
 #include <mutex>
 #include <utility>
-
-#include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -13,7 +13,8 @@ namespace {
 
 ModelFront EmptyLike(const ModelFront& like) {
   ModelFront out;
-  for (const Front& f : like) out.push_back(Front{at::empty_like(f.numerator), at::empty_like(f.denominator)});
+  for (const Front& f : like)
+    out.push_back(Front{at::empty_like(f.numerator), at::empty_like(f.denominator)});
   return out;
 }
 
@@ -53,7 +54,8 @@ std::optional<std::string>& DisabledBecause() {  // guarded by DisabledMutex()
 }  // namespace
 
 std::optional<ReplayableWork::Mode> SliceGraphs::ModeFor(SliceReplay replay, const at::Device& device,
-                                                         int64_t slices, int64_t slice, std::string* why_not) {
+                                                         int64_t slices, int64_t slice,
+                                                         std::string* why_not) {
   switch (replay) {
     case SliceReplay::kOff:
       return std::nullopt;
@@ -78,11 +80,11 @@ std::optional<std::string> SliceGraphs::CapturesDisabledBecause() {
 }
 
 struct SliceGraphs::Shape {
-  Stretch stretch;           // static: `all` refilled before each run; the layout is the shape's
-  ModelFront in_front;       // U(n−1), or U(n) to subtract from, or the advance's entry
-  ModelFront in_exit_grad;   // G(n) (steps)
-  ModelFront out_front;      // U(n−1) (steps), the outgoing front (advances)
-  ModelFront out_entry_grad; // G(n−1) (steps)
+  Stretch stretch;            // static: `all` refilled before each run; the layout is the shape's
+  ModelFront in_front;        // U(n−1), or U(n) to subtract from, or the advance's entry
+  ModelFront in_exit_grad;    // G(n) (steps)
+  ModelFront out_front;       // U(n−1) (steps), the outgoing front (advances)
+  ModelFront out_entry_grad;  // G(n−1) (steps)
   std::function<void()> body;
   std::unique_ptr<ReplayableWork> work;
 };
@@ -120,9 +122,10 @@ SliceGraphs::Shape* SliceGraphs::ShapeFor(Kind kind, const Stretch& stretch) {
     const bool subtract = kind == Kind::kStepSubtract;
     s->body = [this, s, subtract] {
       // Slice "1": any n > 0 reads its incoming front, which a stretch that continues it does.
-      SliceRunner::Graph graph = runner_.Build(1, s->stretch, [s, subtract](int64_t r, const AttentionInputs& in) {
-        return subtract ? FrontBefore(s->in_front[r], in) : s->in_front[r];
-      });
+      SliceRunner::Graph graph =
+          runner_.Build(1, s->stretch, [s, subtract](int64_t r, const AttentionInputs& in) {
+            return subtract ? FrontBefore(s->in_front[r], in) : s->in_front[r];
+          });
       CopyInto(s->out_front, graph.entry);
       CopyInto(s->out_entry_grad, runner_.Backpropagate(graph, s->in_exit_grad));
     };
@@ -157,8 +160,8 @@ void SliceGraphs::Run(Shape& shape, int64_t slices_covered) {
   runner_.set_forwards(forwards + slices_covered);
 }
 
-SliceGraphs::StepResult SliceGraphs::Step(int64_t n, const Stretch& stretch, const ModelFront& front, bool subtract,
-                                          const ModelFront& exit_grad) {
+SliceGraphs::StepResult SliceGraphs::Step(int64_t n, const Stretch& stretch, const ModelFront& front,
+                                          bool subtract, const ModelFront& exit_grad) {
   Shape* shape = ShapeFor(subtract ? Kind::kStepSubtract : Kind::kStepGiven, stretch);
   if (shape == nullptr) {  // every shape slot is taken: the slice runs directly
     SliceRunner::Graph graph = runner_.Build(n, stretch, [&](int64_t r, const AttentionInputs& in) {

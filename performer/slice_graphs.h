@@ -45,8 +45,8 @@ class SliceGraphs {
   // How a call of `slices` slices of `slice` tokens on `device` replays them under `replay`
   // (GradientOptions::slice_replay), or nothing for op by op; `*why_not` says why CUDA graphs that
   // kAuto would use are off for the process.
-  static std::optional<ReplayableWork::Mode> ModeFor(SliceReplay replay, const at::Device& device, int64_t slices,
-                                                     int64_t slice, std::string* why_not);
+  static std::optional<ReplayableWork::Mode> ModeFor(SliceReplay replay, const at::Device& device,
+                                                     int64_t slices, int64_t slice, std::string* why_not);
 
   // Why CUDA graph captures are off for the rest of this process, if they are: after a capture
   // fails, LibTorch's caching allocator may be left routing into the failed capture's pool (PyTorch

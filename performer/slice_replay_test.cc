@@ -6,12 +6,12 @@
 // code a replay skips — does not show here (kRerun runs the host code every time): that is checked
 // on a GPU, by replayable_work_test and gradient_engine_cuda_test (CUDA graphs = CPU = op by op),
 // which skip in CI.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/gradient_engine.h"
@@ -56,10 +56,11 @@ TEST(SliceReplayTest, EveryPolicyAndRecomputationGivesTheOpByOpGradient) {
             plan.front_policy = policy;
             plan.resync_every = 3;
             plan.recompute = recompute;
-            const std::string what =
-                absl::StrCat(FeatureMapName(map), " ", plan.DebugString(), by_hand ? ", by hand" : ", autograd");
+            const std::string what = absl::StrCat(FeatureMapName(map), " ", plan.DebugString(),
+                                                  by_hand ? ", by hand" : ", autograd");
             const GradientResult direct = MustCompute(model, batch, plan, Replay(SliceReplay::kOff, by_hand));
-            const GradientResult replayed = MustCompute(model, batch, plan, Replay(SliceReplay::kRerun, by_hand));
+            const GradientResult replayed =
+                MustCompute(model, batch, plan, Replay(SliceReplay::kRerun, by_hand));
             ExpectSameResult(replayed, direct, what);
             EXPECT_EQ(replayed.explicit_backprop, by_hand && recompute == LayerRecompute::kNone) << what;
           }
@@ -81,9 +82,8 @@ TEST(SliceReplayTest, DpSchedulesReplayTheirForwardsAndSteps) {
   plan.slots = 20;
   GradientOptions direct_options = Replay(SliceReplay::kOff);
   GradientOptions replay_options = Replay(SliceReplay::kRerun);
-  direct_options.dp_schedule = replay_options.dp_schedule = [](const Plan&, int64_t slices) {
-    return KeepEveryFront(slices);
-  };
+  direct_options.dp_schedule =
+      replay_options.dp_schedule = [](const Plan&, int64_t slices) { return KeepEveryFront(slices); };
   const GradientResult direct = MustCompute(model, batch, plan, direct_options);
   const GradientResult replayed = MustCompute(model, batch, plan, replay_options);
   ExpectSameResult(replayed, direct, plan.DebugString());

@@ -1,10 +1,10 @@
 #include "performer/slice_runner.h"
 
-#include <algorithm>
-#include <utility>
-
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <utility>
 
 #include "performer/explicit_backprop.h"
 
@@ -66,8 +66,8 @@ at::Tensor RunLayer(const Context& ctx, int64_t r, const Stretch& stretch, const
   return LayerG(ctx.config, w, prefix.numerator, prefix.denominator, in.residual);
 }
 
-at::Tensor RunStretch(const Context& ctx, const Stretch& stretch, const EntryFn& entry_for_layer, ModelFront* exit,
-                      bool need_output) {
+at::Tensor RunStretch(const Context& ctx, const Stretch& stretch, const EntryFn& entry_for_layer,
+                      ModelFront* exit, bool need_output) {
   at::Tensor x = EmbedTokens(ctx.config, ctx.weights, stretch.tokens, stretch.positions);
   exit->resize(ctx.config.layers);
   for (int64_t r = 0; r < ctx.config.layers; ++r) {
@@ -82,9 +82,10 @@ Front FrontBefore(const Front& after, const AttentionInputs& in) {
   return FrontWithout(after, in.phi_k.detach(), in.v.detach());
 }
 
-SliceRunner::SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t slice, LayerRecompute recompute,
-                         const std::vector<at::Tensor>& leaves, const at::Device& device,
-                         const at::TensorOptions& options, int64_t normalizer, bool explicit_backprop)
+SliceRunner::SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t slice,
+                         LayerRecompute recompute, const std::vector<at::Tensor>& leaves,
+                         const at::Device& device, const at::TensorOptions& options, int64_t normalizer,
+                         bool explicit_backprop)
     : ctx_(ctx),
       batch_(batch),
       slice_(slice),
@@ -128,7 +129,8 @@ SliceRunner::Graph SliceRunner::Build(int64_t n, const Stretch& stretch, const E
     const Front value = entry_for_layer(r, in);
     graph.entry[r] = value;
     if (!reads_entry) return value;
-    Front leaf{value.numerator.detach().requires_grad_(true), value.denominator.detach().requires_grad_(true)};
+    Front leaf{value.numerator.detach().requires_grad_(true),
+               value.denominator.detach().requires_grad_(true)};
     graph.entry_leaves.push_back(leaf.numerator);
     graph.entry_leaves.push_back(leaf.denominator);
     return leaf;
@@ -178,7 +180,8 @@ ModelFront SliceRunner::Backpropagate(Graph& graph, const ModelFront& exit_grad)
   return entry_grad;
 }
 
-SliceRunner::Graph SliceRunner::BuildExplicit(int64_t n, const Stretch& stretch, const EntryFn& entry_for_layer) {
+SliceRunner::Graph SliceRunner::BuildExplicit(int64_t n, const Stretch& stretch,
+                                              const EntryFn& entry_for_layer) {
   Graph graph;
   graph.slice = n;
   graph.stretch = stretch;
@@ -199,7 +202,8 @@ SliceRunner::Graph SliceRunner::BuildExplicit(int64_t n, const Stretch& stretch,
 // Layer recomputation (the activation-checkpointing trade at layer granularity): the forward keeps
 // each layer's input and the loss's graph over the last layer's output; Backpropagate rebuilds layer
 // r with autograd from its input and incoming front, back-propagates it, and moves on to layer r − 1.
-SliceRunner::Graph SliceRunner::BuildRecomputed(int64_t n, const Stretch& stretch, const EntryFn& entry_for_layer) {
+SliceRunner::Graph SliceRunner::BuildRecomputed(int64_t n, const Stretch& stretch,
+                                                const EntryFn& entry_for_layer) {
   Graph graph;
   graph.slice = n;
   graph.recomputed = true;
@@ -232,7 +236,8 @@ ModelFront SliceRunner::BackpropagateRecomputed(Graph& graph, const ModelFront& 
   std::vector<at::Tensor> inputs = leaves_;
   inputs.push_back(graph.top);
   if (graph.loss.requires_grad()) {
-    torch::autograd::backward({graph.loss}, {loss_scale_}, /*retain_graph=*/false, /*create_graph=*/false, inputs);
+    torch::autograd::backward({graph.loss}, {loss_scale_}, /*retain_graph=*/false, /*create_graph=*/false,
+                              inputs);
   }
   AddLoss(graph.loss);
   at::Tensor g = graph.top.grad().defined() ? graph.top.grad() : at::zeros_like(graph.top);

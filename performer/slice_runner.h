@@ -8,12 +8,12 @@
 #ifndef SLIMFIT_PERFORMER_SLICE_RUNNER_H_
 #define SLIMFIT_PERFORMER_SLICE_RUNNER_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "performer/batched_weight_gradients.h"
 #include "performer/model_config.h"
@@ -65,8 +65,8 @@ at::Tensor RunLayer(const Context& ctx, int64_t r, const Stretch& stretch, const
 // Runs every layer over one stretch. Fills `exit` with each layer's outgoing front and returns the
 // last layer's output, or an undefined tensor when `need_output` is false (the forward sweep needs
 // only fronts, so it skips the last G and the logits).
-at::Tensor RunStretch(const Context& ctx, const Stretch& stretch, const EntryFn& entry_for_layer, ModelFront* exit,
-                      bool need_output);
+at::Tensor RunStretch(const Context& ctx, const Stretch& stretch, const EntryFn& entry_for_layer,
+                      ModelFront* exit, bool need_output);
 
 // U(n−1) = U(n) − Σ_{l in slice n} φk_l ⊗ v_l (Likhosherstov et al., eq. 9): the front entering a
 // stretch without document starts, from the front `after` it and the stretch's own F outputs.
@@ -101,8 +101,8 @@ class SliceRunner {
   // `leaves` are the parameters gradients flow to; `normalizer` divides every slice's loss;
   // `explicit_backprop`: run slices by hand where explicit_backprop.h applies.
   SliceRunner(const Context& ctx, const PackedBatch& batch, int64_t slice, LayerRecompute recompute,
-              const std::vector<at::Tensor>& leaves, const at::Device& device, const at::TensorOptions& options,
-              int64_t normalizer, bool explicit_backprop);
+              const std::vector<at::Tensor>& leaves, const at::Device& device,
+              const at::TensorOptions& options, int64_t normalizer, bool explicit_backprop);
 
   int64_t slices() const { return (batch_.size() + slice_ - 1) / slice_; }
   const Front& zero() const { return zero_; }

@@ -1,13 +1,13 @@
 #include "performer/sliced_gradient.h"
 
+#include <torch/csrc/autograd/grad_mode.h>
+
 #include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
 #include <utility>
 #include <vector>
-
-#include <torch/csrc/autograd/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -109,7 +109,8 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
   // Fronts the guard needed exact once kMaxConditioningFronts were kept: the backward sweep
   // recomputes each by a forward from the nearest exact front below it.
   std::set<int64_t> recompute;
-  auto keep_for_precision = [&](int64_t n, const ModelFront& entering, const std::vector<at::Tensor>& entering_onset) {
+  auto keep_for_precision = [&](int64_t n, const ModelFront& entering,
+                                const std::vector<at::Tensor>& entering_onset) {
     if (n == 0 || kept.count(n) > 0 || recompute.count(n) > 0) return;  // U(0) is zero; kept fronts are exact
     if (conditioning->kept >= kMaxConditioningFronts) {
       recompute.insert(n);
@@ -261,7 +262,9 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
     auto kept_it = kept.find(n);
     std::optional<ModelFront> recomputed;
     if (recompute.count(n) > 0) recomputed = forward_to(n);
-    const ModelFront* given = kept_it != kept.end() ? &kept_it->second.fronts : recomputed ? &*recomputed : nullptr;
+    const ModelFront* given = kept_it != kept.end() ? &kept_it->second.fronts
+                              : recomputed          ? &*recomputed
+                                                    : nullptr;
     // A replayed step: a slice that continues its front, whose G(n) is known, and whose entry is
     // given or recovered by plain subtraction (relu's onset zeros are restored directly). Under
     // `reverse` a given entry is one the guard kept or recomputed — a few a call at most — so its
@@ -307,8 +310,8 @@ absl::Status ScheduledGradient(SliceRunner& runner, SliceGraphs* graphs, const S
   std::map<int64_t, SliceRunner::Graph> kept_graphs;
   ModelFront exit_grad;  // G of the next slice to back-propagate
   auto broken = [&](const ScheduleAction& action, absl::string_view why) {
-    return absl::InternalError(absl::StrCat("dp schedule action ", ScheduleActionToString(action),
-                                            " cannot run: ", why));
+    return absl::InternalError(
+        absl::StrCat("dp schedule action ", ScheduleActionToString(action), " cannot run: ", why));
   };
   auto detached = [](const ModelFront& fronts) {
     ModelFront copy;

@@ -20,7 +20,9 @@ int64_t Elements(const std::vector<int64_t>& shape) {
 
 v1::DType WireDType(DType dtype) { return dtype == DType::kFloat64 ? v1::DTYPE_FLOAT64 : v1::DTYPE_FLOAT32; }
 
-std::string ShapeString(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 }  // namespace
 
@@ -48,7 +50,8 @@ absl::Status ChunkTensors(const std::vector<std::string>& names, const std::vect
     try {
       cpu = tensors[i].detach().to(at::kCPU, ToScalarType(dtype)).contiguous();
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("copying tensor ", names[i], " to the CPU: ", e.what_without_backtrace()));
+      return absl::InternalError(
+          absl::StrCat("copying tensor ", names[i], " to the CPU: ", e.what_without_backtrace()));
     }
     const char* data = static_cast<const char*>(cpu.data_ptr());
     const int64_t total = cpu.numel() * element;
@@ -82,13 +85,15 @@ absl::Status ChunkEncoded(const std::vector<std::string>& names, const std::vect
   for (size_t i = 0; i < tensors.size(); ++i) {
     const EncodedTensor& tensor = tensors[i];
     const int64_t wire_element = CompressedElementBytes(tensor.compression);
-    const size_t want_scales = tensor.compression == v1::COMPRESSION_INT8
-                                   ? static_cast<size_t>((tensor.numel() + v1::LIMIT_INT8_BLOCK_ELEMENTS - 1) /
-                                                         v1::LIMIT_INT8_BLOCK_ELEMENTS)
-                                   : 0;
+    const size_t want_scales =
+        tensor.compression == v1::COMPRESSION_INT8
+            ? static_cast<size_t>((tensor.numel() + v1::LIMIT_INT8_BLOCK_ELEMENTS - 1) /
+                                  v1::LIMIT_INT8_BLOCK_ELEMENTS)
+            : 0;
     if (wire_element == 0 || static_cast<int64_t>(tensor.data.size()) != tensor.numel() * wire_element ||
         tensor.scales.size() != want_scales) {
-      return absl::InvalidArgumentError(absl::StrCat("ChunkEncoded: tensor ", names[i], " is not a whole encoded tensor"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ChunkEncoded: tensor ", names[i], " is not a whole encoded tensor"));
     }
     const bool int8 = tensor.compression == v1::COMPRESSION_INT8;
     const int64_t block = v1::LIMIT_INT8_BLOCK_ELEMENTS;
@@ -133,8 +138,12 @@ TensorAssembler::TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std
 }
 
 absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
-  auto where = [&]() { return absl::StrCat(what_, ": chunk of \"", chunk.name(), "\" at offset ", chunk.offset(), ": "); };
-  auto error = [&](const std::string& message) { return absl::InvalidArgumentError(absl::StrCat(where(), message)); };
+  auto where = [&]() {
+    return absl::StrCat(what_, ": chunk of \"", chunk.name(), "\" at offset ", chunk.offset(), ": ");
+  };
+  auto error = [&](const std::string& message) {
+    return absl::InvalidArgumentError(absl::StrCat(where(), message));
+  };
   const int64_t element = DTypeBytes(dtype_);
   // A tensor is complete when offset_ reached its size; move on to the next one.
   if (current_ < specs_.size() && started_[current_] &&
@@ -156,7 +165,8 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
   if (shape != spec.shape) {
     return error(absl::StrCat("shape ", ShapeString(shape), ", expected ", ShapeString(spec.shape)));
   }
-  const v1::Compression encoding = IsCompressed(chunk.compression()) ? chunk.compression() : v1::COMPRESSION_NONE;
+  const v1::Compression encoding =
+      IsCompressed(chunk.compression()) ? chunk.compression() : v1::COMPRESSION_NONE;
   if (encoding != compression_) {
     return error(absl::StrCat("encoding ", CompressionName(chunk.compression()), ", expected ",
                               CompressionName(compression_)));
@@ -174,23 +184,27 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
   if (size % wire_element != 0) return error(absl::StrCat(size, " bytes is not a whole number of elements"));
   const int64_t count = size / wire_element;
   if (offset_ + count * element > total) {
-    return error(absl::StrCat("data runs to byte ", offset_ + count * element, " of a ", total, "-byte tensor"));
+    return error(
+        absl::StrCat("data runs to byte ", offset_ + count * element, " of a ", total, "-byte tensor"));
   }
   if (encoding == v1::COMPRESSION_INT8 && (offset_ + count * element) != total &&
       count % v1::LIMIT_INT8_BLOCK_ELEMENTS != 0) {
-    return error(absl::StrCat(count, " int8 elements: a chunk ends on a block of ", v1::LIMIT_INT8_BLOCK_ELEMENTS,
-                              " or at the tensor's end"));
+    return error(absl::StrCat(count, " int8 elements: a chunk ends on a block of ",
+                              v1::LIMIT_INT8_BLOCK_ELEMENTS, " or at the tensor's end"));
   }
   if (sink_) {
-    if (absl::Status s = Stream(chunk, count); !s.ok()) return absl::Status(s.code(), absl::StrCat(where(), s.message()));
+    if (absl::Status s = Stream(chunk, count); !s.ok())
+      return absl::Status(s.code(), absl::StrCat(where(), s.message()));
   } else {
     if (!tensors_[current_].defined()) {
       if (!file_directory_.empty()) {
-        absl::StatusOr<at::Tensor> in_file = FileBackedZeros(file_directory_, spec.shape, ToScalarType(dtype_));
+        absl::StatusOr<at::Tensor> in_file =
+            FileBackedZeros(file_directory_, spec.shape, ToScalarType(dtype_));
         if (in_file.ok()) {
           tensors_[current_] = *std::move(in_file);
         } else if (file_error_.ok()) {
-          file_error_ = absl::Status(in_file.status().code(), absl::StrCat(where(), in_file.status().message()));
+          file_error_ =
+              absl::Status(in_file.status().code(), absl::StrCat(where(), in_file.status().message()));
         }
       }
       if (!tensors_[current_].defined()) {  // in memory: the default, or no file could be made
@@ -213,9 +227,11 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
 
 absl::Status TensorAssembler::Decode(const v1::TensorChunk& chunk, int64_t count, void* out) const {
   const absl::Span<const float> scales(chunk.scales().data(), static_cast<size_t>(chunk.scales_size()));
-  if (dtype_ == DType::kFloat32) return DecodeElements(compression_, chunk.data(), scales, count, static_cast<float*>(out));
+  if (dtype_ == DType::kFloat32)
+    return DecodeElements(compression_, chunk.data(), scales, count, static_cast<float*>(out));
   std::vector<float> decoded(static_cast<size_t>(count));
-  if (absl::Status s = DecodeElements(compression_, chunk.data(), scales, count, decoded.data()); !s.ok()) return s;
+  if (absl::Status s = DecodeElements(compression_, chunk.data(), scales, count, decoded.data()); !s.ok())
+    return s;
   double* values = static_cast<double*>(out);
   for (int64_t i = 0; i < count; ++i) values[i] = decoded[static_cast<size_t>(i)];
   return absl::OkStatus();
@@ -226,7 +242,8 @@ absl::Status TensorAssembler::Stream(const v1::TensorChunk& chunk, int64_t count
   const at::TensorOptions options = at::TensorOptions().dtype(ToScalarType(dtype_));
   const char* data = chunk.data().data();
   at::Tensor values;
-  if (compression_ == v1::COMPRESSION_NONE && reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(element) == 0) {
+  if (compression_ == v1::COMPRESSION_NONE &&
+      reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(element) == 0) {
     // The chunk's own bytes, not copied: the sink must only read them (ValueSink's contract).
     values = at::from_blob(const_cast<char*>(data), {count}, options);
   } else {
@@ -250,8 +267,8 @@ absl::StatusOr<std::vector<at::Tensor>> TensorAssembler::Finish() {
     const int64_t total = Elements(specs_[i].shape) * element;
     const bool complete = started_[i] && (i < current_ || (i == current_ && offset_ == total));
     if (!complete) {
-      return absl::InvalidArgumentError(absl::StrCat(what_, ": tensor \"", specs_[i].name, "\" (", i + 1, " of ",
-                                                     specs_.size(), ") is incomplete"));
+      return absl::InvalidArgumentError(absl::StrCat(what_, ": tensor \"", specs_[i].name, "\" (", i + 1,
+                                                     " of ", specs_.size(), ") is incomplete"));
     }
   }
   std::vector<at::Tensor> tensors = std::move(tensors_);

@@ -15,12 +15,12 @@
 #ifndef SLIMFIT_PERFORMER_TENSOR_CHUNKS_H_
 #define SLIMFIT_PERFORMER_TENSOR_CHUNKS_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -72,7 +72,8 @@ class TensorAssembler {
   // expected dtype, decoded when compressed, valid only during the call, to be read only (it may
   // alias the chunk's own bytes).
   // An error refuses the chunk (Add returns it, with the chunk named, in the sink's code).
-  using ValueSink = std::function<absl::Status(size_t tensor, int64_t first_element, const at::Tensor& values)>;
+  using ValueSink =
+      std::function<absl::Status(size_t tensor, int64_t first_element, const at::Tensor& values)>;
   // A streaming assembler: checks chunks exactly as above, allocates no tensors, and hands each
   // chunk's values to `sink` (REQUIRES: non-empty); Finish then returns no tensors.
   TensorAssembler(std::vector<TensorSpec> specs, DType dtype, std::string what, v1::Compression compression,
@@ -112,8 +113,8 @@ class TensorAssembler {
   DType dtype_;
   std::string what_;
   v1::Compression compression_;  // NONE for exact values
-  ValueSink sink_;                   // streaming when set
-  std::string file_directory_;       // AllocateInFiles
+  ValueSink sink_;               // streaming when set
+  std::string file_directory_;   // AllocateInFiles
   absl::Status file_error_;
   std::vector<at::Tensor> tensors_;  // allocated when their first chunk arrives (not streaming)
   std::vector<bool> started_;        // whether a chunk of each tensor arrived

@@ -1,7 +1,8 @@
 #include "performer/tensor_chunks.h"
 
-#include "performer/file_backed_tensors.h"
-#include "performer/performer_model.h"
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,10 +11,8 @@
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include "performer/file_backed_tensors.h"
+#include "performer/performer_model.h"
 
 namespace slimfit::performer {
 namespace {
@@ -23,17 +22,19 @@ using ::testing::HasSubstr;
 std::vector<TensorSpec> Specs() { return {{"a", {3, 5}}, {"b", {7}}}; }
 
 std::vector<at::Tensor> Tensors(at::ScalarType type) {
-  return {at::arange(15, at::TensorOptions().dtype(type)).reshape({3, 5}), at::linspace(-1, 1, 7, at::TensorOptions().dtype(type))};
+  return {at::arange(15, at::TensorOptions().dtype(type)).reshape({3, 5}),
+          at::linspace(-1, 1, 7, at::TensorOptions().dtype(type))};
 }
 
 std::vector<v1::TensorChunk> Chunks(DType dtype, int64_t max_bytes) {
   std::vector<v1::TensorChunk> chunks;
-  absl::Status status = ChunkTensors({"a", "b"}, Tensors(at::kDouble), dtype,
-                                     [&](const v1::TensorChunk& c) {
-                                       chunks.push_back(c);
-                                       return true;
-                                     },
-                                     max_bytes);
+  absl::Status status = ChunkTensors(
+      {"a", "b"}, Tensors(at::kDouble), dtype,
+      [&](const v1::TensorChunk& c) {
+        chunks.push_back(c);
+        return true;
+      },
+      max_bytes);
   EXPECT_TRUE(status.ok()) << status;
   return chunks;
 }
@@ -44,7 +45,8 @@ TEST(TensorChunksTest, SmallChunksRoundTripExactly) {
     std::vector<v1::TensorChunk> chunks = Chunks(dtype, 10);
     const int64_t element = DTypeBytes(dtype);
     EXPECT_EQ(chunks.size(), dtype == DType::kFloat32 ? 8u + 4u : 15u + 7u);
-    for (const v1::TensorChunk& c : chunks) EXPECT_LE(static_cast<int64_t>(c.data().size()), 10 / element * element);
+    for (const v1::TensorChunk& c : chunks)
+      EXPECT_LE(static_cast<int64_t>(c.data().size()), 10 / element * element);
     TensorAssembler assembler(Specs(), dtype, "test");
     for (const v1::TensorChunk& c : chunks) ASSERT_TRUE(assembler.Add(c).ok());
     absl::StatusOr<std::vector<at::Tensor>> tensors = assembler.Finish();
@@ -81,13 +83,16 @@ TEST(TensorChunksTest, AssemblerRejectsEveryKindOfBadChunk) {
     }
     return assembler.Finish().status();
   };
-  EXPECT_THAT(first_error([](auto* c) { (*c)[0].set_name("b"); }).message(), HasSubstr("expected a chunk of \"a\""));
+  EXPECT_THAT(first_error([](auto* c) { (*c)[0].set_name("b"); }).message(),
+              HasSubstr("expected a chunk of \"a\""));
   EXPECT_THAT(first_error([](auto* c) { (*c)[1].set_offset(0); }).message(), HasSubstr("expected offset 16"));
-  EXPECT_THAT(first_error([](auto* c) { (*c)[0].set_dtype(v1::DTYPE_FLOAT64); }).message(), HasSubstr("dtype"));
+  EXPECT_THAT(first_error([](auto* c) { (*c)[0].set_dtype(v1::DTYPE_FLOAT64); }).message(),
+              HasSubstr("dtype"));
   EXPECT_THAT(first_error([](auto* c) { (*c)[0].set_shape(0, 4); }).message(), HasSubstr("shape [4, 5]"));
   EXPECT_THAT(first_error([](auto* c) { (*c)[0].mutable_data()->pop_back(); }).message(),
               HasSubstr("whole number of elements"));
-  EXPECT_THAT(first_error([](auto* c) { c->pop_back(); }).message(), HasSubstr("\"b\" (2 of 2) is incomplete"));
+  EXPECT_THAT(first_error([](auto* c) { c->pop_back(); }).message(),
+              HasSubstr("\"b\" (2 of 2) is incomplete"));
   EXPECT_THAT(first_error([](auto* c) { c->push_back(c->back()); }).message(), HasSubstr("already complete"));
   EXPECT_THAT(first_error([](auto* c) { (*c)[3].mutable_data()->append(std::string(8, 'x')); }).message(),
               HasSubstr("gradient of shard 3"));
@@ -96,8 +101,9 @@ TEST(TensorChunksTest, AssemblerRejectsEveryKindOfBadChunk) {
 
 TEST(TensorChunksTest, StopsWhenTheReceiverStops) {
   int calls = 0;
-  absl::Status status = ChunkTensors({"a", "b"}, Tensors(at::kFloat), DType::kFloat32,
-                                     [&](const v1::TensorChunk&) { return ++calls < 2; }, 8);
+  absl::Status status = ChunkTensors(
+      {"a", "b"}, Tensors(at::kFloat), DType::kFloat32, [&](const v1::TensorChunk&) { return ++calls < 2; },
+      8);
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(calls, 2);
 }
@@ -326,7 +332,7 @@ TEST(TensorChunksTest, AStreamingAssemblerChecksChunksAndPassesOnItsSinksError) 
                            });
   ASSERT_TRUE(refusing.Add(chunks[0]).ok());
   ASSERT_TRUE(refusing.Add(chunks[1]).ok());
-  absl::Status refused = refusing.Add(chunks[2]);  // elements 8..11 of "a"
+  absl::Status refused = refusing.Add(chunks[2]);                  // elements 8..11 of "a"
   EXPECT_EQ(refused.code(), absl::StatusCode::kDeadlineExceeded);  // the sink's code
   EXPECT_THAT(refused.message(), HasSubstr("gradient of shard 4: chunk of \"a\" at offset 32: too late"));
   EXPECT_EQ(calls, 3);

@@ -1,10 +1,10 @@
 #include "performer/tensor_codec.h"
 
-#include <cmath>
-#include <cstring>
-
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+
+#include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
@@ -38,7 +38,8 @@ void Put16(char* out, uint16_t bits) {  // little-endian
 }
 
 uint16_t Get16(const char* in) {
-  return static_cast<uint16_t>(static_cast<uint8_t>(in[0]) | (static_cast<uint16_t>(static_cast<uint8_t>(in[1])) << 8));
+  return static_cast<uint16_t>(static_cast<uint8_t>(in[0]) |
+                               (static_cast<uint16_t>(static_cast<uint8_t>(in[1])) << 8));
 }
 
 }  // namespace
@@ -74,8 +75,8 @@ std::string CompressionName(v1::Compression compression) {
 }
 
 absl::StatusOr<v1::Compression> CompressionFromName(absl::string_view name) {
-  for (v1::Compression c : {v1::COMPRESSION_NONE, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16,
-                            v1::COMPRESSION_INT8}) {
+  for (v1::Compression c :
+       {v1::COMPRESSION_NONE, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16, v1::COMPRESSION_INT8}) {
     if (name == CompressionName(c)) return c;
   }
   return absl::InvalidArgumentError(
@@ -97,7 +98,8 @@ absl::StatusOr<EncodedTensor> EncodeTensor(const at::Tensor& values, v1::Compres
   try {
     cpu = values.detach().to(at::kCPU, at::kFloat).contiguous();
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("copying a tensor to the CPU to encode it: ", e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat("copying a tensor to the CPU to encode it: ", e.what_without_backtrace()));
   }
   EncodedTensor encoded;
   encoded.shape = cpu.sizes().vec();
@@ -106,7 +108,8 @@ absl::StatusOr<EncodedTensor> EncodeTensor(const at::Tensor& values, v1::Compres
   const float* x = cpu.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("element ", i, " is ", x[i], ": only finite values can be encoded"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("element ", i, " is ", x[i], ": only finite values can be encoded"));
     }
   }
   encoded.data.resize(static_cast<size_t>(n * CompressedElementBytes(compression)));
@@ -157,16 +160,17 @@ absl::StatusOr<EncodedTensor> EncodeTensor(const at::Tensor& values, v1::Compres
   return encoded;
 }
 
-absl::Status DecodeElements(v1::Compression compression, absl::string_view data, absl::Span<const float> scales,
-                            int64_t count, float* out) {
+absl::Status DecodeElements(v1::Compression compression, absl::string_view data,
+                            absl::Span<const float> scales, int64_t count, float* out) {
   const int64_t element = CompressedElementBytes(compression);
   if (element == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(v1::Compression_Name(compression), " is not a compressed encoding"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(v1::Compression_Name(compression), " is not a compressed encoding"));
   }
   if (static_cast<int64_t>(data.size()) != count * element) {
     return absl::InvalidArgumentError(absl::StrCat(data.size(), " bytes for ", count, " ",
-                                                   CompressionName(compression), " elements (", count * element,
-                                                   " expected)"));
+                                                   CompressionName(compression), " elements (",
+                                                   count * element, " expected)"));
   }
   const int64_t want_scales = compression == v1::COMPRESSION_INT8 ? Blocks(count) : 0;
   if (static_cast<int64_t>(scales.size()) != want_scales) {
@@ -185,12 +189,14 @@ absl::Status DecodeElements(v1::Compression compression, absl::string_view data,
     default:  // INT8
       for (size_t b = 0; b < scales.size(); ++b) {
         if (!std::isfinite(scales[b]) || scales[b] < 0) {
-          return absl::InvalidArgumentError(absl::StrCat("scale ", b, " is ", scales[b], "; scales are finite and ≥ 0"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("scale ", b, " is ", scales[b], "; scales are finite and ≥ 0"));
         }
       }
       for (int64_t i = 0; i < count; ++i) {
         const int8_t q = static_cast<int8_t>(in[i]);
-        if (q == -128) return absl::InvalidArgumentError(absl::StrCat("int8 element ", i, " is -128; values are in ±127"));
+        if (q == -128)
+          return absl::InvalidArgumentError(absl::StrCat("int8 element ", i, " is -128; values are in ±127"));
         out[i] = static_cast<float>(q) * scales[static_cast<size_t>(i / kBlock)];
       }
       break;
@@ -210,8 +216,9 @@ absl::StatusOr<at::Tensor> DecodeTensor(const EncodedTensor& encoded) {
 
 absl::StatusOr<at::Tensor> AddDifference(const at::Tensor& base, const at::Tensor& difference) {
   if (!base.sizes().equals(difference.sizes())) {
-    return absl::InternalError(absl::StrCat("adding a parameter difference of shape ", c10::str(difference.sizes()),
-                                            " to a tensor of shape ", c10::str(base.sizes())));
+    return absl::InternalError(absl::StrCat("adding a parameter difference of shape ",
+                                            c10::str(difference.sizes()), " to a tensor of shape ",
+                                            c10::str(base.sizes())));
   }
   try {
     return at::add(base, difference.to(base.device(), base.scalar_type()));
@@ -241,7 +248,8 @@ absl::StatusOr<EncodedDifference> EncodeDifference(const std::vector<at::Tensor>
     }
     absl::StatusOr<EncodedTensor> encoded = EncodeTensor(difference, compression);
     if (!encoded.ok()) {
-      return absl::Status(encoded.status().code(), absl::StrCat("tensor ", t, ": ", encoded.status().message()));
+      return absl::Status(encoded.status().code(),
+                          absl::StrCat("tensor ", t, ": ", encoded.status().message()));
     }
     absl::StatusOr<at::Tensor> decoded = DecodeTensor(*encoded);
     if (!decoded.ok()) return decoded.status();

@@ -23,11 +23,11 @@
 #ifndef SLIMFIT_PERFORMER_TENSOR_CODEC_H_
 #define SLIMFIT_PERFORMER_TENSOR_CODEC_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -68,8 +68,8 @@ absl::StatusOr<EncodedTensor> EncodeTensor(const at::Tensor& values, v1::Compres
 // INT8: `scales` holds the scales of the blocks the run covers, starting with the block of its
 // first element, which must start a block. INVALID_ARGUMENT when sizes disagree, a scale is
 // negative or not finite, or an int8 value is −128.
-absl::Status DecodeElements(v1::Compression compression, absl::string_view data, absl::Span<const float> scales,
-                            int64_t count, float* out);
+absl::Status DecodeElements(v1::Compression compression, absl::string_view data,
+                            absl::Span<const float> scales, int64_t count, float* out);
 
 // The whole tensor, float32 on the CPU. INVALID_ARGUMENT as DecodeElements.
 absl::StatusOr<at::Tensor> DecodeTensor(const EncodedTensor& encoded);

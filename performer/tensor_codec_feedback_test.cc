@@ -1,8 +1,6 @@
 // AddDifference (base + a decoded difference, in the base's dtype) and error feedback over many
 // rounds of each encoding: the residual stays within one round's quantisation bound and the
 // receiver's sum tracks the true sum. The codec itself: tensor_codec_test.cc.
-#include "performer/tensor_codec.h"
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "performer/tensor_codec.h"
 #include "performer/tensor_codec_test_support.h"
 
 namespace slimfit::performer {
@@ -133,8 +132,10 @@ TEST(TensorCodecTest, EncodeDifferenceDefinesTheRebuiltVersion) {
     ASSERT_TRUE(rebuilt.ok());
     EXPECT_EQ(difference->rebuilt[t].scalar_type(), base[t].scalar_type());
     EXPECT_TRUE(SameBits(difference->rebuilt[t], *rebuilt)) << "tensor " << t;
-    const double lost = (target[t].to(at::kDouble) - difference->rebuilt[t].to(at::kDouble)).abs().max().item<double>();
-    const double step = (target[t].to(at::kDouble) - base[t].to(at::kDouble)).abs().max().item<double>() / 127.0;
+    const double lost =
+        (target[t].to(at::kDouble) - difference->rebuilt[t].to(at::kDouble)).abs().max().item<double>();
+    const double step =
+        (target[t].to(at::kDouble) - base[t].to(at::kDouble)).abs().max().item<double>() / 127.0;
     EXPECT_LE(lost, 0.5 * step * 1.001 + 1e-12) << "tensor " << t;
     EXPECT_GT(lost, 0) << "tensor " << t << ": int8 is lossy here; not vacuous";
   }

@@ -12,9 +12,9 @@
 #ifndef SLIMFIT_PERFORMER_TENSOR_CODEC_TEST_SUPPORT_H_
 #define SLIMFIT_PERFORMER_TENSOR_CODEC_TEST_SUPPORT_H_
 
-#include <cstdint>
-
 #include <ATen/ATen.h>
+
+#include <cstdint>
 
 #include "performer/tensor_codec.h"
 #include "proto/slimfit.pb.h"

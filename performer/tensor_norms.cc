@@ -1,11 +1,11 @@
 #include "performer/tensor_norms.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
-
-#include <ATen/Parallel.h>
 
 namespace slimfit::performer {
 namespace {
@@ -17,7 +17,8 @@ double SquaredNormOf(const T* data, int64_t n) {
   return at::parallel_reduce(
       0, n, kGrain, 0.0,
       [data](int64_t begin, int64_t end, double partial) {
-        for (int64_t i = begin; i < end; ++i) partial += static_cast<double>(data[i]) * static_cast<double>(data[i]);
+        for (int64_t i = begin; i < end; ++i)
+          partial += static_cast<double>(data[i]) * static_cast<double>(data[i]);
         return partial;
       },
       std::plus<double>());
@@ -31,7 +32,8 @@ double MaxMagnitudeOf(const T* data, int64_t n) {
   return at::parallel_reduce(
       0, n, kGrain, 0.0,
       [data](int64_t begin, int64_t end, double partial) {
-        for (int64_t i = begin; i < end; ++i) partial = MaxNaN(partial, std::fabs(static_cast<double>(data[i])));
+        for (int64_t i = begin; i < end; ++i)
+          partial = MaxNaN(partial, std::fabs(static_cast<double>(data[i])));
         return partial;
       },
       MaxNaN);

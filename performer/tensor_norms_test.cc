@@ -1,11 +1,10 @@
 #include "performer/tensor_norms.h"
 
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
-
-#include <ATen/ATen.h>
-
-#include <gtest/gtest.h>
 
 namespace slimfit::performer {
 namespace {

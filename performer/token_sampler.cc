@@ -16,12 +16,14 @@ absl::Status ValidateSamplingOptions(const SamplingOptions& options) {
         absl::StrCat("temperature must be a finite number ≥ 0 (0: greedy), got ", options.temperature));
   }
   if (options.top_k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("top_k must be ≥ 0 (0: every token), got ", options.top_k));
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k must be ≥ 0 (0: every token), got ", options.top_k));
   }
   return absl::OkStatus();
 }
 
-TokenSampler::TokenSampler(const SamplingOptions& options, uint64_t seed) : options_(options), generator_(seed) {}
+TokenSampler::TokenSampler(const SamplingOptions& options, uint64_t seed)
+    : options_(options), generator_(seed) {}
 
 int64_t TokenSampler::Next(const at::Tensor& log_probs) {
   const at::Tensor values = log_probs.detach().to(at::kCPU, at::kDouble).contiguous();
@@ -35,13 +37,15 @@ int64_t TokenSampler::Next(const at::Tensor& log_probs) {
   double threshold = -std::numeric_limits<double>::infinity();
   if (options_.top_k > 0 && options_.top_k < vocab) {
     std::vector<double> sorted(data, data + vocab);
-    std::nth_element(sorted.begin(), sorted.begin() + (options_.top_k - 1), sorted.end(), std::greater<double>());
+    std::nth_element(sorted.begin(), sorted.begin() + (options_.top_k - 1), sorted.end(),
+                     std::greater<double>());
     threshold = sorted[options_.top_k - 1];
   }
   // Every token above the threshold, and of those at it as many as k leaves room for, lowest first.
   int64_t room_at_threshold = vocab;
   if (options_.top_k > 0 && options_.top_k < vocab) {
-    room_at_threshold = options_.top_k - std::count_if(data, data + vocab, [&](double v) { return v > threshold; });
+    room_at_threshold =
+        options_.top_k - std::count_if(data, data + vocab, [&](double v) { return v > threshold; });
   }
   const double top = data[greedy];
   std::vector<double> weights(vocab, 0.0);

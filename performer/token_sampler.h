@@ -11,10 +11,10 @@
 #ifndef SLIMFIT_PERFORMER_TOKEN_SAMPLER_H_
 #define SLIMFIT_PERFORMER_TOKEN_SAMPLER_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <random>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/status.h"
 

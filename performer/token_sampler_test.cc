@@ -1,11 +1,11 @@
 #include "performer/token_sampler.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <map>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace slimfit::performer {
 namespace {
@@ -16,7 +16,8 @@ at::Tensor LogProbs(const std::vector<double>& probabilities) {
   return at::log(at::tensor(probabilities, at::kDouble));
 }
 
-std::map<int64_t, int> Draws(const SamplingOptions& options, const at::Tensor& log_probs, int n, uint64_t seed) {
+std::map<int64_t, int> Draws(const SamplingOptions& options, const at::Tensor& log_probs, int n,
+                             uint64_t seed) {
   TokenSampler sampler(options, seed);
   std::map<int64_t, int> counts;
   for (int i = 0; i < n; ++i) ++counts[sampler.Next(log_probs)];
@@ -52,7 +53,7 @@ TEST(TokenSampler, TopKKeepsOnlyTheKMostLikelyAndRenormalises) {
 
 TEST(TokenSampler, LowTemperatureSharpensHighTemperatureFlattens) {
   const at::Tensor lp = LogProbs({0.2, 0.8});
-  EXPECT_GT(Draws({0.25, 0}, lp, 4000, 5).at(1), 3900);                  // 0.8⁴ : 0.2⁴ ≈ 0.996
+  EXPECT_GT(Draws({0.25, 0}, lp, 4000, 5).at(1), 3900);                     // 0.8⁴ : 0.2⁴ ≈ 0.996
   EXPECT_NEAR(Draws({100.0, 0}, lp, 20000, 5).at(1) / 20000.0, 0.5, 0.02);  // nearly uniform
 }
 

@@ -1,15 +1,15 @@
 #include "performer/torch_state_dict.h"
 
+#include <c10/util/Exception.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
 #include <tuple>
 #include <utility>
 #include <vector>
-
-#include <caffe2/serialize/inline_container.h>
-#include <c10/util/Exception.h>
-#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -32,8 +32,7 @@ bool MentionsOrderedDict(const std::vector<char>& bytes) {
   // Pickles name globals in plain text; torch.save stores data.pkl
   // uncompressed.
   static constexpr absl::string_view kName = "OrderedDict";
-  return std::search(bytes.begin(), bytes.end(), kName.begin(), kName.end()) !=
-         bytes.end();
+  return std::search(bytes.begin(), bytes.end(), kName.begin(), kName.end()) != bytes.end();
 }
 
 absl::Status OrderedDictError(const std::string& path) {
@@ -43,19 +42,16 @@ absl::Status OrderedDictError(const std::string& path) {
                  "path) or as safetensors");
 }
 
-absl::Status PickleLoadError(const std::string& path,
-                             const std::vector<char>& bytes,
+absl::Status PickleLoadError(const std::string& path, const std::vector<char>& bytes,
                              absl::string_view what) {
-  if (absl::StrContains(what, "Expected GenericDict but got None") &&
-      MentionsOrderedDict(bytes)) {
+  if (absl::StrContains(what, "Expected GenericDict but got None") && MentionsOrderedDict(bytes)) {
     return OrderedDictError(path);
   }
   return Invalid(path, ": cannot unpickle the torch.save file: ", what);
 }
 
 // The archive check's refusal, saying how to re-save a legacy torch.save file.
-absl::Status ArchiveError(const std::string& path,
-                          const std::vector<char>& bytes,
+absl::Status ArchiveError(const std::string& path, const std::vector<char>& bytes,
                           const absl::Status& status) {
   // A legacy torch.save file is a bare pickle stream: PROTO opcode 0x80.
   if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80) {
@@ -90,10 +86,8 @@ class BytesReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
 // What torch::jit::pickle_load does (the archive's data.pkl unpickled, tensor
 // storages read from its data/ records, here always into CPU memory), keeping the size of every record
 // handed to the unpickler, by the address of its bytes.
-c10::IValue Unpickle(const std::vector<char>& bytes,
-                     std::map<const void*, size_t>* record_sizes) {
-  caffe2::serialize::PyTorchStreamReader reader(
-      std::make_shared<BytesReadAdapter>(bytes));
+c10::IValue Unpickle(const std::vector<char>& bytes, std::map<const void*, size_t>* record_sizes) {
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReadAdapter>(bytes));
   at::DataPtr pickle;
   size_t pickle_size = 0;
   std::tie(pickle, pickle_size) = reader.getRecord("data.pkl");
@@ -126,23 +120,19 @@ c10::IValue Unpickle(const std::vector<char>& bytes,
 // and offset from the pickle without checking them against the bytes read:
 // a tensor must lie inside its storage, and the storage inside the record it
 // was read from.
-absl::Status CheckTensorBounds(const at::Tensor& tensor,
-                               const std::map<const void*, size_t>& records) {
-  if (!tensor.defined() || tensor.layout() != at::kStrided ||
-      !tensor.has_storage() || !tensor.device().is_cpu()) {
-    return absl::InvalidArgumentError(
-        "not a dense CPU tensor with its own storage");
+absl::Status CheckTensorBounds(const at::Tensor& tensor, const std::map<const void*, size_t>& records) {
+  if (!tensor.defined() || tensor.layout() != at::kStrided || !tensor.has_storage() ||
+      !tensor.device().is_cpu()) {
+    return absl::InvalidArgumentError("not a dense CPU tensor with its own storage");
   }
   const c10::Storage& storage = tensor.storage();
   const size_t storage_bytes = storage.nbytes();
   if (storage_bytes > 0) {
     auto record = records.find(storage.data());
-    if (storage.data() == nullptr || record == records.end() ||
-        storage_bytes > record->second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "its storage of ", storage_bytes, " bytes is larger than the ",
-          record == records.end() ? 0 : record->second,
-          " bytes stored for it"));
+    if (storage.data() == nullptr || record == records.end() || storage_bytes > record->second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("its storage of ", storage_bytes, " bytes is larger than the ",
+                       record == records.end() ? 0 : record->second, " bytes stored for it"));
     }
   }
   if (tensor.storage_offset() < 0) {
@@ -153,25 +143,22 @@ absl::Status CheckTensorBounds(const at::Tensor& tensor,
   __int128 last = tensor.storage_offset();
   for (int64_t d = 0; d < tensor.dim(); ++d) {
     if (tensor.size(d) < 0 || tensor.stride(d) < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "negative size or stride in dimension ", d));
+      return absl::InvalidArgumentError(absl::StrCat("negative size or stride in dimension ", d));
     }
     if (tensor.size(d) == 0) return absl::OkStatus();  // no element
     last += static_cast<__int128>(tensor.size(d) - 1) * tensor.stride(d);
   }
   const __int128 end = (last + 1) * static_cast<__int128>(tensor.itemsize());
   if (end > static_cast<__int128>(storage_bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "its shape, strides and offset reach past its ", storage_bytes,
-        "-byte storage"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("its shape, strides and offset reach past its ", storage_bytes, "-byte storage"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(
-    const std::string& path) {
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(const std::string& path) {
   std::vector<char> bytes;
   {
     absl::StatusOr<std::string> contents = base::ReadFileToString(path);
@@ -182,8 +169,7 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(
   // LibTorch's reader leaks or over-allocates on some malformed archives:
   // it only sees archives laid out as torch.save writes them.
   absl::StatusOr<torch_archive_internal::TorchArchive> archive =
-      torch_archive_internal::CheckTorchArchive(
-          absl::string_view(bytes.data(), bytes.size()));
+      torch_archive_internal::CheckTorchArchive(absl::string_view(bytes.data(), bytes.size()));
   if (!archive.ok()) return ArchiveError(path, bytes, archive.status());
 
   c10::IValue value;
@@ -199,8 +185,7 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(
     if (value.isNone() && MentionsOrderedDict(bytes)) {
       return OrderedDictError(path);
     }
-    return Invalid(path, ": the file holds a ", value.tagKind(),
-                   ", expected a dict of tensors");
+    return Invalid(path, ": the file holds a ", value.tagKind(), ", expected a dict of tensors");
   }
 
   c10::Dict<c10::IValue, c10::IValue> dict = value.toGenericDict();
@@ -216,21 +201,19 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(
   std::map<std::string, at::Tensor> tensors;
   for (const auto& item : dict) {
     if (!item.key().isString()) {
-      return Invalid(path, ": the dict", nesting, " has a ",
-                     item.key().tagKind(), " key; expected string keys");
+      return Invalid(path, ": the dict", nesting, " has a ", item.key().tagKind(),
+                     " key; expected string keys");
     }
     const std::string& key = item.key().toStringRef();
     if (!item.value().isTensor()) {
-      return Invalid(path, ": value of key '", key, "'", nesting, " is a ",
-                     item.value().tagKind(), ", not a tensor",
+      return Invalid(path, ": value of key '", key, "'", nesting, " is a ", item.value().tagKind(),
+                     ", not a tensor",
                      item.value().isNone() ? " (LibTorch also reads an empty "
                                              "collections.OrderedDict as None)"
                                            : "");
     }
-    if (absl::Status bounds = CheckTensorBounds(item.value().toTensor(), record_sizes);
-        !bounds.ok()) {
-      return Invalid(path, ": tensor '", key, "'", nesting, " is corrupt: ",
-                     bounds.message());
+    if (absl::Status bounds = CheckTensorBounds(item.value().toTensor(), record_sizes); !bounds.ok()) {
+      return Invalid(path, ": tensor '", key, "'", nesting, " is corrupt: ", bounds.message());
     }
     tensors.emplace(key, item.value().toTensor());
   }

@@ -10,10 +10,10 @@
 #ifndef SLIMFIT_PERFORMER_TORCH_STATE_DICT_H_
 #define SLIMFIT_PERFORMER_TORCH_STATE_DICT_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <map>
 #include <string>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 
@@ -45,8 +45,7 @@ namespace slimfit::performer {
 // non-string key or a non-tensor value, or a tensor reaching outside its data
 // (the message names the key). Messages start with `path` and say how to
 // re-save the file where that is the fix.
-absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(
-    const std::string& path);
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadTorchStateDict(const std::string& path);
 
 }  // namespace slimfit::performer
 

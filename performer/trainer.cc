@@ -1,12 +1,12 @@
 #include "performer/trainer.h"
 
+#include <torch/optim.h>
+
 #include <cmath>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
-
-#include <torch/optim.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -61,7 +61,8 @@ absl::Status ValidateOptimizer(const v1::Optimizer& optimizer, absl::string_view
   if (!(optimizer.learning_rate() > 0) || !std::isfinite(optimizer.learning_rate())) {
     return bad("learning_rate", absl::StrCat("must be > 0, got ", optimizer.learning_rate()));
   }
-  if (optimizer.warmup_steps() < 0) return bad("warmup_steps", absl::StrCat("must be ≥ 0, got ", optimizer.warmup_steps()));
+  if (optimizer.warmup_steps() < 0)
+    return bad("warmup_steps", absl::StrCat("must be ≥ 0, got ", optimizer.warmup_steps()));
   if (!(optimizer.weight_decay() >= 0) || !std::isfinite(optimizer.weight_decay())) {
     return bad("weight_decay", absl::StrCat("must be ≥ 0, got ", optimizer.weight_decay()));
   }
@@ -71,18 +72,23 @@ absl::Status ValidateOptimizer(const v1::Optimizer& optimizer, absl::string_view
   }
   if (optimizer.has_adamw()) {
     const v1::AdamW& a = optimizer.adamw();
-    if (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1)) return bad("adamw.beta1", absl::StrCat("must be in [0, 1), got ", a.beta1()));
-    if (a.has_beta2() && !(a.beta2() >= 0 && a.beta2() < 1)) return bad("adamw.beta2", absl::StrCat("must be in [0, 1), got ", a.beta2()));
-    if (a.has_epsilon() && !(a.epsilon() > 0)) return bad("adamw.epsilon", absl::StrCat("must be > 0, got ", a.epsilon()));
+    if (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1))
+      return bad("adamw.beta1", absl::StrCat("must be in [0, 1), got ", a.beta1()));
+    if (a.has_beta2() && !(a.beta2() >= 0 && a.beta2() < 1))
+      return bad("adamw.beta2", absl::StrCat("must be in [0, 1), got ", a.beta2()));
+    if (a.has_epsilon() && !(a.epsilon() > 0))
+      return bad("adamw.epsilon", absl::StrCat("must be > 0, got ", a.epsilon()));
   } else {
     const v1::Sgd& s = optimizer.sgd();
-    if (!(s.momentum() >= 0 && s.momentum() < 1)) return bad("sgd.momentum", absl::StrCat("must be in [0, 1), got ", s.momentum()));
+    if (!(s.momentum() >= 0 && s.momentum() < 1))
+      return bad("sgd.momentum", absl::StrCat("must be in [0, 1), got ", s.momentum()));
     if (s.nesterov() && s.momentum() <= 0) return bad("sgd.nesterov", "needs momentum > 0");
   }
   return absl::OkStatus();
 }
 
-int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes, v1::Compression pseudo_gradients) {
+int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes,
+                             v1::Compression pseudo_gradients) {
   int64_t moments = 0;
   if (inner.has_adamw()) {
     moments = 2;
@@ -96,7 +102,8 @@ int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes
 Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelConfig& config,
-                                                         performer::DType dtype, std::vector<at::Tensor> parameters,
+                                                         performer::DType dtype,
+                                                         std::vector<at::Tensor> parameters,
                                                          const v1::Optimizer& optimizer,
                                                          const std::vector<int>& trainable) {
   if (absl::Status valid = ValidateOptimizer(optimizer); !valid.ok()) return valid;
@@ -106,8 +113,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelC
   trainer->names_ = performer::ParameterNames(config);
   trainer->spec_ = optimizer;
   if (parameters.size() != trainer->names_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer: ", parameters.size(), " parameters for a model of ",
-                                                   trainer->names_.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer: ", parameters.size(), " parameters for a model of ", trainer->names_.size()));
   }
   try {
     for (at::Tensor& p : parameters) {
@@ -118,8 +125,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelC
     trainer->trainable_.assign(trainer->parameters_.size(), trainable.empty());
     for (const int index : trainable) {
       if (index < 0 || static_cast<size_t>(index) >= trainer->parameters_.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("trainer: trainable parameter index ", index, " of a model of ",
-                                                       trainer->parameters_.size()));
+        return absl::InvalidArgumentError(absl::StrCat("trainer: trainable parameter index ", index,
+                                                       " of a model of ", trainer->parameters_.size()));
       }
       trainer->trainable_[static_cast<size_t>(index)] = true;
     }
@@ -246,7 +253,8 @@ bool Trainer::StepAdamWFused(std::vector<at::Tensor>& grads, double scale) {
   }
   // The optimizer's own options (Create's defaults, this step's learning rate): one source for both
   // paths.
-  const auto& options = static_cast<const torch::optim::AdamWOptions&>(optimizer_->param_groups().front().options());
+  const auto& options =
+      static_cast<const torch::optim::AdamWOptions&>(optimizer_->param_groups().front().options());
   AdamWHyperparameters hyper;
   hyper.learning_rate = options.lr();
   hyper.beta1 = std::get<0>(options.betas());
@@ -262,7 +270,7 @@ bool Trainer::StepAdamWFused(std::vector<at::Tensor>& grads, double scale) {
     PrepareForWriting(state.exp_avg());  // file-backed moments: mapped in one call each
     PrepareForWriting(state.exp_avg_sq());
     AdamWStep(p, grads[i], state.exp_avg(), state.exp_avg_sq(), state.step(), hyper, scale);
-    grads[i] = at::Tensor();  // released as soon as it is used
+    grads[i] = at::Tensor();                // released as soon as it is used
     ReleaseResidentPages(state.exp_avg());  // file-backed moments leave the resident set
     ReleaseResidentPages(state.exp_avg_sq());
   }
@@ -384,7 +392,8 @@ absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
         auto step_it = file->tensors.find("step." + names_[i]);
         if (!exp_avg.defined() || !exp_avg_sq.defined() || step_it == file->tensors.end()) continue;
         if (!exp_avg.sizes().equals(p.sizes()) || !exp_avg_sq.sizes().equals(p.sizes())) {
-          return absl::InvalidArgumentError(absl::StrCat(optimizer_path, ": state of ", names_[i], " has the wrong shape"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(optimizer_path, ": state of ", names_[i], " has the wrong shape"));
         }
         auto s = std::make_unique<torch::optim::AdamWParamState>();
         s->step(step_it->second.item<int64_t>());
@@ -395,7 +404,8 @@ absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
         at::Tensor buffer = get("momentum_buffer.");
         if (!buffer.defined()) continue;
         if (!buffer.sizes().equals(p.sizes())) {
-          return absl::InvalidArgumentError(absl::StrCat(optimizer_path, ": state of ", names_[i], " has the wrong shape"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(optimizer_path, ": state of ", names_[i], " has the wrong shape"));
         }
         auto s = std::make_unique<torch::optim::SGDParamState>();
         s->momentum_buffer(buffer);
@@ -403,7 +413,8 @@ absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
       }
     }
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(optimizer_path, ": restoring optimizer state: ", e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat(optimizer_path, ": restoring optimizer state: ", e.what_without_backtrace()));
   }
   steps_ = steps;
   file->tensors.clear();
@@ -413,7 +424,8 @@ absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
 
 absl::Status Trainer::KeepOptimizerStateIn(const std::string& directory) {
   if (!spec_.has_adamw()) {
-    return absl::FailedPreconditionError("optimizer state on disk: only AdamW's moments can be kept in files");
+    return absl::FailedPreconditionError(
+        "optimizer state on disk: only AdamW's moments can be kept in files");
   }
   if (directory.empty()) return absl::InvalidArgumentError("optimizer state on disk: no directory given");
   if (absl::Status moved = MoveAdamWStateToFiles(directory); !moved.ok()) return moved;
@@ -430,15 +442,16 @@ absl::Status Trainer::MoveAdamWStateToFiles(const std::string& directory) {
       if (!trainable_[i]) continue;
       const at::Tensor& p = parameters_[i];
       auto it = states.find(StateKey(p));
-      const auto* old = it == states.end() ? nullptr : static_cast<const torch::optim::AdamWParamState*>(it->second.get());
+      const auto* old =
+          it == states.end() ? nullptr : static_cast<const torch::optim::AdamWParamState*>(it->second.get());
       if (old != nullptr && IsFileBacked(old->exp_avg()) && IsFileBacked(old->exp_avg_sq())) continue;
       auto state = std::make_unique<torch::optim::AdamWParamState>();
       state->step(old != nullptr ? old->step() : 0);
       for (const bool second : {false, true}) {
         absl::StatusOr<at::Tensor> moment = FileBackedZerosLike(directory, p);
         if (!moment.ok()) {
-          return absl::Status(moment.status().code(),
-                              absl::StrCat("optimizer state of ", names_[i], ": ", moment.status().message()));
+          return absl::Status(moment.status().code(), absl::StrCat("optimizer state of ", names_[i], ": ",
+                                                                   moment.status().message()));
         }
         if (old != nullptr) moment->copy_(second ? old->exp_avg_sq() : old->exp_avg());
         ReleaseResidentPages(*moment);
@@ -451,7 +464,8 @@ absl::Status Trainer::MoveAdamWStateToFiles(const std::string& directory) {
       moved.emplace_back(i, std::move(state));
     }
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("moving the optimizer state to ", directory, ": ", e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat("moving the optimizer state to ", directory, ": ", e.what_without_backtrace()));
   }
   for (auto& [i, state] : moved) states[StateKey(parameters_[i])] = std::move(state);
   return absl::OkStatus();

@@ -14,13 +14,13 @@
 #ifndef SLIMFIT_PERFORMER_TRAINER_H_
 #define SLIMFIT_PERFORMER_TRAINER_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

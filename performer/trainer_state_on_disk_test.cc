@@ -1,12 +1,11 @@
 // Trainer::KeepOptimizerStateIn: AdamW's moments in files step, save and resume bit for bit as
 // moments in memory do, and are resident only while a step or a checkpoint passes over them.
-#include <string>
-#include <vector>
-
 #include <ATen/ATen.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/files.h"
@@ -139,7 +138,8 @@ TEST(TrainerStateOnDiskTest, ResumedStateGoesToDiskAndContinuesExactly) {
       }
       EXPECT_EQ((*resumed)->steps(), 2);
       EXPECT_EQ(ExpectMomentsOnDiskAndNotResident(**resumed, where), 2 * static_cast<int>(trainable.size()));
-      auto reference = Trainer::Create(Small(), DType::kFloat32, (*straight)->parameters(), AdamW(), trainable);
+      auto reference =
+          Trainer::Create(Small(), DType::kFloat32, (*straight)->parameters(), AdamW(), trainable);
       ASSERT_TRUE(reference.ok());
       (*reference)->set_fused_steps(fused);
       ASSERT_TRUE((*reference)->LoadOptimizerState(optimizer).ok());

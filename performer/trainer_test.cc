@@ -1,15 +1,14 @@
 #include "performer/trainer.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
-#include "performer/performer_model.h"
 #include "base/test_util.h"
+#include "performer/performer_model.h"
 
 namespace slimfit::performer {
 namespace {
@@ -97,7 +96,8 @@ TEST(TrainerTest, FrozenParametersStayBitForBitAndTheNormCoversTheTrainableOnes)
   // The optimizer state holds the trainable parameters only, and resumes them.
   const std::string path = testing_util::TempPath("frozen.optimizer.safetensors");
   ASSERT_TRUE((*trainer)->SaveOptimizerState(path).ok());
-  auto resumed = Trainer::Create(Tiny(), performer::DType::kFloat64, (*trainer)->parameters(), spec, trainable);
+  auto resumed =
+      Trainer::Create(Tiny(), performer::DType::kFloat64, (*trainer)->parameters(), spec, trainable);
   ASSERT_TRUE(resumed.ok());
   ASSERT_TRUE((*resumed)->LoadOptimizerState(path).ok());
   EXPECT_FALSE(Trainer::Create(Tiny(), performer::DType::kFloat64, before, spec, {99}).ok());
@@ -126,7 +126,8 @@ TEST(TrainerTest, WarmupAndClipping) {
   EXPECT_NEAR(norm_of(g), 1.0, 1e-6);
   // The update has norm lr · 1 (clipped).
   double moved = 0;
-  for (size_t i = 0; i < before.size(); ++i) moved += ((*trainer)->parameters()[i] - before[i]).pow(2).sum().item<double>();
+  for (size_t i = 0; i < before.size(); ++i)
+    moved += ((*trainer)->parameters()[i] - before[i]).pow(2).sum().item<double>();
   EXPECT_NEAR(std::sqrt(moved), 0.25, 1e-6);
   for (int s = 2; s <= 5; ++s) step = (*trainer)->Step(Gradient(before, 0.01));
   EXPECT_DOUBLE_EQ(step->learning_rate, 1.0);
@@ -135,7 +136,10 @@ TEST(TrainerTest, WarmupAndClipping) {
 TEST(TrainerTest, SavedOptimizerStateResumesExactly) {
   for (bool adamw : {true, false}) {
     v1::Optimizer spec;
-    if (adamw) spec.mutable_adamw(); else spec.mutable_sgd()->set_momentum(0.9);
+    if (adamw)
+      spec.mutable_adamw();
+    else
+      spec.mutable_sgd()->set_momentum(0.9);
     spec.set_learning_rate(0.01);
     std::vector<at::Tensor> start = Parameters(4);
     auto straight = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
@@ -156,11 +160,15 @@ TEST(TrainerTest, SavedOptimizerStateResumesExactly) {
     for (size_t i = 0; i < start.size(); ++i) {
       // Equal up to the last bit or two: vectorised kernels may round differently on other buffers.
       EXPECT_TRUE(at::allclose((*resumed)->parameters()[i], (*straight)->parameters()[i], 1e-12, 1e-15))
-          << adamw << " " << i << " " << ((*resumed)->parameters()[i] - (*straight)->parameters()[i]).abs().max().item<double>();
+          << adamw << " " << i << " "
+          << ((*resumed)->parameters()[i] - (*straight)->parameters()[i]).abs().max().item<double>();
     }
     // The wrong optimizer kind is refused.
     v1::Optimizer other = spec;
-    if (adamw) other.mutable_sgd(); else other.mutable_adamw();
+    if (adamw)
+      other.mutable_sgd();
+    else
+      other.mutable_adamw();
     auto mismatched = Trainer::Create(Tiny(), performer::DType::kFloat64, start, other);
     EXPECT_THAT((*mismatched)->LoadOptimizerState(optimizer).message(), HasSubstr("optimizer state is not"));
   }
@@ -184,13 +192,15 @@ TEST(TrainerTest, FusedAdamWStepsEqualLibTorchsAndShareTheirCheckpoints) {
   (*unfused)->set_fused_steps(false);
   auto expect_near = [&](const Trainer& a, const Trainer& b, const std::string& where) {
     for (size_t i = 0; i < start.size(); ++i) {
-      EXPECT_TRUE(at::allclose(a.parameters()[i], b.parameters()[i], 1e-5, 1e-7)) << where << ", tensor " << i;
+      EXPECT_TRUE(at::allclose(a.parameters()[i], b.parameters()[i], 1e-5, 1e-7))
+          << where << ", tensor " << i;
     }
   };
   for (int s = 1; s <= 3; ++s) {
     at::manual_seed(s);
     std::vector<at::Tensor> g;
-    for (const at::Tensor& p : start) g.push_back(at::randn_like(p) * (s == 2 ? 0.01 : 3.0));  // clipped at 1, 3
+    for (const at::Tensor& p : start)
+      g.push_back(at::randn_like(p) * (s == 2 ? 0.01 : 3.0));  // clipped at 1, 3
     std::vector<at::Tensor> copy;
     for (const at::Tensor& t : g) copy.push_back(t.clone());
     absl::StatusOr<StepResult> a = (*fused)->Step(g);
@@ -205,8 +215,8 @@ TEST(TrainerTest, FusedAdamWStepsEqualLibTorchsAndShareTheirCheckpoints) {
   // Each path's saved state resumes on the other.
   for (const bool saved_fused : {true, false}) {
     Trainer& saver = saved_fused ? **fused : **unfused;
-    const std::string optimizer =
-        testing_util::TempPath(saved_fused ? "fused-optimizer.safetensors" : "libtorch-optimizer.safetensors");
+    const std::string optimizer = testing_util::TempPath(saved_fused ? "fused-optimizer.safetensors"
+                                                                     : "libtorch-optimizer.safetensors");
     ASSERT_TRUE(saver.SaveOptimizerState(optimizer).ok());
     auto resumed = Trainer::Create(Tiny(), performer::DType::kFloat32, saver.parameters(), spec, {0, 2, 3});
     ASSERT_TRUE(resumed.ok()) << resumed.status();
@@ -218,8 +228,9 @@ TEST(TrainerTest, FusedAdamWStepsEqualLibTorchsAndShareTheirCheckpoints) {
     for (const at::Tensor& t : g) copy.push_back(t.clone());
     ASSERT_TRUE((*resumed)->Step(g).ok());
     ASSERT_TRUE(saver.Step(copy).ok());
-    expect_near(**resumed, saver, saved_fused ? "one-pass state resumed on LibTorch's step"
-                                              : "LibTorch's state resumed on the one-pass step");
+    expect_near(**resumed, saver,
+                saved_fused ? "one-pass state resumed on LibTorch's step"
+                            : "LibTorch's state resumed on the one-pass step");
   }
 }
 
@@ -352,17 +363,22 @@ TEST(TrainerTest, SetParametersRefusesAShapeMismatchAndChangesNothing) {
   EXPECT_EQ(set.code(), absl::StatusCode::kInvalidArgument) << set;
   EXPECT_THAT(set.message(), HasSubstr((*trainer)->names().back()));
   // Not even the tensors before the bad one were overwritten.
-  for (size_t i = 0; i < start.size(); ++i) EXPECT_TRUE(at::equal((*trainer)->parameters()[i], start[i])) << i;
+  for (size_t i = 0; i < start.size(); ++i)
+    EXPECT_TRUE(at::equal((*trainer)->parameters()[i], start[i])) << i;
 
   values.pop_back();
   EXPECT_EQ((*trainer)->SetParameters(values).code(), absl::StatusCode::kInvalidArgument);
-  for (size_t i = 0; i < start.size(); ++i) EXPECT_TRUE(at::equal((*trainer)->parameters()[i], start[i])) << i;
+  for (size_t i = 0; i < start.size(); ++i)
+    EXPECT_TRUE(at::equal((*trainer)->parameters()[i], start[i])) << i;
 }
 
 TEST(TrainerTest, OptimizerStateAloneRoundTrips) {
   for (bool adamw : {true, false}) {
     v1::Optimizer spec;
-    if (adamw) spec.mutable_adamw(); else spec.mutable_sgd()->set_momentum(0.8);
+    if (adamw)
+      spec.mutable_adamw();
+    else
+      spec.mutable_sgd()->set_momentum(0.8);
     spec.set_learning_rate(0.01);
     spec.set_warmup_steps(4);
     std::vector<at::Tensor> start = Parameters(10);
@@ -370,7 +386,8 @@ TEST(TrainerTest, OptimizerStateAloneRoundTrips) {
     ASSERT_TRUE(original.ok()) << original.status();
     ASSERT_TRUE((*original)->Step(Gradient(start, 0.1)).ok());
     ASSERT_TRUE((*original)->Step(Gradient(start, -0.2)).ok());
-    const std::string path = testing_util::TempPath(adamw ? "inner_adamw.safetensors" : "inner_sgd.safetensors");
+    const std::string path =
+        testing_util::TempPath(adamw ? "inner_adamw.safetensors" : "inner_sgd.safetensors");
     ASSERT_TRUE((*original)->SaveOptimizerState(path).ok());
 
     // A trainer at other values (a worker's next round) takes the state on.
@@ -397,7 +414,8 @@ TEST(TrainerTest, OptimizerStateAloneRoundTrips) {
     ASSERT_TRUE((*fresh)->Step(Gradient(start, 0.3)).ok());
     double apart = 0;
     for (size_t i = 0; i < next.size(); ++i) {
-      apart = std::max(apart, ((*fresh)->parameters()[i] - (*restored)->parameters()[i]).abs().max().item<double>());
+      apart = std::max(apart,
+                       ((*fresh)->parameters()[i] - (*restored)->parameters()[i]).abs().max().item<double>());
     }
     EXPECT_GT(apart, 1e-6) << adamw;
   }
@@ -429,10 +447,14 @@ TEST(TrainerTest, LocalStepsExtraBytesCountCompressedPseudoGradients) {
   EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, v1::COMPRESSION_UNSPECIFIED), 4000);
   EXPECT_EQ(LocalStepsExtraBytes(plain, 1000, v1::COMPRESSION_NONE), 2000);
   // Compressed: the error feedback (parameter_bytes) and the encoded pseudo-gradient (half of it).
-  for (const v1::Compression compression : {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
-    EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, compression), 4000 + 1500) << v1::Compression_Name(compression);
-    EXPECT_EQ(LocalStepsExtraBytes(plain, 1000, compression), 2000 + 1500) << v1::Compression_Name(compression);
-    EXPECT_EQ(LocalStepsExtraBytes(adamw, int64_t{3} << 30, compression) - LocalStepsExtraBytes(adamw, int64_t{3} << 30),
+  for (const v1::Compression compression :
+       {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
+    EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, compression), 4000 + 1500)
+        << v1::Compression_Name(compression);
+    EXPECT_EQ(LocalStepsExtraBytes(plain, 1000, compression), 2000 + 1500)
+        << v1::Compression_Name(compression);
+    EXPECT_EQ(LocalStepsExtraBytes(adamw, int64_t{3} << 30, compression) -
+                  LocalStepsExtraBytes(adamw, int64_t{3} << 30),
               (int64_t{9} << 30) / 2)
         << v1::Compression_Name(compression);
   }

@@ -29,8 +29,7 @@ using performer::ValidateScheduleSlots;
 using performer::ValidateScheduleSteps;
 
 // Costs fit in 32 bits: C(t, m) ≤ t(t+1)/2 < 2^31 for t ≤ kMaxScheduleSteps.
-static_assert(kMaxScheduleSteps * (kMaxScheduleSteps + 1) / 2 <
-                  int64_t{std::numeric_limits<int32_t>::max()},
+static_assert(kMaxScheduleSteps * (kMaxScheduleSteps + 1) / 2 < int64_t{std::numeric_limits<int32_t>::max()},
               "costs must fit the 32-bit tables");
 constexpr int64_t kInfiniteCost = std::numeric_limits<int64_t>::max();
 
@@ -38,9 +37,7 @@ constexpr int64_t kInfiniteCost = std::numeric_limits<int64_t>::max();
 // (y << 2) | type.
 enum DecisionType : uint32_t { kTail = 0, kFront = 1, kGraph = 2 };
 
-uint32_t EncodeDecision(DecisionType type, int32_t y) {
-  return (static_cast<uint32_t>(y) << 2) | type;
-}
+uint32_t EncodeDecision(DecisionType type, int32_t y) { return (static_cast<uint32_t>(y) << 2) | type; }
 
 // Budget beyond which C(t, m) stops falling for every t ≤ steps (so larger tables add nothing).
 int64_t SaturatingSlots(ScheduleKind kind, int64_t steps, const GraphUnits& units) {
@@ -98,8 +95,7 @@ class LowerHull {
  private:
   // Index j of the segment [xs_[j], xs_[j+1]] holding z (the last segment for z = xs_.back()).
   size_t Segment(int32_t z) const {
-    const size_t after =
-        static_cast<size_t>(std::upper_bound(xs_.begin(), xs_.end(), z) - xs_.begin());
+    const size_t after = static_cast<size_t>(std::upper_bound(xs_.begin(), xs_.end(), z) - xs_.begin());
     return std::min(after, xs_.size() - 1) - 1;
   }
 
@@ -320,8 +316,8 @@ void BpttPolicy::Tables::Solve() {
   }
 }
 
-absl::StatusOr<std::vector<ScheduleAction>> BpttPolicy::Tables::Generate(
-    int32_t steps_wanted, int64_t slots_wanted) const {
+absl::StatusOr<std::vector<ScheduleAction>> BpttPolicy::Tables::Generate(int32_t steps_wanted,
+                                                                         int64_t slots_wanted) const {
   // One stretch being solved: slices [s, s + t) with budget m from start state c. The left part
   // of every split is the same frame with a smaller t (a loop, not a call); right parts are
   // pushed, so the stack depth is bounded by the nesting of right parts (≤ 2m), not by t.
@@ -382,8 +378,7 @@ absl::StatusOr<std::vector<ScheduleAction>> BpttPolicy::Tables::Generate(
       // Keep the start front exactly while something will still read it: the left part restores
       // it, or a graph(1) shares it as its input.
       share = type == kGraph && y == 1 && units.share_first;
-      const bool needed =
-          share || type == kFront || (type == kGraph && y >= 2) || (type == kTail && t >= 2);
+      const bool needed = share || type == kFront || (type == kGraph && y >= 2) || (type == kTail && t >= 2);
       if (needed && !frame.start_kept) {
         emit(Type::kKeepFront, s);
         frame.start_kept = true;
@@ -421,19 +416,18 @@ absl::StatusOr<std::vector<ScheduleAction>> BpttPolicy::Tables::Generate(
     }
   }
   if (overflow) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(ScheduleKindName(kind), " schedule for ", steps_wanted, " steps with ",
-                     slots_wanted, " slots has more than ", kMaxScheduleActions,
-                     " actions (it runs ", CostAt(1, slots_wanted, steps_wanted),
-                     " slice forwards); give it more slots or use larger slices"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        ScheduleKindName(kind), " schedule for ", steps_wanted, " steps with ", slots_wanted,
+        " slots has more than ", kMaxScheduleActions, " actions (it runs ",
+        CostAt(1, slots_wanted, steps_wanted), " slice forwards); give it more slots or use larger slices"));
   }
   return actions;
 }
 
 BpttPolicy::BpttPolicy(std::shared_ptr<const Tables> tables) : tables_(std::move(tables)) {}
 
-absl::StatusOr<BpttPolicy> BpttPolicy::Create(ScheduleKind kind, int64_t max_steps,
-                                              int64_t max_slots, double alpha, double beta) {
+absl::StatusOr<BpttPolicy> BpttPolicy::Create(ScheduleKind kind, int64_t max_steps, int64_t max_slots,
+                                              double alpha, double beta) {
   if (absl::Status status = ValidateScheduleKind(kind); !status.ok()) return status;
   if (absl::Status status = ValidateScheduleSteps(max_steps, "max_steps"); !status.ok()) return status;
   if (absl::Status status = ValidateScheduleSlots(max_slots, "max_slots"); !status.ok()) return status;
@@ -450,11 +444,10 @@ absl::StatusOr<BpttPolicy> BpttPolicy::Create(ScheduleKind kind, int64_t max_ste
   tables->table_slots = std::min(max_slots, SaturatingSlots(kind, max_steps, tables->units));
   const int64_t cells = (max_steps + 1) * tables->table_slots * tables->states;
   if (cells > kMaxPolicyTableCells) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(ScheduleKindName(kind), " policy table for ", max_steps, " steps x ",
-                     tables->table_slots, " slots", tables->states == 2 ? " x 2 start states" : "",
-                     " needs ", cells, " cells, more than the limit of ", kMaxPolicyTableCells,
-                     "; use fewer slots or larger slices"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        ScheduleKindName(kind), " policy table for ", max_steps, " steps x ", tables->table_slots, " slots",
+        tables->states == 2 ? " x 2 start states" : "", " needs ", cells, " cells, more than the limit of ",
+        kMaxPolicyTableCells, "; use fewer slots or larger slices"));
   }
   tables->cost.assign(static_cast<size_t>(cells), 0);
   tables->decision.assign(static_cast<size_t>(cells), 0);
@@ -491,8 +484,7 @@ absl::Status ValidateQuery(int64_t steps, int64_t slots, int64_t max_steps, int6
 }  // namespace
 
 absl::StatusOr<int64_t> BpttPolicy::Cost(int64_t steps, int64_t slots) const {
-  if (absl::Status status = ValidateQuery(steps, slots, tables_->steps, tables_->slots);
-      !status.ok()) {
+  if (absl::Status status = ValidateQuery(steps, slots, tables_->steps, tables_->slots); !status.ok()) {
     return status;
   }
   return tables_->CostAt(1, slots, static_cast<int32_t>(steps));
@@ -505,9 +497,9 @@ absl::StatusOr<int64_t> BpttPolicy::SlotsForCost(int64_t steps, int64_t max_forw
   const int32_t t = static_cast<int32_t>(steps);
   const int64_t best = tables_->CostAt(1, tables_->table_slots, t);
   if (best > max_forwards) {
-    return absl::NotFoundError(absl::StrCat(
-        ScheduleKindName(tables_->kind), ": ", steps, " steps need at least ", best,
-        " slice forwards with up to ", tables_->slots, " slots; asked for at most ", max_forwards));
+    return absl::NotFoundError(absl::StrCat(ScheduleKindName(tables_->kind), ": ", steps,
+                                            " steps need at least ", best, " slice forwards with up to ",
+                                            tables_->slots, " slots; asked for at most ", max_forwards));
   }
   // C(t, m) is nonincreasing in m: binary search for the first budget that meets the cap.
   int64_t lo = 0, hi = tables_->table_slots;  // C(t, lo) > cap (lo = 0: infeasible), C(t, hi) ≤ cap
@@ -523,8 +515,7 @@ absl::StatusOr<int64_t> BpttPolicy::SlotsForCost(int64_t steps, int64_t max_forw
 }
 
 absl::StatusOr<Schedule> BpttPolicy::MakeSchedule(int64_t steps, int64_t slots) const {
-  if (absl::Status status = ValidateQuery(steps, slots, tables_->steps, tables_->slots);
-      !status.ok()) {
+  if (absl::Status status = ValidateQuery(steps, slots, tables_->steps, tables_->slots); !status.ok()) {
     return status;
   }
   const int32_t t = static_cast<int32_t>(steps);
@@ -536,10 +527,10 @@ absl::StatusOr<Schedule> BpttPolicy::MakeSchedule(int64_t steps, int64_t slots) 
   schedule.beta = tables_->beta;
   schedule.forward_count = tables_->CostAt(1, slots, t);
   if (schedule.forward_count > kMaxScheduleActions) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        ScheduleKindName(tables_->kind), " schedule for ", steps, " steps with ", slots,
-        " slots runs ", schedule.forward_count, " slice forwards, more than the limit of ",
-        kMaxScheduleActions, " actions; give it more slots or use larger slices"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(ScheduleKindName(tables_->kind), " schedule for ", steps, " steps with ", slots,
+                     " slots runs ", schedule.forward_count, " slice forwards, more than the limit of ",
+                     kMaxScheduleActions, " actions; give it more slots or use larger slices"));
   }
   absl::StatusOr<std::vector<ScheduleAction>> actions = tables_->Generate(t, slots);
   if (!actions.ok()) return actions.status();
@@ -563,8 +554,8 @@ absl::StatusOr<Schedule> MakeSchedule(ScheduleKind kind, int64_t steps, int64_t 
 
 absl::StatusOr<Schedule> ScheduleForPlan(const performer::Plan& plan, int64_t slices) {
   if (plan.front_policy != performer::FrontPolicy::kDp) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan's front policy is ",
-                                                   performer::FrontPolicyName(plan.front_policy), ", not dp"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan's front policy is ", performer::FrontPolicyName(plan.front_policy), ", not dp"));
   }
   return MakeSchedule(plan.schedule, slices, plan.slots, plan.alpha, plan.beta);
 }

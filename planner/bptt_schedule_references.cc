@@ -29,7 +29,6 @@ const std::vector<Variant>& AllVariants() {
   return *variants;
 }
 
-
 // ---- Exhaustive search over the machine of the header -------------------------------------------
 // A 0-1 breadth-first search over every state (slices left, cursor, kept fronts, kept graphs)
 // reachable by any valid action; forwards cost 1, everything else 0. Independent of the programs.
@@ -50,8 +49,8 @@ int64_t ExhaustiveCost(const Variant& v, int t, int m) {
     return units;
   };
   auto readable = [&](int p, uint32_t fronts, uint32_t graphs) {
-    return (fronts >> p & 1) || (p >= 1 && (graphs >> (p - 1) & 1)) ||
-           (p < t && (graphs >> p & 1)) || (ism && p == 0);
+    return (fronts >> p & 1) || (p >= 1 && (graphs >> (p - 1) & 1)) || (p < t && (graphs >> p & 1)) ||
+           (ism && p == 0);
   };
   struct State {
     int left;    // slices not yet back-propagated: next is left − 1
@@ -62,8 +61,7 @@ int64_t ExhaustiveCost(const Variant& v, int t, int m) {
     return ((static_cast<size_t>(s.left) * (t + 2) + (s.cursor + 1)) << (front_bits + graph_bits)) |
            (static_cast<size_t>(s.fronts) << graph_bits) | s.graphs;
   };
-  std::vector<int32_t> dist(static_cast<size_t>((t + 1) * (t + 2)) << (front_bits + graph_bits),
-                            -1);
+  std::vector<int32_t> dist(static_cast<size_t>((t + 1) * (t + 2)) << (front_bits + graph_bits), -1);
   std::vector<char> done(dist.size(), 0);
   std::deque<State> queue;
   const State start{t, 0, 0, 0};
@@ -122,8 +120,7 @@ int64_t ExhaustiveCost(const Variant& v, int t, int m) {
 
 // ---- The programs written out plainly, O(t²·m) --------------------------------------------------
 // C[c][m][t] per the header's recurrences (c: start state), without hulls or pruning.
-std::vector<std::vector<std::vector<int64_t>>> ReferenceTables(const Variant& v, int tmax,
-                                                               int mmax) {
+std::vector<std::vector<std::vector<int64_t>>> ReferenceTables(const Variant& v, int tmax, int mmax) {
   const bool hsm = v.kind == ScheduleKind::kHsm, ism = v.kind == ScheduleKind::kIsm;
   const int64_t full = Ceil(v.alpha), shared = Ceil(v.beta);
   std::vector<std::vector<std::vector<int64_t>>> c_table(

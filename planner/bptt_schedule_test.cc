@@ -96,8 +96,7 @@ TEST(BpttScheduleTest, ClosedForms) {
     ASSERT_TRUE(one.ok()) << one.status();
     for (int64_t t : {1, 2, 3, 7, 50, 333, 1000}) {
       const bool small_graphs = v.kind == ScheduleKind::kMsm && Ceil(v.alpha) < 2;
-      EXPECT_EQ(*one->Cost(t, 1), small_graphs ? 1 + t * (t - 1) / 2 : t * (t + 1) / 2)
-          << "t=" << t;
+      EXPECT_EQ(*one->Cost(t, 1), small_graphs ? 1 + t * (t - 1) / 2 : t * (t + 1) / 2) << "t=" << t;
     }
     // Plentiful memory: HSM 2t − 1 for m ≥ t; ISM t for m ≥ t; MSM t for m ≥ αt.
     constexpr int64_t kT = 333;
@@ -135,8 +134,7 @@ TEST(BpttScheduleTest, SeedUpperBounds) {
       ASSERT_LE(*ism->Cost(t, m), bound + 1e-9L) << "t=" << t << " m=" << m;
       ASSERT_LE(*msm->Cost(t, m), bound + 1e-9L) << "t=" << t << " m=" << m;
       // §3.5: numerically C(t, m) < 4·t^(1+1/m) for t < 10^5, m < 10^3.
-      ASSERT_LT(c, 4 * std::pow(static_cast<long double>(t), 1.0L + 1.0L / m))
-          << "t=" << t << " m=" << m;
+      ASSERT_LT(c, 4 * std::pow(static_cast<long double>(t), 1.0L + 1.0L / m)) << "t=" << t << " m=" << m;
       // ISM can mimic any HSM schedule (a kept graph holds the front it replaces) and MSM
       // contains HSM, so neither is ever worse with the same number of slots.
       ASSERT_LE(*ism->Cost(t, m), c) << "t=" << t << " m=" << m;
@@ -180,8 +178,7 @@ TEST(BpttScheduleTest, MsmWithGraphsTooLargeIsHsm) {
   for (int m = 1; m <= 12; ++m) {
     for (int t = 1; t <= 120; t += 7) {
       const double too_big = m + 1.5;
-      EXPECT_EQ(Cost({ScheduleKind::kMsm, too_big, too_big}, t, m),
-                Cost({ScheduleKind::kHsm, 0, 0}, t, m))
+      EXPECT_EQ(Cost({ScheduleKind::kMsm, too_big, too_big}, t, m), Cost({ScheduleKind::kHsm, 0, 0}, t, m))
           << "t=" << t << " m=" << m;
     }
   }
@@ -264,8 +261,7 @@ TEST(BpttScheduleTest, SchedulesFitTheirBudgetTightly) {
   absl::StatusOr<ScheduleStats> stats = SimulateSchedule(*schedule, 100, 6);
   ASSERT_TRUE(stats.ok());
   ASSERT_EQ(stats->peak_units, 6);
-  EXPECT_EQ(SimulateSchedule(*schedule, 100, 5).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(SimulateSchedule(*schedule, 100, 5).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 TEST(BpttScheduleTest, LargeSchedulesAndTiming) {
@@ -307,8 +303,7 @@ TEST(BpttScheduleTest, PolicyAnswersEverySmallerQuery) {
   EXPECT_EQ(policy->beta(), 3);
   for (int t : {1, 17, 99, 200}) {
     for (int m : {1, 5, 23, 40}) {
-      EXPECT_EQ(*policy->Cost(t, m), Cost({ScheduleKind::kMsm, 4, 3}, t, m))
-          << "t=" << t << " m=" << m;
+      EXPECT_EQ(*policy->Cost(t, m), Cost({ScheduleKind::kMsm, 4, 3}, t, m)) << "t=" << t << " m=" << m;
     }
   }
 }
@@ -381,10 +376,8 @@ TEST(BpttScheduleTest, RejectsBadArguments) {
   EXPECT_TRUE(OptimalCost(ScheduleKind::kHsm, 10, 4, NAN, -1).ok());
   EXPECT_TRUE(OptimalCost(ScheduleKind::kIsm, 10, 4, 0, 0).ok());
   // Messages say what is wrong.
-  EXPECT_NE(OptimalCost(ScheduleKind::kHsm, 0, 4, 0, 0).status().message().find("got 0"),
-            std::string::npos);
-  EXPECT_NE(OptimalCost(ScheduleKind::kMsm, 10, 4, 3, 4).status().message().find("beta"),
-            std::string::npos);
+  EXPECT_NE(OptimalCost(ScheduleKind::kHsm, 0, 4, 0, 0).status().message().find("got 0"), std::string::npos);
+  EXPECT_NE(OptimalCost(ScheduleKind::kMsm, 10, 4, 3, 4).status().message().find("beta"), std::string::npos);
 }
 
 TEST(BpttScheduleTest, RejectsOversizedTablesAndSchedules) {

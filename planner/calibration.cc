@@ -25,6 +25,7 @@
 
 namespace slimfit::planner {
 
+using base::RetainFreedHeapMemory;
 using performer::ComputeGradient;
 using performer::ConfigureCpuThreads;
 using performer::DeviceMemoryBytes;
@@ -34,7 +35,6 @@ using performer::ModelConfig;
 using performer::PackedBatch;
 using performer::PerformerModel;
 using performer::Plan;
-using base::RetainFreedHeapMemory;
 
 namespace {
 
@@ -135,7 +135,8 @@ struct PoolPoint {
 PackedBatch RandomBatch(const ModelConfig& model, int64_t tokens, uint64_t seed) {
   PackedBatch batch;
   std::mt19937_64 generator(seed);
-  for (int64_t i = 0; i < tokens; ++i) batch.tokens.push_back(static_cast<int64_t>(generator() % model.vocab));
+  for (int64_t i = 0; i < tokens; ++i)
+    batch.tokens.push_back(static_cast<int64_t>(generator() % model.vocab));
   return batch;
 }
 
@@ -201,11 +202,12 @@ absl::Status FitBf16Products(const std::vector<Bf16Probe>& probes, DeviceProfile
 std::vector<std::string> CalibrationResult::Warnings() const {
   std::vector<std::string> warnings;
   if (!bf16_error.empty()) {
-    warnings.push_back(
-        absl::StrCat("this device cannot run bfloat16 products (jobs with them will fail on it): ", bf16_error));
+    warnings.push_back(absl::StrCat(
+        "this device cannot run bfloat16 products (jobs with them will fail on it): ", bf16_error));
   }
   if (!bf16_fit_error.empty()) {
-    warnings.push_back(absl::StrCat("bfloat16 plans are predicted with the float32 constants: ", bf16_fit_error));
+    warnings.push_back(
+        absl::StrCat("bfloat16 plans are predicted with the float32 constants: ", bf16_fit_error));
   }
   return warnings;
 }
@@ -236,7 +238,8 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   }
   if (device->is_cpu()) {
     RetainFreedHeapMemory();
-    if (absl::Status s = ConfigureCpuThreads(options.threads, performer::ToScalarType(options.dtype)); !s.ok()) {
+    if (absl::Status s = ConfigureCpuThreads(options.threads, performer::ToScalarType(options.dtype));
+        !s.ok()) {
       return s;
     }
   }
@@ -303,7 +306,8 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       result.probes.push_back(probe);
       replayed = replayed || (device->is_cuda() && options.slice_replay == performer::SliceReplay::kAuto &&
                               last.replayed_slices > 0);
-      if (probe.graph_pool_bytes > 0) pool_points.push_back({probe_model, options.seq_len, plan, probe.graph_pool_bytes});
+      if (probe.graph_pool_bytes > 0)
+        pool_points.push_back({probe_model, options.seq_len, plan, probe.graph_pool_bytes});
       // What the device held before the call beyond the probe model's parameters: after the
       // untimed first run, the libraries' workspaces (cuBLAS keeps one per stream and thread, the
       // CUDA graphs add a side stream); the largest over the probes, which run graphs and not.
@@ -311,11 +315,11 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
 
       // Memory: working = scale · elements · dtype + overhead (+ the sweep's own fronts).
       const int64_t tokens = slice == 0 ? options.seq_len : slice;
-      const double elements =
-          SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block) * tokens;
+      const double elements = SavedElementsPerToken(probe_model, plan.prefix_mode, plan.block) * tokens;
       // ... and the engine's forward weight layouts (PrepareForwardLayouts), which the cost model
       // adds on its own.
-      const bool copies = plan.copy_forward_weights && performer::CopiesForwardLayouts(*device, options.dtype);
+      const bool copies =
+          plan.copy_forward_weights && performer::CopiesForwardLayouts(*device, options.dtype);
       const double layouts =
           static_cast<double>(probe_model.forward_layout_values(copies) * DTypeBytes(options.dtype));
       const double fronts = (slice == 0 ? 0 : 4.0 * FrontBytes(probe_model, options.dtype)) + layouts +
@@ -330,8 +334,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       double flops = 0, size_weighted = 0, elements_touched = 0, computations = 0;
       Bf16Probe bf16_probe;
       auto add = [&](int64_t rows, bool with_output, double weight, double count) {
-        const MatmulCost cost =
-            SliceMatmulCost(probe_model, rows, plan.prefix_mode, plan.block, with_output);
+        const MatmulCost cost = SliceMatmulCost(probe_model, rows, plan.prefix_mode, plan.block, with_output);
         flops += weight * count * cost.flops;
         size_weighted += weight * count * cost.size_weighted_flops;
         bf16_probe.linear_flops += weight * count * cost.linear_flops;
@@ -376,9 +379,12 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       gradient_options.slice_replay = options.slice_replay;
       absl::StatusOr<GradientResult> gradient = ComputeGradient(*model, long_batch, plan, gradient_options);
       if (!gradient.ok()) return gradient.status();
-      ProbeResult probe{plan, options.graph_pool_seq_len, gradient->seconds,
+      ProbeResult probe{plan,
+                        options.graph_pool_seq_len,
+                        gradient->seconds,
                         gradient->peak_bytes - gradient->start_bytes - model->parameter_bytes(),
-                        gradient->graph_pool_bytes, /*pool_only=*/true};
+                        gradient->graph_pool_bytes,
+                        /*pool_only=*/true};
       result.probes.push_back(probe);
       replayed = replayed || gradient->replayed_slices > 0;
       if (probe.graph_pool_bytes > 0) {

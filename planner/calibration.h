@@ -50,7 +50,7 @@ struct CalibrationOptions {
   std::vector<performer::ModelConfig> models = {ProbeModel(128), ProbeModel(256), ProbeModel(512)};
   int64_t seq_len = 1024;
   std::vector<int64_t> slices = {16, 64, 256, 0};  // 0: full back-propagation
-  int repeats = 2;                                       // timed runs per probe (median)
+  int repeats = 2;                                 // timed runs per probe (median)
   // As the worker will run slices (performer::GradientOptions::slice_replay): on a GPU, CUDA graphs
   // change both the per-slice time and the memory the probes measure.
   performer::SliceReplay slice_replay = performer::SliceReplay::kAuto;

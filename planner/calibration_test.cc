@@ -1,8 +1,8 @@
 #include "planner/calibration.h"
 
-#include <cstdint>
-
 #include <gtest/gtest.h>
+
+#include <cstdint>
 
 #include "performer/gradient_engine.h"
 #include "performer/matrix_products.h"
@@ -60,7 +60,8 @@ TEST(CalibrationTest, ProducesAValidProfileFromTheProbes) {
   EXPECT_GT(result->bf16_call_time_ratio, 0);
   EXPECT_NE(result->bf16_call_time_ratio, 1.0);
   EXPECT_GT(result->profile.bf16_flops_per_second, 0);
-  EXPECT_LE(result->profile.bf16_flops_per_second, kMaxBf16RateGain * result->profile.flops_per_second * (1 + 1e-12));
+  EXPECT_LE(result->profile.bf16_flops_per_second,
+            kMaxBf16RateGain * result->profile.flops_per_second * (1 + 1e-12));
   EXPECT_GE(result->profile.bf16_half_rate_rows, 0);
   EXPECT_GE(result->profile.bf16_layer_overhead_s, 0);
 }
@@ -83,7 +84,8 @@ TEST(CalibrationTest, WarningsSayWhatIsLeftUnmeasured) {
   result.bf16_fit_error = "collinear";
   const std::vector<std::string> warnings = result.Warnings();
   ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_EQ(warnings[0], "this device cannot run bfloat16 products (jobs with them will fail on it): no kernel");
+  EXPECT_EQ(warnings[0],
+            "this device cannot run bfloat16 products (jobs with them will fail on it): no kernel");
   EXPECT_EQ(warnings[1], "bfloat16 plans are predicted with the float32 constants: collinear");
 }
 
@@ -105,7 +107,8 @@ TEST(CalibrationTest, Bf16ConstantsAreRecoveredFromTheDifferences) {
     const double other = 0.01 + errors[i] * 0.005;  // prefix sums, element-wise work, misfit
     probe.float32_seconds = probe.linear_flops / 2e11 + 20 * probe.linear_size_weighted_flops / 2e11 +
                             5e-5 * probe.layer_computations + other;
-    probe.bf16_seconds = probe.linear_flops / rate + half_rate_rows * probe.linear_size_weighted_flops / rate +
+    probe.bf16_seconds = probe.linear_flops / rate +
+                         half_rate_rows * probe.linear_size_weighted_flops / rate +
                          overhead * probe.layer_computations + other;
     probes.push_back(probe);
   }
@@ -157,11 +160,12 @@ TEST(CalibrationTest, TheCostModelCountsTheBatchedWeightGradientBuffersTheEngine
   };
   using performer::FeatureMap;
   using performer::LayerRecompute;
-  for (const Case& c : {Case{true, 16}, Case{true, 24},
-                        Case{true, 16, FeatureMap::kSqr, LayerRecompute::kNone, performer::DType::kFloat64},
-                        Case{false, 0}, Case{false, 64}, Case{true, 16, FeatureMap::kFavor},
-                        Case{false, 16, FeatureMap::kSqr, LayerRecompute::kLayers},
-                        Case{false, 16, FeatureMap::kSqr, LayerRecompute::kNone, performer::DType::kFloat32, true}}) {
+  for (const Case& c :
+       {Case{true, 16}, Case{true, 24},
+        Case{true, 16, FeatureMap::kSqr, LayerRecompute::kNone, performer::DType::kFloat64}, Case{false, 0},
+        Case{false, 64}, Case{true, 16, FeatureMap::kFavor},
+        Case{false, 16, FeatureMap::kSqr, LayerRecompute::kLayers},
+        Case{false, 16, FeatureMap::kSqr, LayerRecompute::kNone, performer::DType::kFloat32, true}}) {
     performer::ModelConfig config = ProbeModel(32);
     config.feature_map = c.features;
     absl::StatusOr<performer::PerformerModel> model =
@@ -177,7 +181,8 @@ TEST(CalibrationTest, TheCostModelCountsTheBatchedWeightGradientBuffersTheEngine
     absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, plan, {});
     ASSERT_TRUE(result.ok()) << result.status();
     const std::string what = plan.DebugString();
-    EXPECT_EQ(result->batched_weight_gradient_bytes, BatchedWeightGradientBytes(config, plan, DeviceProfile()))
+    EXPECT_EQ(result->batched_weight_gradient_bytes,
+              BatchedWeightGradientBytes(config, plan, DeviceProfile()))
         << what;
     EXPECT_EQ(result->batched_weight_gradient_bytes > 0, c.batched) << what;
   }

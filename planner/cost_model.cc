@@ -40,7 +40,8 @@ double SavedElementsPerToken(const ModelConfig& c, PrefixMode mode, int64_t bloc
     layer += 3 * (k * m * hd + k * m);
   } else {
     // The chunked backward rebuilds one front per block: amortised over the block's tokens.
-    layer += k * m * (hd + 1) / static_cast<double>(std::max<int64_t>(block, 1)) + k * static_cast<double>(block);
+    layer +=
+        k * m * (hd + 1) / static_cast<double>(std::max<int64_t>(block, 1)) + k * static_cast<double>(block);
   }
   // Output head: the selected rows, logits and log-probabilities.
   const double head = d + 2.0 * static_cast<double>(c.vocab);
@@ -51,7 +52,8 @@ int64_t FrontBytes(const ModelConfig& c, DType dtype) {
   return c.layers * c.front_elements_per_layer() * performer::DTypeBytes(dtype);
 }
 
-MatmulCost SliceMatmulCost(const ModelConfig& c, int64_t tokens, PrefixMode mode, int64_t block, bool with_output) {
+MatmulCost SliceMatmulCost(const ModelConfig& c, int64_t tokens, PrefixMode mode, int64_t block,
+                           bool with_output) {
   MatmulCost cost;
   auto product = [&](double m, double k, double n, double count) {
     const double f = 2 * m * k * n * count;
@@ -97,17 +99,20 @@ MatmulCost SliceMatmulCost(const ModelConfig& c, int64_t tokens, PrefixMode mode
 double SliceSeconds(const ModelConfig& c, int64_t tokens, const Plan& plan, bool with_output,
                     const DeviceProfile& p) {
   const MatmulCost cost = SliceMatmulCost(c, tokens, plan.prefix_mode, plan.block, with_output);
-  const double elements = static_cast<double>(tokens) * SavedElementsPerToken(c, plan.prefix_mode, plan.block);
+  const double elements =
+      static_cast<double>(tokens) * SavedElementsPerToken(c, plan.prefix_mode, plan.block);
   // The linear maps' products at the products' own constants (bfloat16 where measured).
   const bool bf16 = plan.bf16_products && p.bf16_flops_per_second > 0;
   const double linear_rate = bf16 ? p.bf16_flops_per_second : p.flops_per_second;
   const double linear_half_rate_rows = bf16 ? p.bf16_half_rate_rows : p.half_rate_rows;
   const double layer_overhead_s = bf16 ? p.bf16_layer_overhead_s : p.layer_overhead_s;
-  const double linear = (cost.linear_flops + linear_half_rate_rows * cost.linear_size_weighted_flops) / linear_rate;
+  const double linear =
+      (cost.linear_flops + linear_half_rate_rows * cost.linear_size_weighted_flops) / linear_rate;
   const double attention = (cost.flops - cost.linear_flops +
                             p.half_rate_rows * (cost.size_weighted_flops - cost.linear_size_weighted_flops)) /
                            p.flops_per_second;
-  return linear + attention + p.seconds_per_element * elements + layer_overhead_s * static_cast<double>(c.layers);
+  return linear + attention + p.seconds_per_element * elements +
+         layer_overhead_s * static_cast<double>(c.layers);
 }
 
 int64_t Bf16ProductBytes(const ModelConfig& c, int64_t tokens) {
@@ -121,7 +126,8 @@ int64_t Bf16WeightGradientBytes(const ModelConfig& c, const DeviceProfile& profi
   return bytes_per_value * std::max({3 * d * d, d * c.d_ff, d * c.vocab});
 }
 
-int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan, const DeviceProfile& profile) {
+int64_t SliceGraphBytes(const ModelConfig& c, int64_t tokens, const Plan& plan,
+                        const DeviceProfile& profile) {
   double per_token = SavedElementsPerToken(c, plan.prefix_mode, plan.block);
   if (plan.recompute == performer::LayerRecompute::kLayers) {
     // Each layer's input, the head's graph, and one layer rebuilt at a time during the backward.
@@ -153,7 +159,8 @@ int64_t SweepStretchBytes(const ModelConfig& c, int64_t seq_len, const Plan& pla
          (plan.bf16_products ? Bf16ProductBytes(c, sweep_tokens) : 0);
 }
 
-int64_t GraphPoolBytes(const ModelConfig& c, int64_t seq_len, const Plan& plan, const DeviceProfile& profile) {
+int64_t GraphPoolBytes(const ModelConfig& c, int64_t seq_len, const Plan& plan,
+                       const DeviceProfile& profile) {
   if (plan.slice <= 0 || !profile.replays_slices || !absl::StartsWith(profile.device, "cuda")) return 0;
   if (!performer::AutoReplaysSlices((seq_len + plan.slice - 1) / plan.slice, plan.slice)) return 0;
   // resync replays backward steps of both kinds (from a kept front, by subtraction): two graphs.
@@ -188,14 +195,14 @@ namespace {
 constexpr double kOneWeightLayoutSlowdown = 1.15;
 }  // namespace
 
-absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& plan, const DeviceProfile& profile,
-                                               int64_t dp_forwards) {
+absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& plan,
+                                               const DeviceProfile& profile, int64_t dp_forwards) {
   if (absl::Status s = w.model.Validate(); !s.ok()) return s;
   if (absl::Status s = plan.Validate(w.seq_len); !s.ok()) return s;
   if (absl::Status s = profile.Validate(); !s.ok()) return s;
   if (w.documents < 1 || w.documents > w.seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("documents must be between 1 and the sequence length ", w.seq_len, ", got ", w.documents));
+    return absl::InvalidArgumentError(absl::StrCat("documents must be between 1 and the sequence length ",
+                                                   w.seq_len, ", got ", w.documents));
   }
   const ModelConfig& c = w.model;
   const int64_t dtype_bytes = performer::DTypeBytes(plan.dtype);
@@ -216,7 +223,8 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
                          : c.forward_layout_values(copies_apply && plan.copy_forward_weights) * dtype_bytes;
   if (plan.slice == 0) {
     p.working_bytes = SliceGraphBytes(c, w.seq_len, plan, profile) + forward_layouts;
-    p.seconds = SliceSeconds(c, w.seq_len, plan, /*with_output=*/true, profile) * (1.0 + profile.backward_factor);
+    p.seconds =
+        SliceSeconds(c, w.seq_len, plan, /*with_output=*/true, profile) * (1.0 + profile.backward_factor);
     p.slice_forwards = 1;
   } else {
     const int64_t slices = (w.seq_len + plan.slice - 1) / plan.slice;
@@ -233,7 +241,8 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
         kept_fronts = std::max<int64_t>(slices - 2, 0);  // entering slices 1..N−2; N−1's is the cursor
         break;
       case FrontPolicy::kResync:
-        kept_fronts = std::min(std::max<int64_t>(slices - 2, 0), (slices - 2) / plan.resync_every + document_fronts);
+        kept_fronts =
+            std::min(std::max<int64_t>(slices - 2, 0), (slices - 2) / plan.resync_every + document_fronts);
         break;
       case FrontPolicy::kDp:
         forwards = dp_forwards;
@@ -244,7 +253,8 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     // The subtracting policies may keep up to kMaxConditioningFronts more where a front rebuilt by
     // subtraction would lose its precision (performer/sliced_gradient.h): counted as kept.
     if (plan.front_policy == FrontPolicy::kReverse || plan.front_policy == FrontPolicy::kResync) {
-      kept_fronts = std::min(std::max<int64_t>(slices - 2, 0), kept_fronts + performer::kMaxConditioningFronts);
+      kept_fronts =
+          std::min(std::max<int64_t>(slices - 2, 0), kept_fronts + performer::kMaxConditioningFronts);
     }
     const int64_t graph = SliceGraphBytes(c, plan.slice, plan, profile);
     p.kept_bytes = kept_fronts * front + kept_graphs * (graph + front);
@@ -265,8 +275,8 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
     const double build = (slices - 1) * phase_seconds(plan.slice, true) + phase_seconds(last, true);
     const int64_t advances = forwards - slices;
     // The sweep policies advance several slices per stretch; dp's schedule slice by slice.
-    const double advance_one =
-        phase_seconds(std::min<int64_t>(per_stretch * plan.slice, w.seq_len), false) / static_cast<double>(per_stretch);
+    const double advance_one = phase_seconds(std::min<int64_t>(per_stretch * plan.slice, w.seq_len), false) /
+                               static_cast<double>(per_stretch);
     // Layer recomputation runs every graph build's forward twice: once keeping layer inputs, once
     // layer by layer with autograd during the backward.
     const double build_passes =

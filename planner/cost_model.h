@@ -53,11 +53,11 @@ struct Prediction {
   int64_t parameter_bytes = 0;
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;
-  int64_t kept_bytes = 0;     // fronts and slice graphs kept by the policy and at document starts
-  int64_t working_bytes = 0;  // one slice graph and the sweep's own fronts
-  int64_t resident_bytes = 0;  // the device's resident overhead (DeviceProfile::resident_overhead_bytes)
+  int64_t kept_bytes = 0;        // fronts and slice graphs kept by the policy and at document starts
+  int64_t working_bytes = 0;     // one slice graph and the sweep's own fronts
+  int64_t resident_bytes = 0;    // the device's resident overhead (DeviceProfile::resident_overhead_bytes)
   int64_t graph_pool_bytes = 0;  // the CUDA graphs' pool where slices are replayed (GraphPoolBytes)
-  int64_t peak_bytes = 0;      // the sum of the above
+  int64_t peak_bytes = 0;        // the sum of the above
   double seconds = 0;
   int64_t slice_forwards = 0;  // forward slice computations (0 for full back-propagation: 1)
 };

@@ -1,10 +1,10 @@
 #include "planner/cost_model.h"
 
-#include <algorithm>
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "planner/bptt_schedule.h"
@@ -14,8 +14,8 @@ namespace {
 
 using performer::FrontPolicy;
 using performer::ModelConfig;
-using performer::PrefixMode;
 using performer::Plan;
+using performer::PrefixMode;
 
 ModelConfig ConfigA() {
   ModelConfig c;
@@ -57,7 +57,8 @@ TEST(CostModelTest, PeakIsTheSumOfItsParts) {
   EXPECT_EQ(p->gradient_bytes, p->parameter_bytes);
   EXPECT_EQ(p->optimizer_bytes, 0);
   // reverse: room for the fronts the sweep may keep to stay precise (performer::kMaxConditioningFronts).
-  EXPECT_EQ(p->kept_bytes, performer::kMaxConditioningFronts * FrontBytes(ConfigA(), performer::DType::kFloat32));
+  EXPECT_EQ(p->kept_bytes,
+            performer::kMaxConditioningFronts * FrontBytes(ConfigA(), performer::DType::kFloat32));
   EXPECT_EQ(p->resident_bytes, 0);
   EXPECT_EQ(p->peak_bytes, p->parameter_bytes + p->gradient_bytes + p->kept_bytes + p->working_bytes);
   Workload adam = w;
@@ -79,7 +80,7 @@ TEST(CostModelTest, SmallCpuSlicesCountTheirBatchedWeightGradientBuffers) {
   Plan recomputed = Sliced(16);
   recomputed.recompute = performer::LayerRecompute::kLayers;
   EXPECT_EQ(BatchedWeightGradientBytes(m, recomputed, Profile()), 0);  // through autograd
-  ModelConfig favor = m;  // FAVOR+ runs by hand too
+  ModelConfig favor = m;                                               // FAVOR+ runs by hand too
   favor.feature_map = performer::FeatureMap::kFavor;
   EXPECT_EQ(BatchedWeightGradientBytes(favor, Sliced(16), Profile()), 64 * widths * 4);
   // In the working set of the plans that have them, next to what the same plan on CUDA holds.
@@ -120,8 +121,9 @@ TEST(CostModelTest, TheGraphsPoolIsInThePeakOfCallsWhoseSlicesReplay) {
     int64_t slice;
     bool replays;
   };
-  for (const Case& c : {Case{4096, 16, true}, Case{4096, 256, true}, Case{2048, 256, true}, Case{1793, 256, true},
-                        Case{1792, 256, false} /* 7 slices */, Case{4096, 512, false}, Case{4096, 0, false}}) {
+  for (const Case& c :
+       {Case{4096, 16, true}, Case{4096, 256, true}, Case{2048, 256, true}, Case{1793, 256, true},
+        Case{1792, 256, false} /* 7 slices */, Case{4096, 512, false}, Case{4096, 0, false}}) {
     const Workload w{ConfigA(), c.seq_len};
     for (FrontPolicy policy : {FrontPolicy::kReverse, FrontPolicy::kStore}) {
       if (c.slice == 0 && policy != FrontPolicy::kReverse) continue;
@@ -134,7 +136,8 @@ TEST(CostModelTest, TheGraphsPoolIsInThePeakOfCallsWhoseSlicesReplay) {
       const int64_t pool = c.replays ? SliceGraphBytes(w.model, c.slice, plan, replaying) +
                                            stretch * (2 * 1024 + 7 * 256) * 4 + (int64_t{16} << 20)
                                      : 0;
-      const std::string what = absl::StrCat("L = ", c.seq_len, ", C = ", c.slice, ", ", performer::FrontPolicyName(policy));
+      const std::string what =
+          absl::StrCat("L = ", c.seq_len, ", C = ", c.slice, ", ", performer::FrontPolicyName(policy));
       EXPECT_EQ(with.graph_pool_bytes, pool) << what;
       EXPECT_EQ(GraphPoolBytes(w.model, c.seq_len, plan, replaying), pool) << what;
       EXPECT_EQ(with.peak_bytes - without.peak_bytes, pool) << what;
@@ -153,8 +156,9 @@ TEST(CostModelTest, TheGraphsPoolIsInThePeakOfCallsWhoseSlicesReplay) {
   // dp's schedule advances slice by slice: its stretch is one slice.
   Plan dp = Sliced(64, FrontPolicy::kDp);
   dp.slots = 4;
-  EXPECT_EQ(GraphPoolBytes(ConfigA(), 4096, dp, replaying),
-            SliceGraphBytes(ConfigA(), 64, dp, replaying) + 64 * (2 * 1024 + 7 * 256) * 4 + (int64_t{16} << 20));
+  EXPECT_EQ(
+      GraphPoolBytes(ConfigA(), 4096, dp, replaying),
+      SliceGraphBytes(ConfigA(), 64, dp, replaying) + 64 * (2 * 1024 + 7 * 256) * 4 + (int64_t{16} << 20));
   DeviceProfile cpu = replaying;
   cpu.device = "cpu";
   EXPECT_EQ(GraphPoolBytes(ConfigA(), 4096, Sliced(64), cpu), 0);
@@ -233,9 +237,9 @@ TEST(CostModelTest, Bf16ProductsAddTheirCopiesAndTheirOwnTimeConstants) {
     const int64_t largest =
         c == 0 ? SliceGraphBytes(m, rows, mixed, profile)
                : std::max(SliceGraphBytes(m, rows, mixed, profile), SweepStretchBytes(m, 4096, mixed));
-    const int64_t largest_plain =
-        c == 0 ? SliceGraphBytes(m, rows, Sliced(c), profile)
-               : std::max(SliceGraphBytes(m, rows, Sliced(c), profile), SweepStretchBytes(m, 4096, Sliced(c)));
+    const int64_t largest_plain = c == 0 ? SliceGraphBytes(m, rows, Sliced(c), profile)
+                                         : std::max(SliceGraphBytes(m, rows, Sliced(c), profile),
+                                                    SweepStretchBytes(m, 4096, Sliced(c)));
     // ... no batched weight-gradient buffers (each bfloat16 product is rounded as it comes), and
     // bfloat16 copies of the weights instead of the float32 forward copies.
     EXPECT_EQ(bf16.working_bytes - plain.working_bytes,
@@ -320,7 +324,8 @@ TEST(CostModelTest, BadInputIsRejected) {
   EXPECT_EQ(Predict(w, Sliced(10), Profile()).status().code(), absl::StatusCode::kInvalidArgument);
   DeviceProfile bad = Profile();
   bad.flops_per_second = 0;
-  EXPECT_EQ(Predict(Workload{ConfigA(), 100}, Sliced(10), bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Predict(Workload{ConfigA(), 100}, Sliced(10), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // The linear maps' products, counted apart: q|k|v, the FFN and (with the output) the output map,

@@ -80,7 +80,8 @@ DeviceProfile DeviceProfileFromProto(const v1::DeviceProfile& proto) {
   if (proto.has_resident_overhead_bytes()) profile.resident_overhead_bytes = proto.resident_overhead_bytes();
   if (proto.has_forward_weight_copies()) profile.forward_weight_copies = proto.forward_weight_copies();
   if (proto.has_replays_slices()) profile.replays_slices = proto.replays_slices();
-  if (proto.has_graph_pool_overhead_bytes()) profile.graph_pool_overhead_bytes = proto.graph_pool_overhead_bytes();
+  if (proto.has_graph_pool_overhead_bytes())
+    profile.graph_pool_overhead_bytes = proto.graph_pool_overhead_bytes();
   if (proto.has_flops_per_second()) profile.flops_per_second = proto.flops_per_second();
   if (proto.has_half_rate_rows()) profile.half_rate_rows = proto.half_rate_rows();
   if (proto.has_layer_overhead_s()) profile.layer_overhead_s = proto.layer_overhead_s();
@@ -102,8 +103,8 @@ absl::StatusOr<DeviceProfile> CheckedDeviceProfileFromProto(const v1::DeviceProf
   // Bounds no device comes near, checked here so that the refusal names the field given (an
   // infinite ratio would read as unmeasured, a vanishing one as an infinite rate).
   if (ReadsBf16TimeRatio(proto) && !(proto.bf16_time_ratio() >= 1e-3 && proto.bf16_time_ratio() <= 1e3)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device profile: bf16_time_ratio must be in [0.001, 1000], got ", proto.bf16_time_ratio()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device profile: bf16_time_ratio must be in [0.001, 1000], got ", proto.bf16_time_ratio()));
   }
   DeviceProfile profile = DeviceProfileFromProto(proto);
   if (absl::Status valid = profile.Validate(); !valid.ok()) return valid;

@@ -107,7 +107,8 @@ TEST(DeviceProfileIoTest, TheSupersededBf16TimeRatioIsReadAsTheProductsRate) {
   EXPECT_DOUBLE_EQ(old->bf16_flops_per_second, 4e11);
   EXPECT_EQ(old->bf16_half_rate_rows, 24);
   EXPECT_EQ(old->bf16_layer_overhead_s, 5e-05);
-  absl::StatusOr<DeviceProfile> both = ParseDeviceProfileText("bf16_time_ratio: 0.75\nbf16_flops_per_second: 7e11\n");
+  absl::StatusOr<DeviceProfile> both =
+      ParseDeviceProfileText("bf16_time_ratio: 0.75\nbf16_flops_per_second: 7e11\n");
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_EQ(both->bf16_flops_per_second, 7e11);
   EXPECT_EQ(both->bf16_half_rate_rows, 0);
@@ -122,11 +123,14 @@ TEST(DeviceProfileIoTest, TheSupersededBf16TimeRatioIsReadAsTheProductsRate) {
   // What a worker registers goes through the same check.
   v1::DeviceProfile proto;
   proto.set_bf16_time_ratio(-2);
-  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be in [0.001, 1000]"));
+  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()),
+              HasSubstr("bf16_time_ratio must be in [0.001, 1000]"));
   proto.set_bf16_time_ratio(std::numeric_limits<double>::infinity());  // a proto, unlike text, can say so
-  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be in"));
+  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()),
+              HasSubstr("bf16_time_ratio must be in"));
   proto.set_bf16_time_ratio(1e-300);
-  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()), HasSubstr("bf16_time_ratio must be in"));
+  EXPECT_THAT(Message(CheckedDeviceProfileFromProto(proto).status()),
+              HasSubstr("bf16_time_ratio must be in"));
   proto.set_bf16_time_ratio(0.5);
   absl::StatusOr<DeviceProfile> registered = CheckedDeviceProfileFromProto(proto);
   ASSERT_TRUE(registered.ok()) << registered.status();

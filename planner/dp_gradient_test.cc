@@ -1,10 +1,10 @@
 // The engine running the optimal checkpoint schedules of Gruslys et al. (bptt_schedule.h): exactly
 // the forwards the program predicts, and the full back-propagation gradient.
-#include <cmath>
-#include <vector>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
 
 #include "performer/gradient_engine.h"
 #include "performer/performer_model.h"
@@ -70,16 +70,17 @@ TEST(DpGradientTest, RunsExactlyTheProgramsForwardsAndGivesTheFullGradient) {
   Plan full;
   full.dtype = DType::kFloat64;
   const GradientResult reference = MustCompute(*model, batch, full);
-  for (const Plan& plan : {DpPlan(ScheduleKind::kHsm, 3, 1), DpPlan(ScheduleKind::kHsm, 2, 3),
-                           DpPlan(ScheduleKind::kHsm, 1, 40), DpPlan(ScheduleKind::kIsm, 3, 2),
-                           DpPlan(ScheduleKind::kIsm, 4, 10), DpPlan(ScheduleKind::kMsm, 3, 6, 3, 2),
-                           DpPlan(ScheduleKind::kMsm, 5, 4, 2.5, 1.5)}) {
+  for (const Plan& plan :
+       {DpPlan(ScheduleKind::kHsm, 3, 1), DpPlan(ScheduleKind::kHsm, 2, 3), DpPlan(ScheduleKind::kHsm, 1, 40),
+        DpPlan(ScheduleKind::kIsm, 3, 2), DpPlan(ScheduleKind::kIsm, 4, 10),
+        DpPlan(ScheduleKind::kMsm, 3, 6, 3, 2), DpPlan(ScheduleKind::kMsm, 5, 4, 2.5, 1.5)}) {
     const GradientResult result = MustCompute(*model, batch, plan);
     const int64_t slices = (batch.size() + plan.slice - 1) / plan.slice;
     absl::StatusOr<int64_t> predicted = OptimalCost(plan.schedule, slices, plan.slots, plan.alpha, plan.beta);
     ASSERT_TRUE(predicted.ok()) << predicted.status();
     EXPECT_EQ(result.slice_forwards, *predicted) << plan.DebugString();
-    EXPECT_LE(performer::RelativeDiscrepancy(result.gradients, reference.gradients), 1e-10) << plan.DebugString();
+    EXPECT_LE(performer::RelativeDiscrepancy(result.gradients, reference.gradients), 1e-10)
+        << plan.DebugString();
     EXPECT_NEAR(result.loss_sum, reference.loss_sum, 1e-10 * reference.loss_sum);
   }
   // One slot for 14 slices under HSM costs t(t+1)/2 forwards (Gruslys et al.).
@@ -99,7 +100,8 @@ TEST(DpGradientTest, LayerRecomputationUnderAScheduleGivesTheFullGradient) {
     plan.recompute = LayerRecompute::kLayers;
     plan.block = 3;
     const GradientResult result = MustCompute(*model, batch, plan);
-    EXPECT_LE(performer::RelativeDiscrepancy(result.gradients, reference.gradients), 1e-10) << plan.DebugString();
+    EXPECT_LE(performer::RelativeDiscrepancy(result.gradients, reference.gradients), 1e-10)
+        << plan.DebugString();
     EXPECT_NEAR(result.loss_sum, reference.loss_sum, 1e-10 * reference.loss_sum) << plan.DebugString();
   }
 }

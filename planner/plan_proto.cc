@@ -28,29 +28,41 @@ absl::Status Unspecified(absl::string_view field, absl::string_view what) {
 
 v1::FeatureMap FeatureMapToProto(FeatureMap map) {
   switch (map) {
-    case FeatureMap::kRelu: return v1::FEATURE_MAP_RELU;
-    case FeatureMap::kElu1: return v1::FEATURE_MAP_ELU1;
-    case FeatureMap::kSqr: return v1::FEATURE_MAP_SQR;
-    case FeatureMap::kFavor: return v1::FEATURE_MAP_FAVOR;
+    case FeatureMap::kRelu:
+      return v1::FEATURE_MAP_RELU;
+    case FeatureMap::kElu1:
+      return v1::FEATURE_MAP_ELU1;
+    case FeatureMap::kSqr:
+      return v1::FEATURE_MAP_SQR;
+    case FeatureMap::kFavor:
+      return v1::FEATURE_MAP_FAVOR;
   }
   return v1::FEATURE_MAP_UNSPECIFIED;
 }
 
 absl::StatusOr<FeatureMap> FeatureMapFromProto(v1::FeatureMap map, absl::string_view field) {
   switch (map) {
-    case v1::FEATURE_MAP_RELU: return FeatureMap::kRelu;
-    case v1::FEATURE_MAP_ELU1: return FeatureMap::kElu1;
-    case v1::FEATURE_MAP_SQR: return FeatureMap::kSqr;
-    case v1::FEATURE_MAP_FAVOR: return FeatureMap::kFavor;
-    default: return Unspecified(field, "a feature map");
+    case v1::FEATURE_MAP_RELU:
+      return FeatureMap::kRelu;
+    case v1::FEATURE_MAP_ELU1:
+      return FeatureMap::kElu1;
+    case v1::FEATURE_MAP_SQR:
+      return FeatureMap::kSqr;
+    case v1::FEATURE_MAP_FAVOR:
+      return FeatureMap::kFavor;
+    default:
+      return Unspecified(field, "a feature map");
   }
 }
 
 v1::ScheduleKind ScheduleToProto(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::kHsm: return v1::SCHEDULE_KIND_HSM;
-    case ScheduleKind::kIsm: return v1::SCHEDULE_KIND_ISM;
-    case ScheduleKind::kMsm: return v1::SCHEDULE_KIND_MSM;
+    case ScheduleKind::kHsm:
+      return v1::SCHEDULE_KIND_HSM;
+    case ScheduleKind::kIsm:
+      return v1::SCHEDULE_KIND_ISM;
+    case ScheduleKind::kMsm:
+      return v1::SCHEDULE_KIND_MSM;
   }
   return v1::SCHEDULE_KIND_UNSPECIFIED;
 }
@@ -67,7 +79,7 @@ v1::ModelConfig ModelConfigToProto(const ModelConfig& config) {
   proto.set_feature_map(FeatureMapToProto(config.feature_map));
   proto.set_feature_multiplier(config.feature_multiplier);
   proto.set_layernorm(config.layernorm == LayerNormPlacement::kPre ? v1::LAYER_NORM_PLACEMENT_PRE
-                                                                    : v1::LAYER_NORM_PLACEMENT_POST);
+                                                                   : v1::LAYER_NORM_PLACEMENT_POST);
   return proto;
 }
 
@@ -79,7 +91,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromProto(const v1::ModelConfig& proto, a
   if (proto.has_heads()) config.heads = proto.heads();
   if (proto.has_d_ff()) config.d_ff = proto.d_ff();
   if (proto.has_feature_map()) {
-    absl::StatusOr<FeatureMap> map = FeatureMapFromProto(proto.feature_map(), absl::StrCat(field, ".feature_map"));
+    absl::StatusOr<FeatureMap> map =
+        FeatureMapFromProto(proto.feature_map(), absl::StrCat(field, ".feature_map"));
     if (!map.ok()) return map.status();
     config.feature_map = *map;
   } else {
@@ -88,9 +101,14 @@ absl::StatusOr<ModelConfig> ModelConfigFromProto(const v1::ModelConfig& proto, a
   if (proto.has_feature_multiplier()) config.feature_multiplier = proto.feature_multiplier();
   if (proto.has_layernorm()) {
     switch (proto.layernorm()) {
-      case v1::LAYER_NORM_PLACEMENT_POST: config.layernorm = LayerNormPlacement::kPost; break;
-      case v1::LAYER_NORM_PLACEMENT_PRE: config.layernorm = LayerNormPlacement::kPre; break;
-      default: return Unspecified(absl::StrCat(field, ".layernorm"), "a layer-norm placement");
+      case v1::LAYER_NORM_PLACEMENT_POST:
+        config.layernorm = LayerNormPlacement::kPost;
+        break;
+      case v1::LAYER_NORM_PLACEMENT_PRE:
+        config.layernorm = LayerNormPlacement::kPre;
+        break;
+      default:
+        return Unspecified(absl::StrCat(field, ".layernorm"), "a layer-norm placement");
     }
   }
   if (config.vocab > (int64_t{1} << 31)) {
@@ -108,9 +126,12 @@ v1::DType DTypeToProto(DType dtype) {
 
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field) {
   switch (dtype) {
-    case v1::DTYPE_FLOAT32: return DType::kFloat32;
-    case v1::DTYPE_FLOAT64: return DType::kFloat64;
-    default: return Unspecified(field, "a dtype");
+    case v1::DTYPE_FLOAT32:
+      return DType::kFloat32;
+    case v1::DTYPE_FLOAT64:
+      return DType::kFloat64;
+    default:
+      return Unspecified(field, "a dtype");
   }
 }
 
@@ -118,11 +139,16 @@ v1::Plan PlanToProto(const Plan& plan) {
   v1::Plan proto;
   proto.set_slice(plan.slice);
   if (plan.slice > 0) {
-    proto.set_prefix_mode(plan.prefix_mode == PrefixMode::kCumsum ? v1::PREFIX_MODE_CUMSUM : v1::PREFIX_MODE_CHUNKED);
+    proto.set_prefix_mode(plan.prefix_mode == PrefixMode::kCumsum ? v1::PREFIX_MODE_CUMSUM
+                                                                  : v1::PREFIX_MODE_CHUNKED);
     if (plan.prefix_mode == PrefixMode::kChunked) proto.set_block(plan.block);
     switch (plan.front_policy) {
-      case FrontPolicy::kReverse: proto.set_front_policy(v1::FRONT_POLICY_REVERSE); break;
-      case FrontPolicy::kStore: proto.set_front_policy(v1::FRONT_POLICY_STORE); break;
+      case FrontPolicy::kReverse:
+        proto.set_front_policy(v1::FRONT_POLICY_REVERSE);
+        break;
+      case FrontPolicy::kStore:
+        proto.set_front_policy(v1::FRONT_POLICY_STORE);
+        break;
       case FrontPolicy::kResync:
         proto.set_front_policy(v1::FRONT_POLICY_RESYNC);
         proto.set_resync_every(plan.resync_every);
@@ -138,7 +164,7 @@ v1::Plan PlanToProto(const Plan& plan) {
         break;
     }
     proto.set_recompute(plan.recompute == LayerRecompute::kLayers ? v1::LAYER_RECOMPUTE_LAYERS
-                                                                   : v1::LAYER_RECOMPUTE_NONE);
+                                                                  : v1::LAYER_RECOMPUTE_NONE);
   }
   proto.set_dtype(DTypeToProto(plan.dtype));
   proto.set_threads(plan.threads);
@@ -155,25 +181,46 @@ absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto, absl::string_view fiel
   plan.slice = proto.slice();
   if (plan.slice > 0) {
     switch (proto.prefix_mode()) {
-      case v1::PREFIX_MODE_CUMSUM: plan.prefix_mode = PrefixMode::kCumsum; break;
-      case v1::PREFIX_MODE_CHUNKED: plan.prefix_mode = PrefixMode::kChunked; break;
-      default: return Unspecified(absl::StrCat(field, ".prefix_mode"), "a prefix mode");
+      case v1::PREFIX_MODE_CUMSUM:
+        plan.prefix_mode = PrefixMode::kCumsum;
+        break;
+      case v1::PREFIX_MODE_CHUNKED:
+        plan.prefix_mode = PrefixMode::kChunked;
+        break;
+      default:
+        return Unspecified(absl::StrCat(field, ".prefix_mode"), "a prefix mode");
     }
     plan.block = proto.block();
     switch (proto.front_policy()) {
-      case v1::FRONT_POLICY_REVERSE: plan.front_policy = FrontPolicy::kReverse; break;
-      case v1::FRONT_POLICY_STORE: plan.front_policy = FrontPolicy::kStore; break;
-      case v1::FRONT_POLICY_RESYNC: plan.front_policy = FrontPolicy::kResync; break;
-      case v1::FRONT_POLICY_DP: plan.front_policy = FrontPolicy::kDp; break;
-      default: return Unspecified(absl::StrCat(field, ".front_policy"), "a front policy");
+      case v1::FRONT_POLICY_REVERSE:
+        plan.front_policy = FrontPolicy::kReverse;
+        break;
+      case v1::FRONT_POLICY_STORE:
+        plan.front_policy = FrontPolicy::kStore;
+        break;
+      case v1::FRONT_POLICY_RESYNC:
+        plan.front_policy = FrontPolicy::kResync;
+        break;
+      case v1::FRONT_POLICY_DP:
+        plan.front_policy = FrontPolicy::kDp;
+        break;
+      default:
+        return Unspecified(absl::StrCat(field, ".front_policy"), "a front policy");
     }
     plan.resync_every = proto.resync_every();
     if (plan.front_policy == FrontPolicy::kDp) {
       switch (proto.schedule()) {
-        case v1::SCHEDULE_KIND_HSM: plan.schedule = ScheduleKind::kHsm; break;
-        case v1::SCHEDULE_KIND_ISM: plan.schedule = ScheduleKind::kIsm; break;
-        case v1::SCHEDULE_KIND_MSM: plan.schedule = ScheduleKind::kMsm; break;
-        default: return Unspecified(absl::StrCat(field, ".schedule"), "a schedule for front_policy dp");
+        case v1::SCHEDULE_KIND_HSM:
+          plan.schedule = ScheduleKind::kHsm;
+          break;
+        case v1::SCHEDULE_KIND_ISM:
+          plan.schedule = ScheduleKind::kIsm;
+          break;
+        case v1::SCHEDULE_KIND_MSM:
+          plan.schedule = ScheduleKind::kMsm;
+          break;
+        default:
+          return Unspecified(absl::StrCat(field, ".schedule"), "a schedule for front_policy dp");
       }
     }
     plan.slots = proto.slots();
@@ -182,8 +229,12 @@ absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto, absl::string_view fiel
   }
   switch (proto.recompute()) {
     case v1::LAYER_RECOMPUTE_UNSPECIFIED:
-    case v1::LAYER_RECOMPUTE_NONE: plan.recompute = LayerRecompute::kNone; break;
-    case v1::LAYER_RECOMPUTE_LAYERS: plan.recompute = LayerRecompute::kLayers; break;
+    case v1::LAYER_RECOMPUTE_NONE:
+      plan.recompute = LayerRecompute::kNone;
+      break;
+    case v1::LAYER_RECOMPUTE_LAYERS:
+      plan.recompute = LayerRecompute::kLayers;
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(field, ".recompute: unknown value ", proto.recompute()));
   }
@@ -260,8 +311,8 @@ Objective ObjectiveFromProto(v1::Objective objective) {
   return objective == v1::OBJECTIVE_MEMORY ? Objective::kMemory : Objective::kTime;
 }
 
-absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request, const DeviceProfile& profile,
-                                                bool include_frontier) {
+absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request,
+                                                const DeviceProfile& profile, bool include_frontier) {
   v1::MemoryPlan plan;
   plan.set_memory_budget_bytes(request.memory_budget_bytes);
   plan.set_usable_bytes(static_cast<int64_t>(
@@ -290,7 +341,8 @@ absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request
         size_t index = 0;
         for (size_t i = 0; i < limit; ++i) {
           const double target = low + (high - low) * static_cast<double>(i) / static_cast<double>(limit - 1);
-          while (index + 1 < frontier.size() && static_cast<double>(frontier[index].prediction.peak_bytes) < target) {
+          while (index + 1 < frontier.size() &&
+                 static_cast<double>(frontier[index].prediction.peak_bytes) < target) {
             ++index;
           }
           if (i + 1 == limit) index = frontier.size() - 1;
@@ -333,7 +385,8 @@ PlanSearchRequest JobPlanSearchRequest(const v1::JobSpec& spec, const performer:
 }
 
 std::string PlanSummary(const Plan& plan) {
-  if (plan.slice == 0) return plan.bf16_products ? "full back-propagation, bfloat16 products" : "full back-propagation";
+  if (plan.slice == 0)
+    return plan.bf16_products ? "full back-propagation, bfloat16 products" : "full back-propagation";
   std::string summary = absl::StrCat("C = ", plan.slice, ", ", performer::PrefixModeName(plan.prefix_mode));
   if (plan.prefix_mode == PrefixMode::kChunked) absl::StrAppend(&summary, "/", plan.block);
   absl::StrAppend(&summary, ", ", performer::FrontPolicyName(plan.front_policy));

@@ -57,8 +57,8 @@ Objective ObjectiveFromProto(v1::Objective objective);  // UNSPECIFIED reads as 
 PlanSearchRequest JobPlanSearchRequest(const v1::JobSpec& spec, const performer::ModelConfig& config,
                                        int64_t documents);
 
-absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request, const DeviceProfile& profile,
-                                                bool include_frontier);
+absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request,
+                                                const DeviceProfile& profile, bool include_frontier);
 
 // "C = 256, chunked/64, reverse" style one-line summary of a plan ("full back-propagation" for C = 0).
 std::string PlanSummary(const performer::Plan& plan);

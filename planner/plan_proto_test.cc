@@ -1,15 +1,15 @@
 #include "planner/plan_proto.h"
 
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
 
 namespace slimfit::planner {
 namespace {
 
-using ::testing::HasSubstr;
 using performer::ScheduleKind;
+using ::testing::HasSubstr;
 
 DeviceProfile Profile() {
   DeviceProfile p;
@@ -123,7 +123,8 @@ TEST(PlanProtoTest, Bf16ProductsSurviveTheTripAndNeedFloat32) {
   EXPECT_THAT(PlanSummary(mixed), HasSubstr("bfloat16 products"));
   v1::Plan wide = PlanToProto(mixed);
   wide.set_dtype(v1::DTYPE_FLOAT64);
-  EXPECT_THAT(PlanFromProto(wide, "plan").status().message(), HasSubstr("plan.bf16_products: bfloat16 products need dtype float32"));
+  EXPECT_THAT(PlanFromProto(wide, "plan").status().message(),
+              HasSubstr("plan.bf16_products: bfloat16 products need dtype float32"));
 }
 
 TEST(PlanProtoTest, SlicedPlanNeedsItsEnums) {

@@ -120,8 +120,9 @@ std::vector<Plan> Candidates(const PlanSearchRequest& request, const DeviceProfi
 
 std::string Describe(const Plan& plan) {
   if (plan.slice == 0) {
-    return absl::StrCat(plan.copy_forward_weights ? "full back-propagation" : "full back-propagation, one weight layout",
-                        plan.bf16_products ? ", bfloat16 products" : "");
+    return absl::StrCat(
+        plan.copy_forward_weights ? "full back-propagation" : "full back-propagation, one weight layout",
+        plan.bf16_products ? ", bfloat16 products" : "");
   }
   std::string text = absl::StrCat("C=", plan.slice, " ", performer::PrefixModeName(plan.prefix_mode));
   if (plan.prefix_mode == PrefixMode::kChunked) absl::StrAppend(&text, "/", plan.block);
@@ -142,12 +143,13 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
   if (absl::Status s = request.workload.model.Validate(); !s.ok()) return s;
   if (absl::Status s = profile.Validate(); !s.ok()) return s;
   if (request.workload.seq_len < 1 || request.workload.seq_len > kMaxSequenceLength) {
-    return absl::InvalidArgumentError(absl::StrCat("sequence length must be in 1..", kMaxSequenceLength, ", got ",
-                                                   request.workload.seq_len));
+    return absl::InvalidArgumentError(absl::StrCat("sequence length must be in 1..", kMaxSequenceLength,
+                                                   ", got ", request.workload.seq_len));
   }
   if (request.workload.documents < 1 || request.workload.documents > request.workload.seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("documents must be between 1 and the sequence length ",
-                                                   request.workload.seq_len, ", got ", request.workload.documents));
+                                                   request.workload.seq_len, ", got ",
+                                                   request.workload.documents));
   }
   if (request.memory_budget_bytes <= 0) {
     return absl::InvalidArgumentError(

@@ -1,11 +1,11 @@
 #include "planner/plan_search.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <limits>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace slimfit::planner {
 namespace {
@@ -85,8 +85,10 @@ TEST(PlanSearchTest, MemoryObjectivePicksTheLeastPeak) {
 TEST(PlanSearchTest, NothingFitsSaysWhatDominates) {
   absl::StatusOr<PlanSearchResult> result = SearchPlans(ConfigA(8), Profile());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(result.status().message()), HasSubstr("parameters and gradients alone need 11.8 MiB"));
-  EXPECT_THAT(std::string(result.status().message()), HasSubstr("the budget allows 7.2 MiB (8.0 MiB less a 10% margin)"));
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("parameters and gradients alone need 11.8 MiB"));
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("the budget allows 7.2 MiB (8.0 MiB less a 10% margin)"));
   // A GPU's workspaces count among what no plan can shed.
   DeviceProfile gpu = Profile();
   gpu.resident_overhead_bytes = 2 << 20;
@@ -124,10 +126,12 @@ TEST(PlanSearchTest, Bf16ProductsAreInEveryCandidate) {
   performer::Plan float32 = result->chosen.plan;
   float32.bf16_products = false;
   const double float32_seconds = Predict(request.workload, float32, profile)->seconds;
-  EXPECT_DOUBLE_EQ(result->chosen.prediction.seconds, Predict(request.workload, result->chosen.plan, profile)->seconds);
+  EXPECT_DOUBLE_EQ(result->chosen.prediction.seconds,
+                   Predict(request.workload, result->chosen.plan, profile)->seconds);
   EXPECT_LT(result->chosen.prediction.seconds, float32_seconds);
   EXPECT_GT(result->chosen.prediction.seconds, 0.5 * float32_seconds);
-  EXPECT_EQ(result->chosen.prediction.peak_bytes, Predict(request.workload, result->chosen.plan, profile)->peak_bytes);
+  EXPECT_EQ(result->chosen.prediction.peak_bytes,
+            Predict(request.workload, result->chosen.plan, profile)->peak_bytes);
   request.dtype = performer::DType::kFloat64;
   EXPECT_THAT(std::string(SearchPlans(request, profile).status().message()),
               HasSubstr("bfloat16 products need dtype float32"));

@@ -25,12 +25,10 @@ namespace {
 
 constexpr AttentionLayout kLayouts[] = {AttentionLayout::kNaive, AttentionLayout::kFlash,
                                         AttentionLayout::kPaddingFree};
-constexpr Recompute kRecomputes[] = {Recompute::kNone, Recompute::kAttention,
-                                     Recompute::kFeedForward, Recompute::kFull};
+constexpr Recompute kRecomputes[] = {Recompute::kNone, Recompute::kAttention, Recompute::kFeedForward,
+                                     Recompute::kFull};
 
-bool IsSupportedElementSize(int bytes) {
-  return bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8;
-}
+bool IsSupportedElementSize(int bytes) { return bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8; }
 
 absl::Status CheckRange(absl::string_view name, int64_t value, int64_t low, int64_t high,
                         absl::string_view hint = "") {
@@ -47,15 +45,13 @@ absl::Status CheckLayout(AttentionLayout layout) {
   for (AttentionLayout known : kLayouts) {
     if (layout == known) return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown attention layout ",
-                                                 static_cast<int>(layout),
+  return absl::InvalidArgumentError(absl::StrCat("unknown attention layout ", static_cast<int>(layout),
                                                  "; expected naive, flash or padding-free"));
 }
 
 // Tokens every token-wise operation of the layer runs on: padded or real.
 double LinearTokens(const BatchMoments& moments, AttentionLayout layout) {
-  return layout == AttentionLayout::kPaddingFree ? moments.tokens
-                                                 : moments.sequences * moments.max_length;
+  return layout == AttentionLayout::kPaddingFree ? moments.tokens : moments.sequences * moments.max_length;
 }
 
 }  // namespace
@@ -101,13 +97,12 @@ absl::Status ValidateTransformerShape(const TransformerShape& shape) {
                                                    ") must be divisible by heads (", shape.heads,
                                                    "); head dimension would not be an integer"));
   }
-  if (absl::Status s =
-          CheckRange("d_ff", shape.d_ff, 0, 4 * kMaxBaselineWidth, " (0 selects 4·d_model)");
+  if (absl::Status s = CheckRange("d_ff", shape.d_ff, 0, 4 * kMaxBaselineWidth, " (0 selects 4·d_model)");
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckRange("vocab_size", shape.vocab_size, 0, kMaxBaselineVocab,
-                                  " (0 leaves the embedding out)");
+  if (absl::Status s =
+          CheckRange("vocab_size", shape.vocab_size, 0, kMaxBaselineVocab, " (0 leaves the embedding out)");
       !s.ok()) {
     return s;
   }
@@ -148,20 +143,18 @@ absl::Status ValidateBatchSpec(const BatchSpec& batch) {
       return CheckRange("uniform batch_size b", batch.batch_size, 1, kMaxBaselineBatchSize);
     case BatchSpec::Kind::kExplicit:
       if (batch.lengths.empty()) {
-        return absl::InvalidArgumentError(
-            "explicit batch has no sequence lengths; give at least one");
+        return absl::InvalidArgumentError("explicit batch has no sequence lengths; give at least one");
       }
       for (size_t i = 0; i < batch.lengths.size(); ++i) {
-        if (absl::Status s = CheckRange(absl::StrCat("lengths[", i, "]"), batch.lengths[i], 1,
-                                        kMaxBaselineSequenceLength);
+        if (absl::Status s =
+                CheckRange(absl::StrCat("lengths[", i, "]"), batch.lengths[i], 1, kMaxBaselineSequenceLength);
             !s.ok()) {
           return s;
         }
       }
       return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown batch kind ", static_cast<int>(batch.kind)));
+  return absl::InvalidArgumentError(absl::StrCat("unknown batch kind ", static_cast<int>(batch.kind)));
 }
 
 absl::StatusOr<BatchMoments> ComputeBatchMoments(const BatchSpec& batch) {
@@ -191,8 +184,8 @@ absl::StatusOr<BatchMoments> ComputeBatchMoments(const BatchSpec& batch) {
   long double expected_max = 0;
   long double expected_max_squared = 0;
   for (int64_t k = 0; k < batch.max_length; ++k) {
-    const long double tail = 1.0L - static_cast<long double>(std::pow(
-                                        static_cast<double>(k) * inverse_length, exponent));
+    const long double tail =
+        1.0L - static_cast<long double>(std::pow(static_cast<double>(k) * inverse_length, exponent));
     expected_max += tail;
     expected_max_squared += static_cast<long double>(2 * k + 1) * tail;
   }
@@ -252,9 +245,8 @@ absl::StatusOr<LayerForwardFlops> ComputeLayerForwardFlops(const TransformerShap
   return flops;
 }
 
-RecomputeCost ComputeRecomputeCost(const LayerActivationBytes& activations,
-                                   const LayerForwardFlops& flops, int64_t layers,
-                                   Recompute recompute) {
+RecomputeCost ComputeRecomputeCost(const LayerActivationBytes& activations, const LayerForwardFlops& flops,
+                                   int64_t layers, Recompute recompute) {
   RecomputeCost cost;
   double recomputed_flops = 0;
   switch (recompute) {
@@ -262,14 +254,12 @@ RecomputeCost ComputeRecomputeCost(const LayerActivationBytes& activations,
       cost.kept_bytes_per_layer = activations.total();
       break;
     case Recompute::kAttention:
-      cost.kept_bytes_per_layer =
-          activations.feed_forward + activations.layer_norm + activations.layer_input;
+      cost.kept_bytes_per_layer = activations.feed_forward + activations.layer_norm + activations.layer_input;
       cost.recomputed_bytes_per_layer = activations.attention;
       recomputed_flops = flops.attention();
       break;
     case Recompute::kFeedForward:
-      cost.kept_bytes_per_layer =
-          activations.attention + activations.layer_norm + activations.layer_input;
+      cost.kept_bytes_per_layer = activations.attention + activations.layer_norm + activations.layer_input;
       cost.recomputed_bytes_per_layer = activations.feed_forward;
       recomputed_flops = flops.feed_forward;
       break;
@@ -290,9 +280,8 @@ absl::StatusOr<ModelStateBytes> ComputeModelState(const TransformerShape& shape,
                                                   const ModelStateOptions& options) {
   if (absl::Status s = ValidateTransformerShape(shape); !s.ok()) return s;
   if (!IsSupportedElementSize(options.parameter_bytes_per_element)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parameter_bytes_per_element must be 1, 2, 4 or 8, got ",
-                     options.parameter_bytes_per_element));
+    return absl::InvalidArgumentError(absl::StrCat("parameter_bytes_per_element must be 1, 2, 4 or 8, got ",
+                                                   options.parameter_bytes_per_element));
   }
   // The bounds keep this exact: per layer < 2^44 (4h² ≤ 2^42, 2hf ≤ 2^43), times ≤ 2^16 layers,
   // plus vocab·h ≤ 2^44: below 2^61.
@@ -319,12 +308,10 @@ absl::StatusOr<std::vector<BaselineRow>> ComputeBaselines(const BaselineWorkload
     absl::StatusOr<LayerActivationBytes> activations =
         ComputeLayerActivations(workload.shape, *moments, layout);
     if (!activations.ok()) return activations.status();
-    absl::StatusOr<LayerForwardFlops> flops =
-        ComputeLayerForwardFlops(workload.shape, *moments, layout);
+    absl::StatusOr<LayerForwardFlops> flops = ComputeLayerForwardFlops(workload.shape, *moments, layout);
     if (!flops.ok()) return flops.status();
     for (Recompute recompute : kRecomputes) {
-      const RecomputeCost cost =
-          ComputeRecomputeCost(*activations, *flops, workload.shape.layers, recompute);
+      const RecomputeCost cost = ComputeRecomputeCost(*activations, *flops, workload.shape.layers, recompute);
       BaselineRow row;
       row.layout = layout;
       row.recompute = recompute;
@@ -359,10 +346,9 @@ std::string FormatBaselineTable(absl::Span<const BaselineRow> rows) {
   std::string table = absl::StrFormat(kFormat, "layout", "recompute", "activations", "kept/layer",
                                       "model state", "total", "overhead");
   for (const BaselineRow& row : rows) {
-    absl::StrAppendFormat(&table, kFormat, AttentionLayoutName(row.layout),
-                          RecomputeName(row.recompute), FormatBytes(row.activation_bytes),
-                          FormatBytes(row.kept_bytes_per_layer), FormatBytes(row.model_state_bytes),
-                          FormatBytes(row.total_bytes),
+    absl::StrAppendFormat(&table, kFormat, AttentionLayoutName(row.layout), RecomputeName(row.recompute),
+                          FormatBytes(row.activation_bytes), FormatBytes(row.kept_bytes_per_layer),
+                          FormatBytes(row.model_state_bytes), FormatBytes(row.total_bytes),
                           absl::StrFormat("+%.1f%%", 100 * row.compute_overhead_fraction));
   }
   return table;
@@ -386,9 +372,8 @@ absl::StatusOr<std::vector<int64_t>> ParseLengthsFile(absl::string_view contents
           absl::StrCat("line ", line_number, ": sequence length must be at least 1, got ", length));
     }
     if (length > kMaxBaselineSequenceLength) {
-      return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ": sequence length ",
-                                                     length, " exceeds the maximum of ",
-                                                     kMaxBaselineSequenceLength));
+      return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ": sequence length ", length,
+                                                     " exceeds the maximum of ", kMaxBaselineSequenceLength));
     }
     lengths.push_back(length);
   }
@@ -403,17 +388,16 @@ absl::StatusOr<BatchSpec> ParseBatchSpec(absl::string_view spec) {
   absl::string_view rest = absl::StripAsciiWhitespace(spec);
   constexpr absl::string_view kUsage = "expected \"uniform:L=<max length>,b=<batch size>\"";
   if (!absl::ConsumePrefix(&rest, "uniform:")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown length distribution \"", absl::CHexEscape(spec), "\"; ", kUsage,
-                     " (explicit lengths come from a file, one per line)"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown length distribution \"", absl::CHexEscape(spec),
+                                                   "\"; ", kUsage,
+                                                   " (explicit lengths come from a file, one per line)"));
   }
   int64_t max_length = 0;
   int64_t batch_size = 0;
   bool have_length = false;
   bool have_batch = false;
   for (absl::string_view item : absl::StrSplit(rest, ',')) {
-    std::pair<absl::string_view, absl::string_view> key_value =
-        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    std::pair<absl::string_view, absl::string_view> key_value = absl::StrSplit(item, absl::MaxSplits('=', 1));
     const absl::string_view key = absl::StripAsciiWhitespace(key_value.first);
     const absl::string_view value = absl::StripAsciiWhitespace(key_value.second);
     int64_t* target = nullptr;
@@ -425,23 +409,22 @@ absl::StatusOr<BatchSpec> ParseBatchSpec(absl::string_view spec) {
       target = &batch_size;
       seen = &have_batch;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown key \"", absl::CHexEscape(key),
-                                                     "\" in \"", absl::CHexEscape(spec), "\"; ",
-                                                     kUsage));
+      return absl::InvalidArgumentError(absl::StrCat("unknown key \"", absl::CHexEscape(key), "\" in \"",
+                                                     absl::CHexEscape(spec), "\"; ", kUsage));
     }
     if (*seen) {
       return absl::InvalidArgumentError(
           absl::StrCat("key ", key, " given twice in \"", absl::CHexEscape(spec), "\""));
     }
     if (!absl::SimpleAtoi(value, target)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "value of ", key, " must be an integer, got \"", absl::CHexEscape(value), "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("value of ", key, " must be an integer, got \"", absl::CHexEscape(value), "\""));
     }
     *seen = true;
   }
   if (!have_length || !have_batch) {
-    return absl::InvalidArgumentError(absl::StrCat("missing ", have_length ? "b" : "L", " in \"",
-                                                   absl::CHexEscape(spec), "\"; ", kUsage));
+    return absl::InvalidArgumentError(
+        absl::StrCat("missing ", have_length ? "b" : "L", " in \"", absl::CHexEscape(spec), "\"; ", kUsage));
   }
   BatchSpec batch = BatchSpec::Uniform(max_length, batch_size);
   if (absl::Status s = ValidateBatchSpec(batch); !s.ok()) return s;

@@ -227,9 +227,8 @@ struct RecomputeCost {
   double activation_bytes = 0;  // layers · kept + recomputed
   double compute_overhead_fraction = 0;
 };
-RecomputeCost ComputeRecomputeCost(const LayerActivationBytes& activations,
-                                   const LayerForwardFlops& flops, int64_t layers,
-                                   Recompute recompute);
+RecomputeCost ComputeRecomputeCost(const LayerActivationBytes& activations, const LayerForwardFlops& flops,
+                                   int64_t layers, Recompute recompute);
 
 struct ModelStateOptions {
   int parameter_bytes_per_element = 4;  // parameters and gradients: 1, 2, 4 or 8
@@ -259,8 +258,8 @@ struct BaselineWorkload {
 struct BaselineRow {
   AttentionLayout layout = AttentionLayout::kNaive;
   Recompute recompute = Recompute::kNone;
-  double activation_bytes = 0;  // peak over the model: layers · kept + one layer recomputed
-  double total_bytes = 0;       // activation_bytes + model state
+  double activation_bytes = 0;           // peak over the model: layers · kept + one layer recomputed
+  double total_bytes = 0;                // activation_bytes + model state
   double compute_overhead_fraction = 0;  // extra FLOPs / FLOPs of one training step
   double kept_bytes_per_layer = 0;
   double recomputed_bytes_per_layer = 0;

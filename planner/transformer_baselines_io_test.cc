@@ -1,7 +1,5 @@
 // The transformer baselines' formatting, batch-spec parsing and input validation. (The memory
 // formulas are tested in transformer_baselines_test.cc.)
-#include "planner/transformer_baselines.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
+#include "planner/transformer_baselines.h"
 #include "planner/transformer_baselines_testing.h"
 
 namespace slimfit::planner {
@@ -27,8 +26,8 @@ using transformer_testing::Shape;
 
 constexpr AttentionLayout kAllLayouts[] = {AttentionLayout::kNaive, AttentionLayout::kFlash,
                                            AttentionLayout::kPaddingFree};
-constexpr Recompute kAllRecomputes[] = {Recompute::kNone, Recompute::kAttention,
-                                        Recompute::kFeedForward, Recompute::kFull};
+constexpr Recompute kAllRecomputes[] = {Recompute::kNone, Recompute::kAttention, Recompute::kFeedForward,
+                                        Recompute::kFull};
 
 // ---- Formatting ---------------------------------------------------------------------------------
 
@@ -119,8 +118,7 @@ TEST(TransformerBaselinesTest, ParseBatchSpec) {
   ExpectInvalid(ParseBatchSpec("uniform:L=1,b=2,L=3").status(), "key L given twice");
   ExpectInvalid(ParseBatchSpec("uniform:L=x,b=2").status(), "value of L must be an integer");
   ExpectInvalid(ParseBatchSpec("uniform:M=3,b=2").status(), "unknown key \"M\"");
-  ExpectInvalid(ParseBatchSpec("uniform:L=0,b=2").status(),
-                "uniform max_length L must be positive, got 0");
+  ExpectInvalid(ParseBatchSpec("uniform:L=0,b=2").status(), "uniform max_length L must be positive, got 0");
   ExpectInvalid(ParseBatchSpec("uniform:L=10,b=-1").status(),
                 "uniform batch_size b must be positive, got -1");
 }
@@ -132,19 +130,15 @@ TEST(TransformerBaselinesTest, ShapeValidation) {
   ExpectInvalid(ValidateTransformerShape(Shape(0, 4)), "d_model must be positive, got 0");
   ExpectInvalid(ValidateTransformerShape(Shape(64, 0)), "heads must be positive, got 0");
   ExpectInvalid(ValidateTransformerShape(Shape(64, -2)), "heads must be positive, got -2");
-  ExpectInvalid(ValidateTransformerShape(Shape(100, 3)),
-                "d_model (100) must be divisible by heads (3)");
-  ExpectInvalid(ValidateTransformerShape(Shape(64, 128)),
-                "d_model (64) must be divisible by heads (128)");
-  ExpectInvalid(ValidateTransformerShape(Shape(64, 4, 0, 2, true, 0)),
-                "layers must be positive, got 0");
+  ExpectInvalid(ValidateTransformerShape(Shape(100, 3)), "d_model (100) must be divisible by heads (3)");
+  ExpectInvalid(ValidateTransformerShape(Shape(64, 128)), "d_model (64) must be divisible by heads (128)");
+  ExpectInvalid(ValidateTransformerShape(Shape(64, 4, 0, 2, true, 0)), "layers must be positive, got 0");
   ExpectInvalid(ValidateTransformerShape(Shape(64, 4, -1)), "d_ff must be at least 0, got -1");
   ExpectInvalid(ValidateTransformerShape(Shape(64, 4, 0, 3)),
                 "bytes_per_element must be 1, 2, 4 or 8, got 3");
   ExpectInvalid(ValidateTransformerShape(Shape(64, 4, 0, 0)),
                 "bytes_per_element must be 1, 2, 4 or 8, got 0");
-  ExpectInvalid(ValidateTransformerShape(Shape(kMaxBaselineWidth * 2, 4)),
-                "d_model must be at most 1048576");
+  ExpectInvalid(ValidateTransformerShape(Shape(kMaxBaselineWidth * 2, 4)), "d_model must be at most 1048576");
   TransformerShape shape = Shape(64, 4);
   shape.vocab_size = -1;
   ExpectInvalid(ValidateTransformerShape(shape), "vocab_size must be at least 0, got -1");
@@ -156,9 +150,8 @@ TEST(TransformerBaselinesTest, ShapeValidation) {
   ExpectInvalid(ComputeLayerForwardFlops(Shape(0, 1), moments, AttentionLayout::kFlash).status(),
                 "d_model must be positive");
   ExpectInvalid(ComputeModelState(Shape(64, 0), ModelStateOptions{}).status(), "heads");
-  ExpectInvalid(
-      ComputeLayerActivations(Shape(64, 4), moments, static_cast<AttentionLayout>(7)).status(),
-      "unknown attention layout 7");
+  ExpectInvalid(ComputeLayerActivations(Shape(64, 4), moments, static_cast<AttentionLayout>(7)).status(),
+                "unknown attention layout 7");
   ModelStateOptions options;
   options.parameter_bytes_per_element = 3;
   ExpectInvalid(ComputeModelState(Shape(64, 4), options).status(),
@@ -167,16 +160,12 @@ TEST(TransformerBaselinesTest, ShapeValidation) {
 
 TEST(TransformerBaselinesTest, BatchValidation) {
   ExpectInvalid(ValidateBatchSpec(BatchSpec::Explicit({})), "no sequence lengths");
-  ExpectInvalid(ValidateBatchSpec(BatchSpec::Explicit({5, 0, 3})),
-                "lengths[1] must be positive, got 0");
-  ExpectInvalid(ValidateBatchSpec(BatchSpec::Explicit({-4})),
-                "lengths[0] must be positive, got -4");
+  ExpectInvalid(ValidateBatchSpec(BatchSpec::Explicit({5, 0, 3})), "lengths[1] must be positive, got 0");
+  ExpectInvalid(ValidateBatchSpec(BatchSpec::Explicit({-4})), "lengths[0] must be positive, got -4");
   ExpectInvalid(ValidateBatchSpec(BatchSpec::Explicit({kMaxBaselineSequenceLength + 1})),
                 "lengths[0] must be at most 16777216");
-  ExpectInvalid(ValidateBatchSpec(BatchSpec::Uniform(0, 8)),
-                "uniform max_length L must be positive, got 0");
-  ExpectInvalid(ValidateBatchSpec(BatchSpec::Uniform(8, 0)),
-                "uniform batch_size b must be positive, got 0");
+  ExpectInvalid(ValidateBatchSpec(BatchSpec::Uniform(0, 8)), "uniform max_length L must be positive, got 0");
+  ExpectInvalid(ValidateBatchSpec(BatchSpec::Uniform(8, 0)), "uniform batch_size b must be positive, got 0");
   ExpectInvalid(ValidateBatchSpec(BatchSpec::Uniform(kMaxBaselineSequenceLength + 1, 1)),
                 "uniform max_length L must be at most");
   ExpectInvalid(ComputeBatchMoments(BatchSpec::Explicit({})).status(), "no sequence lengths");

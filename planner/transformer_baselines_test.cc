@@ -25,19 +25,16 @@ using transformer_testing::Shape;
 
 constexpr AttentionLayout kAllLayouts[] = {AttentionLayout::kNaive, AttentionLayout::kFlash,
                                            AttentionLayout::kPaddingFree};
-constexpr Recompute kAllRecomputes[] = {Recompute::kNone, Recompute::kAttention,
-                                        Recompute::kFeedForward, Recompute::kFull};
+constexpr Recompute kAllRecomputes[] = {Recompute::kNone, Recompute::kAttention, Recompute::kFeedForward,
+                                        Recompute::kFull};
 
-LayerActivationBytes Layer(const TransformerShape& shape, const BatchSpec& batch,
-                           AttentionLayout layout) {
-  absl::StatusOr<LayerActivationBytes> bytes =
-      ComputeLayerActivations(shape, Moments(batch), layout);
+LayerActivationBytes Layer(const TransformerShape& shape, const BatchSpec& batch, AttentionLayout layout) {
+  absl::StatusOr<LayerActivationBytes> bytes = ComputeLayerActivations(shape, Moments(batch), layout);
   EXPECT_TRUE(bytes.ok()) << bytes.status();
   return bytes.ok() ? *bytes : LayerActivationBytes{};
 }
 
-LayerForwardFlops Flops(const TransformerShape& shape, const BatchSpec& batch,
-                        AttentionLayout layout) {
+LayerForwardFlops Flops(const TransformerShape& shape, const BatchSpec& batch, AttentionLayout layout) {
   absl::StatusOr<LayerForwardFlops> flops = ComputeLayerForwardFlops(shape, Moments(batch), layout);
   EXPECT_TRUE(flops.ok()) << flops.status();
   return flops.ok() ? *flops : LayerForwardFlops{};
@@ -45,8 +42,8 @@ LayerForwardFlops Flops(const TransformerShape& shape, const BatchSpec& batch,
 
 RecomputeCost Cost(const TransformerShape& shape, const BatchSpec& batch, AttentionLayout layout,
                    Recompute recompute) {
-  return ComputeRecomputeCost(Layer(shape, batch, layout), Flops(shape, batch, layout),
-                              shape.layers, recompute);
+  return ComputeRecomputeCost(Layer(shape, batch, layout), Flops(shape, batch, layout), shape.layers,
+                              recompute);
 }
 
 // ---- The per-layer formula of the checkpointing and padding-free articles ----------------------
@@ -60,8 +57,7 @@ TEST(TransformerBaselinesTest, NaiveLayerIsTheArticlesFormula34SBHPlus5aS2B) {
     SCOPED_TRACE(testing::Message() << "S=" << c.s << " B=" << c.b << " H=" << c.h << " a=" << c.a);
     const double sbh = static_cast<double>(c.s) * c.b * c.h;
     const double as2b = static_cast<double>(c.a) * c.s * c.s * c.b;
-    const LayerActivationBytes bytes =
-        Layer(Shape(c.h, c.a), Equal(c.b, c.s), AttentionLayout::kNaive);
+    const LayerActivationBytes bytes = Layer(Shape(c.h, c.a), Equal(c.b, c.s), AttentionLayout::kNaive);
     EXPECT_EQ(bytes.total(), 34 * sbh + 5 * as2b);
     // The checkpointing article's breakdown: attention 11·SBH + 5aS²B, feed-forward 19·SBH,
     // layer norms 4·SBH.
@@ -156,9 +152,8 @@ TEST(TransformerBaselinesTest, PaddingFreeArticlesTwentyBillionModelTable) {
     double naive, flash, padding_free;
   };
   const Row table[] = {
-      {512, 1.085, 0.721, 0.411},        {1024, 2.919, 1.441, 0.821},
-      {2048, 8.837, 2.882, 1.642},       {4096, 29.674, 5.763, 3.283},
-      {8192, 107.347, 11.524, 6.566},    {16384, 406.693, 23.048, 13.132},
+      {512, 1.085, 0.721, 0.411},        {1024, 2.919, 1.441, 0.821},    {2048, 8.837, 2.882, 1.642},
+      {4096, 29.674, 5.763, 3.283},      {8192, 107.347, 11.524, 6.566}, {16384, 406.693, 23.048, 13.132},
       {32768, 1581.386, 46.096, 26.263},
   };
   const TransformerShape shape = Shape(6144, 48, 24576);
@@ -167,8 +162,7 @@ TEST(TransformerBaselinesTest, PaddingFreeArticlesTwentyBillionModelTable) {
     const BatchSpec batch = BatchSpec::Uniform(row.n, 8);
     EXPECT_NEAR(Layer(shape, batch, AttentionLayout::kNaive).total() / kGiB, row.naive, 1e-3);
     EXPECT_NEAR(Layer(shape, batch, AttentionLayout::kFlash).total() / kGiB, row.flash, 1e-3);
-    EXPECT_NEAR(Layer(shape, batch, AttentionLayout::kPaddingFree).total() / kGiB, row.padding_free,
-                1e-3);
+    EXPECT_NEAR(Layer(shape, batch, AttentionLayout::kPaddingFree).total() / kGiB, row.padding_free, 1e-3);
   }
   // The headline "~43% saved" (padding-free against FlashAttention at N = 8192).
   const BatchSpec batch = BatchSpec::Uniform(8192, 8);
@@ -236,10 +230,8 @@ TEST(TransformerBaselinesTest, UniformBaselinesAreTheAverageOverAllBatches) {
     count += 1;
   });
   for (size_t i = 0; i < sums.size(); ++i) {
-    EXPECT_NEAR((*expected)[i].activation_bytes, sums[i] / count,
-                1e-12 * (*expected)[i].activation_bytes)
-        << AttentionLayoutName((*expected)[i].layout) << " "
-        << RecomputeName((*expected)[i].recompute);
+    EXPECT_NEAR((*expected)[i].activation_bytes, sums[i] / count, 1e-12 * (*expected)[i].activation_bytes)
+        << AttentionLayoutName((*expected)[i].layout) << " " << RecomputeName((*expected)[i].recompute);
   }
 }
 
@@ -248,8 +240,7 @@ TEST(TransformerBaselinesTest, UniformSingleSequenceHasClosedForm) {
     const BatchMoments moments = Moments(BatchSpec::Uniform(l, 1));
     const double length = static_cast<double>(l);
     EXPECT_NEAR(moments.max_length, (length + 1) / 2, 1e-9 * length);
-    EXPECT_NEAR(moments.max_length_squared, (length + 1) * (2 * length + 1) / 6,
-                1e-9 * length * length);
+    EXPECT_NEAR(moments.max_length_squared, (length + 1) * (2 * length + 1) / 6, 1e-9 * length * length);
     EXPECT_DOUBLE_EQ(moments.max_length, moments.tokens);
   }
   // The longest accepted distribution is accepted; a large batch pushes E[K] toward L.
@@ -267,12 +258,10 @@ TEST(TransformerBaselinesTest, AttentionRecomputeRemovesExactlyTheAttentionBlock
   const TransformerShape shape = Shape(h, a);
   const BatchSpec batch = Equal(b, s);
   const RecomputeCost none = Cost(shape, batch, AttentionLayout::kNaive, Recompute::kNone);
-  const RecomputeCost attention =
-      Cost(shape, batch, AttentionLayout::kNaive, Recompute::kAttention);
+  const RecomputeCost attention = Cost(shape, batch, AttentionLayout::kNaive, Recompute::kAttention);
   // The checkpointing article: both the 11·SBH and the 5·aS²B terms go; one SBH checkpoint
   // (2 bytes) is added.
-  EXPECT_EQ(none.kept_bytes_per_layer - attention.kept_bytes_per_layer,
-            11 * sbh + 5 * as2b - 2 * sbh);
+  EXPECT_EQ(none.kept_bytes_per_layer - attention.kept_bytes_per_layer, 11 * sbh + 5 * as2b - 2 * sbh);
   EXPECT_EQ(attention.kept_bytes_per_layer, (19 + 4 + 2) * sbh);
   // What is kept no longer depends on the attention layout: the S² term is gone entirely.
   for (AttentionLayout layout : {AttentionLayout::kFlash, AttentionLayout::kPaddingFree}) {
@@ -280,22 +269,18 @@ TEST(TransformerBaselinesTest, AttentionRecomputeRemovesExactlyTheAttentionBlock
               attention.kept_bytes_per_layer);
   }
   // ... and it is linear in S.
-  EXPECT_EQ(Cost(shape, Equal(b, 2 * s), AttentionLayout::kNaive, Recompute::kAttention)
-                .kept_bytes_per_layer,
+  EXPECT_EQ(Cost(shape, Equal(b, 2 * s), AttentionLayout::kNaive, Recompute::kAttention).kept_bytes_per_layer,
             2 * attention.kept_bytes_per_layer);
   // Feed-forward recompute keeps the S² term: 19·SBH go, the checkpoint comes.
-  const RecomputeCost feed_forward =
-      Cost(shape, batch, AttentionLayout::kNaive, Recompute::kFeedForward);
+  const RecomputeCost feed_forward = Cost(shape, batch, AttentionLayout::kNaive, Recompute::kFeedForward);
   EXPECT_EQ(feed_forward.kept_bytes_per_layer, (11 + 4 + 2) * sbh + 5 * as2b);
   EXPECT_EQ(none.kept_bytes_per_layer - feed_forward.kept_bytes_per_layer, 19 * sbh - 2 * sbh);
   // Full recompute keeps the layer input only.
-  EXPECT_EQ(Cost(shape, batch, AttentionLayout::kNaive, Recompute::kFull).kept_bytes_per_layer,
-            2 * sbh);
+  EXPECT_EQ(Cost(shape, batch, AttentionLayout::kNaive, Recompute::kFull).kept_bytes_per_layer, 2 * sbh);
 }
 
 TEST(TransformerBaselinesTest, RecomputeOrderings) {
-  const std::vector<BatchSpec> batches = {Equal(1, 128), Equal(8, 4096),
-                                          BatchSpec::Explicit({5, 900, 33}),
+  const std::vector<BatchSpec> batches = {Equal(1, 128), Equal(8, 4096), BatchSpec::Explicit({5, 900, 33}),
                                           BatchSpec::Uniform(2048, 4)};
   for (const BatchSpec& batch : batches) {
     for (AttentionLayout layout : kAllLayouts) {
@@ -315,38 +300,36 @@ TEST(TransformerBaselinesTest, RecomputeOrderings) {
       EXPECT_EQ(none.compute_overhead_fraction, 0);
       EXPECT_GT(attention.compute_overhead_fraction, 0);
       EXPECT_DOUBLE_EQ(full.compute_overhead_fraction, 1.0 / 3);
-      EXPECT_DOUBLE_EQ(attention.compute_overhead_fraction + feed_forward.compute_overhead_fraction,
-                       1.0 / 3);
+      EXPECT_DOUBLE_EQ(attention.compute_overhead_fraction + feed_forward.compute_overhead_fraction, 1.0 / 3);
     }
   }
   // Short sequences (S < 2h): attention is the cheaper recompute; with naive attention at long
   // sequences it also frees more memory than recomputing the feed-forward block.
   const TransformerShape shape = Shape(1024, 16, 0, 2, true, 24);
-  EXPECT_LT(Cost(shape, Equal(8, 1024), AttentionLayout::kNaive, Recompute::kAttention)
-                .compute_overhead_fraction,
-            Cost(shape, Equal(8, 1024), AttentionLayout::kNaive, Recompute::kFeedForward)
-                .compute_overhead_fraction);
-  EXPECT_LT(Cost(shape, Equal(8, 4096), AttentionLayout::kNaive, Recompute::kAttention)
-                .kept_bytes_per_layer,
-            Cost(shape, Equal(8, 4096), AttentionLayout::kNaive, Recompute::kFeedForward)
-                .kept_bytes_per_layer);
+  EXPECT_LT(
+      Cost(shape, Equal(8, 1024), AttentionLayout::kNaive, Recompute::kAttention).compute_overhead_fraction,
+      Cost(shape, Equal(8, 1024), AttentionLayout::kNaive, Recompute::kFeedForward)
+          .compute_overhead_fraction);
+  EXPECT_LT(
+      Cost(shape, Equal(8, 4096), AttentionLayout::kNaive, Recompute::kAttention).kept_bytes_per_layer,
+      Cost(shape, Equal(8, 4096), AttentionLayout::kNaive, Recompute::kFeedForward).kept_bytes_per_layer);
 }
 
 TEST(TransformerBaselinesTest, CheckpointingArticlesOverheadNumbers) {
   // S = H: F_attn = 12·SH², F_ffn = 16·SH²: 12/84 = 1/7 (14.3%) and 16/84 = 4/21 (19.0%).
   const TransformerShape square = Shape(4096, 32);
   const BatchSpec s_equals_h = Equal(1, 4096);
-  EXPECT_DOUBLE_EQ(Cost(square, s_equals_h, AttentionLayout::kNaive, Recompute::kAttention)
-                       .compute_overhead_fraction,
-                   1.0 / 7);
-  EXPECT_DOUBLE_EQ(Cost(square, s_equals_h, AttentionLayout::kNaive, Recompute::kFeedForward)
-                       .compute_overhead_fraction,
-                   4.0 / 21);
+  EXPECT_DOUBLE_EQ(
+      Cost(square, s_equals_h, AttentionLayout::kNaive, Recompute::kAttention).compute_overhead_fraction,
+      1.0 / 7);
+  EXPECT_DOUBLE_EQ(
+      Cost(square, s_equals_h, AttentionLayout::kNaive, Recompute::kFeedForward).compute_overhead_fraction,
+      4.0 / 21);
   // S ≪ H: 8/72 = 1/9 (11.1%) and 16/72 = 2/9 (22.2%).
   const BatchSpec short_sequence = Equal(4, 1);
-  EXPECT_NEAR(Cost(square, short_sequence, AttentionLayout::kFlash, Recompute::kAttention)
-                  .compute_overhead_fraction,
-              1.0 / 9, 1e-4);
+  EXPECT_NEAR(
+      Cost(square, short_sequence, AttentionLayout::kFlash, Recompute::kAttention).compute_overhead_fraction,
+      1.0 / 9, 1e-4);
   EXPECT_NEAR(Cost(square, short_sequence, AttentionLayout::kFlash, Recompute::kFeedForward)
                   .compute_overhead_fraction,
               2.0 / 9, 1e-4);
@@ -356,15 +339,14 @@ TEST(TransformerBaselinesTest, CheckpointingArticlesOverheadNumbers) {
   const BatchSpec batch = Equal(1, 64);
   const LayerForwardFlops flops = Flops(example, batch, AttentionLayout::kNaive);
   EXPECT_EQ(3 * flops.attention(), flops.feed_forward);
-  EXPECT_DOUBLE_EQ(Cost(example, batch, AttentionLayout::kNaive, Recompute::kAttention)
-                       .compute_overhead_fraction,
-                   100.0 / 1200);
-  EXPECT_DOUBLE_EQ(Cost(example, batch, AttentionLayout::kNaive, Recompute::kFeedForward)
-                       .compute_overhead_fraction,
-                   300.0 / 1200);
   EXPECT_DOUBLE_EQ(
-      Cost(example, batch, AttentionLayout::kNaive, Recompute::kFull).compute_overhead_fraction,
-      400.0 / 1200);
+      Cost(example, batch, AttentionLayout::kNaive, Recompute::kAttention).compute_overhead_fraction,
+      100.0 / 1200);
+  EXPECT_DOUBLE_EQ(
+      Cost(example, batch, AttentionLayout::kNaive, Recompute::kFeedForward).compute_overhead_fraction,
+      300.0 / 1200);
+  EXPECT_DOUBLE_EQ(Cost(example, batch, AttentionLayout::kNaive, Recompute::kFull).compute_overhead_fraction,
+                   400.0 / 1200);
 }
 
 TEST(TransformerBaselinesTest, FlopsFollowTheLayout) {
@@ -395,8 +377,8 @@ TEST(TransformerBaselinesTest, PeakIsKeptTimesLayersPlusOneRecomputedLayer) {
   absl::StatusOr<ModelStateBytes> state = ComputeModelState(workload.shape, workload.state);
   ASSERT_TRUE(state.ok()) << state.status();
   for (const BaselineRow& row : *rows) {
-    SCOPED_TRACE(testing::Message()
-                 << AttentionLayoutName(row.layout) << " " << RecomputeName(row.recompute));
+    SCOPED_TRACE(testing::Message() << AttentionLayoutName(row.layout) << " "
+                                    << RecomputeName(row.recompute));
     const LayerActivationBytes layer = Layer(workload.shape, workload.batch, row.layout);
     EXPECT_EQ(row.activation_bytes, 12 * row.kept_bytes_per_layer + row.recomputed_bytes_per_layer);
     EXPECT_EQ(row.model_state_bytes, state->total());

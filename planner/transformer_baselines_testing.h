@@ -16,8 +16,8 @@ namespace slimfit::planner::transformer_testing {
 
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-inline TransformerShape Shape(int64_t d_model, int64_t heads, int64_t d_ff = 0, int bytes = 2, bool dropout = true,
-                              int64_t layers = 1) {
+inline TransformerShape Shape(int64_t d_model, int64_t heads, int64_t d_ff = 0, int bytes = 2,
+                              bool dropout = true, int64_t layers = 1) {
   TransformerShape shape;
   shape.d_model = d_model;
   shape.layers = layers;

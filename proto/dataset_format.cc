@@ -35,7 +35,8 @@ absl::Status ValidateLocalDatasets(const google::protobuf::RepeatedPtrField<v1::
       return absl::InvalidArgumentError(absl::StrCat("local_datasets[", i, "] (", d.name(), "): ", why));
     };
     if (!IsLocalDatasetName(d.name())) {
-      return bad(absl::StrCat("name: expected 1 to ", v1::LIMIT_MAX_NAME_BYTES, " letters, digits, '.', '_', '-'"));
+      return bad(
+          absl::StrCat("name: expected 1 to ", v1::LIMIT_MAX_NAME_BYTES, " letters, digits, '.', '_', '-'"));
     }
     if (!names.insert(d.name()).second) return bad("name: given twice");
     if (d.tokens() < 1) return bad(absl::StrCat("tokens: must be ≥ 1, got ", d.tokens()));
@@ -59,7 +60,8 @@ absl::Status ValidateLocalDatasets(const google::protobuf::RepeatedPtrField<v1::
 }
 
 absl::StatusOr<DatasetFormat> ParseDatasetFormat(absl::string_view data_type, absl::string_view separator,
-                                                 absl::string_view type_flag, absl::string_view separator_flag) {
+                                                 absl::string_view type_flag,
+                                                 absl::string_view separator_flag) {
   constexpr size_t kMaxSeparatorBytes = 64;
   DatasetFormat format;
   const std::string type = absl::AsciiStrToLower(data_type);
@@ -90,21 +92,23 @@ absl::StatusOr<DatasetFormat> ParseDatasetFormat(absl::string_view data_type, ab
 }
 
 absl::StatusOr<TokenStream> ParseDataset(absl::string_view bytes, absl::string_view content_type,
-                                         v1::TokenEncoding encoding, const std::optional<std::string>& separator) {
+                                         v1::TokenEncoding encoding,
+                                         const std::optional<std::string>& separator) {
   int width = 1;
   if (content_type == kTokensContentType) {
     width = TokenWidth(encoding);
     if (width == 0) return absl::InvalidArgumentError("metadata.token_encoding: required for a token file");
   } else if (content_type != kTextContentType) {
-    return absl::InvalidArgumentError(absl::StrCat("metadata.content_type: \"", content_type, "\" is not a dataset type"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metadata.content_type: \"", content_type, "\" is not a dataset type"));
   }
   if (bytes.size() % width != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset of ", bytes.size(), " bytes is not a whole number of ", width, "-byte tokens"));
   }
   if (separator.has_value() && (separator->empty() || separator->size() % width != 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metadata.document_separator: ", separator->size(), " bytes is not a whole number of tokens"));
+    return absl::InvalidArgumentError(absl::StrCat("metadata.document_separator: ", separator->size(),
+                                                   " bytes is not a whole number of tokens"));
   }
   TokenStream stream;
   stream.tokens.reserve(bytes.size() / width);
@@ -121,7 +125,8 @@ absl::StatusOr<TokenStream> ParseDataset(absl::string_view bytes, absl::string_v
       document_open = true;
     }
     uint32_t value = 0;
-    for (int b = 0; b < width; ++b) value |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + b])) << (8 * b);
+    for (int b = 0; b < width; ++b)
+      value |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + b])) << (8 * b);
     stream.tokens.push_back(static_cast<int32_t>(value));
     i += width;
   }
@@ -146,8 +151,8 @@ void AppendRange(const TokenStream& stream, int64_t begin, int64_t length, std::
   const int64_t base = static_cast<int64_t>(tokens->size());
   doc_starts->push_back(base);
   const auto& starts = stream.doc_starts;
-  for (auto it = std::upper_bound(starts.begin(), starts.end(), begin); it != starts.end() && *it < begin + length;
-       ++it) {
+  for (auto it = std::upper_bound(starts.begin(), starts.end(), begin);
+       it != starts.end() && *it < begin + length; ++it) {
     doc_starts->push_back(base + (*it - begin));
   }
   tokens->insert(tokens->end(), stream.tokens.begin() + begin, stream.tokens.begin() + begin + length);

@@ -30,9 +30,9 @@ inline constexpr char kTokensContentType[] = "application/x-slimfit-tokens";
 // --separator` for an upload, `slimfit-worker --data_type --data_separator` for a dataset that
 // stays on the worker.
 struct DatasetFormat {
-  std::string content_type;                                      // kTextContentType or kTokensContentType
+  std::string content_type;                                     // kTextContentType or kTokensContentType
   v1::TokenEncoding encoding = v1::TOKEN_ENCODING_UNSPECIFIED;  // token files only
-  std::optional<std::string> separator;                          // the unescaped bytes; none: one document
+  std::optional<std::string> separator;                         // the unescaped bytes; none: one document
 };
 
 // `data_type` "text" (every byte a token) or "uint8", "uint16", "uint32" (pre-tokenised
@@ -59,7 +59,8 @@ absl::Status ValidateLocalDatasets(const google::protobuf::RepeatedPtrField<v1::
 // documents (two separators in a row) are skipped. INVALID_ARGUMENT for an unknown content type, a
 // token file that is not a whole number of tokens or a separator that is not whole tokens.
 absl::StatusOr<TokenStream> ParseDataset(absl::string_view bytes, absl::string_view content_type,
-                                         v1::TokenEncoding encoding, const std::optional<std::string>& separator);
+                                         v1::TokenEncoding encoding,
+                                         const std::optional<std::string>& separator);
 
 // Appends `more` to `stream` (documents stay separate).
 void AppendStream(TokenStream* stream, const TokenStream& more);

@@ -1,11 +1,11 @@
 #include "proto/dataset_format.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -16,8 +16,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(ParseDatasetTest, TextWithSeparatorDropsItAndSkipsEmptyDocuments) {
-  absl::StatusOr<TokenStream> stream = ParseDataset("ab||c||||de", "text/plain", v1::TOKEN_ENCODING_UNSPECIFIED,
-                                                    std::string("||"));
+  absl::StatusOr<TokenStream> stream =
+      ParseDataset("ab||c||||de", "text/plain", v1::TOKEN_ENCODING_UNSPECIFIED, std::string("||"));
   ASSERT_TRUE(stream.ok()) << stream.status();
   EXPECT_EQ(std::string(stream->tokens.begin(), stream->tokens.end()), "abcde");
   EXPECT_THAT(stream->doc_starts, ElementsAre(0, 2, 3));
@@ -25,8 +25,8 @@ TEST(ParseDatasetTest, TextWithSeparatorDropsItAndSkipsEmptyDocuments) {
 
 TEST(ParseDatasetTest, TokenFilesAreLittleEndian) {
   const std::string bytes("\x01\x01\x02\x00\xff\xff\x03\x00", 8);
-  absl::StatusOr<TokenStream> stream =
-      ParseDataset(bytes, "application/x-slimfit-tokens", v1::TOKEN_ENCODING_UINT16_LE, std::string("\xff\xff", 2));
+  absl::StatusOr<TokenStream> stream = ParseDataset(bytes, "application/x-slimfit-tokens",
+                                                    v1::TOKEN_ENCODING_UINT16_LE, std::string("\xff\xff", 2));
   ASSERT_TRUE(stream.ok()) << stream.status();
   EXPECT_THAT(stream->tokens, ElementsAre(257, 2, 3));
   EXPECT_THAT(stream->doc_starts, ElementsAre(0, 2));
@@ -38,10 +38,11 @@ TEST(ParseDatasetTest, TokenFilesAreLittleEndian) {
 }
 
 TEST(ParseDatasetTest, SeparatorMustBeWholeTokens) {
-  EXPECT_THAT(ParseDataset("ab", "application/x-slimfit-tokens", v1::TOKEN_ENCODING_UINT16_LE, std::string("x"))
-                  .status()
-                  .message(),
-              HasSubstr("document_separator"));
+  EXPECT_THAT(
+      ParseDataset("ab", "application/x-slimfit-tokens", v1::TOKEN_ENCODING_UINT16_LE, std::string("x"))
+          .status()
+          .message(),
+      HasSubstr("document_separator"));
   EXPECT_THAT(ParseDataset("ab", "application/x-slimfit-tokens", v1::TOKEN_ENCODING_UNSPECIFIED, std::nullopt)
                   .status()
                   .message(),
@@ -101,7 +102,8 @@ TEST(ValidateLocalDatasetsTest, EachFieldAtFaultIsNamed) {
       {[](v1::LocalDataset* d) { d->set_documents(0); }, "documents: expected 1 to 10 (its tokens), got 0"},
       {[](v1::LocalDataset* d) { d->set_documents(11); }, "got 11"},
       {[](v1::LocalDataset* d) { d->set_sha256("ABC"); }, "sha256: expected 64 lowercase"},
-      {[](v1::LocalDataset* d) { d->set_content_type("application/x-safetensors"); }, "is not a dataset type"},
+      {[](v1::LocalDataset* d) { d->set_content_type("application/x-safetensors"); },
+       "is not a dataset type"},
       {[](v1::LocalDataset* d) { d->set_content_type(kTokensContentType); }, "token_encoding: required"},
       {[](v1::LocalDataset* d) { d->set_max_token(256); }, "max_token: expected 0 to 255, got 256"},
       {[](v1::LocalDataset* d) { d->set_max_token(-1); }, "max_token"},
@@ -117,7 +119,8 @@ TEST(ValidateLocalDatasetsTest, EachFieldAtFaultIsNamed) {
   google::protobuf::RepeatedPtrField<v1::LocalDataset> twice;
   *twice.Add() = Valid();
   *twice.Add() = Valid();
-  EXPECT_THAT(ValidateLocalDatasets(twice).message(), HasSubstr("local_datasets[1] (notes.v2_final-1): name: given twice"));
+  EXPECT_THAT(ValidateLocalDatasets(twice).message(),
+              HasSubstr("local_datasets[1] (notes.v2_final-1): name: given twice"));
   google::protobuf::RepeatedPtrField<v1::LocalDataset> many;
   for (int i = 0; i <= v1::LIMIT_MAX_LOCAL_DATASETS; ++i) {
     v1::LocalDataset d = Valid();

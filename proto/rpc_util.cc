@@ -1,7 +1,5 @@
 #include "proto/rpc_util.h"
 
-#include "proto/transport_security.h"
-
 #include <cstdint>
 #include <utility>
 
@@ -9,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "proto/transport_security.h"
 
 namespace slimfit::rpc {
 namespace {
@@ -131,8 +130,8 @@ absl::Status ValidateAddress(absl::string_view address, absl::string_view flag, 
   int port = -1;
   if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < (allow_port_zero ? 0 : 1) ||
       port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": port of \"", address, "\" must be ",
-                                                   allow_port_zero ? 0 : 1, "..65535"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": port of \"", address, "\" must be ", allow_port_zero ? 0 : 1, "..65535"));
   }
   return absl::OkStatus();
 }

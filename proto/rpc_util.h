@@ -10,12 +10,12 @@
 #ifndef SLIMFIT_PROTO_RPC_UTIL_H_
 #define SLIMFIT_PROTO_RPC_UTIL_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"

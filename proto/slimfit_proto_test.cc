@@ -3,11 +3,11 @@
 // and the messages that carry chunks stay within the sizes the .proto states — 1 MiB of payload
 // (LIMIT_MAX_CHUNK_BYTES) in under 1.1 MiB, a maximal shard request under 2 MiB — far below gRPC's
 // 4 MiB default receive limit.
-#include <cstdint>
-#include <string>
-
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
 
 #include "proto/slimfit.grpc.pb.h"
 #include "proto/slimfit.pb.h"

@@ -12,7 +12,7 @@ TEST(IsValidUtf8Test, AcceptsWellFormedText) {
   EXPECT_TRUE(IsValidUtf8(""));
   EXPECT_TRUE(IsValidUtf8("plain ascii"));
   EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));  // é € 😀
-  EXPECT_TRUE(IsValidUtf8("\xf4\x8f\xbf\xbf"));                         // U+10FFFF
+  EXPECT_TRUE(IsValidUtf8("\xf4\x8f\xbf\xbf"));                           // U+10FFFF
 }
 
 TEST(IsValidUtf8Test, RefusesMalformedText) {

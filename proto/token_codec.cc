@@ -13,10 +13,14 @@ v1::TokenEncoding NarrowestTokenEncoding(int64_t vocab) {
 
 int TokenWidth(v1::TokenEncoding encoding) {
   switch (encoding) {
-    case v1::TOKEN_ENCODING_UINT8: return 1;
-    case v1::TOKEN_ENCODING_UINT16_LE: return 2;
-    case v1::TOKEN_ENCODING_UINT32_LE: return 4;
-    default: return 0;
+    case v1::TOKEN_ENCODING_UINT8:
+      return 1;
+    case v1::TOKEN_ENCODING_UINT16_LE:
+      return 2;
+    case v1::TOKEN_ENCODING_UINT32_LE:
+      return 4;
+    default:
+      return 0;
   }
 }
 
@@ -43,8 +47,8 @@ absl::StatusOr<std::vector<int64_t>> DecodeTokens(absl::string_view bytes, v1::T
     return absl::InvalidArgumentError(absl::StrCat(field, ": unknown token encoding ", encoding));
   }
   if (bytes.size() % width != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes.size(), " bytes is not a whole number of ",
-                                                   width, "-byte tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", bytes.size(), " bytes is not a whole number of ", width, "-byte tokens"));
   }
   std::vector<int64_t> ids(bytes.size() / width);
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -22,13 +22,15 @@ TEST(TokenCodecTest, RoundTripsLittleEndian) {
   ASSERT_EQ(bytes->size(), 10u);
   EXPECT_EQ(static_cast<unsigned char>((*bytes)[6]), 0x00);  // 256 = 0x0100, low byte first
   EXPECT_EQ(static_cast<unsigned char>((*bytes)[7]), 0x01);
-  absl::StatusOr<std::vector<int64_t>> back = DecodeTokens(*bytes, v1::TOKEN_ENCODING_UINT16_LE, 65536, "tokens");
+  absl::StatusOr<std::vector<int64_t>> back =
+      DecodeTokens(*bytes, v1::TOKEN_ENCODING_UINT16_LE, 65536, "tokens");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, ids);
 }
 
 TEST(TokenCodecTest, RejectsBadInputWithThePlace) {
-  EXPECT_THAT(EncodeTokens({3, 300}, v1::TOKEN_ENCODING_UINT8).status().message(), HasSubstr("token 1 = 300"));
+  EXPECT_THAT(EncodeTokens({3, 300}, v1::TOKEN_ENCODING_UINT8).status().message(),
+              HasSubstr("token 1 = 300"));
   EXPECT_THAT(DecodeTokens("abc", v1::TOKEN_ENCODING_UINT16_LE, 1000, "tokens").status().message(),
               HasSubstr("not a whole number"));
   EXPECT_THAT(DecodeTokens("a\xff", v1::TOKEN_ENCODING_UINT8, 200, "tokens").status().message(),

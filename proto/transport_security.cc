@@ -13,10 +13,11 @@ namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag, absl::string_view kind) {
   absl::StatusOr<std::string> text = base::ReadFileToString(path);
-  if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat(flag, ": ", text.status().message()));
+  if (!text.ok())
+    return absl::Status(text.status().code(), absl::StrCat(flag, ": ", text.status().message()));
   if (!absl::StrContains(*text, "-----BEGIN ") || !absl::StrContains(*text, kind)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, "=", path, ": not a PEM file holding a ", kind, " (make one with 'slimfit certs')"));
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": not a PEM file holding a ", kind,
+                                                   " (make one with 'slimfit certs')"));
   }
   return text;
 }
@@ -25,10 +26,12 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view f
 
 void AddTlsFlags(base::FlagSet& flags, TlsFlagSet which, TlsOptions* options) {
   if (which == TlsFlagSet::kClient) {
-    flags.Bool("tls", &options->use_system_roots, "connect with TLS, verifying the coordinator with the system's CAs");
-    flags.String("tls_ca", &options->ca_file,
-                 "connect with TLS, verifying the coordinator against this PEM CA (from 'slimfit certs init')",
-                 base::FlagSet::kOptionalNoDefault);
+    flags.Bool("tls", &options->use_system_roots,
+               "connect with TLS, verifying the coordinator with the system's CAs");
+    flags.String(
+        "tls_ca", &options->ca_file,
+        "connect with TLS, verifying the coordinator against this PEM CA (from 'slimfit certs init')",
+        base::FlagSet::kOptionalNoDefault);
     flags.String("tls_cert", &options->cert_file, "PEM client certificate to present (optional)",
                  base::FlagSet::kOptionalNoDefault);
     flags.String("tls_key", &options->key_file, "PEM key of --tls_cert", base::FlagSet::kOptionalNoDefault);
@@ -36,7 +39,8 @@ void AddTlsFlags(base::FlagSet& flags, TlsFlagSet which, TlsOptions* options) {
   }
   flags.String("tls_cert", &options->cert_file, "PEM certificate to serve (and present to peers) with TLS",
                base::FlagSet::kOptionalNoDefault);
-  flags.String("tls_key", &options->key_file, "PEM private key of --tls_cert", base::FlagSet::kOptionalNoDefault);
+  flags.String("tls_key", &options->key_file, "PEM private key of --tls_cert",
+               base::FlagSet::kOptionalNoDefault);
   flags.String("tls_ca", &options->ca_file,
                "PEM CA that peers' certificates must chain to (mutual TLS; see 'slimfit certs init')",
                base::FlagSet::kOptionalNoDefault);
@@ -71,7 +75,8 @@ bool IsLoopbackHost(absl::string_view host) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
-absl::Status CheckListenSecurity(absl::string_view address, const TlsOptions& options, absl::string_view flag) {
+absl::Status CheckListenSecurity(absl::string_view address, const TlsOptions& options,
+                                 absl::string_view flag) {
   if (options.enabled() || options.insecure) return absl::OkStatus();
   const size_t colon = address.rfind(':');
   const absl::string_view host = colon == absl::string_view::npos ? address : address.substr(0, colon);
@@ -88,7 +93,8 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const std::optional<T
   grpc_ssl_client_certificate_request_type request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
   if (!material->ca.empty()) {
     if (mode == ClientCertificates::kRequest) request = GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
-    if (mode == ClientCertificates::kRequire) request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    if (mode == ClientCertificates::kRequire)
+      request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   grpc::SslServerCredentialsOptions options(request);
   options.pem_root_certs = material->ca;
@@ -125,7 +131,8 @@ std::string TlsFailureHint(absl::string_view error_message) {
   const bool tls = absl::StrContains(lower, "handshake") || absl::StrContains(lower, "ssl") ||
                    absl::StrContains(lower, "certificate") || absl::StrContains(lower, "tls");
   if (!tls) return "";
-  return " (TLS failed: the peer's certificate must be signed by the CA given with --tls_ca and name the address "
+  return " (TLS failed: the peer's certificate must be signed by the CA given with --tls_ca and name the "
+         "address "
          "used — check both, and that both sides use TLS)";
 }
 

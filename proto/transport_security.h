@@ -22,11 +22,11 @@
 #ifndef SLIMFIT_PROTO_TRANSPORT_SECURITY_H_
 #define SLIMFIT_PROTO_TRANSPORT_SECURITY_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -36,9 +36,9 @@ namespace slimfit::rpc {
 
 // The TLS flags of a binary.
 struct TlsOptions {
-  std::string cert_file;  // --tls_cert: PEM certificate (chain) presented by this process
-  std::string key_file;   // --tls_key: its PEM private key
-  std::string ca_file;    // --tls_ca: PEM CA certificate(s) that peers' certificates must chain to
+  std::string cert_file;          // --tls_cert: PEM certificate (chain) presented by this process
+  std::string key_file;           // --tls_key: its PEM private key
+  std::string ca_file;            // --tls_ca: PEM CA certificate(s) that peers' certificates must chain to
   bool use_system_roots = false;  // CLI --tls: TLS verified against the system's CAs
   bool insecure = false;          // --insecure: plaintext even off loopback
 
@@ -57,7 +57,7 @@ void AddTlsFlags(base::FlagSet& flags, TlsFlagSet which, TlsOptions* options);
 struct TlsMaterial {
   std::string cert;  // empty: no certificate of our own
   std::string key;
-  std::string ca;    // empty: the system's roots (clients) or no client verification (servers)
+  std::string ca;  // empty: the system's roots (clients) or no client verification (servers)
 };
 
 // nullopt when TLS is off. INVALID_ARGUMENT naming the flag for --tls_cert without --tls_key (or
@@ -69,7 +69,8 @@ absl::StatusOr<std::optional<TlsMaterial>> LoadTls(const TlsOptions& options);
 // (127.0.0.0/8, ::1, localhost), when TLS is on, or with --insecure; otherwise
 // FAILED_PRECONDITION "refusing to listen on <address> without TLS: ...", a line that says what to
 // do.
-absl::Status CheckListenSecurity(absl::string_view address, const TlsOptions& options, absl::string_view flag);
+absl::Status CheckListenSecurity(absl::string_view address, const TlsOptions& options,
+                                 absl::string_view flag);
 
 // True for 127.0.0.0/8, ::1 and localhost (with or without brackets).
 bool IsLoopbackHost(absl::string_view host);

@@ -2,11 +2,11 @@
 // peer refused; plus the flag-level rules.
 #include "proto/transport_security.h"
 
-#include <memory>
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -58,8 +58,9 @@ class TransportSecurityTest : public ::testing::Test {
   std::string Serve(ClientCertificates mode) {
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", ServerCredentials(TlsMaterial{server_.cert_pem, server_.key_pem, ca_.cert_pem}, mode),
-                             &port);
+    builder.AddListeningPort(
+        "127.0.0.1:0", ServerCredentials(TlsMaterial{server_.cert_pem, server_.key_pem, ca_.cert_pem}, mode),
+        &port);
     builder.RegisterService(&service_);
     ConfigureServerKeepalive(&builder);
     server_process_ = builder.BuildAndStart();
@@ -68,7 +69,8 @@ class TransportSecurityTest : public ::testing::Test {
   }
 
   // GetProfile over `credentials`: the device field, or the failure.
-  absl::StatusOr<std::string> Call(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  absl::StatusOr<std::string> Call(const std::string& address,
+                                   std::shared_ptr<grpc::ChannelCredentials> credentials) {
     auto stub = v1::Worker::NewStub(MakeChannel(address, std::move(credentials)));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -78,7 +80,8 @@ class TransportSecurityTest : public ::testing::Test {
     return response.device();
   }
 
-  static std::optional<TlsMaterial> Client(const base::KeyAndCertificate& identity, const base::KeyAndCertificate& ca) {
+  static std::optional<TlsMaterial> Client(const base::KeyAndCertificate& identity,
+                                           const base::KeyAndCertificate& ca) {
     return TlsMaterial{identity.cert_pem, identity.key_pem, ca.cert_pem};
   }
   static std::optional<TlsMaterial> Anonymous(const base::KeyAndCertificate& ca) {
@@ -155,7 +158,8 @@ TEST(TransportSecurityFlagsTest, LoadTlsNamesTheFlagAtFault) {
   absl::Status not_pem = LoadTls(options).status();
   EXPECT_EQ(not_pem.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(not_pem.message()), HasSubstr("not a PEM file"));
-  absl::StatusOr<base::KeyAndCertificate> ca = base::MakeCertificateAuthority("ca", absl::Now(), absl::Hours(1));
+  absl::StatusOr<base::KeyAndCertificate> ca =
+      base::MakeCertificateAuthority("ca", absl::Now(), absl::Hours(1));
   ASSERT_TRUE(base::WriteFileAtomically(options.cert_file, ca->cert_pem).ok());
   ASSERT_TRUE(base::WriteFileAtomically(options.key_file, ca->key_pem).ok());
   absl::StatusOr<std::optional<TlsMaterial>> loaded = LoadTls(options);

@@ -22,7 +22,8 @@ class AccessTokens {
  public:
   // `fixed` (may be empty) is always accepted; `file` (may be empty: none) is read now.
   // INVALID_ARGUMENT when neither gives a token; the file's errors.
-  static absl::StatusOr<std::unique_ptr<AccessTokens>> Create(std::string role, std::string fixed, std::string file);
+  static absl::StatusOr<std::unique_ptr<AccessTokens>> Create(std::string role, std::string fixed,
+                                                              std::string file);
 
   // Re-reads the file. On error the tokens in use stay as they were and the error is returned.
   absl::Status Reload();

@@ -44,19 +44,20 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
     }
   }
   std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options)));
-  absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(coordinator->options_.state_dir + "/state.db");
+  absl::StatusOr<std::unique_ptr<StateStore>> store =
+      StateStore::Open(coordinator->options_.state_dir + "/state.db");
   if (!store.ok()) return store.status();
   coordinator->store_ = *std::move(store);
   absl::StatusOr<std::unique_ptr<WorkerRegistry>> registry =
       WorkerRegistry::Create(coordinator->store_.get(), coordinator->options_.registry);
   if (!registry.ok()) return registry.status();
   coordinator->registry_ = *std::move(registry);
-  coordinator->uploads_ = std::make_unique<UploadStore>(coordinator->store_.get(),
-                                                        coordinator->options_.state_dir + "/uploads",
-                                                        coordinator->options_.upload_limit_bytes);
-  coordinator->preparer_ = std::make_unique<JobPreparer>(coordinator->store_.get(), coordinator->registry_.get(),
-                                                         coordinator->options_.runner.safety_margin,
-                                                         coordinator->options_.max_model_bytes);
+  coordinator->uploads_ =
+      std::make_unique<UploadStore>(coordinator->store_.get(), coordinator->options_.state_dir + "/uploads",
+                                    coordinator->options_.upload_limit_bytes);
+  coordinator->preparer_ = std::make_unique<JobPreparer>(
+      coordinator->store_.get(), coordinator->registry_.get(), coordinator->options_.runner.safety_margin,
+      coordinator->options_.max_model_bytes);
   if (absl::Status resumed = coordinator->ResumeJobs(); !resumed.ok()) return resumed;
   Coordinator* raw = coordinator.get();
   coordinator->liveness_ = std::thread([raw] { raw->LivenessLoop(); });
@@ -98,7 +99,8 @@ absl::Status Coordinator::ResumeJobs() {
     // A job that crashed before its round-0 checkpoint starts again from its initial parameters.
     absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = store_->Checkpoints(job.job_id());
     if (!checkpoints.ok()) return checkpoints.status();
-    absl::StatusOr<PreparedJob> prepared = preparer_->Prepare(job.spec(), /*load_initial=*/checkpoints->empty());
+    absl::StatusOr<PreparedJob> prepared =
+        preparer_->Prepare(job.spec(), /*load_initial=*/checkpoints->empty());
     absl::Status started = prepared.ok() ? StartRunner(job, *std::move(prepared)) : prepared.status();
     if (!started.ok()) {
       v1::Job failed = job;
@@ -123,8 +125,8 @@ absl::Status Coordinator::ResumeJobs() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<UploadSink>> Coordinator::BeginUpload(const v1::UploadMetadata& metadata,
-                                                                    std::optional<v1::DatasetInfo>* existing) {
+absl::StatusOr<std::unique_ptr<UploadSink>> Coordinator::BeginUpload(
+    const v1::UploadMetadata& metadata, std::optional<v1::DatasetInfo>* existing) {
   return uploads_->BeginUpload(metadata, existing);
 }
 
@@ -184,7 +186,8 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   if (existing->has_value()) return **existing;
   absl::StatusOr<PreparedJob> prepared = preparer_->Prepare(spec, /*load_initial=*/true);
   if (!prepared.ok()) return prepared.status();
-  if (absl::Status fits = preparer_->CheckSomeWorkerFits(spec, prepared->config, prepared->data->max_documents_per_sequence());
+  if (absl::Status fits = preparer_->CheckSomeWorkerFits(spec, prepared->config,
+                                                         prepared->data->max_documents_per_sequence());
       !fits.ok()) {
     return fits;
   }
@@ -211,8 +214,9 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   created.mutable_state_changed()->set_state(v1::JOB_STATE_QUEUED);
   created.mutable_state_changed()->set_reason("submitted");
   if (absl::Status stored = store_->AppendEvent(created); !stored.ok()) return stored;
-  base::LogInfo(job.job_id(), ": submitted (", job.spec().rounds(), " rounds, L = ", job.spec().sequence_length(), ", ",
-               job.training_tokens(), " training tokens)");
+  base::LogInfo(job.job_id(), ": submitted (", job.spec().rounds(),
+                " rounds, L = ", job.spec().sequence_length(), ", ", job.training_tokens(),
+                " training tokens)");
   if (absl::Status started = StartRunner(job, *std::move(prepared)); !started.ok()) {
     job.set_state(v1::JOB_STATE_FAILED);
     job.set_state_reason(absl::StrCat("could not start: ", started.message()));
@@ -243,8 +247,8 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const v1::ListJobsReq
   for (const v1::Job& stored : *jobs) {
     absl::StatusOr<v1::Job> job = GetJob(stored.job_id());  // live state for running jobs
     const v1::Job& current = job.ok() ? *job : stored;
-    if (request.states_size() > 0 &&
-        std::find(request.states().begin(), request.states().end(), current.state()) == request.states().end()) {
+    if (request.states_size() > 0 && std::find(request.states().begin(), request.states().end(),
+                                               current.state()) == request.states().end()) {
       continue;
     }
     selected.push_back(current);
@@ -261,8 +265,8 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const v1::CancelJobRequest& reque
   if (!job.ok()) return job.status();
   if (job->state() == v1::JOB_STATE_CANCELLED) return job;
   if (IsTerminal(job->state())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", request.job_id(), " already ", v1::JobState_Name(job->state()), ": not cancellable"));
+    return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(), " already ",
+                                                      v1::JobState_Name(job->state()), ": not cancellable"));
   }
   std::shared_ptr<JobRunner> runner = Runner(request.job_id());
   if (runner == nullptr) return absl::InternalError(absl::StrCat("job ", request.job_id(), " has no runner"));
@@ -325,7 +329,8 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const v1::ListW
   const size_t page = request.page_size() == 0 ? 100 : static_cast<size_t>(request.page_size());
   std::vector<v1::WorkerInfo> workers = registry_->List(request.include_gone());
   v1::ListWorkersResponse response;
-  for (size_t i = *offset; i < workers.size() && i < *offset + page; ++i) *response.add_workers() = workers[i];
+  for (size_t i = *offset; i < workers.size() && i < *offset + page; ++i)
+    *response.add_workers() = workers[i];
   if (*offset + page < workers.size()) response.set_next_page_token(absl::StrCat("workers:", *offset + page));
   return response;
 }
@@ -337,8 +342,8 @@ absl::StatusOr<planner::PlanSearchRequest> Coordinator::JobPlanSearch(const std:
   absl::StatusOr<performer::ModelConfig> config = preparer_->ResolveModel(job->spec().model(), nullptr);
   if (!config.ok()) return config.status();
   std::shared_ptr<JobRunner> runner = Runner(job_id);
-  planner::PlanSearchRequest search =
-      planner::JobPlanSearchRequest(job->spec(), *config, runner != nullptr ? runner->max_documents_per_sequence() : 1);
+  planner::PlanSearchRequest search = planner::JobPlanSearchRequest(
+      job->spec(), *config, runner != nullptr ? runner->max_documents_per_sequence() : 1);
   search.safety_margin = options_.runner.safety_margin;
   *reserved_bytes = ReservedBytesPerWorker(job->spec(), *config);
   return search;
@@ -353,7 +358,8 @@ absl::StatusOr<WorkerPlanSearch> Coordinator::SearchPlansForJob(const std::strin
   if (!worker.has_value()) {
     return rpc::NotFoundResourceError("worker", worker_id, absl::StrCat("no worker ", worker_id));
   }
-  search->memory_budget_bytes = PlanSearchBudget(worker->memory_budget_bytes(), reserved, search->safety_margin);
+  search->memory_budget_bytes =
+      PlanSearchBudget(worker->memory_budget_bytes(), reserved, search->safety_margin);
   absl::StatusOr<planner::PlanSearchResult> result =
       planner::SearchPlans(*search, planner::DeviceProfileFromProto(worker->profile()));
   if (!result.ok()) return result.status();
@@ -362,7 +368,8 @@ absl::StatusOr<WorkerPlanSearch> Coordinator::SearchPlansForJob(const std::strin
   found.budget_bytes = worker->memory_budget_bytes();
   // What the plan may use: the budget less the margin, less what a local-steps job holds beside it.
   found.usable_bytes = std::max<int64_t>(
-      0, static_cast<int64_t>(static_cast<double>(found.budget_bytes) * (1 - search->safety_margin)) - reserved);
+      0,
+      static_cast<int64_t>(static_cast<double>(found.budget_bytes) * (1 - search->safety_margin)) - reserved);
   return found;
 }
 
@@ -380,7 +387,8 @@ absl::StatusOr<std::vector<v1::JobEvent>> Coordinator::JobEvents(const std::stri
   return store_->Events(job_id, 0, kMaxJobEvents);
 }
 
-absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::GetMemoryPlanRequest& request) {
+absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(
+    const v1::GetMemoryPlanRequest& request) {
   planner::PlanSearchRequest search;
   performer::DType job_dtype = performer::DType::kFloat32;
   int64_t reserved = 0;  // a local-steps job's inner optimizer, beside each worker's plan
@@ -400,16 +408,18 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
       break;
     }
     case v1::GetMemoryPlanRequest::kSpec: {
-      absl::StatusOr<performer::ModelConfig> config = preparer_->ResolveModel(request.spec().model(), nullptr);
+      absl::StatusOr<performer::ModelConfig> config =
+          preparer_->ResolveModel(request.spec().model(), nullptr);
       if (!config.ok()) return config.status();
       search.workload.model = *config;
-      if (request.spec().sequence_length() < 1) return rpc::InvalidFieldError("spec.sequence_length", "must be ≥ 1");
+      if (request.spec().sequence_length() < 1)
+        return rpc::InvalidFieldError("spec.sequence_length", "must be ≥ 1");
       search.workload.seq_len = request.spec().sequence_length();
       search.workload.documents = request.spec().has_documents() ? request.spec().documents() : 1;
       if (search.workload.documents < 1 || search.workload.documents > search.workload.seq_len) {
-        return rpc::InvalidFieldError("spec.documents",
-                                      absl::StrCat("must be between 1 and spec.sequence_length (",
-                                                   search.workload.seq_len, "), got ", search.workload.documents));
+        return rpc::InvalidFieldError(
+            "spec.documents", absl::StrCat("must be between 1 and spec.sequence_length (",
+                                           search.workload.seq_len, "), got ", search.workload.documents));
       }
       if (request.has_dtype()) {
         absl::StatusOr<performer::DType> dtype = planner::DTypeFromProto(request.dtype(), "dtype");
@@ -427,15 +437,19 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
     return rpc::InvalidFieldError("bf16_products", performer::Bf16ProductsDTypeError(job_dtype));
   }
   search.objective = planner::ObjectiveFromProto(request.objective());
-  search.safety_margin = request.has_safety_margin() ? request.safety_margin() : options_.runner.safety_margin;
-  if (!(search.safety_margin >= 0 && search.safety_margin < 1)) return rpc::InvalidFieldError("safety_margin", "must be in [0, 1)");
+  search.safety_margin =
+      request.has_safety_margin() ? request.safety_margin() : options_.runner.safety_margin;
+  if (!(search.safety_margin >= 0 && search.safety_margin < 1))
+    return rpc::InvalidFieldError("safety_margin", "must be in [0, 1)");
 
   std::vector<v1::WorkerInfo> targets;
   std::string next_page_token;
   bool include_frontier = true;
   if (request.target_case() == v1::GetMemoryPlanRequest::kWorkerId) {
     std::optional<v1::WorkerInfo> info = registry_->Info(request.worker_id());
-    if (!info.has_value()) return rpc::NotFoundResourceError("worker", request.worker_id(), absl::StrCat("no worker ", request.worker_id()));
+    if (!info.has_value())
+      return rpc::NotFoundResourceError("worker", request.worker_id(),
+                                        absl::StrCat("no worker ", request.worker_id()));
     if (info->state() == v1::WORKER_STATE_LOST) {
       return absl::FailedPreconditionError(absl::StrCat("worker ", request.worker_id(), " is LOST"));
     }
@@ -443,7 +457,8 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
     include_frontier = request.has_include_frontier() ? request.include_frontier() : true;
   } else if (request.target_case() == v1::GetMemoryPlanRequest::kAllWorkers && request.all_workers()) {
     include_frontier = request.has_include_frontier() ? request.include_frontier() : false;
-    if (request.page_size() < 0 || request.page_size() > 50) return rpc::InvalidFieldError("page_size", "must be 0..50");
+    if (request.page_size() < 0 || request.page_size() > 50)
+      return rpc::InvalidFieldError("page_size", "must be 0..50");
     absl::StatusOr<size_t> offset = ParsePageToken(request.page_token(), "plans");
     if (!offset.ok()) return offset.status();
     std::vector<v1::WorkerInfo> live = registry_->List(false);
@@ -456,9 +471,10 @@ absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(const v1::G
   v1::GetMemoryPlanResponse response;
   response.set_next_page_token(next_page_token);
   for (const v1::WorkerInfo& worker : targets) {
-    search.memory_budget_bytes = PlanSearchBudget(worker.memory_budget_bytes(), reserved, search.safety_margin);
-    absl::StatusOr<v1::MemoryPlan> plan =
-        planner::SearchMemoryPlan(search, planner::DeviceProfileFromProto(worker.profile()), include_frontier);
+    search.memory_budget_bytes =
+        PlanSearchBudget(worker.memory_budget_bytes(), reserved, search.safety_margin);
+    absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(
+        search, planner::DeviceProfileFromProto(worker.profile()), include_frontier);
     if (!plan.ok()) return plan.status();
     plan->set_worker_id(worker.worker_id());
     *response.add_plans() = *std::move(plan);
@@ -483,8 +499,9 @@ absl::StatusOr<CheckpointRecord> Coordinator::ExportCheckpoint(const v1::ExportM
       if (c.round == request.round()) chosen = &c;
     }
     if (chosen == nullptr) {
-      return rpc::NotFoundResourceError("checkpoint", request.job_id(),
-                      absl::StrCat("job ", request.job_id(), " has no checkpoint of round ", request.round()));
+      return rpc::NotFoundResourceError(
+          "checkpoint", request.job_id(),
+          absl::StrCat("job ", request.job_id(), " has no checkpoint of round ", request.round()));
     }
   }
   absl::StatusOr<performer::ModelConfig> config = preparer_->ResolveModel(job->spec().model(), nullptr);
@@ -504,7 +521,8 @@ absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> Coordinator::Parameters
   if (runner == nullptr) {
     absl::StatusOr<v1::Job> job = GetJob(request.job_id());
     if (!job.ok()) return job.status();
-    return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(), " is ", v1::JobState_Name(job->state())));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(), " is ", v1::JobState_Name(job->state())));
   }
   return runner->Parameters(request.parameter_version());
 }

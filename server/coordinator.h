@@ -75,7 +75,8 @@ class Coordinator {
   absl::StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request);
   // Streams the snapshot and events; `emit` returns false when the stream broke; `cancelled`
   // says whether the client went away. UNAVAILABLE when the coordinator shuts down.
-  absl::Status WatchJob(const v1::WatchJobRequest& request, const std::function<bool(const v1::JobEvent&)>& emit,
+  absl::Status WatchJob(const v1::WatchJobRequest& request,
+                        const std::function<bool(const v1::JobEvent&)>& emit,
                         const std::function<bool()>& cancelled);
 
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request);
@@ -92,10 +93,12 @@ class Coordinator {
   absl::StatusOr<std::vector<v1::JobEvent>> JobEvents(const std::string& job_id);
 
   // The checkpoint to export (the latest, or of `round`).
-  absl::StatusOr<CheckpointRecord> ExportCheckpoint(const v1::ExportModelRequest& request, v1::ExportHeader* header);
+  absl::StatusOr<CheckpointRecord> ExportCheckpoint(const v1::ExportModelRequest& request,
+                                                    v1::ExportHeader* header);
 
   // The parameters a worker asks for.
-  absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> Parameters(const v1::FetchParametersRequest& request);
+  absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> Parameters(
+      const v1::FetchParametersRequest& request);
 
   WorkerRegistry& registry() { return *registry_; }
   // Wakes job runners and watchers after a change to the workers made outside the registry's own
@@ -108,7 +111,8 @@ class Coordinator {
   // The planner's request for `job_id`'s workload (model, L, documents, dtype, margin); no budget.
   // The plan search a job's workers get; *reserved_bytes: what each holds beside the plan
   // (ReservedBytesPerWorker), to come off every worker's budget (PlanSearchBudget).
-  absl::StatusOr<planner::PlanSearchRequest> JobPlanSearch(const std::string& job_id, int64_t* reserved_bytes);
+  absl::StatusOr<planner::PlanSearchRequest> JobPlanSearch(const std::string& job_id,
+                                                           int64_t* reserved_bytes);
   absl::Status StartRunner(const v1::Job& job, PreparedJob prepared);
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
   void LivenessLoop();

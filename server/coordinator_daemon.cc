@@ -1,5 +1,6 @@
 #include "server/coordinator_daemon.h"
 
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <chrono>
@@ -8,8 +9,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -58,7 +57,8 @@ int FailStart(std::ostream& err, absl::string_view message) {
 }
 
 int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
-  absl::StatusOr<std::unique_ptr<base::SignalPipe>> signals = base::SignalPipe::Install({SIGTERM, SIGINT, SIGHUP});
+  absl::StatusOr<std::unique_ptr<base::SignalPipe>> signals =
+      base::SignalPipe::Install({SIGTERM, SIGINT, SIGHUP});
   if (!signals.ok()) return FailStart(err, signals.status().message());
 
   base::SetLogComponent("coordinator");
@@ -113,7 +113,8 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   rpc::EnableStandardServices();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(flags.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequest), &port);
+  builder.AddListeningPort(flags.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequest),
+                           &port);
   builder.RegisterService(&service);
   rpc::ConfigureServerKeepalive(&builder);
   rpc_metrics.Install(&builder);
@@ -125,7 +126,8 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   const std::vector<std::string> served = {v1::Coordinator::service_full_name()};
   rpc::SetServing(server.get(), served, false);  // until the port file says it is ready
   const std::string bound = absl::StrCat(flags.listen.substr(0, flags.listen.rfind(':')), ":", port);
-  base::LogInfo("serving on ", bound, tls->has_value() ? (mutual_tls ? " with mutual TLS" : " with TLS") : " in plaintext",
+  base::LogInfo("serving on ", bound,
+                tls->has_value() ? (mutual_tls ? " with mutual TLS" : " with TLS") : " in plaintext",
                 ", state in ", flags.state_dir);
   auto stop_serving = [&] {
     server->Shutdown();
@@ -180,7 +182,7 @@ int Run(const CoordinatorDaemonOptions& flags, std::ostream& err) {
   Notify(base::NotifyStopping(base::SignalName(received)));
   rpc::SetServing(server.get(), served, false);
   if (http != nullptr) http->Stop();  // the page reads the coordinator
-  (*coordinator)->Shutdown();  // runners stop first so streams to clients can end
+  (*coordinator)->Shutdown();         // runners stop first so streams to clients can end
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   coordinator->reset();
   base::LogInfo("stopped");
@@ -193,21 +195,24 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
                                                              const CoordinatorEnvironment& env) {
   ParsedCoordinatorFlags parsed;
   CoordinatorDaemonOptions& o = parsed.options;
-  base::FlagSet flags("coordinator", "slimfit-coordinator --state_dir=DIR [flags]",
-                      "The slimfit coordinator: registers workers, runs fine-tuning jobs, keeps durable state.");
+  base::FlagSet flags(
+      "coordinator", "slimfit-coordinator --state_dir=DIR [flags]",
+      "The slimfit coordinator: registers workers, runs fine-tuning jobs, keeps durable state.");
   flags.SetInvocation(kProgram);
-  flags.ConfigFile("config", "a TOML file of these flags, one `name = value` per line; the command line overrides it");
+  flags.ConfigFile("config",
+                   "a TOML file of these flags, one `name = value` per line; the command line overrides it");
   flags.String("listen", &o.listen, "host:port to serve on (port 0: any free port)");
   flags.String("state_dir", &o.state_dir, "directory for the SQLite state, uploads and checkpoints",
                base::FlagSet::kRequired);
-  flags.String("token", &o.token, "client token (default: $SLIMFIT_TOKEN)", base::FlagSet::kOptionalNoDefault);
+  flags.String("token", &o.token, "client token (default: $SLIMFIT_TOKEN)",
+               base::FlagSet::kOptionalNoDefault);
   flags.String("token_file", &o.token_file, "file of client tokens, one per line, re-read on SIGHUP",
                base::FlagSet::kOptionalNoDefault);
   flags.String("worker_token", &o.worker_token,
                "join token: what a new worker presents once to register (default: $SLIMFIT_WORKER_TOKEN)",
                base::FlagSet::kOptionalNoDefault);
-  flags.String("worker_token_file", &o.worker_token_file, "file of join tokens, one per line, re-read on SIGHUP",
-               base::FlagSet::kOptionalNoDefault);
+  flags.String("worker_token_file", &o.worker_token_file,
+               "file of join tokens, one per line, re-read on SIGHUP", base::FlagSet::kOptionalNoDefault);
   rpc::AddTlsFlags(flags, rpc::TlsFlagSet::kDaemon, &o.tls);
   flags.Int("heartbeat_interval_ms", &o.heartbeat_interval_ms, "how often workers heartbeat");
   flags.Int("lost_after_ms", &o.lost_after_ms, "silence after which a worker is LOST");
@@ -254,7 +259,8 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
     return absl::InvalidArgumentError("--token (or $SLIMFIT_TOKEN) or --token_file is required");
   }
   if (o.worker_token.empty() && o.worker_token_file.empty()) {
-    return absl::InvalidArgumentError("--worker_token (or $SLIMFIT_WORKER_TOKEN) or --worker_token_file is required");
+    return absl::InvalidArgumentError(
+        "--worker_token (or $SLIMFIT_WORKER_TOKEN) or --worker_token_file is required");
   }
   if (!o.token.empty() && o.token == o.worker_token) {
     return absl::InvalidArgumentError("--token and --worker_token must differ");
@@ -269,13 +275,15 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
     return absl::InvalidArgumentError("--tls_ca needs --tls_cert and --tls_key (the coordinator serves TLS)");
   }
   if (o.heartbeat_interval_ms < 10 || o.lost_after_ms < 2 * o.heartbeat_interval_ms) {
-    return absl::InvalidArgumentError("--heartbeat_interval_ms must be ≥ 10 and --lost_after_ms at least twice it");
+    return absl::InvalidArgumentError(
+        "--heartbeat_interval_ms must be ≥ 10 and --lost_after_ms at least twice it");
   }
   if (o.shard_timeout_seconds < 1) return absl::InvalidArgumentError("--shard_timeout_seconds must be ≥ 1");
   if (o.max_attempts < 1) return absl::InvalidArgumentError("--max_attempts must be ≥ 1");
   if (o.max_assembly_bytes < 1) return absl::InvalidArgumentError("--max_assembly_bytes must be ≥ 1");
   if (o.stream_into_sum_bytes < 0) return absl::InvalidArgumentError("--stream_into_sum_bytes must be ≥ 0");
-  if (o.max_sequences_per_shard < 0) return absl::InvalidArgumentError("--max_sequences_per_shard must be ≥ 0");
+  if (o.max_sequences_per_shard < 0)
+    return absl::InvalidArgumentError("--max_sequences_per_shard must be ≥ 0");
   if (o.max_model_bytes < 1) return absl::InvalidArgumentError("--max_model_bytes must be ≥ 1 byte");
   if (o.threads < 1 || o.threads > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", o.threads, ": expected 1 to 4096"));
@@ -289,8 +297,8 @@ absl::StatusOr<ParsedCoordinatorFlags> ParseCoordinatorFlags(absl::Span<const st
   return parsed;
 }
 
-int CoordinatorMain(const std::vector<std::string>& args, const CoordinatorEnvironment& env, std::ostream& out,
-                    std::ostream& err) {
+int CoordinatorMain(const std::vector<std::string>& args, const CoordinatorEnvironment& env,
+                    std::ostream& out, std::ostream& err) {
   absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(args, env);
   if (!parsed.ok()) return Fail(err, parsed.status());
   if (parsed->help) {

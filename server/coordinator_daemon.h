@@ -54,16 +54,16 @@ struct CoordinatorDaemonOptions {
   int64_t lost_after_ms = 5000;            // silence after which a worker is LOST; ≥ 2 intervals
   int64_t shard_timeout_seconds = 120;     // a shard's deadline: this + 10× its predicted compute
   int64_t max_attempts = 5;                // per shard, before the job fails
-  int64_t max_assembly_bytes = int64_t{512} << 20;  // shard gradients a job assembles at once
+  int64_t max_assembly_bytes = int64_t{512} << 20;     // shard gradients a job assembles at once
   int64_t stream_into_sum_bytes = int64_t{128} << 20;  // larger shard gradients are summed as they arrive
-  int64_t max_sequences_per_shard = 0;     // 0: as many as fit one request
+  int64_t max_sequences_per_shard = 0;                 // 0: as many as fit one request
   std::string offload_dir;  // --offload_dir: AdamW's moments, spot-checked results in files here; "" memory
   int64_t upload_limit_bytes = int64_t{1} << 30;
   int64_t max_model_bytes = int64_t{2} << 30;  // largest model (parameter bytes) a job may train
-  std::string port_file;                   // --port_file=FILE: the bound host:port, once serving
-  std::string metrics_listen;              // --metrics_listen=host:port: /metrics and the page; "" off
-  std::string metrics_port_file;           // --metrics_port_file=FILE: its bound host:port
-  int64_t threads = 1;                     // BLAS threads for the optimizer step and checkpoints
+  std::string port_file;                       // --port_file=FILE: the bound host:port, once serving
+  std::string metrics_listen;                  // --metrics_listen=host:port: /metrics and the page; "" off
+  std::string metrics_port_file;               // --metrics_port_file=FILE: its bound host:port
+  int64_t threads = 1;                         // BLAS threads for the optimizer step and checkpoints
 };
 
 struct ParsedCoordinatorFlags {
@@ -85,8 +85,8 @@ struct CoordinatorEnvironment {
 
 // The whole daemon: parse, start, serve until SIGTERM/SIGINT, shut down. Returns the exit status
 // (see the file comment). Writes --help to `out` and the one-line fatal error to `err`.
-int CoordinatorMain(const std::vector<std::string>& args, const CoordinatorEnvironment& env, std::ostream& out,
-                    std::ostream& err);
+int CoordinatorMain(const std::vector<std::string>& args, const CoordinatorEnvironment& env,
+                    std::ostream& out, std::ostream& err);
 
 }  // namespace slimfit::server
 

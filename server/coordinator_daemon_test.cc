@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/test_util.h"
 
 namespace slimfit::server {
 namespace {
@@ -40,9 +40,9 @@ TEST(ParseCoordinatorFlagsTest, DefaultsAndTokensFromTheEnvironment) {
 
 TEST(ParseCoordinatorFlagsTest, FlagsWinOverTheEnvironment) {
   absl::StatusOr<ParsedCoordinatorFlags> parsed = ParseCoordinatorFlags(
-      {"--state_dir=/s", "--token=a", "--worker_token=b", "--listen=0.0.0.0:0", "--insecure", "--upload_limit=2GiB",
-       "--max_model_bytes=16GiB", "--heartbeat_interval_ms=100", "--lost_after_ms=300", "--port_file=/tmp/p",
-       "--threads=2"},
+      {"--state_dir=/s", "--token=a", "--worker_token=b", "--listen=0.0.0.0:0", "--insecure",
+       "--upload_limit=2GiB", "--max_model_bytes=16GiB", "--heartbeat_interval_ms=100", "--lost_after_ms=300",
+       "--port_file=/tmp/p", "--threads=2"},
       Env());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const CoordinatorDaemonOptions& o = parsed->options;
@@ -73,7 +73,8 @@ TEST(ParseCoordinatorFlagsTest, TokenFilesAndTls) {
 TEST(ParseCoordinatorFlagsTest, AConfigFileUnderTheCommandLine) {
   const std::string config = testing_util::WriteTempFile(
       "coordinator.toml",
-      "state_dir = \"/var/lib/slimfit\"\nlisten = \"0.0.0.0:50051\"\ntoken_file = \"/etc/slimfit/client-tokens\"\n"
+      "state_dir = \"/var/lib/slimfit\"\nlisten = \"0.0.0.0:50051\"\ntoken_file = "
+      "\"/etc/slimfit/client-tokens\"\n"
       "worker_token_file = \"/etc/slimfit/join-tokens\"\n"
       "tls_cert = \"pki/coordinator.pem\"\ntls_key = \"pki/coordinator.key\"\nlost_after_ms = 8000\n");
   absl::StatusOr<ParsedCoordinatorFlags> parsed =

@@ -71,7 +71,8 @@ TEST(CoordinatorMetrics, CountsWhatJobEventsSay) {
   EXPECT_EQ(Value(text, "slimfit_round_seconds_bucket{le=\"0.8\"}"), 1);  // 0.5 ≤ 0.8 < 1.5
   EXPECT_NEAR(Value(text, "slimfit_round_phase_seconds_total{phase=\"waiting\"}"), 0.3, 1e-12);
   EXPECT_NEAR(Value(text, "slimfit_round_phase_seconds_total{phase=\"shards\"}"), 1.7, 1e-12);
-  EXPECT_EQ(Value(text, "slimfit_round_phase_seconds_total{phase=\"step\"}"), 0);  // the events above have none
+  EXPECT_EQ(Value(text, "slimfit_round_phase_seconds_total{phase=\"step\"}"),
+            0);  // the events above have none
   EXPECT_NEAR(Value(text, "slimfit_round_phase_seconds_total{phase=\"checkpoint\"}"), 0.25, 1e-12);
   EXPECT_EQ(Value(text, "slimfit_round_worker_seconds_total{phase=\"compute\"}"), 4);
   EXPECT_EQ(Value(text, "slimfit_round_bytes_total{direction=\"to_workers\"}"), 8192);

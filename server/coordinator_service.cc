@@ -1,17 +1,16 @@
 #include "server/coordinator_service.h"
 
-#include "proto/transport_security.h"
-
 #include <fstream>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/sha256.h"
 #include "performer/tensor_chunks.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
-#include "base/sha256.h"
+#include "proto/transport_security.h"
 
 namespace slimfit::server {
 
@@ -23,10 +22,11 @@ CoordinatorService::CoordinatorService(Coordinator* coordinator, const AccessTok
       require_worker_certificates_(require_worker_certificates) {}
 
 absl::StatusOr<CoordinatorService::Caller> CoordinatorService::Identify(const grpc::ServerContext& context,
-                                                                       absl::string_view rpc) const {
+                                                                        absl::string_view rpc) const {
   std::optional<std::string> token = rpc::BearerToken(context);
   if (!token.has_value()) {
-    return absl::UnauthenticatedError(absl::StrCat(rpc, ": missing \"authorization: Bearer <token>\" metadata"));
+    return absl::UnauthenticatedError(
+        absl::StrCat(rpc, ": missing \"authorization: Bearer <token>\" metadata"));
   }
   Caller caller;
   if (client_tokens_->Accepts(*token)) {
@@ -42,7 +42,8 @@ absl::StatusOr<CoordinatorService::Caller> CoordinatorService::Identify(const gr
   return caller;
 }
 
-absl::Status CoordinatorService::AuthorizeClient(const grpc::ServerContext& context, absl::string_view rpc) const {
+absl::Status CoordinatorService::AuthorizeClient(const grpc::ServerContext& context,
+                                                 absl::string_view rpc) const {
   absl::StatusOr<Caller> caller = Identify(context, rpc);
   if (!caller.ok()) return caller.status();
   if (caller->kind != Caller::Kind::kClient) {
@@ -63,7 +64,8 @@ absl::StatusOr<std::optional<std::string>> CoordinatorService::AuthorizeRegistra
   absl::StatusOr<Caller> caller = Identify(context, "RegisterWorker");
   if (!caller.ok()) return caller.status();
   if (caller->kind == Caller::Kind::kClient) {
-    return absl::PermissionDeniedError("RegisterWorker: a client token cannot register a worker; use a join token");
+    return absl::PermissionDeniedError(
+        "RegisterWorker: a client token cannot register a worker; use a join token");
   }
   if (absl::Status cert = CheckWorkerCertificate(context, "RegisterWorker"); !cert.ok()) return cert;
   if (caller->kind == Caller::Kind::kJoin) return std::optional<std::string>();
@@ -78,22 +80,23 @@ absl::Status CoordinatorService::AuthorizeWorker(const grpc::ServerContext& cont
     return absl::PermissionDeniedError(absl::StrCat(rpc, ": a client token cannot call worker RPCs"));
   }
   if (caller->kind == Caller::Kind::kJoin) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(rpc, ": a join token only registers workers; use the credential RegisterWorker returned"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        rpc, ": a join token only registers workers; use the credential RegisterWorker returned"));
   }
   if (absl::Status cert = CheckWorkerCertificate(context, rpc); !cert.ok()) return cert;
   if (absl::Status revoked = coordinator_->registry().CheckNotRevoked(caller->worker_id); !revoked.ok()) {
     return absl::PermissionDeniedError(absl::StrCat(rpc, ": ", revoked.message()));
   }
   if (!worker_id.empty() && worker_id != caller->worker_id) {
-    return absl::PermissionDeniedError(absl::StrCat(rpc, ": worker ", caller->worker_id, " cannot act as ", worker_id));
+    return absl::PermissionDeniedError(
+        absl::StrCat(rpc, ": worker ", caller->worker_id, " cannot act as ", worker_id));
   }
   return absl::OkStatus();
 }
 
-#define SLIMFIT_AUTHORIZE_CLIENT(rpc_name)                                     \
-  if (absl::Status auth = AuthorizeClient(*context, rpc_name); !auth.ok()) {   \
-    return rpc::ToGrpcStatus(auth, context);                                   \
+#define SLIMFIT_AUTHORIZE_CLIENT(rpc_name)                                   \
+  if (absl::Status auth = AuthorizeClient(*context, rpc_name); !auth.ok()) { \
+    return rpc::ToGrpcStatus(auth, context);                                 \
   }
 
 #define SLIMFIT_AUTHORIZE_WORKER(rpc_name, worker_id)                                   \
@@ -114,10 +117,12 @@ grpc::Status CoordinatorService::UploadDataset(grpc::ServerContext* context,
   SLIMFIT_AUTHORIZE_CLIENT("UploadDataset");
   v1::UploadDatasetRequest message;
   if (!reader->Read(&message)) {
-    return rpc::ToGrpcStatus(absl::InvalidArgumentError("UploadDataset: empty stream; send metadata first"), context);
+    return rpc::ToGrpcStatus(absl::InvalidArgumentError("UploadDataset: empty stream; send metadata first"),
+                             context);
   }
   if (!message.has_metadata()) {
-    return rpc::ToGrpcStatus(absl::InvalidArgumentError("UploadDataset: the first message must carry metadata"), context);
+    return rpc::ToGrpcStatus(
+        absl::InvalidArgumentError("UploadDataset: the first message must carry metadata"), context);
   }
   std::optional<v1::DatasetInfo> existing;
   absl::StatusOr<std::unique_ptr<UploadSink>> sink = coordinator_->BeginUpload(message.metadata(), &existing);
@@ -170,28 +175,33 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context, const v
   return Answer(coordinator_->CancelJob(*request), response, context);
 }
 
-grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context,
+                                             const v1::ListWorkersRequest* request,
                                              v1::ListWorkersResponse* response) {
   SLIMFIT_AUTHORIZE_CLIENT("ListWorkers");
   return Answer(coordinator_->ListWorkers(*request), response, context);
 }
 
-grpc::Status CoordinatorService::GetMemoryPlan(grpc::ServerContext* context, const v1::GetMemoryPlanRequest* request,
+grpc::Status CoordinatorService::GetMemoryPlan(grpc::ServerContext* context,
+                                               const v1::GetMemoryPlanRequest* request,
                                                v1::GetMemoryPlanResponse* response) {
   SLIMFIT_AUTHORIZE_CLIENT("GetMemoryPlan");
   return Answer(coordinator_->GetMemoryPlan(*request), response, context);
 }
 
-grpc::Status CoordinatorService::ExportModel(grpc::ServerContext* context, const v1::ExportModelRequest* request,
+grpc::Status CoordinatorService::ExportModel(grpc::ServerContext* context,
+                                             const v1::ExportModelRequest* request,
                                              grpc::ServerWriter<v1::ExportModelResponse>* writer) {
   SLIMFIT_AUTHORIZE_CLIENT("ExportModel");
   v1::ExportModelResponse message;
-  absl::StatusOr<CheckpointRecord> checkpoint = coordinator_->ExportCheckpoint(*request, message.mutable_header());
+  absl::StatusOr<CheckpointRecord> checkpoint =
+      coordinator_->ExportCheckpoint(*request, message.mutable_header());
   if (!checkpoint.ok()) return rpc::ToGrpcStatus(checkpoint.status(), context);
   std::ifstream in(checkpoint->model_path, std::ios::binary);
   if (!in) {
-    return rpc::ToGrpcStatus(absl::DataLossError(absl::StrCat("checkpoint file ", checkpoint->model_path, " is missing")),
-                             context);
+    return rpc::ToGrpcStatus(
+        absl::DataLossError(absl::StrCat("checkpoint file ", checkpoint->model_path, " is missing")),
+        context);
   }
   if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   base::Sha256Hasher hasher;
@@ -214,7 +224,8 @@ grpc::Status CoordinatorService::ExportModel(grpc::ServerContext* context, const
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
+grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
+                                                const v1::RegisterWorkerRequest* request,
                                                 v1::RegisterWorkerResponse* response) {
   absl::StatusOr<std::optional<std::string>> holder = AuthorizeRegistration(*context);
   if (!holder.ok()) return rpc::ToGrpcStatus(holder.status(), context);
@@ -295,13 +306,15 @@ grpc::Status CoordinatorService::FetchParameters(grpc::ServerContext* context,
   return rpc::ToGrpcStatus(streamed, context);
 }
 
-grpc::Status CoordinatorService::RevokeWorker(grpc::ServerContext* context, const v1::RevokeWorkerRequest* request,
+grpc::Status CoordinatorService::RevokeWorker(grpc::ServerContext* context,
+                                              const v1::RevokeWorkerRequest* request,
                                               v1::WorkerInfo* response) {
   SLIMFIT_AUTHORIZE_CLIENT("RevokeWorker");
   if (request->reason().size() > 1024) {
     return rpc::ToGrpcStatus(rpc::InvalidFieldError("reason", "longer than 1024 bytes"), context);
   }
-  absl::StatusOr<v1::WorkerInfo> revoked = coordinator_->registry().Revoke(request->worker_id(), request->reason());
+  absl::StatusOr<v1::WorkerInfo> revoked =
+      coordinator_->registry().Revoke(request->worker_id(), request->reason());
   if (revoked.ok()) coordinator_->WorkersChanged();
   return Answer(std::move(revoked), response, context);
 }

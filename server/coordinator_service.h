@@ -11,9 +11,9 @@
 #ifndef SLIMFIT_SERVER_COORDINATOR_SERVICE_H_
 #define SLIMFIT_SERVER_COORDINATOR_SERVICE_H_
 
-#include <string>
-
 #include <grpcpp/grpcpp.h>
+
+#include <string>
 
 #include "proto/slimfit.grpc.pb.h"
 #include "server/access_tokens.h"
@@ -25,18 +25,22 @@ class CoordinatorService final : public v1::Coordinator::Service {
  public:
   // None of the pointers is owned; all must outlive the service. With
   // `require_worker_certificates` (mutual TLS), worker RPCs need a verified client certificate.
-  CoordinatorService(Coordinator* coordinator, const AccessTokens* client_tokens, const AccessTokens* join_tokens,
-                     bool require_worker_certificates);
+  CoordinatorService(Coordinator* coordinator, const AccessTokens* client_tokens,
+                     const AccessTokens* join_tokens, bool require_worker_certificates);
 
-  grpc::Status UploadDataset(grpc::ServerContext* context, grpc::ServerReader<v1::UploadDatasetRequest>* reader,
+  grpc::Status UploadDataset(grpc::ServerContext* context,
+                             grpc::ServerReader<v1::UploadDatasetRequest>* reader,
                              v1::DatasetInfo* response) override;
-  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* response) override;
-  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+                         v1::Job* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::Job* response) override;
   grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
                         v1::ListJobsResponse* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
-  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request, v1::Job* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
+                         v1::Job* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
   grpc::Status GetMemoryPlan(grpc::ServerContext* context, const v1::GetMemoryPlanRequest* request,

@@ -1,12 +1,11 @@
 #include "server/gradient_aggregator.h"
 
-#include <algorithm>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
-
-#include <ATen/Parallel.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/file_backed_tensors.h"
@@ -44,7 +43,8 @@ void AddInto(at::Tensor& sum, const at::Tensor& g) {
 
 }  // namespace
 
-GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
+GradientAggregator::GradientAggregator(int64_t round, uint64_t parameter_version,
+                                       std::vector<int64_t> expected_tokens,
                                        std::vector<std::vector<int64_t>> shapes, bool evaluate_only,
                                        at::ScalarType sum_dtype, std::vector<at::Tensor> reuse)
     : round_(round),
@@ -73,23 +73,25 @@ absl::Status GradientAggregator::ValidateSummary(const v1::GradientSummary& s) c
   const std::string what = absl::StrCat("round ", round_, " shard ", s.shard_id(), ": ");
   if (s.round() != round_ || s.parameter_version() != parameter_version_) {
     return absl::InvalidArgumentError(absl::StrCat(what, "result is for round ", s.round(), " version ",
-                                                   s.parameter_version(), ", expected round ", round_, " version ",
-                                                   parameter_version_));
+                                                   s.parameter_version(), ", expected round ", round_,
+                                                   " version ", parameter_version_));
   }
   if (s.shard_id() < 0 || s.shard_id() >= static_cast<int64_t>(expected_tokens_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "no such shard (", expected_tokens_.size(), " in the round)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "no such shard (", expected_tokens_.size(), " in the round)"));
   }
   if (s.token_count() != expected_tokens_[s.shard_id()]) {
     absl::MutexLock lock(&mutex_);
     auto allowed = allowed_tokens_.find(s.shard_id());
     if (allowed == allowed_tokens_.end() ||
         std::find(allowed->second.begin(), allowed->second.end(), s.token_count()) == allowed->second.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, s.token_count(), " predicted tokens, expected ",
-                                                     expected_tokens_[s.shard_id()],
-                                                     allowed == allowed_tokens_.end() ? "" : " or a step boundary's"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, s.token_count(), " predicted tokens, expected ", expected_tokens_[s.shard_id()],
+                       allowed == allowed_tokens_.end() ? "" : " or a step boundary's"));
     }
   }
-  if (!std::isfinite(s.loss_sum())) return absl::InvalidArgumentError(absl::StrCat(what, "loss is not finite"));
+  if (!std::isfinite(s.loss_sum()))
+    return absl::InvalidArgumentError(absl::StrCat(what, "loss is not finite"));
   return absl::OkStatus();
 }
 
@@ -102,14 +104,14 @@ absl::Status GradientAggregator::ValidateValues(const std::string& what, size_t 
     return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", tensor, " is not finite"));
   }
   // Every shard within max / shards: finite shards cannot add up to an infinite sum.
-  const double limit = (sum_dtype_ == at::kFloat ? std::numeric_limits<float>::max()
-                                                  : std::numeric_limits<double>::max()) /
-                       static_cast<double>(std::max<size_t>(1, expected_tokens_.size()));
+  const double limit =
+      (sum_dtype_ == at::kFloat ? std::numeric_limits<float>::max() : std::numeric_limits<double>::max()) /
+      static_cast<double>(std::max<size_t>(1, expected_tokens_.size()));
   if (magnitude > limit) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "gradient tensor ", tensor, " holds a value of magnitude ",
-                                                   magnitude, ", more than a sum of ", expected_tokens_.size(),
-                                                   " shards in ", sum_dtype_ == at::kFloat ? "float32" : "float64",
-                                                   " can hold"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "gradient tensor ", tensor, " holds a value of magnitude ", magnitude,
+                     ", more than a sum of ", expected_tokens_.size(), " shards in ",
+                     sum_dtype_ == at::kFloat ? "float32" : "float64", " can hold"));
   }
   return absl::OkStatus();
 }
@@ -170,17 +172,19 @@ absl::Status GradientAggregator::AddValues(int64_t shard_id, size_t tensor, int6
   const std::string what = absl::StrCat("round ", round_, " shard ", shard_id, ": ");
   if (evaluate_only_) return absl::InvalidArgumentError(absl::StrCat(what, "an evaluation sums no gradient"));
   if (shard_id < 0 || shard_id >= static_cast<int64_t>(expected_tokens_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "no such shard (", expected_tokens_.size(), " in the round)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "no such shard (", expected_tokens_.size(), " in the round)"));
   }
   if (tensor >= shapes_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "no gradient tensor ", tensor, " (", shapes_.size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "no gradient tensor ", tensor, " (", shapes_.size(), ")"));
   }
   int64_t elements = 1;
   for (const int64_t extent : shapes_[tensor]) elements *= extent;
   if (values.dim() != 1 || first_element < 0 || first_element + values.numel() > elements) {
     return absl::InvalidArgumentError(absl::StrCat(what, "values ", first_element, "..",
-                                                   first_element + values.numel(), " of gradient tensor ", tensor,
-                                                   " are outside its ", elements, " elements"));
+                                                   first_element + values.numel(), " of gradient tensor ",
+                                                   tensor, " are outside its ", elements, " elements"));
   }
   if (absl::Status valid = ValidateValues(what, tensor, values); !valid.ok()) return valid;
   absl::MutexLock lock(&mutex_);
@@ -217,7 +221,8 @@ absl::Status GradientAggregator::Drop(int64_t shard_id) {
     return absl::InvalidArgumentError(absl::StrCat("round ", round_, ": no shard ", shard_id, " to drop"));
   }
   if (counted_[shard_id]) {
-    return absl::FailedPreconditionError(absl::StrCat("round ", round_, " shard ", shard_id, ": counted already"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", round_, " shard ", shard_id, ": counted already"));
   }
   if (!dropped_[shard_id]) {
     dropped_[shard_id] = true;

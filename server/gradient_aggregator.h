@@ -18,12 +18,12 @@
 #ifndef SLIMFIT_SERVER_GRADIENT_AGGREGATOR_H_
 #define SLIMFIT_SERVER_GRADIENT_AGGREGATOR_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"

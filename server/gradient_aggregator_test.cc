@@ -1,13 +1,12 @@
 #include "server/gradient_aggregator.h"
 
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <ATen/ATen.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace slimfit::server {
 namespace {
@@ -55,7 +54,8 @@ TEST(GradientAggregatorTest, AddValidatedCountsAndSumsAsAddDoesWithoutCheckingVa
 TEST(GradientAggregatorTest, AStepBoundarysCountAndADroppedShardComplete) {
   GradientAggregator aggregator(3, 9, {10, 20}, {{2, 2}, {3}}, false, at::kFloat);
   aggregator.AllowTokenCounts(1, {6, 13, 20});  // shard 1's three inner steps
-  EXPECT_EQ(aggregator.Add(Result(0, 6, 5.0, 1.0f)).code(), absl::StatusCode::kInvalidArgument);  // not shard 0's
+  EXPECT_EQ(aggregator.Add(Result(0, 6, 5.0, 1.0f)).code(),
+            absl::StatusCode::kInvalidArgument);  // not shard 0's
   absl::Status odd = aggregator.Add(Result(1, 7, 5.0, 1.0f));
   EXPECT_EQ(odd.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(odd.message(), HasSubstr("7 predicted tokens, expected 20 or a step boundary's"));
@@ -64,7 +64,8 @@ TEST(GradientAggregatorTest, AStepBoundarysCountAndADroppedShardComplete) {
   ASSERT_TRUE(aggregator.Drop(0).ok());
   EXPECT_TRUE(aggregator.complete());
   EXPECT_EQ(aggregator.token_count(), 13);
-  EXPECT_EQ(aggregator.Add(Result(0, 10, 5.0, 1.0f)).code(), absl::StatusCode::kDeadlineExceeded);  // too late
+  EXPECT_EQ(aggregator.Add(Result(0, 10, 5.0, 1.0f)).code(),
+            absl::StatusCode::kDeadlineExceeded);                               // too late
   EXPECT_EQ(aggregator.Drop(1).code(), absl::StatusCode::kFailedPrecondition);  // it counted
 }
 
@@ -74,12 +75,13 @@ TEST(GradientAggregatorTest, ALastRoundsSumIsZeroedAndReusedWhenItMatches) {
   GradientAggregator aggregator(3, 9, {10}, {{2, 2}, {3}}, false, at::kFloat, last);
   ASSERT_TRUE(aggregator.Add(Result(0, 10, 5.0, 1.5f)).ok());
   std::vector<at::Tensor> sum = aggregator.gradient();
-  EXPECT_EQ(sum[0].data_ptr(), storage);  // the same memory
+  EXPECT_EQ(sum[0].data_ptr(), storage);               // the same memory
   EXPECT_DOUBLE_EQ(sum[0][1][1].item<double>(), 1.5);  // zeroed first
   EXPECT_DOUBLE_EQ(sum[1][0].item<double>(), 1.5);
   // Shapes that do not match are not reused.
   GradientAggregator other(3, 9, {10}, {{2, 2}, {4}}, false, at::kFloat, {at::zeros({2, 2}), at::zeros({3})});
-  EXPECT_EQ(other.Add(Result(0, 10, 5.0, 1.5f)).code(), absl::StatusCode::kInvalidArgument);  // a {3} gradient
+  EXPECT_EQ(other.Add(Result(0, 10, 5.0, 1.5f)).code(),
+            absl::StatusCode::kInvalidArgument);  // a {3} gradient
   // Nor is a sum of another dtype.
   std::vector<at::Tensor> wide = {at::full({2, 2}, 7.0, at::kDouble), at::full({3}, -3.0, at::kDouble)};
   GradientAggregator narrow(3, 9, {10}, {{2, 2}, {3}}, false, at::kFloat, wide);
@@ -199,7 +201,8 @@ absl::Status AddInPieces(GradientAggregator& aggregator, const ShardResult& resu
     const at::Tensor flat = result.gradient[i].reshape({-1});
     for (int64_t first = 0; first < flat.numel(); first += piece) {
       const at::Tensor values = flat.narrow(0, first, std::min(piece, flat.numel() - first)).contiguous();
-      if (absl::Status s = aggregator.AddValues(result.summary.shard_id(), i, first, values); !s.ok()) return s;
+      if (absl::Status s = aggregator.AddValues(result.summary.shard_id(), i, first, values); !s.ok())
+        return s;
     }
   }
   return aggregator.CountStreamed(result.summary);
@@ -223,7 +226,8 @@ TEST(GradientAggregatorTest, ShardsSummedAsTheyStreamInEqualShardsSummedWhole) {
   ASSERT_TRUE(streamed.complete());
   EXPECT_EQ(streamed.token_count(), 60);
   EXPECT_DOUBLE_EQ(streamed.loss_sum(), whole.loss_sum());
-  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(at::equal(streamed.gradient()[i], whole.gradient()[i]));  // bit for bit
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_TRUE(at::equal(streamed.gradient()[i], whole.gradient()[i]));  // bit for bit
   EXPECT_TRUE(streamed.taint().empty());
 }
 
@@ -238,7 +242,8 @@ TEST(GradientAggregatorTest, StreamedValuesAreCheckedBeforeTheyAreSummed) {
   EXPECT_THAT(aggregator.AddValues(0, 1, 2, at::ones({2})).message(), HasSubstr("outside its 3 elements"));
   EXPECT_THAT(aggregator.AddValues(0, 2, 0, at::ones({1})).message(), HasSubstr("no gradient tensor 2"));
   EXPECT_THAT(aggregator.AddValues(5, 0, 0, at::ones({1})).message(), HasSubstr("no such shard"));
-  for (const at::Tensor& t : aggregator.gradient()) EXPECT_EQ(t.abs().max().item<float>(), 0.0f);  // none summed
+  for (const at::Tensor& t : aggregator.gradient())
+    EXPECT_EQ(t.abs().max().item<float>(), 0.0f);  // none summed
 
   ASSERT_TRUE(aggregator.AddValues(0, 1, 1, at::ones({2})).ok());
   ShardResult wrong = Result(0, 10, 5.0, 0.0f);
@@ -248,7 +253,8 @@ TEST(GradientAggregatorTest, StreamedValuesAreCheckedBeforeTheyAreSummed) {
   EXPECT_EQ(aggregator.AddValues(1, 0, 0, at::ones({1})).code(), absl::StatusCode::kDeadlineExceeded);
   ASSERT_TRUE(aggregator.CountStreamed(Result(0, 10, 5.0, 0.0f).summary).ok());
   EXPECT_EQ(aggregator.AddValues(0, 0, 0, at::ones({1})).code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(aggregator.CountStreamed(Result(0, 10, 5.0, 0.0f).summary).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(aggregator.CountStreamed(Result(0, 10, 5.0, 0.0f).summary).code(),
+            absl::StatusCode::kAlreadyExists);
   EXPECT_DOUBLE_EQ(aggregator.gradient()[1][2].item<double>(), 1.0);
 }
 

@@ -23,9 +23,9 @@
 namespace slimfit::server {
 
 struct GradientStream {
-  int64_t bytes = 0;                              // serialized size of every message read
-  std::optional<v1::GradientSummary> summary;     // the last summary, if any arrived
-  absl::Status error;                             // the first protocol error (the call was cancelled)
+  int64_t bytes = 0;                           // serialized size of every message read
+  std::optional<v1::GradientSummary> summary;  // the last summary, if any arrived
+  absl::Status error;                          // the first protocol error (the call was cancelled)
 };
 
 // Reads `reader` to its end (the caller then calls Finish). REQUIRES: `context` is the call's.

@@ -15,21 +15,22 @@ absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, int64_t vocab, 
   return Create(std::move(stream), {}, vocab, sequence_length, tokens_per_round, held_out_fraction, seed);
 }
 
-absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, std::vector<LocalSource> local, int64_t vocab,
-                                        int64_t sequence_length, int64_t tokens_per_round,
+absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, std::vector<LocalSource> local,
+                                        int64_t vocab, int64_t sequence_length, int64_t tokens_per_round,
                                         double held_out_fraction, uint64_t seed) {
   if (sequence_length < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.sequence_length: must be ≥ 2, got ", sequence_length));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.sequence_length: must be ≥ 2, got ", sequence_length));
   }
   if (tokens_per_round < sequence_length) {
     return absl::InvalidArgumentError(absl::StrCat("spec.tokens_per_round: ", tokens_per_round,
-                                                   " is less than one sequence of ", sequence_length, " tokens"));
+                                                   " is less than one sequence of ", sequence_length,
+                                                   " tokens"));
   }
   if (tokens_per_round / sequence_length > kMaxSequencesPerRound) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.tokens_per_round: ", tokens_per_round, " tokens is ",
-                                                   tokens_per_round / sequence_length, " sequences of ",
-                                                   sequence_length, "; a round takes at most ",
-                                                   kMaxSequencesPerRound));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.tokens_per_round: ", tokens_per_round, " tokens is ", tokens_per_round / sequence_length,
+        " sequences of ", sequence_length, "; a round takes at most ", kMaxSequencesPerRound));
   }
   if (!(held_out_fraction >= 0 && held_out_fraction < 0.5)) {
     return absl::InvalidArgumentError(
@@ -37,7 +38,8 @@ absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, std::vector<Loc
   }
   for (size_t i = 0; i < stream.tokens.size(); ++i) {
     if (stream.tokens[i] < 0 || stream.tokens[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("spec.dataset_ids: dataset token ", i, " = ", stream.tokens[i],
+      return absl::InvalidArgumentError(absl::StrCat("spec.dataset_ids: dataset token ", i, " = ",
+                                                     stream.tokens[i],
                                                      " is outside the model's vocabulary of ", vocab));
     }
   }
@@ -55,8 +57,8 @@ absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, std::vector<Loc
   const int64_t held_out = held_out_of(sequences);
   if (uploads && sequences - held_out < 1) {
     const int64_t training_tokens = total - held_out * sequence_length;
-    return absl::FailedPreconditionError(absl::StrCat("datasets hold ", training_tokens,
-                                                      " training tokens; sequence_length is ", sequence_length));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "datasets hold ", training_tokens, " training tokens; sequence_length is ", sequence_length));
   }
   data.source_sequences_.push_back(sequences);
   data.source_training_.push_back(sequences - held_out);
@@ -65,9 +67,8 @@ absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, std::vector<Loc
     const int64_t local_held_out = held_out_of(n);
     if (n - local_held_out < 1) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "spec.local_datasets[", k, "]: local dataset ", local[k].name, " holds ", n,
-          " whole sequences of ", sequence_length, " tokens, ", local_held_out,
-          " of them held out: no training sequence is left"));
+          "spec.local_datasets[", k, "]: local dataset ", local[k].name, " holds ", n, " whole sequences of ",
+          sequence_length, " tokens, ", local_held_out, " of them held out: no training sequence is left"));
     }
     data.source_sequences_.push_back(n);
     data.source_training_.push_back(n - local_held_out);
@@ -86,10 +87,12 @@ absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, std::vector<Loc
     data.held_out_sequences_ += data.source_sequences_[source] - data.source_training_[source];
   }
   for (int64_t s = 0; s < sequences; ++s) {
-    data.max_documents_ = std::max(data.max_documents_, data.DocumentsIn({s * sequence_length, sequence_length}));
+    data.max_documents_ =
+        std::max(data.max_documents_, data.DocumentsIn({s * sequence_length, sequence_length}));
   }
   for (const LocalSource& source : data.local_) {
-    for (const int64_t documents : source.documents) data.max_documents_ = std::max(data.max_documents_, documents);
+    for (const int64_t documents : source.documents)
+      data.max_documents_ = std::max(data.max_documents_, documents);
   }
   return data;
 }
@@ -97,8 +100,8 @@ absl::StatusOr<JobData> JobData::Create(rpc::TokenStream stream, std::vector<Loc
 SequenceRef JobData::TrainingSequence(int64_t g) const {
   // The last source whose training sequences start at or before g (sources without any are
   // skipped: their start equals the next one's).
-  size_t source = static_cast<size_t>(
-      std::upper_bound(training_before_.begin(), training_before_.end(), g) - training_before_.begin() - 1);
+  size_t source = static_cast<size_t>(std::upper_bound(training_before_.begin(), training_before_.end(), g) -
+                                      training_before_.begin() - 1);
   while (source_training_[source] == 0) ++source;
   const int64_t index = g - training_before_[source];
   return {index * sequence_length_, sequence_length_, static_cast<int>(source)};

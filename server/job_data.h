@@ -56,8 +56,8 @@ class JobData {
   // With local datasets too (their tokens checked against vocab by whoever resolved them); the
   // stream may then be empty. FAILED_PRECONDITION "spec.local_datasets[i]: ..." for one without a
   // training sequence after its held-out split, as for the uploaded stream.
-  static absl::StatusOr<JobData> Create(rpc::TokenStream stream, std::vector<LocalSource> local, int64_t vocab,
-                                        int64_t sequence_length, int64_t tokens_per_round,
+  static absl::StatusOr<JobData> Create(rpc::TokenStream stream, std::vector<LocalSource> local,
+                                        int64_t vocab, int64_t sequence_length, int64_t tokens_per_round,
                                         double held_out_fraction, uint64_t seed);
 
   int64_t sequence_length() const { return sequence_length_; }

@@ -1,9 +1,9 @@
 #include "server/job_data.h"
 
-#include <set>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <set>
 
 namespace slimfit::server {
 namespace {
@@ -67,8 +67,10 @@ TEST(JobDataTest, ErrorsNameTheProblem) {
               HasSubstr("datasets hold 900 training tokens; sequence_length is 1024"));
   EXPECT_EQ(JobData::Create(Text(900), 256, 1024, 1024, 0.0, 0).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(JobData::Create(Text(900), 256, 100, 50, 0.0, 0).status().message(), HasSubstr("spec.tokens_per_round"));
-  EXPECT_THAT(JobData::Create(Text(900), 256, 1, 50, 0.0, 0).status().message(), HasSubstr("spec.sequence_length"));
+  EXPECT_THAT(JobData::Create(Text(900), 256, 100, 50, 0.0, 0).status().message(),
+              HasSubstr("spec.tokens_per_round"));
+  EXPECT_THAT(JobData::Create(Text(900), 256, 1, 50, 0.0, 0).status().message(),
+              HasSubstr("spec.sequence_length"));
   EXPECT_THAT(JobData::Create(Text(900), 256, 100, 100, 0.6, 0).status().message(),
               HasSubstr("spec.held_out_fraction"));
   EXPECT_THAT(JobData::Create(Text(900), 256, 100, int64_t{1} << 50, 0.0, 0).status().message(),
@@ -87,8 +89,8 @@ LocalSource Local(const std::string& name, std::vector<int64_t> documents) {
 
 TEST(JobDataTest, LocalDatasetsAreSourcesOfTheirOwnWithTheSameHeldOutRule) {
   // Uploads: 10 sequences (2 held out); "a": 5 (1 held out); "b": 4 (1 held out).
-  absl::StatusOr<JobData> data =
-      JobData::Create(Text(1000), {Local("a", {1, 2, 1, 3, 1}), Local("b", {4, 1, 1, 2})}, 256, 100, 300, 0.2, 7);
+  absl::StatusOr<JobData> data = JobData::Create(
+      Text(1000), {Local("a", {1, 2, 1, 3, 1}), Local("b", {4, 1, 1, 2})}, 256, 100, 300, 0.2, 7);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->training_sequences(), 8 + 4 + 3);
   EXPECT_EQ(data->held_out_sequences(), 2 + 1 + 1);
@@ -122,7 +124,8 @@ TEST(JobDataTest, LocalDatasetsAreSourcesOfTheirOwnWithTheSameHeldOutRule) {
 }
 
 TEST(JobDataTest, LocalDatasetsAloneNeedNoUploads) {
-  absl::StatusOr<JobData> data = JobData::Create(rpc::TokenStream{}, {Local("a", {1, 1, 1})}, 256, 64, 128, 0.0, 1);
+  absl::StatusOr<JobData> data =
+      JobData::Create(rpc::TokenStream{}, {Local("a", {1, 1, 1})}, 256, 64, 128, 0.0, 1);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->training_sequences(), 3);
   for (const SequenceRef& s : data->RoundSequences(1)) EXPECT_EQ(s.source, 1);

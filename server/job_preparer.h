@@ -9,11 +9,11 @@
 #ifndef SLIMFIT_SERVER_JOB_PREPARER_H_
 #define SLIMFIT_SERVER_JOB_PREPARER_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <optional>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/statusor.h"
 #include "performer/model_config.h"

@@ -70,7 +70,8 @@ TEST_F(JobPreparerTest, CountsTheJobsDtype) {
   // Within the limit in float32: the next check (the unknown dataset) answers.
   EXPECT_EQ(preparer.Prepare(spec, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound);
   spec.set_dtype(v1::DTYPE_FLOAT64);
-  EXPECT_EQ(preparer.Prepare(spec, /*load_initial=*/false).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(preparer.Prepare(spec, /*load_initial=*/false).status().code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(JobPreparerTest, Bf16ProductsNeedFloat32) {
@@ -131,8 +132,10 @@ TEST_F(JobPreparerTest, ValidatesLocalSteps) {
     v1::JobSpec spec = good;
     c.corrupt(&spec);
     absl::StatusOr<PreparedJob> prepared = preparer.Prepare(spec, /*load_initial=*/false);
-    EXPECT_EQ(prepared.status().code(), absl::StatusCode::kInvalidArgument) << c.says << ": " << prepared.status();
-    EXPECT_THAT(std::string(prepared.status().message()), ::testing::StartsWith(c.field + ": ")) << prepared.status();
+    EXPECT_EQ(prepared.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.says << ": " << prepared.status();
+    EXPECT_THAT(std::string(prepared.status().message()), ::testing::StartsWith(c.field + ": "))
+        << prepared.status();
     EXPECT_THAT(prepared.status().message(), HasSubstr(c.says)) << prepared.status();
     std::optional<v1::ErrorDetail> detail = rpc::ErrorDetailOf(prepared.status());
     ASSERT_TRUE(detail.has_value()) << c.says;
@@ -150,7 +153,8 @@ TEST_F(JobPreparerTest, ValidatesLocalSteps) {
 void ExpectInvalidField(const absl::StatusOr<PreparedJob>& prepared, const std::string& field,
                         const std::string& says) {
   EXPECT_EQ(prepared.status().code(), absl::StatusCode::kInvalidArgument) << prepared.status();
-  EXPECT_THAT(std::string(prepared.status().message()), ::testing::StartsWith(field + ": ")) << prepared.status();
+  EXPECT_THAT(std::string(prepared.status().message()), ::testing::StartsWith(field + ": "))
+      << prepared.status();
   EXPECT_THAT(std::string(prepared.status().message()), HasSubstr(says)) << prepared.status();
   std::optional<v1::ErrorDetail> detail = rpc::ErrorDetailOf(prepared.status());
   ASSERT_TRUE(detail.has_value()) << prepared.status();
@@ -220,18 +224,20 @@ TEST_F(JobPreparerTest, NeedsSomeDataUploadedOrOnWorkers) {
 
 TEST_F(JobPreparerTest, CompressedPseudoGradientsNeedLocalSteps) {
   JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
-  for (const v1::Compression compression : {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
+  for (const v1::Compression compression :
+       {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
     v1::JobSpec synchronous = Spec(256, 16);
     synchronous.mutable_compression()->set_pseudo_gradients(compression);
-    ExpectInvalidField(preparer.Prepare(synchronous, /*load_initial=*/false), "spec.compression.pseudo_gradients",
-                       "only with local_steps");
+    ExpectInvalidField(preparer.Prepare(synchronous, /*load_initial=*/false),
+                       "spec.compression.pseudo_gradients", "only with local_steps");
   }
   // Exact pseudo-gradients (said outright, or unset) are fine without local steps: the next check
   // (the unknown dataset) answers.
   for (const v1::Compression compression : {v1::COMPRESSION_NONE, v1::COMPRESSION_UNSPECIFIED}) {
     v1::JobSpec synchronous = Spec(256, 16);
     synchronous.mutable_compression()->set_pseudo_gradients(compression);
-    EXPECT_EQ(preparer.Prepare(synchronous, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound)
+    EXPECT_EQ(preparer.Prepare(synchronous, /*load_initial=*/false).status().code(),
+              absl::StatusCode::kNotFound)
         << v1::Compression_Name(compression);
   }
 }
@@ -248,7 +254,8 @@ TEST_F(JobPreparerTest, CompressedParametersNeedNoLocalSteps) {
 
 TEST_F(JobPreparerTest, CompressesBothWithLocalSteps) {
   JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
-  for (const v1::Compression compression : {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
+  for (const v1::Compression compression :
+       {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
     v1::JobSpec spec = LocalStepsSpec(Spec(256, 16));
     spec.mutable_compression()->set_pseudo_gradients(compression);
     spec.mutable_compression()->set_parameters(compression);

@@ -28,9 +28,8 @@ const v1::Optimizer& JobRunner::StepOptimizer(const v1::JobSpec& spec) {
   return spec.has_local_steps() ? spec.outer_optimizer() : spec.optimizer();
 }
 
-absl::StatusOr<std::unique_ptr<performer::Trainer>> JobRunner::NewTrainer(std::vector<at::Tensor> parameters,
-                                                                          const v1::JobSpec& spec,
-                                                                          const std::string& optimizer_path) const {
+absl::StatusOr<std::unique_ptr<performer::Trainer>> JobRunner::NewTrainer(
+    std::vector<at::Tensor> parameters, const v1::JobSpec& spec, const std::string& optimizer_path) const {
   absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
       performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec), trainable_);
   if (!trainer.ok()) return trainer.status();
@@ -71,7 +70,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
   if (!checkpoints.ok()) return checkpoints.status();
   runner->RemoveUnrecordedFiles(*checkpoints);
   if (checkpoints->empty()) {
-    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer = runner->NewTrainer(std::move(initial), spec);
+    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
+        runner->NewTrainer(std::move(initial), spec);
     if (!trainer.ok()) return trainer.status();
     runner->trainer_ = *std::move(trainer);
     runner->record_.Update([&](v1::Job* job) {
@@ -215,7 +215,8 @@ void JobRunner::Publish(bool as_difference) {
         snapshot->sent_tensors = trainable_;
         snapshot->sha256 = *std::move(digest);
       } else {
-        base::LogWarning(record_.job_id(), ": version ", snapshot->version, " goes out whole: ", digest.status().message());
+        base::LogWarning(record_.job_id(), ": version ", snapshot->version,
+                         " goes out whole: ", digest.status().message());
       }
     }
   }
@@ -426,7 +427,8 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   } else {
     sequences = data_.RoundSequences(round);
   }
-  absl::StatusOr<RoundOutput> output = dispatcher_->Run(round, version, sequences, /*evaluate_only=*/false, steps);
+  absl::StatusOr<RoundOutput> output =
+      dispatcher_->Run(round, version, sequences, /*evaluate_only=*/false, steps);
   if (!output.ok()) return output.status();
   // The previous round's checkpoint, written while these shards ran (and recorded as soon as it
   // was done, RecordFinishedCheckpoint), is recorded now at the latest: before the step changes

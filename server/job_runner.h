@@ -34,6 +34,7 @@
 #include "performer/model_config.h"
 #include "performer/plan.h"
 #include "performer/tensor_codec.h"
+#include "performer/trainer.h"
 #include "planner/plan_search.h"
 #include "proto/slimfit.pb.h"
 #include "server/event_signal.h"
@@ -42,7 +43,6 @@
 #include "server/runner_options.h"
 #include "server/shard_dispatcher.h"
 #include "server/state_store.h"
-#include "performer/trainer.h"
 #include "server/worker_leases.h"
 #include "server/worker_planner.h"
 #include "server/worker_registry.h"
@@ -157,9 +157,9 @@ class JobRunner {
   // checkpoint's; none when empty), its AdamW moments then moved to files where the coordinator
   // offloads (RunnerOptions::offload_directory; moved after loading, so that no files are made
   // for moments the checkpoint replaces).
-  absl::StatusOr<std::unique_ptr<performer::Trainer>> NewTrainer(std::vector<at::Tensor> parameters,
-                                                                  const v1::JobSpec& spec,
-                                                                  const std::string& optimizer_path = "") const;
+  absl::StatusOr<std::unique_ptr<performer::Trainer>> NewTrainer(
+      std::vector<at::Tensor> parameters, const v1::JobSpec& spec,
+      const std::string& optimizer_path = "") const;
 
   const RunnerDeps deps_;
   const JobData data_;

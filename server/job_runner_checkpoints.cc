@@ -156,8 +156,13 @@ absl::Status JobRunner::StartCheckpoint(int64_t round) {
   const absl::Time started = absl::Now();
   const std::string prefix = absl::StrFormat("%s/round-%06d", deps_.job_dir, round);
   const v1::Job job = record_.Snapshot();
-  CheckpointRecord record{job.job_id(), round, job.progress().parameter_version(), prefix + ".safetensors",
-                          prefix + ".optimizer.safetensors", 0, ""};
+  CheckpointRecord record{job.job_id(),
+                          round,
+                          job.progress().parameter_version(),
+                          prefix + ".safetensors",
+                          prefix + ".optimizer.safetensors",
+                          0,
+                          ""};
   std::map<std::string, std::string> metadata = {
       {"job_id", job.job_id()},
       {"round", absl::StrCat(round)},

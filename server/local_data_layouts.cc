@@ -21,7 +21,7 @@ absl::StatusOr<std::vector<std::string>> LocalDataLayouts::Resolve(
     const google::protobuf::RepeatedPtrField<std::string>& entries) const {
   if (entries.size() > v1::LIMIT_MAX_LOCAL_DATASETS) {
     return rpc::InvalidFieldError("spec.local_datasets", absl::StrCat(entries.size(), " datasets; at most ",
-                                                                       v1::LIMIT_MAX_LOCAL_DATASETS));
+                                                                      v1::LIMIT_MAX_LOCAL_DATASETS));
   }
   if (entries.empty()) return std::vector<std::string>{};
   // Every registered worker's announcements, gone ones too: a job may name data whose holders are
@@ -40,15 +40,17 @@ absl::StatusOr<std::vector<std::string>> LocalDataLayouts::Resolve(
     std::string digest;
     if (base::IsSha256Hex(entry)) {
       if (announced.count(entry) == 0) {
-        return rpc::InvalidFieldError(Field(i), absl::StrCat("no registered worker holds a dataset with SHA-256 ",
-                                                             entry, " (slimfit workers lists what they hold)"));
+        return rpc::InvalidFieldError(
+            Field(i), absl::StrCat("no registered worker holds a dataset with SHA-256 ", entry,
+                                   " (slimfit workers lists what they hold)"));
       }
       digest = entry;
     } else {
       auto it = digests_of_name.find(entry);
       if (it == digests_of_name.end()) {
-        return rpc::InvalidFieldError(Field(i), absl::StrCat("no registered worker holds a dataset named '", entry,
-                                                             "' (slimfit workers lists what they hold)"));
+        return rpc::InvalidFieldError(Field(i),
+                                      absl::StrCat("no registered worker holds a dataset named '", entry,
+                                                   "' (slimfit workers lists what they hold)"));
       }
       if (it->second.size() > 1) {
         return rpc::InvalidFieldError(
@@ -59,7 +61,8 @@ absl::StatusOr<std::vector<std::string>> LocalDataLayouts::Resolve(
     }
     for (size_t j = 0; j < digests.size(); ++j) {
       if (digests[j] == digest) {
-        return rpc::InvalidFieldError(Field(i), absl::StrCat("the same dataset as spec.local_datasets[", j, "]"));
+        return rpc::InvalidFieldError(Field(i),
+                                      absl::StrCat("the same dataset as spec.local_datasets[", j, "]"));
       }
     }
     digests.push_back(std::move(digest));
@@ -82,9 +85,9 @@ absl::StatusOr<LocalSource> LocalDataLayouts::Source(const std::string& sha256, 
     }
   }
   if (announced.has_value() && announced->max_token() >= vocab) {
-    return rpc::InvalidFieldError(Field(index), absl::StrCat("local dataset ", announced->name(), " holds token id ",
-                                                             announced->max_token(),
-                                                             ", outside the model's vocabulary of ", vocab));
+    return rpc::InvalidFieldError(
+        Field(index), absl::StrCat("local dataset ", announced->name(), " holds token id ",
+                                   announced->max_token(), ", outside the model's vocabulary of ", vocab));
   }
   absl::StatusOr<std::optional<v1::LocalDataLayout>> stored = store_->GetLocalLayout(sha256, sequence_length);
   if (!stored.ok()) return stored.status();
@@ -106,7 +109,8 @@ absl::StatusOr<LocalSource> LocalDataLayouts::Source(const std::string& sha256, 
       if (!holder.has_value()) continue;
       absl::StatusOr<v1::LocalDataLayout> asked = Ask(*holder, *announced, sequence_length);
       if (!asked.ok()) {
-        last = absl::Status(asked.status().code(), absl::StrCat(Field(index), ": ", asked.status().message()));
+        last =
+            absl::Status(asked.status().code(), absl::StrCat(Field(index), ": ", asked.status().message()));
         continue;
       }
       layout = *std::move(asked);
@@ -127,7 +131,8 @@ absl::StatusOr<v1::LocalDataLayout> LocalDataLayouts::Ask(const WorkerHandle& ho
                                                           const v1::LocalDataset& announced,
                                                           int64_t sequence_length) const {
   const int64_t sequences = announced.tokens() / sequence_length;
-  const std::string who = absl::StrCat("worker ", holder.worker_id, " describing local dataset ", announced.name());
+  const std::string who =
+      absl::StrCat("worker ", holder.worker_id, " describing local dataset ", announced.name());
   v1::LocalDataLayout whole;
   whole.set_sha256(announced.sha256());
   whole.set_sequence_length(sequence_length);
@@ -146,15 +151,15 @@ absl::StatusOr<v1::LocalDataLayout> LocalDataLayouts::Ask(const WorkerHandle& ho
         page.sequences() != sequences || page.first_sequence() != whole.documents_size() ||
         page.documents_size() == 0 || page.documents_size() > v1::LIMIT_MAX_LAYOUT_PAGE ||
         whole.documents_size() + page.documents_size() > sequences) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          who, ": the answer does not match the request or the announcement (", page.sequences(),
-          " sequences from ", page.first_sequence(), ", ", page.documents_size(), " entries; expected ", sequences,
-          " sequences from ", whole.documents_size(), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(who, ": the answer does not match the request or the announcement (", page.sequences(),
+                       " sequences from ", page.first_sequence(), ", ", page.documents_size(),
+                       " entries; expected ", sequences, " sequences from ", whole.documents_size(), ")"));
     }
     for (const int64_t documents : page.documents()) {
       if (documents < 1 || documents > sequence_length) {
-        return absl::FailedPreconditionError(absl::StrCat(who, ": a sequence of ", sequence_length, " tokens with ",
-                                                          documents, " documents"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(who, ": a sequence of ", sequence_length, " tokens with ", documents, " documents"));
       }
       whole.add_documents(documents);
     }

@@ -30,7 +30,8 @@ namespace slimfit::server {
 
 class LocalDataLayouts {
  public:
-  LocalDataLayouts(StateStore* store, WorkerRegistry* registry, absl::Duration call_timeout = absl::Seconds(60))
+  LocalDataLayouts(StateStore* store, WorkerRegistry* registry,
+                   absl::Duration call_timeout = absl::Seconds(60))
       : store_(store), registry_(registry), call_timeout_(call_timeout) {}
 
   // Each entry of JobSpec.local_datasets as a digest: a SHA-256 stays as it is; a name becomes the

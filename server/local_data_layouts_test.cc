@@ -47,10 +47,12 @@ class LocalDataLayoutsTest : public ::testing::Test {
 };
 
 TEST_F(LocalDataLayoutsTest, NamesResolveToTheDigestsWorkersAnnounced) {
-  ASSERT_TRUE(registry_->Register(Holder("notes", 'a'), std::nullopt).ok()) << registry_->Register(Holder("notes", 'a'), std::nullopt).status();
+  ASSERT_TRUE(registry_->Register(Holder("notes", 'a'), std::nullopt).ok())
+      << registry_->Register(Holder("notes", 'a'), std::nullopt).status();
   ASSERT_TRUE(registry_->Register(Holder("mail", 'b'), std::nullopt).ok());
   LocalDataLayouts layouts(store_.get(), registry_.get());
-  absl::StatusOr<std::vector<std::string>> digests = layouts.Resolve(Entries({"notes", std::string(64, 'b')}));
+  absl::StatusOr<std::vector<std::string>> digests =
+      layouts.Resolve(Entries({"notes", std::string(64, 'b')}));
   ASSERT_TRUE(digests.ok()) << digests.status();
   EXPECT_THAT(*digests, ElementsAre(std::string(64, 'a'), std::string(64, 'b')));
 
@@ -91,13 +93,15 @@ TEST_F(LocalDataLayoutsTest, AStoredLayoutNeedsNoHolderAndAnUnstoredOneNeedsALiv
   EXPECT_EQ(layouts.Source(digest, 64, 256, 0).status().code(), absl::StatusCode::kFailedPrecondition);
 
   // Once its holder is back, its name is used, and its tokens are checked against the vocabulary.
-  ASSERT_TRUE(registry_->Register(Holder("notes", 'a'), std::nullopt).ok()) << registry_->Register(Holder("notes", 'a'), std::nullopt).status();
+  ASSERT_TRUE(registry_->Register(Holder("notes", 'a'), std::nullopt).ok())
+      << registry_->Register(Holder("notes", 'a'), std::nullopt).status();
   source = layouts.Source(digest, 128, 512, 0);
   ASSERT_TRUE(source.ok()) << source.status();
   EXPECT_EQ(source->name, "notes");
   absl::StatusOr<LocalSource> too_wide = layouts.Source(digest, 128, 256, 1);
   EXPECT_EQ(too_wide.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(too_wide.status().message(), HasSubstr("holds token id 300, outside the model's vocabulary of 256"));
+  EXPECT_THAT(too_wide.status().message(),
+              HasSubstr("holds token id 300, outside the model's vocabulary of 256"));
 }
 
 }  // namespace

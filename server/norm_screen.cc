@@ -34,10 +34,13 @@ absl::Status NormScreen::Check(double per_token_norm) const {
   if (recent.size() < min_history_) return absl::OkStatus();
   std::nth_element(recent.begin(), recent.begin() + recent.size() / 2, recent.end());
   const double median = recent[recent.size() / 2];
-  if (!std::isfinite(per_token_norm) || per_token_norm > factor_ * median || per_token_norm * factor_ < median) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "gradient norm %.3g per token is out of line: %.3gx the median %.3g of the job's last %d accepted shards",
-        per_token_norm, median > 0 ? per_token_norm / median : INFINITY, median, static_cast<int>(recent.size())));
+  if (!std::isfinite(per_token_norm) || per_token_norm > factor_ * median ||
+      per_token_norm * factor_ < median) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("gradient norm %.3g per token is out of line: %.3gx the median %.3g of the job's "
+                        "last %d accepted shards",
+                        per_token_norm, median > 0 ? per_token_norm / median : INFINITY, median,
+                        static_cast<int>(recent.size())));
   }
   return absl::OkStatus();
 }

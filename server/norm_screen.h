@@ -9,11 +9,11 @@
 #ifndef SLIMFIT_SERVER_NORM_SCREEN_H_
 #define SLIMFIT_SERVER_NORM_SCREEN_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <deque>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"

@@ -8,10 +8,10 @@
 
 namespace slimfit::server {
 
-RoundCollector::RoundCollector(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
-                               std::vector<std::vector<int64_t>> shapes, bool evaluate_only, int64_t normalizer,
-                               NormScreen* screen, double tolerance, at::ScalarType sum_dtype,
-                               std::vector<at::Tensor> reuse)
+RoundCollector::RoundCollector(int64_t round, uint64_t parameter_version,
+                               std::vector<int64_t> expected_tokens, std::vector<std::vector<int64_t>> shapes,
+                               bool evaluate_only, int64_t normalizer, NormScreen* screen, double tolerance,
+                               at::ScalarType sum_dtype, std::vector<at::Tensor> reuse)
     : evaluate_only_(evaluate_only),
       normalizer_(normalizer),
       screen_(screen),
@@ -103,10 +103,12 @@ std::set<std::string> RoundCollector::tainting_workers() const {
   return tainting_workers_;
 }
 
-absl::Status RoundCollector::StreamedShard::Add(size_t tensor, int64_t first_element, const at::Tensor& values) {
+absl::Status RoundCollector::StreamedShard::Add(size_t tensor, int64_t first_element,
+                                                const at::Tensor& values) {
   if (!summed_ && collector_->checks_.IsChecked(shard_id_)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard ", shard_id_, " is spot-checked: its results are compared whole, never summed as they arrive"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", shard_id_,
+                     " is spot-checked: its results are compared whole, never summed as they arrive"));
   }
   absl::Status added = collector_->aggregator_.AddValues(shard_id_, tensor, first_element, values);
   if (!added.ok()) return added;

@@ -36,8 +36,9 @@ class RoundCollector {
   // `screen` (not owned; may be null: no screening) keeps the job's history across rounds.
   // `sum_dtype`, `reuse`: the sum's dtype and a previous round's sum tensors (GradientAggregator).
   RoundCollector(int64_t round, uint64_t parameter_version, std::vector<int64_t> expected_tokens,
-                 std::vector<std::vector<int64_t>> shapes, bool evaluate_only, int64_t normalizer, NormScreen* screen,
-                 double tolerance, at::ScalarType sum_dtype, std::vector<at::Tensor> reuse = {});
+                 std::vector<std::vector<int64_t>> shapes, bool evaluate_only, int64_t normalizer,
+                 NormScreen* screen, double tolerance, at::ScalarType sum_dtype,
+                 std::vector<at::Tensor> reuse = {});
 
   // The shard's results are compared by two workers before one counts.
   void ExpectCheck(int64_t shard_id) { checks_.Expect(shard_id); }

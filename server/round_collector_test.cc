@@ -1,11 +1,10 @@
 #include "server/round_collector.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "performer/file_backed_tensors.h"
 
@@ -147,7 +146,8 @@ TEST_F(RoundCollectorTest, AStreamedShardThatFailsAfterSummingTaintsTheRound) {
     ASSERT_TRUE(broken.Add(0, 0, at::ones({4})).ok());
     EXPECT_TRUE(broken.summed_uncounted());
   }  // its stream ended without a summary
-  EXPECT_THAT(collector.tainted(), HasSubstr("shard 2 from w-broken: its stream failed after some of its values"));
+  EXPECT_THAT(collector.tainted(),
+              HasSubstr("shard 2 from w-broken: its stream failed after some of its values"));
   {
     RoundCollector::StreamedShard scaled(&collector, "w-liar", 3);
     absl::Status refused = StreamWhole(scaled, Result(3, 1000.0f));

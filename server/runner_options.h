@@ -13,7 +13,7 @@ namespace slimfit::server {
 struct RunnerOptions {
   // A shard's deadline: this plus 10× its predicted compute time.
   absl::Duration shard_timeout = absl::Seconds(120);
-  int max_attempts = 5;         // per shard, then the job fails
+  int max_attempts = 5;  // per shard, then the job fails
   // The most sequences in one shard; 0: as many as fit one request. Smaller shards balance load and
   // lose less to a failed worker, at the cost of more calls.
   int64_t max_sequences_per_shard = 0;
@@ -25,8 +25,8 @@ struct RunnerOptions {
   // instead of being assembled first: no copy of it is held (the coordinator's memory is the
   // parameters, the optimizer's state and the sum). Such a shard cannot be taken back out: when
   // its stream fails midway, or it is refused at its end, the round is computed again (assembling
-  // every shard) and that worker's shards are assembled from then on. Spot-checked shards, workers with a strike and
-  // local-steps rounds (never computed again: the workers' inner optimizers would step twice) are
+  // every shard) and that worker's shards are assembled from then on. Spot-checked shards, workers with a
+  // strike and local-steps rounds (never computed again: the workers' inner optimizers would step twice) are
   // always assembled.
   int64_t stream_into_sum_bytes = int64_t{128} << 20;
   // Where what the coordinator touches only now and then is kept: unnamed files in this directory

@@ -18,14 +18,15 @@
 namespace slimfit::server {
 
 absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version,
-                                                 const std::vector<SequenceRef>& sequences, bool evaluate_only,
+                                                 const std::vector<SequenceRef>& sequences,
+                                                 bool evaluate_only,
                                                  const std::vector<int64_t>& local_steps) {
   for (int recomputations = 0;; ++recomputations) {
     bool redo = false;
     // A round computed again assembles every shard: it cannot be tainted again, so a round costs at
     // most one extra computation for shards summed as they arrived.
-    absl::StatusOr<RoundOutput> output =
-        RunOnce(round, version, sequences, evaluate_only, local_steps, /*may_stream=*/recomputations == 0, &redo);
+    absl::StatusOr<RoundOutput> output = RunOnce(round, version, sequences, evaluate_only, local_steps,
+                                                 /*may_stream=*/recomputations == 0, &redo);
     if (!output.ok() || output->rolled_back_to.has_value()) return output;
     if (!redo) {
       if (!evaluate_only) ledger_.RoundCompleted(round, output->unverified_workers, output->vouched_workers);
@@ -38,8 +39,9 @@ absl::StatusOr<RoundOutput> ShardDispatcher::Run(int64_t round, uint64_t version
 
 absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t version,
                                                      const std::vector<SequenceRef>& sequences,
-                                                     bool evaluate_only, const std::vector<int64_t>& local_steps,
-                                                     bool may_stream, bool* redo) {
+                                                     bool evaluate_only,
+                                                     const std::vector<int64_t>& local_steps, bool may_stream,
+                                                     bool* redo) {
   const JobData& data = *deps_.data;
   const int64_t normalizer = std::max<int64_t>(1, data.PredictedTokens(sequences));
   const std::string what =
@@ -55,7 +57,8 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
     return seconds;
   };
   v1::RoundTiming timing;
-  absl::StatusOr<std::vector<WorkerPlan>> plans = deps_.planner->PlanWorkers(round, LocalSourcesOf(sequences));
+  absl::StatusOr<std::vector<WorkerPlan>> plans =
+      deps_.planner->PlanWorkers(round, LocalSourcesOf(sequences));
   if (!plans.ok()) return plans.status();
   timing.set_waiting_seconds(take());
 
@@ -73,8 +76,9 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   for (const size_t index : SentTensors()) sent_shapes.push_back(deps_.shapes[index]);
   RoundCollector collector(
       round, version, expected, evaluate_only ? std::vector<std::vector<int64_t>>{} : sent_shapes,
-      evaluate_only, normalizer, evaluate_only ? nullptr : &screen_, VerificationTolerance(deps_.dtype, deps_.bf16_products),
-      performer::ToScalarType(deps_.dtype), evaluate_only ? std::vector<at::Tensor>{} : std::move(spare_sum_));
+      evaluate_only, normalizer, evaluate_only ? nullptr : &screen_,
+      VerificationTolerance(deps_.dtype, deps_.bf16_products), performer::ToScalarType(deps_.dtype),
+      evaluate_only ? std::vector<at::Tensor>{} : std::move(spare_sum_));
   if (!evaluate_only) spare_sum_.clear();
   // Unless this try's sum is the round's, the job's norm screen is left as before the try (the
   // round computed again, or the try failed: a later try must not find its norms twice). A rollback
@@ -99,7 +103,8 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   while (!pending.empty()) {
     if (stopping()) return absl::CancelledError("stopped");
     for (Task& task : pending) {
-      task.stream_into_sum = may_stream && StreamsIntoSum(wave_plans[task.worker], task, collector, evaluate_only);
+      task.stream_into_sum =
+          may_stream && StreamsIntoSum(wave_plans[task.worker], task, collector, evaluate_only);
     }
     const std::vector<CallOutcome> outcomes =
         RunWave(round, version, normalizer, evaluate_only, wave_plans, pending, &collector);
@@ -239,13 +244,13 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
   return output;
 }
 
-bool ShardDispatcher::StreamsIntoSum(const WorkerPlan& plan, const Task& task, const RoundCollector& collector,
-                                     bool evaluate_only) const {
+bool ShardDispatcher::StreamsIntoSum(const WorkerPlan& plan, const Task& task,
+                                     const RoundCollector& collector, bool evaluate_only) const {
   // Spot-checked results are compared whole; a worker with a strike may be refused again; a
   // local-steps round is not computed again (its workers' inner optimizers would step twice), and
   // under a time budget it drops late shards, which must not be half in the sum.
-  return !evaluate_only && task.sequences_per_step.empty() && task.opinion == 1 && !collector.IsChecked(task.id) &&
-         ShardGradientBytes() >= deps_.options.stream_into_sum_bytes &&
+  return !evaluate_only && task.sequences_per_step.empty() && task.opinion == 1 &&
+         !collector.IsChecked(task.id) && ShardGradientBytes() >= deps_.options.stream_into_sum_bytes &&
          assembled_workers_.count(plan.worker.worker_id) == 0 && strikes_.count(plan.worker.worker_id) == 0;
 }
 

@@ -64,10 +64,10 @@ struct RoundOutput {
   int64_t tokens = 0;
   int workers = 0;  // workers whose results counted
   int shards = 0;
-  int reassigned = 0;  // shards that needed more than one attempt
-  int recomputations = 0;  // times the round started over (RoundCompleted.recomputations)
+  int reassigned = 0;       // shards that needed more than one attempt
+  int recomputations = 0;   // times the round started over (RoundCompleted.recomputations)
   int streamed_shards = 0;  // shards summed as they arrived (RoundCompleted.streamed_shards)
-  int verified = 0;    // spot-checked shards whose check settled
+  int verified = 0;         // spot-checked shards whose check settled
   // Workers with results counted that no spot check compared, and workers a spot check vouched for.
   std::set<std::string> unverified_workers;
   std::set<std::string> vouched_workers;
@@ -102,14 +102,14 @@ class ShardDispatcher {
     // round's gradient is zero for the others. Empty: all.
     std::vector<int> gradient_tensors;
     performer::DType dtype = performer::DType::kFloat32;
-    bool bf16_products = false;                   // JobSpec.bf16_products: the spot checks' tolerance
+    bool bf16_products = false;  // JobSpec.bf16_products: the spot checks' tolerance
     v1::TokenEncoding encoding = v1::TOKEN_ENCODING_UINT8;
-    uint64_t feature_seed = 0;                    // also draws the spot-checked shards
-    double verify_fraction = 0;                   // JobSpec.verify_fraction
-    int local_steps = 0;                          // JobSpec.local_steps; 0: synchronous rounds
+    uint64_t feature_seed = 0;   // also draws the spot-checked shards
+    double verify_fraction = 0;  // JobSpec.verify_fraction
+    int local_steps = 0;         // JobSpec.local_steps; 0: synchronous rounds
     // JobSpec.round_time_budget_seconds of a local-steps job; 0: none (every step, wait for all).
     double round_time_budget_seconds = 0;
-    v1::Optimizer inner_optimizer;                // JobSpec.optimizer, sent with local steps
+    v1::Optimizer inner_optimizer;  // JobSpec.optimizer, sent with local steps
     // UpdateCompression.pseudo_gradients: how local-steps results travel (NONE: exact).
     v1::Compression pseudo_gradient_compression = v1::COMPRESSION_NONE;
     int quarantine_after = 3;                     // JobSpec.quarantine_after
@@ -168,18 +168,19 @@ class ShardDispatcher {
     // A local-steps shard under a time budget: the token counts at its steps' boundaries (what the
     // worker may return, having taken fewer steps).
     std::vector<int64_t> step_token_counts;
-    bool late = false;  // the last attempt missed its deadline or its worker stopped heartbeating
+    bool late = false;             // the last attempt missed its deadline or its worker stopped heartbeating
     bool stream_into_sum = false;  // summed as it arrives (RunnerOptions::stream_into_sum_bytes)
-    int source = 0;  // JobData source of its sequences (≥ 1: a worker-local dataset); a local-steps shard may mix
+    int source =
+        0;  // JobData source of its sequences (≥ 1: a worker-local dataset); a local-steps shard may mix
   };
   struct CallOutcome {
     absl::Status status;
-    bool misbehaved = false;  // the worker broke the protocol or its result was rejected: a strike
-    int64_t peak = 0;         // measured peak bytes the worker reported
+    bool misbehaved = false;     // the worker broke the protocol or its result was rejected: a strike
+    int64_t peak = 0;            // measured peak bytes the worker reported
     int64_t bytes_received = 0;  // the serialized messages the worker sent back
     double fetch_seconds = 0, compute_seconds = 0, stream_seconds = 0;  // its summary's, when it sent one
-    int inner_steps = 0;  // its summary's local_steps
-    bool gone = false;    // cancelled because the worker stopped heartbeating (or left)
+    int inner_steps = 0;                                                // its summary's local_steps
+    bool gone = false;  // cancelled because the worker stopped heartbeating (or left)
     // Cancelled, or never started, because the round's sum was tainted meanwhile: the round is
     // computed again, so nothing of this call counts — and nothing of it is held against anyone.
     bool abandoned = false;
@@ -265,7 +266,7 @@ class ShardDispatcher {
   std::map<std::string, int> strikes_;  // rejected results per worker; runner thread only
   // Workers whose shard streamed into a sum failed midway: theirs are assembled from then on.
   std::set<std::string> assembled_workers_;  // runner thread only
-  VerificationLedger ledger_;           // runner thread only
+  VerificationLedger ledger_;                // runner thread only
 
   // Bytes of gradients being assembled (CallShard: from a shard's first chunk until its result is
   // counted or refused), at most options.max_assembly_bytes unless a single shard is larger.

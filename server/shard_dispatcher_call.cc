@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -44,9 +44,9 @@ class ShardDispatcher::AssemblyRoom {
   const int64_t bytes_;
 };
 
-ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, const Task& task, int64_t round,
-                                                        uint64_t version, int64_t normalizer, bool evaluate_only,
-                                                        RoundCollector* collector) {
+ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, const Task& task,
+                                                        int64_t round, uint64_t version, int64_t normalizer,
+                                                        bool evaluate_only, RoundCollector* collector) {
   CallOutcome outcome;
   v1::ComputeGradientRequest request;
   request.set_job_id(deps_.record->job_id());
@@ -64,7 +64,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   std::vector<SequenceRef> uploaded;
   const std::set<int> sources = LocalSourcesOf(task.sequences);
   const bool any_uploaded = std::any_of(task.sequences.begin(), task.sequences.end(),
-                                       [](const SequenceRef& sequence) { return sequence.source == 0; });
+                                        [](const SequenceRef& sequence) { return sequence.source == 0; });
   const bool positioned = sources.size() > 1 || (!sources.empty() && any_uploaded);
   for (size_t position = 0; position < task.sequences.size(); ++position) {
     const SequenceRef& sequence = task.sequences[position];
@@ -161,16 +161,14 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   if (in_files) assembler.AllocateInFiles(deps_.options.offload_directory);
   std::unique_ptr<grpc::ClientReaderInterface<v1::ComputeGradientResponse>> reader =
       plan.worker.stub->ComputeGradient(context.get(), request);
-  GradientStream stream = ReadGradientStream(reader.get(), context.get(), &assembler, evaluate_only,
-                                             [&] {
-                                               // A round under a time budget does not queue its
-                                               // results: waiting would count against its deadline.
-                                               if (!streamed.has_value() && !in_files &&
-                                                   (task.sequences_per_step.empty() ||
-                                                    deps_.round_time_budget_seconds <= 0)) {
-                                                 room.emplace(this, ShardGradientBytes());
-                                               }
-                                             });
+  GradientStream stream = ReadGradientStream(reader.get(), context.get(), &assembler, evaluate_only, [&] {
+    // A round under a time budget does not queue its
+    // results: waiting would count against its deadline.
+    if (!streamed.has_value() && !in_files &&
+        (task.sequences_per_step.empty() || deps_.round_time_budget_seconds <= 0)) {
+      room.emplace(this, ShardGradientBytes());
+    }
+  });
   outcome.bytes_received += stream.bytes;
   const absl::Status& stream_error = stream.error;
   const std::optional<v1::GradientSummary>& summary = stream.summary;
@@ -192,8 +190,9 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
         !(stream.error.ok() && stream.summary.has_value()) &&
         stream.error.code() != absl::StatusCode::kInvalidArgument) {
       if (streamed.has_value()) streamed->Abandon();
-      outcome.status = absl::AbortedError(absl::StrCat(
-          "the round's sum was tainted by another shard; the call to ", plan.worker.worker_id, " was cancelled"));
+      outcome.status =
+          absl::AbortedError(absl::StrCat("the round's sum was tainted by another shard; the call to ",
+                                          plan.worker.worker_id, " was cancelled"));
       outcome.abandoned = true;
       return outcome;
     }
@@ -217,7 +216,8 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     return outcome;
   }
   if (!finished.ok() && !arrived) {
-    outcome.status = rpc::FromGrpcStatus(finished, absl::StrCat("worker ", plan.worker.worker_id), context.get());
+    outcome.status =
+        rpc::FromGrpcStatus(finished, absl::StrCat("worker ", plan.worker.worker_id), context.get());
     return outcome;
   }
   if (!summary.has_value()) return misbehaved(absl::InvalidArgumentError("stream ended without a summary"));
@@ -233,8 +233,8 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   ShardResult result;
   result.summary = *summary;
   if (!assembler.file_error().ok()) {
-    base::LogWarning(deps_.record->job_id(), ": ", stream_name, ": held in memory, not in --offload_dir: ",
-                     assembler.file_error().message());
+    base::LogWarning(deps_.record->job_id(), ": ", stream_name,
+                     ": held in memory, not in --offload_dir: ", assembler.file_error().message());
   }
   if (!evaluate_only) {
     absl::StatusOr<std::vector<at::Tensor>> gradient = assembler.Finish();
@@ -257,7 +257,8 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
     job_plan.set_predicted_tokens_per_second(plan.tokens_per_second);
     if (summary->compute_seconds() > 0) {
       job_plan.set_measured_tokens_per_second(
-          static_cast<double>(task.sequences.size() * deps_.data->sequence_length()) / summary->compute_seconds());
+          static_cast<double>(task.sequences.size() * deps_.data->sequence_length()) /
+          summary->compute_seconds());
     }
     job_plan.set_measured_peak_bytes(summary->measured_peak_bytes());
     deps_.registry->SetJobPlan(plan.worker.worker_id, job_plan);

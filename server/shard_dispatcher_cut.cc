@@ -81,7 +81,8 @@ std::vector<std::vector<SequenceRef>> ShardDispatcher::ShareOut(const std::vecto
       double lacking = 0;
       for (double l : lack) lacking += std::max(0.0, l);
       if (lacking > 0) {
-        for (size_t i = 0; i < eligible.size(); ++i) weights[i] = std::max(lack[i], 1e-9 * speeds[eligible[i]]);
+        for (size_t i = 0; i < eligible.size(); ++i)
+          weights[i] = std::max(lack[i], 1e-9 * speeds[eligible[i]]);
       }
     }
     const std::vector<int64_t> counts = SplitBySpeed(static_cast<int64_t>(items.size()), weights);
@@ -113,9 +114,9 @@ std::vector<ShardDispatcher::Task> ShardDispatcher::CutRound(const std::vector<S
     for (size_t begin = 0; begin < share.size();) {
       size_t end = begin;
       while (end < share.size() && share[end].source == share[begin].source) ++end;
-      const std::vector<ShardCut> cuts = CutShards(
-          {static_cast<int64_t>(end - begin)}, per_shard, v1::LIMIT_MAX_SHARD_DOC_STARTS,
-          [&](int64_t i) { return data.DocumentsIn(share[begin + static_cast<size_t>(i)]); });
+      const std::vector<ShardCut> cuts =
+          CutShards({static_cast<int64_t>(end - begin)}, per_shard, v1::LIMIT_MAX_SHARD_DOC_STARTS,
+                    [&](int64_t i) { return data.DocumentsIn(share[begin + static_cast<size_t>(i)]); });
       for (const ShardCut& cut : cuts) {
         Task task;
         task.id = static_cast<int64_t>(tasks.size());
@@ -145,8 +146,9 @@ absl::StatusOr<std::vector<ShardDispatcher::Task>> ShardDispatcher::CutLocalRoun
   std::vector<std::vector<int64_t>> per_step(plans.size());
   size_t offset = 0;
   for (const int64_t batch : steps) {
-    const std::vector<SequenceRef> step(sequences.begin() + static_cast<std::ptrdiff_t>(offset),
-                                        sequences.begin() + static_cast<std::ptrdiff_t>(offset + static_cast<size_t>(batch)));
+    const std::vector<SequenceRef> step(
+        sequences.begin() + static_cast<std::ptrdiff_t>(offset),
+        sequences.begin() + static_cast<std::ptrdiff_t>(offset + static_cast<size_t>(batch)));
     offset += static_cast<size_t>(batch);
     const std::vector<std::vector<SequenceRef>> shares = ShareOut(step, plans);
     for (size_t w = 0; w < plans.size(); ++w) {
@@ -161,12 +163,14 @@ absl::StatusOr<std::vector<ShardDispatcher::Task>> ShardDispatcher::CutLocalRoun
     if (task.sequences.empty()) continue;
     int64_t documents = 0;
     for (const SequenceRef& sequence : task.sequences) documents += data.DocumentsIn(sequence);
-    if (static_cast<int64_t>(task.sequences.size()) > per_request || documents > v1::LIMIT_MAX_SHARD_DOC_STARTS) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "round ", round, ": worker ", plans[w].worker.worker_id, "'s share of the ", steps.size(),
-          " inner steps is ", task.sequences.size(), " sequences with ", documents,
-          " document starts; one request carries at most ", per_request, " sequences and ",
-          v1::LIMIT_MAX_SHARD_DOC_STARTS, " document starts: lower local_steps or tokens_per_round, or add workers"));
+    if (static_cast<int64_t>(task.sequences.size()) > per_request ||
+        documents > v1::LIMIT_MAX_SHARD_DOC_STARTS) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("round ", round, ": worker ", plans[w].worker.worker_id, "'s share of the ",
+                       steps.size(), " inner steps is ", task.sequences.size(), " sequences with ", documents,
+                       " document starts; one request carries at most ", per_request, " sequences and ",
+                       v1::LIMIT_MAX_SHARD_DOC_STARTS,
+                       " document starts: lower local_steps or tokens_per_round, or add workers"));
     }
     task.id = static_cast<int64_t>(tasks.size());
     task.expected_tokens = data.PredictedTokens(task.sequences);

@@ -1,9 +1,9 @@
 #include "server/shard_split.h"
 
-#include <numeric>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <numeric>
 
 namespace slimfit::server {
 namespace {

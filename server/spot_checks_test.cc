@@ -1,8 +1,8 @@
 #include "server/spot_checks.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
+
+#include <cmath>
 
 #include "gtest/gtest.h"
 

@@ -100,7 +100,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
            "TEXT "
            "NOT NULL, PRIMARY KEY (job_id, round))",
            "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, incarnation INTEGER NOT NULL)",
-           "CREATE TABLE IF NOT EXISTS local_layouts (sha256 TEXT NOT NULL, sequence_length INTEGER NOT NULL, "
+           "CREATE TABLE IF NOT EXISTS local_layouts (sha256 TEXT NOT NULL, sequence_length INTEGER NOT "
+           "NULL, "
            "layout BLOB NOT NULL, PRIMARY KEY (sha256, sequence_length))",
        }) {
     if (absl::Status s = store->Exec(sql); !s.ok()) return s;
@@ -174,7 +175,7 @@ absl::Status StateStore::PutLocalLayout(const v1::LocalDataLayout& layout) {
 }
 
 absl::StatusOr<std::optional<v1::LocalDataLayout>> StateStore::GetLocalLayout(const std::string& sha256,
-                                                                             int64_t sequence_length) {
+                                                                              int64_t sequence_length) {
   absl::MutexLock lock(&mutex_);
   Statement s(db_, "SELECT layout FROM local_layouts WHERE sha256 = ? AND sequence_length = ?");
   if (!s.ok()) return s.Error("reading a local dataset's layout");

@@ -68,7 +68,7 @@ class StateStore {
   // holder described it (all pages in one LocalDataLayout, first_sequence 0): by digest and L.
   absl::Status PutLocalLayout(const v1::LocalDataLayout& layout);
   absl::StatusOr<std::optional<v1::LocalDataLayout>> GetLocalLayout(const std::string& sha256,
-                                                                   int64_t sequence_length);
+                                                                    int64_t sequence_length);
 
   // The next job number (1, 2, …), durable: never reused.
   absl::StatusOr<int64_t> NextJobNumber();

@@ -19,14 +19,16 @@ int64_t ReservedBytesPerWorker(const v1::JobSpec& spec, const performer::ModelCo
   if (!spec.has_local_steps()) return 0;
   const performer::DType dtype =
       spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
-  return performer::LocalStepsExtraBytes(spec.optimizer(), config.parameter_count() * performer::DTypeBytes(dtype),
+  return performer::LocalStepsExtraBytes(spec.optimizer(),
+                                         config.parameter_count() * performer::DTypeBytes(dtype),
                                          spec.compression().pseudo_gradients());
 }
 
 int64_t PlanSearchBudget(int64_t budget_bytes, int64_t reserved_bytes, double safety_margin) {
   if (reserved_bytes <= 0) return budget_bytes;
   const double usable_share = 1.0 - safety_margin;
-  const int64_t reserved = static_cast<int64_t>(std::ceil(static_cast<double>(reserved_bytes) / usable_share)) + 1;
+  const int64_t reserved =
+      static_cast<int64_t>(std::ceil(static_cast<double>(reserved_bytes) / usable_share)) + 1;
   return std::max<int64_t>(1, budget_bytes - reserved);
 }
 
@@ -53,8 +55,8 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
   request.dtype = deps_.dtype;
   request.bf16_products = deps_.bf16_products;
   request.safety_margin = deps_.options.safety_margin;
-  const std::string inputs =
-      absl::StrCat(request.memory_budget_bytes, "|", planner::DeviceProfileToProto(worker.profile).SerializeAsString());
+  const std::string inputs = absl::StrCat(request.memory_budget_bytes, "|",
+                                          planner::DeviceProfileToProto(worker.profile).SerializeAsString());
   auto searched = searches_.find(inputs);
   if (searched == searches_.end()) {
     absl::StatusOr<planner::PlanSearchResult> found = planner::SearchPlans(request, worker.profile);
@@ -100,7 +102,8 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
   return result.chosen;
 }
 
-absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round, const std::set<int>& sources) {
+absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round,
+                                                                   const std::set<int>& sources) {
   const v1::JobSpec spec = deps_.record->Snapshot().spec();
   const int min_workers = spec.has_min_workers() ? spec.min_workers() : 1;
   const int64_t sequence_length = deps_.data->sequence_length();
@@ -159,8 +162,8 @@ absl::StatusOr<std::vector<WorkerPlan>> WorkerPlanner::PlanWorkers(int64_t round
       absl::StrAppend(&reason, "; no live worker can run the job: ", last_refusal_);
     }
     if (missing != nullptr && static_cast<int>(plans.size()) >= min_workers) {
-      reason = absl::StrCat("waiting for a live eligible worker holding local dataset ", missing->name, " (SHA-256 ",
-                            missing->sha256.substr(0, 12), "…)");
+      reason = absl::StrCat("waiting for a live eligible worker holding local dataset ", missing->name,
+                            " (SHA-256 ", missing->sha256.substr(0, 12), "…)");
     }
     deps_.record->SetReason(reason);
     if (deps_.while_waiting) deps_.while_waiting();

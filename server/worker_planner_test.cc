@@ -115,8 +115,9 @@ TEST_F(WorkerPlannerTest, ARoundOverWorkerLocalDataWaitsForALiveHolder) {
          absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  EXPECT_THAT(record_->Snapshot().state_reason(),
-              HasSubstr("waiting for a live eligible worker holding local dataset notes (SHA-256 eeeeeeeeeeee…)"));
+  EXPECT_THAT(
+      record_->Snapshot().state_reason(),
+      HasSubstr("waiting for a live eligible worker holding local dataset notes (SHA-256 eeeeeeeeeeee…)"));
 
   // A holder registers: the round goes on with both workers.
   v1::RegisterWorkerRequest holder = Worker(int64_t{256} << 20);

@@ -1,17 +1,17 @@
 #include "server/worker_registry.h"
 
 #include <algorithm>
-#include <set>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "google/protobuf/util/time_util.h"
-#include "planner/device_profile_io.h"
 #include "base/log.h"
 #include "base/secrets.h"
 #include "base/sha256.h"
+#include "google/protobuf/util/time_util.h"
+#include "planner/device_profile_io.h"
 #include "proto/dataset_format.h"
 #include "proto/rpc_util.h"
 
@@ -31,7 +31,8 @@ std::string DeviceKind(const std::string& device) { return device.substr(0, devi
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(StateStore* store, RegistryOptions options) {
+absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(StateStore* store,
+                                                                       RegistryOptions options) {
   std::unique_ptr<WorkerRegistry> registry(new WorkerRegistry(store, options));
   absl::StatusOr<std::map<std::string, WorkerRecord>> known = store->Workers();
   if (!known.ok()) return known.status();
@@ -55,13 +56,14 @@ absl::Status WorkerRegistry::CheckNotRevoked(const std::string& worker_id) const
   absl::MutexLock lock(&mutex_);
   auto it = known_.find(worker_id);
   if (it == known_.end() || !it->second.revoked) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat("worker ", worker_id, " was revoked at ",
-                                                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", it->second.revoked_at,
-                                                                   absl::UTCTimeZone()),
-                                                  ": ", it->second.revoked_reason));
+  return absl::PermissionDeniedError(
+      absl::StrCat("worker ", worker_id, " was revoked at ",
+                   absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", it->second.revoked_at, absl::UTCTimeZone()),
+                   ": ", it->second.revoked_reason));
 }
 
-absl::StatusOr<v1::WorkerInfo> WorkerRegistry::Revoke(const std::string& worker_id, const std::string& reason) {
+absl::StatusOr<v1::WorkerInfo> WorkerRegistry::Revoke(const std::string& worker_id,
+                                                      const std::string& reason) {
   absl::MutexLock lock(&mutex_);
   auto known = known_.find(worker_id);
   if (known == known_.end()) {
@@ -96,22 +98,27 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
     return absl::InvalidArgumentError(
         absl::StrCat("memory_budget_bytes: must be > 0, got ", request.memory_budget_bytes()));
   }
-  if (request.device() != "cpu" && !(request.device().rfind("cuda:", 0) == 0 && request.device().size() > 5)) {
-    return absl::InvalidArgumentError(absl::StrCat("device: \"", request.device(), "\" is not cpu or cuda:N"));
+  if (request.device() != "cpu" &&
+      !(request.device().rfind("cuda:", 0) == 0 && request.device().size() > 5)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: \"", request.device(), "\" is not cpu or cuda:N"));
   }
   if (absl::Status address = rpc::ValidateAddress(request.advertise_address(), "advertise_address", false);
       !address.ok()) {
     return address;
   }
-  if (request.threads() < 1) return absl::InvalidArgumentError(absl::StrCat("threads: must be ≥ 1, got ", request.threads()));
+  if (request.threads() < 1)
+    return absl::InvalidArgumentError(absl::StrCat("threads: must be ≥ 1, got ", request.threads()));
   if (request.worker_id().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) {
     return absl::InvalidArgumentError("worker_id: longer than 256 bytes");
   }
-  if (absl::StatusOr<planner::DeviceProfile> profile = planner::CheckedDeviceProfileFromProto(request.profile());
+  if (absl::StatusOr<planner::DeviceProfile> profile =
+          planner::CheckedDeviceProfileFromProto(request.profile());
       !profile.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("profile: ", profile.status().message()));
   }
-  if (absl::Status datasets = rpc::ValidateLocalDatasets(request.local_datasets()); !datasets.ok()) return datasets;
+  if (absl::Status datasets = rpc::ValidateLocalDatasets(request.local_datasets()); !datasets.ok())
+    return datasets;
 
   std::string id;
   std::string credential;  // issued to a new worker only
@@ -192,7 +199,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   entry.call_token = call_token;
   ++generation_;
   base::LogInfo("worker ", id, " registered (incarnation ", incarnation, ", ", request.device(), ", budget ",
-               request.memory_budget_bytes(), " B, at ", request.advertise_address(), ")");
+                request.memory_budget_bytes(), " B, at ", request.advertise_address(), ")");
 
   v1::RegisterWorkerResponse response;
   response.set_worker_id(id);
@@ -208,13 +215,14 @@ absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const v1::Heartb
   absl::MutexLock lock(&mutex_);
   auto it = workers_.find(request.worker_id());
   if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " is not registered: register again"));
+    return absl::NotFoundError(
+        absl::StrCat("worker ", request.worker_id(), " is not registered: register again"));
   }
   Entry& entry = it->second;
   if (request.incarnation() != entry.info.incarnation()) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", request.worker_id(), " incarnation ",
-                                                      request.incarnation(), " was superseded by incarnation ",
-                                                      entry.info.incarnation()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", request.worker_id(), " incarnation ", request.incarnation(),
+                     " was superseded by incarnation ", entry.info.incarnation()));
   }
   if (entry.info.state() == v1::WORKER_STATE_LEFT) {
     return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " deregistered: register again"));
@@ -224,13 +232,16 @@ absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const v1::Heartb
   }
   const v1::WorkerState before = entry.info.state();
   const v1::WorkerState state = request.state();
-  if (state != v1::WORKER_STATE_IDLE && state != v1::WORKER_STATE_BUSY && state != v1::WORKER_STATE_DRAINING) {
+  if (state != v1::WORKER_STATE_IDLE && state != v1::WORKER_STATE_BUSY &&
+      state != v1::WORKER_STATE_DRAINING) {
     return absl::InvalidArgumentError(
         absl::StrCat("state: must be IDLE, BUSY or DRAINING, got ", v1::WorkerState_Name(state)));
   }
   entry.info.set_state(state);
-  if (request.has_current_work()) *entry.info.mutable_current_work() = request.current_work();
-  else entry.info.clear_current_work();
+  if (request.has_current_work())
+    *entry.info.mutable_current_work() = request.current_work();
+  else
+    entry.info.clear_current_work();
   if (request.measured_peak_bytes() > 0) entry.info.set_measured_peak_bytes(request.measured_peak_bytes());
   entry.last_heartbeat = absl::Now();
   *entry.info.mutable_last_heartbeat_at() = ToTimestamp(entry.last_heartbeat);
@@ -284,13 +295,15 @@ std::vector<std::string> WorkerRegistry::ExpireSilentWorkers(absl::Time now) {
   }
   for (auto& [id, entry] : workers_) {
     const v1::WorkerState state = entry.info.state();
-    if (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT || state == v1::WORKER_STATE_REVOKED) continue;
+    if (state == v1::WORKER_STATE_LOST || state == v1::WORKER_STATE_LEFT || state == v1::WORKER_STATE_REVOKED)
+      continue;
     if (forgive) entry.last_heartbeat = std::min(now, entry.last_heartbeat + unobserved);
     if (now - entry.last_heartbeat > options_.lost_after) {
       entry.info.set_state(v1::WORKER_STATE_LOST);
       entry.info.clear_current_work();
       lost.push_back(id);
-      base::LogWarning("worker ", id, " lost: no heartbeat for ", absl::FormatDuration(now - entry.last_heartbeat));
+      base::LogWarning("worker ", id, " lost: no heartbeat for ",
+                       absl::FormatDuration(now - entry.last_heartbeat));
     }
   }
   if (!lost.empty()) ++generation_;
@@ -322,7 +335,8 @@ WorkerHandle WorkerRegistry::HandleOf(const std::string& id, const Entry& entry)
   handle.profile = planner::DeviceProfileFromProto(entry.info.profile());
   handle.stub = entry.stub;
   handle.call_token = entry.call_token;
-  for (const v1::LocalDataset& dataset : entry.info.local_datasets()) handle.local_datasets.insert(dataset.sha256());
+  for (const v1::LocalDataset& dataset : entry.info.local_datasets())
+    handle.local_datasets.insert(dataset.sha256());
   return handle;
 }
 
@@ -336,7 +350,8 @@ int WorkerRegistry::LiveCount() const {
 bool WorkerRegistry::IsLive(const std::string& worker_id, uint64_t incarnation) const {
   absl::MutexLock lock(&mutex_);
   auto it = workers_.find(worker_id);
-  return it != workers_.end() && it->second.info.incarnation() == incarnation && IsLiveState(it->second.info.state());
+  return it != workers_.end() && it->second.info.incarnation() == incarnation &&
+         IsLiveState(it->second.info.state());
 }
 
 bool WorkerRegistry::IsServing(const std::string& worker_id, uint64_t incarnation) const {
@@ -404,8 +419,10 @@ void WorkerRegistry::RecordShard(const std::string& worker_id, bool ok, int64_t 
   absl::MutexLock lock(&mutex_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
-  if (ok) it->second.info.set_shards_completed(it->second.info.shards_completed() + 1);
-  else it->second.info.set_shards_failed(it->second.info.shards_failed() + 1);
+  if (ok)
+    it->second.info.set_shards_completed(it->second.info.shards_completed() + 1);
+  else
+    it->second.info.set_shards_failed(it->second.info.shards_failed() + 1);
   if (measured_peak_bytes > it->second.info.measured_peak_bytes()) {
     it->second.info.set_measured_peak_bytes(measured_peak_bytes);
   }

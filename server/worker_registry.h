@@ -20,15 +20,15 @@
 #ifndef SLIMFIT_SERVER_WORKER_REGISTRY_H_
 #define SLIMFIT_SERVER_WORKER_REGISTRY_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -135,7 +135,7 @@ class WorkerRegistry {
   StateStore* store_;
   RegistryOptions options_;
   mutable absl::Mutex mutex_;
-  std::map<std::string, WorkerRecord> known_ ABSL_GUARDED_BY(mutex_);       // by id (durable)
+  std::map<std::string, WorkerRecord> known_ ABSL_GUARDED_BY(mutex_);         // by id (durable)
   std::map<std::string, std::string> by_credential_ ABSL_GUARDED_BY(mutex_);  // credential SHA-256 → id
   std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mutex_);
   std::set<std::string> finished_jobs_ ABSL_GUARDED_BY(mutex_);

@@ -49,7 +49,8 @@ TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
   EXPECT_TRUE(registry_->Heartbeat(heartbeat).ok());
 
   // Registering again with the id: a new incarnation; the old one is superseded.
-  absl::StatusOr<v1::RegisterWorkerResponse> second = registry_->Register(Request(first->worker_id()), first->worker_id());
+  absl::StatusOr<v1::RegisterWorkerResponse> second =
+      registry_->Register(Request(first->worker_id()), first->worker_id());
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->worker_id(), first->worker_id());
   EXPECT_EQ(second->incarnation(), 2u);
@@ -121,7 +122,8 @@ TEST_F(WorkerRegistryTest, IdsSurviveACoordinatorRestart) {
   heartbeat.set_worker_id(first->worker_id());
   heartbeat.set_incarnation(1);
   EXPECT_EQ(restarted->Heartbeat(heartbeat).status().code(), absl::StatusCode::kNotFound);
-  absl::StatusOr<v1::RegisterWorkerResponse> again = restarted->Register(Request(first->worker_id()), restarted->WorkerOfCredential(first->credential()));
+  absl::StatusOr<v1::RegisterWorkerResponse> again =
+      restarted->Register(Request(first->worker_id()), restarted->WorkerOfCredential(first->credential()));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->incarnation(), 2u);
   EXPECT_EQ(restarted->Register(Request("w-unknown"), std::string("w-unknown")).status().code(),
@@ -231,7 +233,8 @@ TEST_F(WorkerRegistryTest, AJoinGetsACredentialThatIdentifiesOnlyItsWorker) {
   EXPECT_EQ(registry_->Find(a->worker_id())->call_token, a->coordinator_token());
   // With its credential a worker keeps its id (no new credential) and gets a new coordinator token;
   // it cannot claim another id.
-  absl::StatusOr<v1::RegisterWorkerResponse> again = registry_->Register(Request(a->worker_id()), a->worker_id());
+  absl::StatusOr<v1::RegisterWorkerResponse> again =
+      registry_->Register(Request(a->worker_id()), a->worker_id());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->worker_id(), a->worker_id());
   EXPECT_TRUE(again->credential().empty());
@@ -239,7 +242,8 @@ TEST_F(WorkerRegistryTest, AJoinGetsACredentialThatIdentifiesOnlyItsWorker) {
   EXPECT_EQ(registry_->Register(Request(b->worker_id()), a->worker_id()).status().code(),
             absl::StatusCode::kPermissionDenied);
   // A join token that names an existing id still makes a new worker: a join cannot take an id over.
-  absl::StatusOr<v1::RegisterWorkerResponse> claim = registry_->Register(Request(a->worker_id()), std::nullopt);
+  absl::StatusOr<v1::RegisterWorkerResponse> claim =
+      registry_->Register(Request(a->worker_id()), std::nullopt);
   ASSERT_TRUE(claim.ok());
   EXPECT_NE(claim->worker_id(), a->worker_id());
 }

@@ -5,13 +5,13 @@
 #include <filesystem>
 #include <utility>
 
-#include "base/files.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/rpc_util.h"
-#include "proto/transport_security.h"
+#include "base/files.h"
 #include "base/sha256.h"
 #include "base/test_util.h"
+#include "proto/rpc_util.h"
+#include "proto/transport_security.h"
 
 namespace slimfit::testing_util {
 
@@ -25,7 +25,8 @@ Cluster::Cluster(std::string name, ClusterOptions options) : options_(options), 
   }
 }
 
-std::vector<std::string> Cluster::TlsFlags(const std::string& name, const base::KeyAndCertificate& pair) const {
+std::vector<std::string> Cluster::TlsFlags(const std::string& name,
+                                           const base::KeyAndCertificate& pair) const {
   const std::string base = absl::StrCat(root_, "/certs/", name);
   (void)base::WriteFileAtomically(base + ".pem", pair.cert_pem);
   (void)base::WriteFileAtomically(base + ".key", pair.key_pem);
@@ -35,7 +36,8 @@ std::vector<std::string> Cluster::TlsFlags(const std::string& name, const base::
 }
 
 // A certificate of the cluster's CA naming the loopback address.
-static base::KeyAndCertificate LoopbackCertificate(const base::KeyAndCertificate& ca, const std::string& name) {
+static base::KeyAndCertificate LoopbackCertificate(const base::KeyAndCertificate& ca,
+                                                   const std::string& name) {
   base::CertificateRequest request;
   request.common_name = name;
   request.dns_names = {"localhost"};
@@ -49,7 +51,9 @@ std::shared_ptr<grpc::ChannelCredentials> Cluster::ClientCredentials() const {
   return rpc::ChannelCredentials(rpc::TlsMaterial{"", "", ca_.cert_pem});
 }
 
-std::string Cluster::worker_state_dir(int index) const { return absl::StrCat(root_, "/worker", index, "/state"); }
+std::string Cluster::worker_state_dir(int index) const {
+  return absl::StrCat(root_, "/worker", index, "/state");
+}
 std::string Cluster::coordinator_state_dir() const { return absl::StrCat(root_, "/coordinator"); }
 
 Cluster::~Cluster() {
@@ -68,11 +72,14 @@ absl::Status Cluster::StartCoordinator(const std::vector<std::string>& extra_fla
   // Restarts reuse the first address so workers find the coordinator again.
   const std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
   const std::string log = absl::StrCat(root_, "/coordinator.log");
-  std::vector<std::string> flags = {
-      absl::StrCat("--state_dir=", coordinator_state_dir()), absl::StrCat("--listen=", listen),
-      absl::StrCat("--token=", kClientToken), absl::StrCat("--worker_token=", kWorkerToken),
-      "--heartbeat_interval_ms=200", "--lost_after_ms=1500", "--shard_timeout_seconds=60",
-      absl::StrCat("--port_file=", port_file)};
+  std::vector<std::string> flags = {absl::StrCat("--state_dir=", coordinator_state_dir()),
+                                    absl::StrCat("--listen=", listen),
+                                    absl::StrCat("--token=", kClientToken),
+                                    absl::StrCat("--worker_token=", kWorkerToken),
+                                    "--heartbeat_interval_ms=200",
+                                    "--lost_after_ms=1500",
+                                    "--shard_timeout_seconds=60",
+                                    absl::StrCat("--port_file=", port_file)};
   flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
   absl::StatusOr<DaemonProcess> process =
       DaemonProcess::Start(RunfilePath("server/slimfit-coordinator"), flags, log);
@@ -104,9 +111,14 @@ absl::Status Cluster::LaunchWorker(int index, const std::string& budget, const W
   std::filesystem::remove(port_file);
   const std::string log = absl::StrCat(root_, "/worker", index, ".log");
   std::vector<std::string> flags = {
-      absl::StrCat("--coordinator=", address_), "--listen=127.0.0.1:0", "--device=cpu",
-      absl::StrCat("--memory_budget=", budget), "--threads=1", absl::StrCat("--state_dir=", worker_state_dir(index)),
-      absl::StrCat("--token=", kWorkerToken), absl::StrCat("--profile=", RunfilePath("client/testdata/tiny_cpu.profile")),
+      absl::StrCat("--coordinator=", address_),
+      "--listen=127.0.0.1:0",
+      "--device=cpu",
+      absl::StrCat("--memory_budget=", budget),
+      "--threads=1",
+      absl::StrCat("--state_dir=", worker_state_dir(index)),
+      absl::StrCat("--token=", kWorkerToken),
+      absl::StrCat("--profile=", RunfilePath("client/testdata/tiny_cpu.profile")),
       absl::StrCat("--port_file=", port_file)};
   if (options_.tls) {
     const base::KeyAndCertificate certificate = options.certificate.cert_pem.empty()
@@ -116,7 +128,8 @@ absl::Status Cluster::LaunchWorker(int index, const std::string& budget, const W
     flags.insert(flags.end(), tls.begin(), tls.end());
   }
   flags.insert(flags.end(), options.extra_flags.begin(), options.extra_flags.end());
-  absl::StatusOr<DaemonProcess> process = DaemonProcess::Start(RunfilePath("worker/slimfit-worker"), flags, log);
+  absl::StatusOr<DaemonProcess> process =
+      DaemonProcess::Start(RunfilePath("worker/slimfit-worker"), flags, log);
   if (!process.ok()) return process.status();
   if (index == static_cast<int>(workers_.size())) {
     workers_.push_back(std::make_unique<DaemonProcess>(*std::move(process)));
@@ -156,7 +169,8 @@ std::unique_ptr<v1::Coordinator::Stub> Cluster::Stub() const {
   return v1::Coordinator::NewStub(rpc::MakeChannel(address_, ClientCredentials()));
 }
 
-absl::StatusOr<std::string> Cluster::UploadText(const std::string& content, const std::optional<std::string>& separator) {
+absl::StatusOr<std::string> Cluster::UploadText(const std::string& content,
+                                                const std::optional<std::string>& separator) {
   auto context = rpc::MakeClientContext(kClientToken, std::chrono::seconds(30));
   v1::DatasetInfo info;
   std::unique_ptr<v1::Coordinator::Stub> stub = Stub();
@@ -212,8 +226,8 @@ absl::StatusOr<v1::Job> Cluster::WaitForJob(const std::string& job_id, absl::Dur
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
-  return absl::DeadlineExceededError(absl::StrCat("job ", job_id, " not finished: ",
-                                                  job.ok() ? job->DebugString() : job.status().ToString()));
+  return absl::DeadlineExceededError(absl::StrCat(
+      "job ", job_id, " not finished: ", job.ok() ? job->DebugString() : job.status().ToString()));
 }
 
 absl::StatusOr<performer::TensorFile> Cluster::Export(const std::string& job_id) {

@@ -6,13 +6,13 @@
 #ifndef SLIMFIT_TESTS_CLUSTER_H_
 #define SLIMFIT_TESTS_CLUSTER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -74,7 +74,8 @@ class Cluster {
   std::unique_ptr<v1::Coordinator::Stub> Stub() const;
 
   // Uploads `content` as text/plain (with an optional document separator); the dataset id.
-  absl::StatusOr<std::string> UploadText(const std::string& content, const std::optional<std::string>& separator);
+  absl::StatusOr<std::string> UploadText(const std::string& content,
+                                         const std::optional<std::string>& separator);
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& token = kClientToken);
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   // Polls until the job is terminal.

@@ -10,11 +10,11 @@
 #include <fstream>
 #include <utility>
 
-#include "base/files.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "base/files.h"
 #include "base/test_util.h"
 
 namespace slimfit::testing_util {
@@ -36,7 +36,8 @@ int DecodeStatus(int status) {
 
 }  // namespace
 
-absl::StatusOr<DaemonProcess> DaemonProcess::Start(const std::string& binary, const std::vector<std::string>& args,
+absl::StatusOr<DaemonProcess> DaemonProcess::Start(const std::string& binary,
+                                                   const std::vector<std::string>& args,
                                                    const std::string& log_path) {
   const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (log < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", std::strerror(errno)));
@@ -59,7 +60,9 @@ absl::StatusOr<DaemonProcess> DaemonProcess::Start(const std::string& binary, co
 }
 
 DaemonProcess::DaemonProcess(DaemonProcess&& other) noexcept
-    : pid_(std::exchange(other.pid_, -1)), exit_status_(other.exit_status_), log_path_(std::move(other.log_path_)) {}
+    : pid_(std::exchange(other.pid_, -1)),
+      exit_status_(other.exit_status_),
+      log_path_(std::move(other.log_path_)) {}
 
 DaemonProcess& DaemonProcess::operator=(DaemonProcess&& other) noexcept {
   if (this != &other) {
@@ -91,12 +94,14 @@ bool DaemonProcess::running() {
   return true;
 }
 
-absl::StatusOr<std::string> DaemonProcess::WaitForAddress(const std::string& port_file, absl::Duration timeout) {
+absl::StatusOr<std::string> DaemonProcess::WaitForAddress(const std::string& port_file,
+                                                          absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     std::ifstream in(port_file);
     std::string address;
-    if (in && std::getline(in, address) && !address.empty()) return std::string(absl::StripAsciiWhitespace(address));
+    if (in && std::getline(in, address) && !address.empty())
+      return std::string(absl::StripAsciiWhitespace(address));
     if (!running()) {
       absl::StatusOr<std::string> log = base::ReadFileToString(log_path_);
       return absl::FailedPreconditionError(absl::StrCat("daemon exited with status ", exit_status_,
@@ -104,7 +109,8 @@ absl::StatusOr<std::string> DaemonProcess::WaitForAddress(const std::string& por
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return absl::DeadlineExceededError(absl::StrCat("no address in ", port_file, " after ", absl::FormatDuration(timeout)));
+  return absl::DeadlineExceededError(
+      absl::StrCat("no address in ", port_file, " after ", absl::FormatDuration(timeout)));
 }
 
 void DaemonProcess::Signal(int signal) {
@@ -141,7 +147,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::string& binary, const std::v
     if (absl::Now() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      return absl::DeadlineExceededError(absl::StrCat(binary, " did not finish in ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat(binary, " did not finish in ", absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

@@ -11,12 +11,12 @@
 #include "performer/parameter_selection.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
+#include "performer/trainer.h"
 #include "planner/plan_proto.h"
 #include "proto/dataset_format.h"
 #include "proto/rpc_util.h"
 #include "server/job_data.h"
 #include "server/job_defaults.h"
-#include "performer/trainer.h"
 
 namespace slimfit::testing_util {
 
@@ -29,27 +29,32 @@ std::string Corpus(size_t bytes) {
 std::vector<at::Tensor> TrainLocally(const v1::JobSpec& submitted, const std::string& text,
                                      const std::optional<std::string>& separator) {
   const v1::JobSpec spec = server::WithJobDefaults(submitted);  // as the coordinator resolves it
-  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "model");
+  absl::StatusOr<performer::ModelConfig> config =
+      planner::ModelConfigFromProto(spec.model().config(), "model");
   EXPECT_TRUE(config.ok());
-  absl::StatusOr<rpc::TokenStream> stream = rpc::ParseDataset(text, "text/plain", v1::TOKEN_ENCODING_UNSPECIFIED, separator);
-  absl::StatusOr<server::JobData> data = server::JobData::Create(*stream, config->vocab, spec.sequence_length(),
-                                                                 spec.tokens_per_round(), spec.held_out_fraction(), spec.seed());
+  absl::StatusOr<rpc::TokenStream> stream =
+      rpc::ParseDataset(text, "text/plain", v1::TOKEN_ENCODING_UNSPECIFIED, separator);
+  absl::StatusOr<server::JobData> data =
+      server::JobData::Create(*stream, config->vocab, spec.sequence_length(), spec.tokens_per_round(),
+                              spec.held_out_fraction(), spec.seed());
   EXPECT_TRUE(data.ok()) << data.status();
   absl::StatusOr<performer::PerformerModel> initial =
       performer::PerformerModel::Create(*config, performer::DType::kFloat32, at::kCPU, spec.seed(),
                                         performer::InitOptions{spec.model().init_readout_scale()});
   absl::StatusOr<std::vector<int>> trainable =
-      spec.trainable().empty() ? std::vector<int>{}
-                               : performer::SelectParameters(performer::ParameterNames(*config), spec.trainable());
+      spec.trainable().empty()
+          ? std::vector<int>{}
+          : performer::SelectParameters(performer::ParameterNames(*config), spec.trainable());
   EXPECT_TRUE(trainable.ok()) << trainable.status();
-  auto trainer =
-      performer::Trainer::Create(*config, performer::DType::kFloat32, initial->parameters(), spec.optimizer(), *trainable);
+  auto trainer = performer::Trainer::Create(*config, performer::DType::kFloat32, initial->parameters(),
+                                            spec.optimizer(), *trainable);
   EXPECT_TRUE(trainer.ok());
   for (int64_t round = 1; round <= spec.rounds(); ++round) {
     std::vector<server::SequenceRef> sequences = data->RoundSequences(round);
     const int64_t normalizer = data->PredictedTokens(sequences);
     std::map<std::string, at::Tensor> named;
-    for (size_t i = 0; i < (*trainer)->names().size(); ++i) named[(*trainer)->names()[i]] = (*trainer)->parameters()[i].detach();
+    for (size_t i = 0; i < (*trainer)->names().size(); ++i)
+      named[(*trainer)->names()[i]] = (*trainer)->parameters()[i].detach();
     absl::StatusOr<performer::PerformerModel> model =
         performer::PerformerModel::FromTensors(*config, named, performer::DType::kFloat32, at::kCPU);
     std::vector<at::Tensor> sum;
@@ -61,11 +66,15 @@ std::vector<at::Tensor> TrainLocally(const v1::JobSpec& submitted, const std::st
       options.feature_seed = spec.seed();
       performer::Plan plan;  // full back-propagation, with the job's products
       plan.bf16_products = spec.bf16_products();
-      absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, plan, options);
+      absl::StatusOr<performer::GradientResult> result =
+          performer::ComputeGradient(*model, batch, plan, options);
       EXPECT_TRUE(result.ok()) << result.status();
       for (size_t i = 0; i < result->gradients.size(); ++i) {
         at::Tensor g = result->gradients[i].to(at::kDouble);
-        if (sum.size() <= i) sum.push_back(g); else sum[i] += g;
+        if (sum.size() <= i)
+          sum.push_back(g);
+        else
+          sum[i] += g;
       }
     }
     for (at::Tensor& g : sum) g = g.to(at::kFloat);
@@ -100,14 +109,16 @@ v1::Job RunToSuccess(Cluster& cluster, const v1::JobSpec& spec) {
   return *std::move(done);
 }
 
-std::vector<at::Tensor> ExportedParameters(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec) {
+std::vector<at::Tensor> ExportedParameters(Cluster& cluster, const std::string& job_id,
+                                           const v1::JobSpec& spec) {
   absl::StatusOr<performer::TensorFile> exported = cluster.Export(job_id);
   EXPECT_TRUE(exported.ok()) << exported.status();
   absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "m");
   EXPECT_TRUE(config.ok()) << config.status();
   std::vector<at::Tensor> got;
   if (!exported.ok() || !config.ok()) return got;
-  for (const std::string& name : performer::ParameterNames(*config)) got.push_back(exported->tensors.at(name));
+  for (const std::string& name : performer::ParameterNames(*config))
+    got.push_back(exported->tensors.at(name));
   return got;
 }
 
@@ -118,8 +129,8 @@ double DistanceFromSingleProcess(Cluster& cluster, const std::string& job_id, co
   return performer::RelativeDiscrepancy(got, TrainLocally(spec, text, separator));
 }
 
-v1::JobSpec Spec(const std::string& dataset, int64_t d_model, int64_t d_ff, int64_t seq_len, int64_t sequences_per_round,
-                 int64_t rounds) {
+v1::JobSpec Spec(const std::string& dataset, int64_t d_model, int64_t d_ff, int64_t seq_len,
+                 int64_t sequences_per_round, int64_t rounds) {
   v1::JobSpec spec;
   spec.set_name("e2e");
   v1::ModelConfig* model = spec.mutable_model()->mutable_config();
@@ -144,7 +155,8 @@ v1::JobSpec Spec(const std::string& dataset, int64_t d_model, int64_t d_ff, int6
 
 int CountReassigned(Cluster& cluster, const std::string& job_id) {
   int reassigned = 0;
-  for (const v1::JobEvent& event : AllEvents(cluster, job_id)) reassigned += event.has_shard_reassigned() ? 1 : 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job_id))
+    reassigned += event.has_shard_reassigned() ? 1 : 0;
   return reassigned;
 }
 

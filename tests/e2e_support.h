@@ -5,14 +5,13 @@
 #ifndef SLIMFIT_TESTS_E2E_SUPPORT_H_
 #define SLIMFIT_TESTS_E2E_SUPPORT_H_
 
+#include <ATen/ATen.h>
+
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
-
-#include <ATen/ATen.h>
-
 #include "proto/slimfit.pb.h"
 #include "tests/cluster.h"
 
@@ -36,7 +35,8 @@ std::vector<v1::JobEvent> AllEvents(Cluster& cluster, const std::string& job_id)
 
 // A finished job's exported parameters in model order (empty, with a test failure, when the export
 // fails).
-std::vector<at::Tensor> ExportedParameters(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec);
+std::vector<at::Tensor> ExportedParameters(Cluster& cluster, const std::string& job_id,
+                                           const v1::JobSpec& spec);
 
 // ‖exported − TrainLocally‖ / ‖TrainLocally‖ over every parameter of a finished job.
 double DistanceFromSingleProcess(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec,
@@ -45,8 +45,8 @@ double DistanceFromSingleProcess(Cluster& cluster, const std::string& job_id, co
 // A small job over `dataset`: a 2-layer model of width d_model, `rounds` rounds of
 // `sequences_per_round` sequences of `seq_len` tokens, AdamW with clipping, 10% held out, evaluated
 // every 2 rounds, checkpointed every round, seed 11.
-v1::JobSpec Spec(const std::string& dataset, int64_t d_model, int64_t d_ff, int64_t seq_len, int64_t sequences_per_round,
-                 int64_t rounds);
+v1::JobSpec Spec(const std::string& dataset, int64_t d_model, int64_t d_ff, int64_t seq_len,
+                 int64_t sequences_per_round, int64_t rounds);
 
 // ShardReassigned events of a finished job.
 int CountReassigned(Cluster& cluster, const std::string& job_id);

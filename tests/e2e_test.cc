@@ -2,6 +2,9 @@
 // API. A job's final parameters equal a single-process run of the same rounds (aggregation is
 // exact), whatever plan each worker runs, when a worker is killed mid-round, and when the
 // coordinator is killed and restarted mid-job; bad requests get precise errors.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -12,26 +15,21 @@
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include "base/files.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/files.h"
+#include "base/test_util.h"
 #include "performer/gradient_engine.h"
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
+#include "performer/trainer.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
 #include "proto/standard_services.h"
 #include "server/job_data.h"
-#include "performer/trainer.h"
 #include "tests/cluster.h"
 #include "tests/e2e_support.h"
-#include "base/test_util.h"
 
 namespace slimfit {
 namespace {
@@ -39,11 +37,11 @@ namespace {
 using ::testing::HasSubstr;
 using testing_util::AllEvents;
 using testing_util::BusyJob;
+using testing_util::Cluster;
+using testing_util::Corpus;
 using testing_util::CountReassigned;
 using testing_util::Spec;
 using testing_util::StartJobAndFindBusyWorker;
-using testing_util::Cluster;
-using testing_util::Corpus;
 
 // The exported parameters of a finished job against a single-process run of the same rounds.
 void ExpectSameAsSingleProcess(Cluster& cluster, const std::string& job_id, const v1::JobSpec& spec,
@@ -55,7 +53,8 @@ TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
   Cluster cluster("exact");
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   // Budgets that make the planner pick C = 32, C = 64 and full back-propagation.
-  for (const char* budget : {"700KiB", "800KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  for (const char* budget : {"700KiB", "800KiB", "4MiB"})
+    ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
   const std::string text = Corpus(24000);
   absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
@@ -78,7 +77,8 @@ TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
   // every round and evaluation was reported, in order.
   std::set<int64_t> slices;
   int64_t rounds = 0, evaluations = 0, reassigned = 0, last_sequence = 0;
-  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(spec.model().config(), "model");
+  absl::StatusOr<performer::ModelConfig> config =
+      planner::ModelConfigFromProto(spec.model().config(), "model");
   ASSERT_TRUE(config.ok()) << config.status();
   for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
     if (!event.has_snapshot()) {
@@ -129,7 +129,8 @@ TEST(EndToEndTest, JobEqualsSingleProcessTrainingWhateverEachWorkerRuns) {
 TEST(EndToEndTest, Bf16ProductsJobRunsThemOnEveryWorkerAndItsSpotChecksAgree) {
   Cluster cluster("bf16");
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (const char* budget : {"700KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  for (const char* budget : {"700KiB", "4MiB"})
+    ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
   const std::string text = Corpus(16000);
   absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
@@ -156,7 +157,8 @@ TEST(EndToEndTest, Bf16ProductsJobRunsThemOnEveryWorkerAndItsSpotChecksAgree) {
   EXPECT_EQ(slices.size(), 2u) << cluster.Logs();
   EXPECT_GT(verified, 0);
   EXPECT_EQ(quarantined, 0) << cluster.Logs();
-  const double distance = testing_util::DistanceFromSingleProcess(cluster, job->job_id(), spec, text, std::string("\n\n"));
+  const double distance =
+      testing_util::DistanceFromSingleProcess(cluster, job->job_id(), spec, text, std::string("\n\n"));
   EXPECT_LT(distance, 1e-2);
   // ... and not float32 training, which a float32 job matches to 1e-5 (the test above): the workers
   // did round their products. (Which worker's result of a verified shard is summed varies from run
@@ -227,7 +229,8 @@ TEST(EndToEndTest, CoordinatorRestartedMidJobResumesAndFinishes) {
   const std::string job_dir = absl::StrCat(cluster.coordinator_state_dir(), "/jobs/", job->job_id());
   const std::vector<std::string> unrecorded = {job_dir + "/round-999999.safetensors",
                                                job_dir + "/round-999999.optimizer.safetensors.tmp"};
-  for (const std::string& path : unrecorded) ASSERT_TRUE(base::WriteFileAtomically(path, "partial").ok()) << path;
+  for (const std::string& path : unrecorded)
+    ASSERT_TRUE(base::WriteFileAtomically(path, "partial").ok()) << path;
   // Restarted with AdamW's moments offloaded to files: the checkpoint's moments, written from
   // memory, move there and the job goes on exactly.
   const std::string offload_dir = ::testing::TempDir() + "restart-offload";
@@ -265,15 +268,16 @@ TEST(EndToEndTest, CliDrivesAJobFromSubmitToExport) {
                                                absl::StrCat("--token=", testing_util::kClientToken)};
   auto run = [&](std::vector<std::string> args) {
     args.insert(args.end(), connection.begin(), connection.end());
-    absl::StatusOr<testing_util::CommandResult> result = testing_util::RunCommand(slimfit, args, absl::Seconds(120));
+    absl::StatusOr<testing_util::CommandResult> result =
+        testing_util::RunCommand(slimfit, args, absl::Seconds(120));
     EXPECT_TRUE(result.ok()) << result.status();
     return result.ok() ? *result : testing_util::CommandResult();
   };
 
   testing_util::CommandResult submitted =
-      run({"submit", absl::StrCat("--data=", data), "--separator=\\n\\n", "--d_model=32", "--layers=2", "--heads=2",
-           "--d_ff=64", "--sequence_length=128", "--tokens_per_round=1024", "--rounds=3", "--learning_rate=1e-3",
-           "--held_out_fraction=0.1", "--name=cli-job", "--watch"});
+      run({"submit", absl::StrCat("--data=", data), "--separator=\\n\\n", "--d_model=32", "--layers=2",
+           "--heads=2", "--d_ff=64", "--sequence_length=128", "--tokens_per_round=1024", "--rounds=3",
+           "--learning_rate=1e-3", "--held_out_fraction=0.1", "--name=cli-job", "--watch"});
   EXPECT_EQ(submitted.exit_status, 0) << submitted.out << submitted.err << cluster.Logs();
   EXPECT_THAT(submitted.out, HasSubstr("SUCCEEDED"));
   EXPECT_THAT(submitted.out, HasSubstr("round 3/3"));
@@ -309,8 +313,10 @@ TEST(EndToEndTest, CliDrivesAJobFromSubmitToExport) {
   EXPECT_EQ(unknown.exit_status, 2);
   EXPECT_THAT(unknown.err, HasSubstr("job-424242"));
   EXPECT_EQ(std::count(unknown.err.begin(), unknown.err.end(), '\n'), 1) << unknown.err;
-  std::vector<std::string> wrong_token = {"jobs", absl::StrCat("--coordinator=", cluster.address()), "--token=nope"};
-  absl::StatusOr<testing_util::CommandResult> denied = testing_util::RunCommand(slimfit, wrong_token, absl::Seconds(30));
+  std::vector<std::string> wrong_token = {"jobs", absl::StrCat("--coordinator=", cluster.address()),
+                                          "--token=nope"};
+  absl::StatusOr<testing_util::CommandResult> denied =
+      testing_util::RunCommand(slimfit, wrong_token, absl::Seconds(30));
   ASSERT_TRUE(denied.ok());
   EXPECT_EQ(denied->exit_status, 2);
   EXPECT_THAT(denied->err, HasSubstr("token"));
@@ -332,7 +338,8 @@ TEST(EndToEndTest, DaemonsAnswerHealthChecksAndReflection) {
     EXPECT_EQ(*health, rpc::HealthStatus::kServing) << service;
     EXPECT_EQ(rpc::CheckHealth(channel, "", absl::Seconds(10)).value_or(rpc::HealthStatus::kUnknown),
               rpc::HealthStatus::kServing);
-    absl::StatusOr<std::vector<std::string>> services = rpc::ListServicesByReflection(channel, absl::Seconds(10));
+    absl::StatusOr<std::vector<std::string>> services =
+        rpc::ListServicesByReflection(channel, absl::Seconds(10));
     ASSERT_TRUE(services.ok()) << address << ": " << services.status();
     EXPECT_THAT(*services, ::testing::Contains(service));
     EXPECT_THAT(*services, ::testing::Contains("grpc.health.v1.Health"));
@@ -366,7 +373,8 @@ TEST(EndToEndTest, BadRequestsGetPreciseErrors) {
   EXPECT_THAT(cluster.Submit(malformed).status().message(), HasSubstr("spec.optimizer.kind"));
   malformed = good;
   malformed.set_verify_fraction(1.5);
-  EXPECT_THAT(cluster.Submit(malformed).status().message(), HasSubstr("spec.verify_fraction: must be in [0, 1]"));
+  EXPECT_THAT(cluster.Submit(malformed).status().message(),
+              HasSubstr("spec.verify_fraction: must be in [0, 1]"));
   malformed = good;
   malformed.set_quarantine_after(0);
   EXPECT_THAT(cluster.Submit(malformed).status().message(), HasSubstr("spec.quarantine_after"));
@@ -398,8 +406,8 @@ TEST(EndToEndTest, BadRequestsGetPreciseErrors) {
   const auto memory_plan = [&](const v1::GetMemoryPlanRequest& request) {
     auto context = rpc::MakeClientContext(testing_util::kClientToken, std::chrono::seconds(30));
     v1::GetMemoryPlanResponse response;
-    return rpc::FromGrpcStatus(cluster.Stub()->GetMemoryPlan(context.get(), request, &response), "GetMemoryPlan",
-                               context.get());
+    return rpc::FromGrpcStatus(cluster.Stub()->GetMemoryPlan(context.get(), request, &response),
+                               "GetMemoryPlan", context.get());
   };
   v1::GetMemoryPlanRequest plan_request;
   plan_request.set_all_workers(true);
@@ -411,7 +419,8 @@ TEST(EndToEndTest, BadRequestsGetPreciseErrors) {
   plan_request.mutable_spec()->set_documents(65);
   status = memory_plan(plan_request);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(status.message(), HasSubstr("spec.documents: must be between 1 and spec.sequence_length (64), got 65"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("spec.documents: must be between 1 and spec.sequence_length (64), got 65"));
   plan_request.mutable_spec()->set_documents(0);
   EXPECT_THAT(memory_plan(plan_request).message(), HasSubstr("spec.documents"));
   plan_request.mutable_spec()->clear_documents();

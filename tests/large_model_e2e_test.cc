@@ -3,14 +3,14 @@
 // the same rounds in one process — with each shard's gradient assembled before it is summed, and
 // with every shard summed chunk by chunk as it arrives (--stream_into_sum_bytes=0) and AdamW's
 // moments and spot-checked results kept in files (--offload_dir).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "performer/performer_model.h"
@@ -109,13 +109,15 @@ void ExpectEqualsOneProcess(const std::string& name, const std::vector<std::stri
   ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
   ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
 
-  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job->job_id(), spec, text, std::string("\n\n")), 1e-5);
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job->job_id(), spec, text, std::string("\n\n")),
+            1e-5);
 
   std::set<std::string> plans;
   int max_shards = 0, workers = 0, shards = 0, checked = 0, streamed = 0;
   for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
-    if (event.has_worker_plan_changed()) plans.insert(planner::PlanSummary(
-        *planner::PlanFromProto(event.worker_plan_changed().plan().plan(), "plan")));
+    if (event.has_worker_plan_changed())
+      plans.insert(
+          planner::PlanSummary(*planner::PlanFromProto(event.worker_plan_changed().plan().plan(), "plan")));
     if (event.has_round_completed()) {
       max_shards = std::max(max_shards, event.round_completed().shards());
       workers = std::max(workers, event.round_completed().workers());

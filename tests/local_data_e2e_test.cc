@@ -13,12 +13,12 @@
 #include "base/files.h"
 #include "base/sha256.h"
 #include "base/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "performer/gradient_engine.h"
 #include "performer/parameter_selection.h"
 #include "performer/performer_model.h"
 #include "planner/plan_proto.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "proto/rpc_util.h"
 #include "tests/cluster.h"
 #include "tests/e2e_support.h"
@@ -101,8 +101,9 @@ class LocalDataJobTest : public ::testing::Test {
     notes_text_ = absl::StrCat(Corpus(16000), "\n\n", kPrivate, "\n\n", Corpus(2000));
     letters_text_ = Corpus(30000).substr(16000);
     WorkerOptions holds_notes, holds_letters;
-    holds_notes.extra_flags = {absl::StrCat("--data=notes=", WriteTempFile("local_job_notes.txt", notes_text_)),
-                               "--data_separator=\\n\\n"};
+    holds_notes.extra_flags = {
+        absl::StrCat("--data=notes=", WriteTempFile("local_job_notes.txt", notes_text_)),
+        "--data_separator=\\n\\n"};
     holds_letters.extra_flags = {
         absl::StrCat("--data=letters=", WriteTempFile("local_job_letters.txt", letters_text_)),
         "--data_separator=\\n\\n"};
@@ -149,7 +150,8 @@ TEST_F(LocalDataJobTest, AJobOverOneWorkersDataTrainsWhatTheTextUploadedWouldOnI
   ASSERT_FALSE(done.job_id().empty());
   EXPECT_EQ(done.spec().local_datasets(0), base::Sha256Hex(notes_text_));  // stored by digest
   EXPECT_GT(done.held_out_tokens(), 0);
-  EXPECT_LE(DistanceFromSingleProcess(*cluster_, done.job_id(), spec, notes_text_, std::string("\n\n")), 1e-5);
+  EXPECT_LE(DistanceFromSingleProcess(*cluster_, done.job_id(), spec, notes_text_, std::string("\n\n")),
+            1e-5);
   EXPECT_EQ(CountReassigned(*cluster_, done.job_id()), 0) << cluster_->Logs();  // never sent to a non-holder
   int evaluations = 0;
   for (const v1::JobEvent& event : AllEvents(*cluster_, done.job_id())) {
@@ -175,7 +177,8 @@ TEST_F(LocalDataJobTest, PersonalisationTrainsTheSubsetExactlyAndSendsOnlyIt) {
   const std::vector<at::Tensor> exported = ExportedParameters(*cluster_, done.job_id(), personal);
   ASSERT_EQ(exported.size(), local.size());
   EXPECT_LE(performer::RelativeDiscrepancy(exported, local), 1e-5);
-  absl::StatusOr<performer::ModelConfig> config = planner::ModelConfigFromProto(personal.model().config(), "model");
+  absl::StatusOr<performer::ModelConfig> config =
+      planner::ModelConfigFromProto(personal.model().config(), "model");
   ASSERT_TRUE(config.ok()) << config.status();
   absl::StatusOr<std::vector<int>> trainable =
       performer::SelectParameters(performer::ParameterNames(*config), personal.trainable());
@@ -183,7 +186,7 @@ TEST_F(LocalDataJobTest, PersonalisationTrainsTheSubsetExactlyAndSendsOnlyIt) {
   const std::vector<at::Tensor> full_run = ExportedParameters(*cluster_, full.job_id(), spec);
   for (size_t i = 0; i < exported.size(); ++i) {
     if (std::count(trainable->begin(), trainable->end(), static_cast<int>(i)) > 0) continue;
-    EXPECT_TRUE(at::equal(exported[i], local[i])) << i;       // the initial values, bit for bit
+    EXPECT_TRUE(at::equal(exported[i], local[i])) << i;      // the initial values, bit for bit
     EXPECT_FALSE(at::equal(exported[i], full_run[i])) << i;  // which a full job does train
   }
   EXPECT_LT(done.progress().bytes_from_workers(), 0.6 * full.progress().bytes_from_workers());
@@ -213,7 +216,8 @@ TEST_F(LocalDataJobTest, LocalStepsRunOverWorkersOwnDataAloneAndMixedWithUploads
   local_steps.mutable_outer_optimizer()->set_learning_rate(1.0);
   const v1::Job alone = RunToSuccess(*cluster_, local_steps);
   ASSERT_FALSE(alone.job_id().empty());
-  EXPECT_LE(DistanceFromSingleProcess(*cluster_, alone.job_id(), sgd, notes_text_, std::string("\n\n")), 1e-5);
+  EXPECT_LE(DistanceFromSingleProcess(*cluster_, alone.job_id(), sgd, notes_text_, std::string("\n\n")),
+            1e-5);
 
   // Two inner steps over uploads and the worker's own data together, on the holder alone (the only
   // worker with 8 MiB): its requests mix both (ComputeGradientRequest.local_data positions).

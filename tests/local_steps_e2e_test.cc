@@ -10,6 +10,9 @@
 //   - int8 pseudo-gradients and int8 parameter differences train about as well as exact updates
 //     for a quarter of the bytes, and every worker rebuilds the coordinator's parameters bit for
 //     bit (a mismatch would make it log and fetch them whole).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <csignal>
 #include <filesystem>
 #include <functional>
@@ -18,9 +21,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -50,7 +50,8 @@ TEST(LocalStepsEndToEndTest, OneInnerStepOfPlainSgdIsSynchronousSgd) {
   Cluster cluster("local-h1");
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   // Budgets that make the planner pick different plans (sliced and full back-propagation).
-  for (const char* budget : {"700KiB", "800KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  for (const char* budget : {"700KiB", "800KiB", "4MiB"})
+    ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
   const std::string text = Corpus(24000);
   absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string(kSeparator));
@@ -66,8 +67,9 @@ TEST(LocalStepsEndToEndTest, OneInnerStepOfPlainSgdIsSynchronousSgd) {
 
   // Each worker's weighted pseudo-gradient is its share of the round's mean-loss gradient times the
   // learning rate; their sum, applied at rate 1, is the synchronous step (up to float32 rounding).
-  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job_id, synchronous, text, std::string(kSeparator)),
-            1e-5);
+  EXPECT_LE(
+      testing_util::DistanceFromSingleProcess(cluster, job_id, synchronous, text, std::string(kSeparator)),
+      1e-5);
   int rounds = 0, workers = 0;
   for (const v1::JobEvent& event : AllEvents(cluster, job_id)) {
     if (!event.has_round_completed()) continue;
@@ -102,8 +104,9 @@ TEST(LocalStepsEndToEndTest, OneWorkersInnerStepsAreSynchronousStepsOverTheSameB
   ASSERT_FALSE(job_id.empty());
 
   v1::JobSpec synchronous = Spec(*dataset, 32, 64, 128, 4, 2 * kInner);
-  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job_id, synchronous, text, std::string(kSeparator)),
-            1e-5);
+  EXPECT_LE(
+      testing_util::DistanceFromSingleProcess(cluster, job_id, synchronous, text, std::string(kSeparator)),
+      1e-5);
 }
 
 TEST(LocalStepsEndToEndTest, DefaultOuterOptimizerTrainsAndInnerStateStaysOnTheWorkers) {
@@ -131,8 +134,8 @@ TEST(LocalStepsEndToEndTest, DefaultOuterOptimizerTrainsAndInnerStateStaysOnTheW
   bool seen = false;
   while (!seen && absl::Now() < deadline) {
     for (int i = 0; i < 2; ++i) {
-      seen = seen || std::filesystem::exists(
-                         absl::StrCat(cluster.worker_state_dir(i), "/local-steps/", job->job_id(), ".safetensors"));
+      seen = seen || std::filesystem::exists(absl::StrCat(cluster.worker_state_dir(i), "/local-steps/",
+                                                          job->job_id(), ".safetensors"));
     }
     absl::StatusOr<v1::Job> now = cluster.GetJob(job->job_id());
     ASSERT_TRUE(now.ok()) << now.status();
@@ -161,7 +164,7 @@ TEST(LocalStepsEndToEndTest, DefaultOuterOptimizerTrainsAndInnerStateStaysOnTheW
     gone = true;
     for (int i = 0; i < 2; ++i) {
       gone = gone && !std::filesystem::exists(absl::StrCat(cluster.worker_state_dir(i), "/local-steps/",
-                                                            job->job_id(), ".safetensors"));
+                                                           job->job_id(), ".safetensors"));
     }
     if (!gone) absl::SleepFor(absl::Milliseconds(100));
   }
@@ -180,7 +183,8 @@ double FinalBitsPerByte(Cluster& cluster, const std::string& job_id) {
 TEST(LocalStepsEndToEndTest, Int8UpdatesTrainLikeExactOnesForAQuarterOfTheBytes) {
   Cluster cluster("local-int8");
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (const char* budget : {"3MiB", "4MiB", "6MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  for (const char* budget : {"3MiB", "4MiB", "6MiB"})
+    ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForLiveWorkers(3, absl::Seconds(30)).ok()) << cluster.Logs();
   const std::string text = Corpus(24000);
   absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string(kSeparator));
@@ -218,8 +222,8 @@ TEST(LocalStepsEndToEndTest, Int8UpdatesTrainLikeExactOnesForAQuarterOfTheBytes)
   const double int8_bpb = FinalBitsPerByte(cluster, int8_id);
   ASSERT_GT(exact_bpb, 0);
   EXPECT_LT(int8_bpb, exact_bpb * 1.03) << exact_bpb << " exact vs " << int8_bpb << " int8";
-  std::cout << "int8/exact bytes back " << back << ", to workers " << to << "; held-out bits per byte " << exact_bpb
-            << " exact, " << int8_bpb << " int8\n";
+  std::cout << "int8/exact bytes back " << back << ", to workers " << to << "; held-out bits per byte "
+            << exact_bpb << " exact, " << int8_bpb << " int8\n";
   // No worker rebuilt parameters that differ from the coordinator's (ParameterCache logs it).
   EXPECT_EQ(cluster.Logs().find("fetching the whole parameters"), std::string::npos) << cluster.Logs();
 }
@@ -257,16 +261,17 @@ TEST(LocalStepsEndToEndTest, WorkersJoinAndLeaveARunningJob) {
 
   // A second worker joins mid-job and is given shards.
   ASSERT_TRUE(cluster.StartWorker("4MiB").ok()) << cluster.Logs();
-  const v1::Job joined = wait_for([](const v1::Job& j) { return j.progress().active_workers() == 2; }, "two workers");
+  const v1::Job joined =
+      wait_for([](const v1::Job& j) { return j.progress().active_workers() == 2; }, "two workers");
   EXPECT_EQ(joined.state(), v1::JOB_STATE_RUNNING);
 
   // The first leaves; the job goes on with the newcomer alone.
   cluster.worker(0).Signal(SIGTERM);
   ASSERT_TRUE(cluster.worker(0).Wait(absl::Seconds(30)).ok()) << cluster.Logs();
-  const int64_t left_after = wait_for([](const v1::Job& j) { return j.progress().active_workers() == 1; },
-                                      "one worker again")
-                                 .progress()
-                                 .rounds_completed();
+  const int64_t left_after =
+      wait_for([](const v1::Job& j) { return j.progress().active_workers() == 1; }, "one worker again")
+          .progress()
+          .rounds_completed();
   absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(120));
   ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
   ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
@@ -308,7 +313,7 @@ TEST(LocalStepsEndToEndTest, UnderATimeBudgetWorkersTakeTheStepsThatFitAndALateO
     const v1::RoundCompleted& done = event.round_completed();
     if (done.round() == 1) hurried_first = done;
     EXPECT_EQ(done.inner_steps(), done.workers()) << done.DebugString();  // one step each
-    EXPECT_LT(done.tokens(), 4 * 12 * 127 / 2) << done.DebugString();    // about a quarter was trained
+    EXPECT_LT(done.tokens(), 4 * 12 * 127 / 2) << done.DebugString();     // about a quarter was trained
     EXPECT_THAT(done.late_workers(), ::testing::IsEmpty());
   }
   // The first steps of round 1 are every worker's share of batch 1: divided by the tokens that

@@ -74,15 +74,18 @@ std::unique_ptr<grpc::ClientContext> LyingProxy::Forwarded(const grpc::ServerCon
   auto forwarded = std::make_unique<grpc::ClientContext>();
   forwarded->set_deadline(context.deadline());
   for (const auto& [key, value] : context.client_metadata()) {
-    if (key == "authorization") forwarded->AddMetadata(std::string(key.data(), key.size()), std::string(value.data(), value.size()));
+    if (key == "authorization")
+      forwarded->AddMetadata(std::string(key.data(), key.size()), std::string(value.data(), value.size()));
   }
   return forwarded;
 }
 
-grpc::Status LyingProxy::ComputeGradient(grpc::ServerContext* context, const v1::ComputeGradientRequest* request,
+grpc::Status LyingProxy::ComputeGradient(grpc::ServerContext* context,
+                                         const v1::ComputeGradientRequest* request,
                                          grpc::ServerWriter<v1::ComputeGradientResponse>* writer) {
   std::shared_ptr<v1::Worker::Stub> upstream = Upstream();
-  if (upstream == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker behind the proxy yet");
+  if (upstream == nullptr)
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker behind the proxy yet");
   const bool lying = !request->evaluate_only() && request->round() >= lie_.from_round;
   if (lying && lie_.kind == Lie::Kind::kStall && !stalled_.exchange(true)) {
     ++lies_told_;
@@ -123,7 +126,8 @@ grpc::Status LyingProxy::ComputeGradient(grpc::ServerContext* context, const v1:
   const grpc::Status upstream_status = reader->Finish();
   if (lying && lie_.kind == Lie::Kind::kFailAfterSummary && upstream_status.ok()) {
     ++lies_told_;
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the lying proxy ended the call after the whole result");
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the lying proxy ended the call after the whole result");
   }
   if (told) ++lies_told_;
   return upstream_status;
@@ -132,14 +136,16 @@ grpc::Status LyingProxy::ComputeGradient(grpc::ServerContext* context, const v1:
 grpc::Status LyingProxy::GetProfile(grpc::ServerContext* context, const v1::GetProfileRequest* request,
                                     v1::GetProfileResponse* response) {
   std::shared_ptr<v1::Worker::Stub> upstream = Upstream();
-  if (upstream == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker behind the proxy yet");
+  if (upstream == nullptr)
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker behind the proxy yet");
   return upstream->GetProfile(Forwarded(*context).get(), *request, response);
 }
 
 grpc::Status LyingProxy::Plan(grpc::ServerContext* context, const v1::PlanRequest* request,
                               v1::MemoryPlan* response) {
   std::shared_ptr<v1::Worker::Stub> upstream = Upstream();
-  if (upstream == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker behind the proxy yet");
+  if (upstream == nullptr)
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker behind the proxy yet");
   return upstream->Plan(Forwarded(*context).get(), *request, response);
 }
 

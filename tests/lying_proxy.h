@@ -10,12 +10,12 @@
 #ifndef SLIMFIT_TESTS_LYING_PROXY_H_
 #define SLIMFIT_TESTS_LYING_PROXY_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -29,9 +29,16 @@ struct Lie {
   // through, then the call ends UNAVAILABLE (a connection lost at the last moment); kStall: the
   // first call of a round ≥ from_round is held, nothing forwarded, until the caller cancels it or
   // stall_seconds pass, then ends UNAVAILABLE (a slow or hung worker; not a lie about results).
-  enum class Kind { kNotFinite, kScale, kWrongVersion, kBreakStream, kFailAfterSummary, kStall } kind = Kind::kScale;
-  double factor = 1000;    // kScale
-  int64_t from_round = 1;  // honest before this round (and in every evaluation)
+  enum class Kind {
+    kNotFinite,
+    kScale,
+    kWrongVersion,
+    kBreakStream,
+    kFailAfterSummary,
+    kStall
+  } kind = Kind::kScale;
+  double factor = 1000;       // kScale
+  int64_t from_round = 1;     // honest before this round (and in every evaluation)
   double stall_seconds = 60;  // kStall
 };
 
@@ -55,7 +62,8 @@ class LyingProxy final : public v1::Worker::Service {
                                grpc::ServerWriter<v1::ComputeGradientResponse>* writer) override;
   grpc::Status GetProfile(grpc::ServerContext* context, const v1::GetProfileRequest* request,
                           v1::GetProfileResponse* response) override;
-  grpc::Status Plan(grpc::ServerContext* context, const v1::PlanRequest* request, v1::MemoryPlan* response) override;
+  grpc::Status Plan(grpc::ServerContext* context, const v1::PlanRequest* request,
+                    v1::MemoryPlan* response) override;
 
  private:
   explicit LyingProxy(Lie lie) : lie_(lie) {}

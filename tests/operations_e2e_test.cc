@@ -128,7 +128,8 @@ TEST(OperationsE2E, MetricsOfACoordinatorAndTwoWorkersAfterAJob) {
   // Job events.
   EXPECT_EQ(coordinator.families.at("slimfit_rounds"), "counter");
   EXPECT_GT(coordinator.Sum("process_resident_memory_bytes"), 0);
-  EXPECT_GE(coordinator.Sum("process_resident_memory_max_bytes"), coordinator.Sum("process_resident_memory_bytes"));
+  EXPECT_GE(coordinator.Sum("process_resident_memory_max_bytes"),
+            coordinator.Sum("process_resident_memory_bytes"));
   EXPECT_GT(coordinator.Sum("process_cpu_seconds_total"), 0);
   EXPECT_EQ(coordinator.Sum("slimfit_rounds_total"), 3);
   EXPECT_EQ(coordinator.Sum("slimfit_round_seconds_count"), 3);

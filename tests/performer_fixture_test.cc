@@ -1,19 +1,19 @@
 // Cross-implementation check: the C++ engine reproduces fixtures made by an independent PyTorch
 // implementation (tests/testdata/make_performer_fixture.py, quadratic masked attention in float64)
 // — loss and every gradient, for the full gradient and the sliced engine with both prefix modes.
-#include <cmath>
-#include <string>
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "base/test_util.h"
 #include "performer/gradient_engine.h"
 #include "performer/model_checkpoint.h"
 #include "performer/safetensors.h"
-#include "base/test_util.h"
 
 namespace slimfit::performer {
 namespace {
@@ -81,7 +81,8 @@ TEST(StateDictImportTest, TorchSavedParametersGiveTheSameModel) {
       LoadModel(pt, DType::kFloat64, at::kCPU, from_safetensors->config());
   ASSERT_TRUE(from_pt.ok()) << from_pt.status();
   for (size_t i = 0; i < from_pt->parameters().size(); ++i) {
-    EXPECT_TRUE(at::equal(from_pt->parameters()[i], from_safetensors->parameters()[i])) << from_pt->names()[i];
+    EXPECT_TRUE(at::equal(from_pt->parameters()[i], from_safetensors->parameters()[i]))
+        << from_pt->names()[i];
   }
   // Without a config a state_dict cannot be read: it does not describe its model.
   absl::StatusOr<PerformerModel> no_config = LoadModel(pt, DType::kFloat64, at::kCPU);

@@ -3,16 +3,16 @@
 // peak never exceeds the budget and that predicted memory is within 15% of the measurement.
 // (Time predictions are checked by //bench:plan_accuracy_bench, not here: timings are not
 // assertions; see BENCHMARKS.md.)
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "planner/calibration.h"
-#include "planner/bptt_schedule.h"
 #include "performer/gradient_engine.h"
 #include "performer/performer_model.h"
+#include "planner/bptt_schedule.h"
+#include "planner/calibration.h"
 #include "planner/cost_model.h"
 #include "planner/plan_search.h"
 
@@ -40,8 +40,10 @@ TEST(PlanHoldsTest, MeasuredPeaksStayUnderBudgetsAndMatchPredictions) {
     for (int64_t length : {512, 2048}) {
       performer::PackedBatch batch;
       std::mt19937_64 generator(length);
-      for (int64_t i = 0; i < length; ++i) batch.tokens.push_back(static_cast<int64_t>(generator() % config.vocab));
-      for (double headroom : {1.3, 2.0, 4.0}) {  // budgets a little, twice and four times above the fixed part
+      for (int64_t i = 0; i < length; ++i)
+        batch.tokens.push_back(static_cast<int64_t>(generator() % config.vocab));
+      for (double headroom :
+           {1.3, 2.0, 4.0}) {  // budgets a little, twice and four times above the fixed part
         planner::PlanSearchRequest request;
         request.workload = planner::Workload{config, length};
         request.memory_budget_bytes = static_cast<int64_t>(headroom * static_cast<double>(fixed)) + (1 << 20);
@@ -54,7 +56,8 @@ TEST(PlanHoldsTest, MeasuredPeaksStayUnderBudgetsAndMatchPredictions) {
         plan.threads = 0;
         performer::GradientOptions options;
         options.dp_schedule = planner::ScheduleForPlan;
-        absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(*model, batch, plan, options);
+        absl::StatusOr<performer::GradientResult> result =
+            performer::ComputeGradient(*model, batch, plan, options);
         ASSERT_TRUE(result.ok()) << result.status();
         const int64_t measured = result->peak_bytes - result->start_bytes + model->parameter_bytes();
         EXPECT_LE(measured, request.memory_budget_bytes) << plan.DebugString();

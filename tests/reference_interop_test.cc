@@ -18,8 +18,8 @@
 #include "base/test_util.h"
 #include "performer/gradient_engine.h"
 #include "performer/model_checkpoint.h"
-#include "proto/slimfit.pb.h"
 #include "performer/trainer.h"
+#include "proto/slimfit.pb.h"
 #include "tests/daemon_process.h"
 
 namespace slimfit {
@@ -46,7 +46,8 @@ performer::ModelConfig Config(const Shape& shape) {
 
 std::vector<int64_t> Tokens() {
   std::vector<int64_t> tokens;
-  for (unsigned char c : std::string("The prefix-sum front is all a slice carries forward.")) tokens.push_back(c);
+  for (unsigned char c : std::string("The prefix-sum front is all a slice carries forward."))
+    tokens.push_back(c);
   return tokens;
 }
 
@@ -63,7 +64,8 @@ absl::StatusOr<double> ScoreInReference(const std::string& path, const std::vect
   const size_t at = run->out.find(key);
   double loss_sum = 0;
   if (at == std::string::npos ||
-      !absl::SimpleAtod(run->out.substr(at + key.size(), run->out.find(',', at) - at - key.size()), &loss_sum)) {
+      !absl::SimpleAtod(run->out.substr(at + key.size(), run->out.find(',', at) - at - key.size()),
+                        &loss_sum)) {
     return absl::InternalError(absl::StrCat("unexpected output: ", run->out));
   }
   return loss_sum;
@@ -115,7 +117,8 @@ TEST_P(ReferenceInteropTest, CheckpointsAndSavedModelsScoreTheSameInTheReference
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ReferenceInteropTest,
-                         ::testing::Values(Shape{"sqr", "post"}, Shape{"relu", "pre"}, Shape{"elu+1", "post"}));
+                         ::testing::Values(Shape{"sqr", "post"}, Shape{"relu", "pre"},
+                                           Shape{"elu+1", "post"}));
 
 TEST(ReferenceFileTest, AFileWithoutSlimfitMetadataLoadsWithTheShapeGivenByFlags) {
   const performer::ModelConfig config = Config({"sqr", "post"});
@@ -132,11 +135,13 @@ TEST(ReferenceFileTest, AFileWithoutSlimfitMetadataLoadsWithTheShapeGivenByFlags
   for (const char* flag : {"--vocab=256", "--d_model=32", "--layers=2", "--heads=4", "--d_ff=64"}) {
     with_shape.push_back(flag);
   }
-  absl::StatusOr<testing_util::CommandResult> loaded = testing_util::RunCommand(bench, with_shape, absl::Seconds(120));
+  absl::StatusOr<testing_util::CommandResult> loaded =
+      testing_util::RunCommand(bench, with_shape, absl::Seconds(120));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->exit_status, 0) << loaded->err;
 
-  absl::StatusOr<testing_util::CommandResult> refused = testing_util::RunCommand(bench, run, absl::Seconds(120));
+  absl::StatusOr<testing_util::CommandResult> refused =
+      testing_util::RunCommand(bench, run, absl::Seconds(120));
   ASSERT_TRUE(refused.ok()) << refused.status();
   EXPECT_EQ(refused->exit_status, 1);
   EXPECT_THAT(refused->err, HasSubstr("does not describe its model"));
@@ -145,7 +150,8 @@ TEST(ReferenceFileTest, AFileWithoutSlimfitMetadataLoadsWithTheShapeGivenByFlags
   // A shape that disagrees with the file's tensors is refused, naming a tensor.
   std::vector<std::string> wrong = run;
   wrong.push_back("--d_model=64");
-  absl::StatusOr<testing_util::CommandResult> mismatch = testing_util::RunCommand(bench, wrong, absl::Seconds(120));
+  absl::StatusOr<testing_util::CommandResult> mismatch =
+      testing_util::RunCommand(bench, wrong, absl::Seconds(120));
   ASSERT_TRUE(mismatch.ok()) << mismatch.status();
   EXPECT_EQ(mismatch->exit_status, 1);
   EXPECT_THAT(mismatch->err, HasSubstr("input_map.weight"));

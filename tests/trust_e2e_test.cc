@@ -2,13 +2,12 @@
 // each refused peer (plaintext, another CA, a foreign or expired certificate), per-worker
 // credentials that act only as their worker, revocation mid-job that survives a restart, and client
 // tokens rotated without downtime.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <fstream>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -57,7 +56,8 @@ std::string WorkerId(const Cluster& cluster, int worker) {
 TEST(TrustEndToEndTest, MutualTlsJobEqualsSingleProcess) {
   Cluster cluster("mtls", ClusterOptions{.tls = true});
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (const char* budget : {"700KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  for (const char* budget : {"700KiB", "4MiB"})
+    ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForLiveWorkers(2, absl::Seconds(30)).ok()) << cluster.Logs();
   const std::string text = testing_util::Corpus(16000);
   absl::StatusOr<std::string> dataset = cluster.UploadText(text, std::string("\n\n"));
@@ -68,7 +68,8 @@ TEST(TrustEndToEndTest, MutualTlsJobEqualsSingleProcess) {
   absl::StatusOr<v1::Job> done = cluster.WaitForJob(job->job_id(), absl::Seconds(120));
   ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
   ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
-  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job->job_id(), spec, text, std::string("\n\n")), 1e-5);
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, job->job_id(), spec, text, std::string("\n\n")),
+            1e-5);
   EXPECT_THAT(cluster.Logs(), HasSubstr("with mutual TLS"));
 }
 
@@ -82,9 +83,9 @@ TEST(TrustEndToEndTest, TlsRefusesPlaintextOtherCasAndForeignOrExpiredCertificat
   absl::StatusOr<base::KeyAndCertificate> other_ca =
       base::MakeCertificateAuthority("other CA", absl::Now() - absl::Hours(1), absl::Hours(24));
   ASSERT_TRUE(other_ca.ok());
-  absl::Status wrong_ca =
-      ListWorkers(cluster, kClientToken, rpc::ChannelCredentials(rpc::TlsMaterial{"", "", other_ca->cert_pem}))
-          .status();
+  absl::Status wrong_ca = ListWorkers(cluster, kClientToken,
+                                      rpc::ChannelCredentials(rpc::TlsMaterial{"", "", other_ca->cert_pem}))
+                              .status();
   EXPECT_EQ(wrong_ca.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(wrong_ca.message()), HasSubstr("--tls_ca"));
 
@@ -104,7 +105,8 @@ TEST(TrustEndToEndTest, TlsRefusesPlaintextOtherCasAndForeignOrExpiredCertificat
   expired_worker.certificate = *expired;
   ASSERT_TRUE(cluster.StartWorker("4MiB", expired_worker).ok()) << cluster.Logs();
   absl::SleepFor(absl::Seconds(3));  // several registration attempts
-  absl::StatusOr<v1::ListWorkersResponse> listed = ListWorkers(cluster, kClientToken, cluster.ClientCredentials(), true);
+  absl::StatusOr<v1::ListWorkersResponse> listed =
+      ListWorkers(cluster, kClientToken, cluster.ClientCredentials(), true);
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(listed->workers_size(), 0) << cluster.Logs();
   EXPECT_THAT(cluster.Logs(), HasSubstr("signed this worker's certificate"));
@@ -156,7 +158,8 @@ TEST(TrustEndToEndTest, RevokedMidJobItsShardsMoveAndItNeverComesBack) {
   absl::StatusOr<v1::Job> done = cluster.WaitForJob(busy.job_id, absl::Seconds(180));
   ASSERT_TRUE(done.ok()) << done.status() << cluster.Logs();
   ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->state_reason() << cluster.Logs();
-  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, busy.job_id, busy.spec, busy.text, std::nullopt), 1e-5);
+  EXPECT_LE(testing_util::DistanceFromSingleProcess(cluster, busy.job_id, busy.spec, busy.text, std::nullopt),
+            1e-5);
   // The revoked worker stopped (its heartbeat was refused), and a restart on its credential is refused.
   absl::StatusOr<int> exited = cluster.worker(busy.busy_worker).Wait(absl::Seconds(30));
   ASSERT_TRUE(exited.ok()) << exited.status() << cluster.Logs();
@@ -186,7 +189,8 @@ TEST(TrustEndToEndTest, ClientTokensRotateWithoutDowntime) {
   const std::string file = testing_util::WriteTempFile("rotation_tokens", "first-rotated-token\n");
   ASSERT_TRUE(cluster.StartCoordinator({absl::StrCat("--token_file=", file)}).ok()) << cluster.Logs();
   EXPECT_TRUE(ListWorkers(cluster, "first-rotated-token", nullptr).ok());
-  EXPECT_EQ(ListWorkers(cluster, "second-rotated-token", nullptr).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(ListWorkers(cluster, "second-rotated-token", nullptr).status().code(),
+            absl::StatusCode::kUnauthenticated);
   // Both while clients move over, then only the new one.
   ASSERT_TRUE(base::WriteFileAtomically(file, "first-rotated-token\nsecond-rotated-token\n").ok());
   cluster.coordinator().Signal(SIGHUP);
@@ -200,7 +204,8 @@ TEST(TrustEndToEndTest, ClientTokensRotateWithoutDowntime) {
   for (int i = 0; i < 100 && ListWorkers(cluster, "first-rotated-token", nullptr).ok(); ++i) {
     absl::SleepFor(absl::Milliseconds(50));
   }
-  EXPECT_EQ(ListWorkers(cluster, "first-rotated-token", nullptr).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(ListWorkers(cluster, "first-rotated-token", nullptr).status().code(),
+            absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(ListWorkers(cluster, "second-rotated-token", nullptr).ok());
   // The coordinator stayed up throughout.
   EXPECT_THAT(cluster.Logs(), HasSubstr("SIGHUP: re-read"));

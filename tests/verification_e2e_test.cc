@@ -203,7 +203,8 @@ TEST(VerificationEndToEndTest, ASubtleLieIsOutvotedBySpotChecksAndChangesNothing
 TEST(VerificationEndToEndTest, AShardThatFailsAfterItsValuesWereSummedMakesTheRoundRunAgain) {
   Cluster cluster("streamed_sum");
   ASSERT_TRUE(cluster.StartCoordinator({"--stream_into_sum_bytes=0"}).ok()) << cluster.Logs();
-  for (const char* budget : {"700KiB", "4MiB"}) ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
+  for (const char* budget : {"700KiB", "4MiB"})
+    ASSERT_TRUE(cluster.StartWorker(budget).ok()) << cluster.Logs();
   std::unique_ptr<LyingProxy> breaker = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kBreakStream, 0, 2});
   std::unique_ptr<LyingProxy> scaled = StartLiar(cluster, "4MiB", Lie{Lie::Kind::kScale, 1000, 3});
   ASSERT_TRUE(breaker && scaled);

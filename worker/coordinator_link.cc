@@ -70,8 +70,9 @@ absl::Status CoordinatorLink::Register() {
     std::unique_ptr<grpc::ClientContext> context =
         rpc::MakeClientContext(options_.identity->BearerForCoordinator(), ToChrono(options_.rpc_timeout));
     v1::RegisterWorkerResponse response;
-    const absl::Status status = rpc::FromGrpcStatus(
-        options_.coordinator->RegisterWorker(context.get(), request, &response), "RegisterWorker", context.get());
+    const absl::Status status =
+        rpc::FromGrpcStatus(options_.coordinator->RegisterWorker(context.get(), request, &response),
+                            "RegisterWorker", context.get());
     if (status.ok()) {
       if (response.worker_id().empty()) {
         return absl::InternalError(absl::StrCat("the coordinator at ", options_.coordinator_address,
@@ -101,19 +102,20 @@ absl::Status CoordinatorLink::Register() {
         interval = heartbeat_interval_;
       }
       base::SetLogComponent(absl::StrCat("worker ", response.worker_id()));
-      base::LogInfo("registered with the coordinator at ", options_.coordinator_address, " as ", response.worker_id(),
-                   " (incarnation ", response.incarnation(), ", heartbeat every ", absl::FormatDuration(interval), ")");
+      base::LogInfo("registered with the coordinator at ", options_.coordinator_address, " as ",
+                    response.worker_id(), " (incarnation ", response.incarnation(), ", heartbeat every ",
+                    absl::FormatDuration(interval), ")");
       return absl::OkStatus();
     }
     // The coordinator does not know our identity (it lost its state, or never had it): join again.
     if ((absl::IsNotFound(status) || absl::IsUnauthenticated(status)) && !id.empty()) {
       if (!options_.identity->has_join_token()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the coordinator at ", options_.coordinator_address, " no longer knows worker ", id,
-            " and no join token was given to join again (--token or $SLIMFIT_WORKER_TOKEN)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("the coordinator at ", options_.coordinator_address, " no longer knows worker ", id,
+                         " and no join token was given to join again (--token or $SLIMFIT_WORKER_TOKEN)"));
       }
       base::LogWarning("the coordinator does not know worker id ", id, " (", status.message(),
-                      "): joining as a new worker");
+                       "): joining as a new worker");
       id.clear();
       options_.identity->ClearCredential();
       if (absl::Status s = options_.state->ClearCredential(); !s.ok()) return s;
@@ -174,8 +176,8 @@ absl::Status CoordinatorLink::SendHeartbeat(int64_t* pending_peak) {
   std::unique_ptr<grpc::ClientContext> context =
       rpc::MakeClientContext(options_.identity->BearerForCoordinator(), ToChrono(options_.rpc_timeout));
   v1::HeartbeatResponse response;
-  const absl::Status status = rpc::FromGrpcStatus(options_.coordinator->Heartbeat(context.get(), request, &response),
-                                                  "Heartbeat", context.get());
+  const absl::Status status = rpc::FromGrpcStatus(
+      options_.coordinator->Heartbeat(context.get(), request, &response), "Heartbeat", context.get());
   if (!status.ok()) return status;
   *pending_peak = 0;  // delivered
   {
@@ -211,7 +213,8 @@ void CoordinatorLink::HeartbeatLoop() {
       continue;
     }
     if (absl::IsNotFound(status) || absl::IsUnauthenticated(status)) {
-      base::LogWarning("the coordinator does not know this worker (", status.message(), "): registering again");
+      base::LogWarning("the coordinator does not know this worker (", status.message(),
+                       "): registering again");
       const absl::Status registered = Register();
       if (absl::IsCancelled(registered)) return;
       if (!registered.ok()) {
@@ -225,7 +228,8 @@ void CoordinatorLink::HeartbeatLoop() {
       continue;
     }
     if (absl::IsFailedPrecondition(status) || absl::IsPermissionDenied(status)) {
-      base::LogError(absl::IsPermissionDenied(status) ? "this worker was refused (" : "this worker's registration was superseded (",
+      base::LogError(absl::IsPermissionDenied(status) ? "this worker was refused ("
+                                                      : "this worker's registration was superseded (",
                      status.message(), "): it must stop serving");
       if (options_.on_stop) options_.on_stop(status);
       return;
@@ -240,7 +244,8 @@ void CoordinatorLink::HeartbeatLoop() {
     }
     // A refusal that is not transient (a bad token, a malformed heartbeat) will not go away by
     // asking faster: back off as for transient failures, logging each distinct refusal.
-    if (failures == 0 || backoff >= options_.max_backoff) base::LogError("heartbeat refused: ", status.message());
+    if (failures == 0 || backoff >= options_.max_backoff)
+      base::LogError("heartbeat refused: ", status.message());
     ++failures;
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
@@ -258,11 +263,12 @@ absl::Status CoordinatorLink::Deregister(const std::string& reason, absl::Durati
   request.set_reason(reason);
   while (true) {
     const absl::Duration left = deadline - absl::Now();
-    std::unique_ptr<grpc::ClientContext> context =
-        rpc::MakeClientContext(options_.identity->BearerForCoordinator(), ToChrono(std::min(options_.rpc_timeout, left)));
+    std::unique_ptr<grpc::ClientContext> context = rpc::MakeClientContext(
+        options_.identity->BearerForCoordinator(), ToChrono(std::min(options_.rpc_timeout, left)));
     v1::DeregisterWorkerResponse response;
-    const absl::Status status = rpc::FromGrpcStatus(
-        options_.coordinator->DeregisterWorker(context.get(), request, &response), "DeregisterWorker", context.get());
+    const absl::Status status =
+        rpc::FromGrpcStatus(options_.coordinator->DeregisterWorker(context.get(), request, &response),
+                            "DeregisterWorker", context.get());
     if (status.ok()) {
       base::LogInfo("deregistered from the coordinator (", reason, ")");
       return status;

@@ -3,11 +3,11 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/device_profile_io.h"
 #include "proto/rpc_util.h"
-#include "base/test_util.h"
 #include "worker/test_coordinator.h"
 
 namespace slimfit::worker {
@@ -222,9 +222,9 @@ TEST_F(CoordinatorLinkTest, ForgottenWorkerRegistersAgainKeepingItsId) {
   link->StartHeartbeats();
   ASSERT_TRUE(WaitForHeartbeats(1));
   coordinator_.ForgetWorkers();
-  ASSERT_TRUE(coordinator_.WaitFor(
-      [](const TestCoordinator& c) ABSL_NO_THREAD_SAFETY_ANALYSIS { return c.registration_count() >= 2; },
-      absl::Seconds(10)));
+  ASSERT_TRUE(coordinator_.WaitFor([](const TestCoordinator& c)
+                                       ABSL_NO_THREAD_SAFETY_ANALYSIS { return c.registration_count() >= 2; },
+                                   absl::Seconds(10)));
   const size_t seen = coordinator_.heartbeats().size();
   ASSERT_TRUE(WaitForHeartbeats(seen + 1));
   EXPECT_EQ(coordinator_.registrations().back().worker_id(), "w-0001");
@@ -240,7 +240,7 @@ TEST_F(CoordinatorLinkTest, CoordinatorThatLostItsStateGivesANewId) {
   ASSERT_TRUE(WaitForHeartbeats(1));
   coordinator_.SetUnavailable(true);  // restarting...
   absl::SleepFor(absl::Milliseconds(300));
-  coordinator_.LoseState();           // ...and back without its records
+  coordinator_.LoseState();  // ...and back without its records
   coordinator_.SetUnavailable(false);
   for (int i = 0; i < 500 && link->worker_id() == "w-0001"; ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(link->worker_id(), "w-0002");
@@ -266,9 +266,8 @@ TEST_F(CoordinatorLinkTest, SupersededIncarnationStopsHeartbeats) {
 }
 
 TEST_F(CoordinatorLinkTest, FinishedJobsAreDroppedFromTheCache) {
-  absl::StatusOr<performer::PerformerModel> model =
-      performer::PerformerModel::Create(performer::ModelConfig{64, 16, 1, 2, 32}, performer::DType::kFloat32,
-                                        at::kCPU, 1);
+  absl::StatusOr<performer::PerformerModel> model = performer::PerformerModel::Create(
+      performer::ModelConfig{64, 16, 1, 2, 32}, performer::DType::kFloat32, at::kCPU, 1);
   ASSERT_TRUE(model.ok()) << model.status();
   coordinator_.Publish("job-1", 1, *model);
   std::unique_ptr<CoordinatorLink> link = MakeLink();

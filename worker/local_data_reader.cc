@@ -28,15 +28,16 @@ absl::StatusOr<v1::LocalDataLayout> LocalDataReader::Describe(const v1::Describe
   }
   const int64_t length = request.sequence_length();
   if (length < 2 || length > v1::LIMIT_MAX_CHUNK_BYTES) {
-    return rpc::InvalidFieldError("sequence_length",
-                                  absl::StrCat("must be in [2, ", v1::LIMIT_MAX_CHUNK_BYTES, "], got ", length));
+    return rpc::InvalidFieldError(
+        "sequence_length", absl::StrCat("must be in [2, ", v1::LIMIT_MAX_CHUNK_BYTES, "], got ", length));
   }
   absl::StatusOr<std::shared_ptr<const rpc::TokenStream>> stream = Stream(request.sha256());
   if (!stream.ok()) return stream.status();
   const int64_t sequences = static_cast<int64_t>((*stream)->tokens.size()) / length;
   if (request.first_sequence() < 0 || request.first_sequence() > sequences) {
-    return rpc::InvalidFieldError("first_sequence", absl::StrCat(request.first_sequence(), " is outside [0, ",
-                                                                 sequences, "] (the dataset's whole sequences)"));
+    return rpc::InvalidFieldError("first_sequence",
+                                  absl::StrCat(request.first_sequence(), " is outside [0, ", sequences,
+                                               "] (the dataset's whole sequences)"));
   }
   v1::LocalDataLayout layout;
   layout.set_sha256(request.sha256());
@@ -60,10 +61,10 @@ absl::StatusOr<LocalDataReader::Sequences> LocalDataReader::Read(const v1::Local
   for (int i = 0; i < shard.sequences_size(); ++i) {
     const int64_t index = shard.sequences(i);
     if (index < 0 || index >= sequences) {
-      return rpc::InvalidFieldError("local_data.sequences",
-                                    absl::StrCat("entry ", i, " = ", index, " is outside [0, ", sequences,
-                                                 ") (the dataset's whole sequences of ", sequence_length,
-                                                 " tokens)"));
+      return rpc::InvalidFieldError(
+          "local_data.sequences",
+          absl::StrCat("entry ", i, " = ", index, " is outside [0, ", sequences,
+                       ") (the dataset's whole sequences of ", sequence_length, " tokens)"));
     }
     rpc::AppendRange(**stream, index * sequence_length, sequence_length, &out.tokens, &out.doc_starts);
   }

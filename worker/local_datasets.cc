@@ -31,12 +31,13 @@ absl::StatusOr<std::vector<LocalDataSpec>> ParseLocalDataFlag(absl::string_view 
                                           " letters, digits, '.', '_' and '-'"));
     }
     if (spec.path.empty()) return BadEntry(entry, "the path is empty");
-    if (!names.insert(spec.name).second) return BadEntry(entry, absl::StrCat("the name ", spec.name, " is given twice"));
+    if (!names.insert(spec.name).second)
+      return BadEntry(entry, absl::StrCat("the name ", spec.name, " is given twice"));
     specs.push_back(std::move(spec));
   }
   if (specs.size() > static_cast<size_t>(v1::LIMIT_MAX_LOCAL_DATASETS)) {
-    return absl::InvalidArgumentError(absl::StrCat("--data: ", specs.size(), " datasets; a worker holds at most ",
-                                                   v1::LIMIT_MAX_LOCAL_DATASETS));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data: ", specs.size(), " datasets; a worker holds at most ", v1::LIMIT_MAX_LOCAL_DATASETS));
   }
   return specs;
 }
@@ -92,17 +93,18 @@ absl::StatusOr<rpc::TokenStream> LocalDatasets::Read(absl::string_view sha256) c
     absl::StatusOr<std::string> bytes = base::ReadFileToString(paths_[i]);
     if (!bytes.ok()) return absl::FailedPreconditionError(absl::StrCat(what, ": ", bytes.status().message()));
     if (base::Sha256Hex(*bytes) != sha256) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": the file changed since the worker started (its SHA-256 is no longer ", sha256.substr(0, 12),
-          "…); restart the worker to announce the new contents"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": the file changed since the worker started (its SHA-256 is no longer ",
+                       sha256.substr(0, 12), "…); restart the worker to announce the new contents"));
     }
     absl::StatusOr<rpc::TokenStream> stream =
         rpc::ParseDataset(*bytes, format_.content_type, format_.encoding, format_.separator);
-    if (!stream.ok()) return absl::FailedPreconditionError(absl::StrCat(what, ": ", stream.status().message()));
+    if (!stream.ok())
+      return absl::FailedPreconditionError(absl::StrCat(what, ": ", stream.status().message()));
     return stream;
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("this worker holds no dataset with SHA-256 ", sha256, " (it was started without it in --data)"));
+  return absl::FailedPreconditionError(absl::StrCat("this worker holds no dataset with SHA-256 ", sha256,
+                                                    " (it was started without it in --data)"));
 }
 
 }  // namespace slimfit::worker

@@ -21,7 +21,8 @@ rpc::DatasetFormat Format(absl::string_view type, absl::string_view separator) {
 }
 
 TEST(ParseLocalDataFlagTest, NamesAndPathsInOrder) {
-  absl::StatusOr<std::vector<LocalDataSpec>> specs = ParseLocalDataFlag("notes=/d/notes.txt,mail-2024=rel/m=x.txt");
+  absl::StatusOr<std::vector<LocalDataSpec>> specs =
+      ParseLocalDataFlag("notes=/d/notes.txt,mail-2024=rel/m=x.txt");
   ASSERT_TRUE(specs.ok()) << specs.status();
   ASSERT_EQ(specs->size(), 2u);
   EXPECT_EQ((*specs)[0].name, "notes");
@@ -47,15 +48,15 @@ TEST(ParseLocalDataFlagTest, BadEntriesNameTheFlagAndTheEntry) {
     EXPECT_THAT(specs.status().message(), HasSubstr(message)) << value;
   }
   std::string many;
-  for (int i = 0; i <= v1::LIMIT_MAX_LOCAL_DATASETS; ++i) absl::StrAppend(&many, i == 0 ? "" : ",", "d", i, "=/x");
+  for (int i = 0; i <= v1::LIMIT_MAX_LOCAL_DATASETS; ++i)
+    absl::StrAppend(&many, i == 0 ? "" : ",", "d", i, "=/x");
   EXPECT_THAT(ParseLocalDataFlag(many).status().message(), HasSubstr("a worker holds at most 64"));
 }
 
 TEST(LocalDatasetsTest, AnnouncesCountsDigestFormatAndLargestTokenNotTheBytes) {
   const std::string text = "first doc\n\nsecond\n\n\n\nthird!";
   const std::string path = testing_util::WriteTempFile("notes.txt", text);
-  absl::StatusOr<LocalDatasets> datasets =
-      LocalDatasets::Load({{"notes", path}}, Format("text", "\\n\\n"));
+  absl::StatusOr<LocalDatasets> datasets = LocalDatasets::Load({{"notes", path}}, Format("text", "\\n\\n"));
   ASSERT_TRUE(datasets.ok()) << datasets.status();
   ASSERT_EQ(datasets->announcements().size(), 1u);
   const v1::LocalDataset& d = datasets->announcements()[0];
@@ -93,7 +94,8 @@ TEST(LocalDatasetsTest, UnreadableEmptyOrMalformedFilesNameTheDataset) {
   EXPECT_THAT(absent.status().message(), HasSubstr("local dataset gone (" + missing + ")"));
 
   const std::string only_separators = testing_util::WriteTempFile("seps.txt", "\n\n\n\n");
-  absl::StatusOr<LocalDatasets> empty = LocalDatasets::Load({{"e", only_separators}}, Format("text", "\\n\\n"));
+  absl::StatusOr<LocalDatasets> empty =
+      LocalDatasets::Load({{"e", only_separators}}, Format("text", "\\n\\n"));
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(empty.status().message(), HasSubstr("holds no tokens"));
 

@@ -46,7 +46,8 @@ std::vector<std::string> LocalStepsTrainer::Jobs() const {
     std::error_code error;
     for (std::filesystem::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error)) {
       const std::filesystem::path& path = it->path();
-      if (path.extension() == ".safetensors" && IsSafeFileName(path.stem().string())) jobs.insert(path.stem().string());
+      if (path.extension() == ".safetensors" && IsSafeFileName(path.stem().string()))
+        jobs.insert(path.stem().string());
     }
   }
   return std::vector<std::string>(jobs.begin(), jobs.end());
@@ -78,7 +79,8 @@ void LocalStepsTrainer::Forget(const std::string& job_id) {
   }
 }
 
-absl::Status LocalStepsTrainer::PrepareLocked(const std::string& job_id, const performer::PerformerModel& start,
+absl::Status LocalStepsTrainer::PrepareLocked(const std::string& job_id,
+                                              const performer::PerformerModel& start,
                                               const v1::Optimizer& inner, Job* job) {
   if (job->trainer == nullptr) {
     absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
@@ -106,15 +108,13 @@ absl::Status LocalStepsTrainer::PrepareLocked(const std::string& job_id, const p
   return job->trainer->SetParameters(start.parameters());
 }
 
-absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_id,
-                                                         const performer::PerformerModel& start,
-                                                         const v1::LocalSteps& local,
-                                                         const std::vector<int64_t>& predicted_tokens,
-                                                         int64_t loss_normalizer, const SumGradients& sum_gradients,
-                                                         absl::Time deadline) {
+absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(
+    const std::string& job_id, const performer::PerformerModel& start, const v1::LocalSteps& local,
+    const std::vector<int64_t>& predicted_tokens, int64_t loss_normalizer, const SumGradients& sum_gradients,
+    absl::Time deadline) {
   if (!dir_.empty() && !IsSafeFileName(job_id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job_id: \"", job_id, "\" cannot name a local-steps state file (letters, digits, '-', '_', '.')"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job_id: \"", job_id, "\" cannot name a local-steps state file (letters, digits, '-', '_', '.')"));
   }
   std::shared_ptr<Job> job;
   {
@@ -124,7 +124,8 @@ absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_i
     job = slot;
   }
   absl::MutexLock lock(&job->mutex);
-  if (absl::Status prepared = PrepareLocked(job_id, start, local.inner_optimizer(), job.get()); !prepared.ok()) {
+  if (absl::Status prepared = PrepareLocked(job_id, start, local.inner_optimizer(), job.get());
+      !prepared.ok()) {
     return prepared;
   }
   performer::Trainer& trainer = *job->trainer;
@@ -150,10 +151,13 @@ absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_i
       // The model the inner step differentiates: the trainer's current values on the round's
       // device and dtype.
       std::map<std::string, at::Tensor> named;
-      for (size_t t = 0; t < trainer.names().size(); ++t) named[trainer.names()[t]] = trainer.parameters()[t].detach();
+      for (size_t t = 0; t < trainer.names().size(); ++t)
+        named[trainer.names()[t]] = trainer.parameters()[t].detach();
       absl::StatusOr<performer::PerformerModel> at_step =
           performer::PerformerModel::FromTensors(start.config(), named, start.dtype(), start.device());
-      if (!at_step.ok()) return fail(absl::InternalError(absl::StrCat("inner step ", step + 1, ": ", at_step.status().message())));
+      if (!at_step.ok())
+        return fail(
+            absl::InternalError(absl::StrCat("inner step ", step + 1, ": ", at_step.status().message())));
       absl::StatusOr<SequenceSum> sum = sum_gradients(*at_step, begin, end, tokens);
       if (!sum.ok()) return fail(sum.status());
       if (sum->gradient.empty()) {
@@ -162,8 +166,9 @@ absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_i
       }
       absl::StatusOr<performer::StepResult> stepped = trainer.Step(std::move(sum->gradient));
       if (!stepped.ok()) {
-        return fail(absl::InternalError(absl::StrCat("inner step ", step + 1, " of ", local.sequences_per_step_size(),
-                                                     ": ", stepped.status().message())));
+        return fail(
+            absl::InternalError(absl::StrCat("inner step ", step + 1, " of ", local.sequences_per_step_size(),
+                                             ": ", stepped.status().message())));
       }
       result.sum.loss_sum += sum->loss_sum;
       result.sum.token_count += sum->token_count;
@@ -187,13 +192,15 @@ absl::StatusOr<LocalStepsResult> LocalStepsTrainer::Run(const std::string& job_i
       result.sum.gradient.push_back(delta.mul_(weight).to(start_value.options()));
     }
   } catch (const c10::Error& e) {
-    return fail(absl::InternalError(absl::StrCat("computing the pseudo-gradient: ", e.what_without_backtrace())));
+    return fail(
+        absl::InternalError(absl::StrCat("computing the pseudo-gradient: ", e.what_without_backtrace())));
   }
   result.inner_steps_total = trainer.steps();
 
   const bool compressed = performer::IsCompressed(local.compression());
   if (compressed) {
-    if (absl::Status s = EncodeWithFeedbackLocked(job_id, trainer.names(), local.compression(), job.get(), &result);
+    if (absl::Status s =
+            EncodeWithFeedbackLocked(job_id, trainer.names(), local.compression(), job.get(), &result);
         !s.ok()) {
       return fail(s);
     }
@@ -236,8 +243,8 @@ absl::Status LocalStepsTrainer::EncodeWithFeedbackLocked(const std::string& job_
         auto it = file->tensors.find(names[t]);
         if (it == file->tensors.end() || !it->second.sizes().equals(gradient[t].sizes()) ||
             it->second.scalar_type() != at::kFloat) {
-          problem = absl::InvalidArgumentError(absl::StrCat("no float32 tensor \"", names[t], "\" of shape ",
-                                                            c10::str(gradient[t].sizes())));
+          problem = absl::InvalidArgumentError(
+              absl::StrCat("no float32 tensor \"", names[t], "\" of shape ", c10::str(gradient[t].sizes())));
         } else {
           loaded.push_back(it->second);
         }
@@ -245,8 +252,8 @@ absl::Status LocalStepsTrainer::EncodeWithFeedbackLocked(const std::string& job_
       if (problem.ok()) {
         job->feedback = std::move(loaded);
       } else {
-        base::LogWarning("job ", job_id, ": starting its error feedback at zero: ", FeedbackPath(job_id), ": ",
-                         problem.message());
+        base::LogWarning("job ", job_id, ": starting its error feedback at zero: ", FeedbackPath(job_id),
+                         ": ", problem.message());
       }
     }
   }

@@ -26,6 +26,8 @@
 #ifndef SLIMFIT_WORKER_LOCAL_STEPS_H_
 #define SLIMFIT_WORKER_LOCAL_STEPS_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -33,8 +35,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -89,8 +89,9 @@ class LocalStepsTrainer {
   // job id that is not a safe file name when state is kept on disk; INTERNAL for an optimizer or
   // file error; the gradient function's errors.
   absl::StatusOr<LocalStepsResult> Run(const std::string& job_id, const performer::PerformerModel& start,
-                                       const v1::LocalSteps& local, const std::vector<int64_t>& predicted_tokens,
-                                       int64_t loss_normalizer, const SumGradients& sum_gradients,
+                                       const v1::LocalSteps& local,
+                                       const std::vector<int64_t>& predicted_tokens, int64_t loss_normalizer,
+                                       const SumGradients& sum_gradients,
                                        absl::Time deadline = absl::InfiniteFuture());
 
   // Drops the job's inner optimizer, in memory and on disk. Idempotent.

@@ -3,6 +3,8 @@
 // error feedback carried across rounds (in memory and through its file), resumed by a restarted
 // worker, restarted at zero by an unusable file, dropped by Forget and kept through a failed round;
 // exact rounds keep none.
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,14 +13,12 @@
 #include <utility>
 #include <vector>
 
-#include <ATen/ATen.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/test_util.h"
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"

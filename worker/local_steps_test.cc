@@ -4,19 +4,19 @@
 // rounds. Compressed pseudo-gradients and their error feedback: local_steps_feedback_test.cc.
 #include "worker/local_steps.h"
 
+#include <ATen/ATen.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/test_util.h"
 #include "performer/gradient_engine.h"
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
@@ -105,8 +105,9 @@ TEST(LocalStepsTest, AnExpiredTimeBudgetStopsAfterTheFirstStepAndWeightsByItsTok
   constexpr double kRate = 0.5;
   LocalStepsTrainer trainer("");
   // The deadline is already past: the first step runs, the second does not.
-  absl::StatusOr<LocalStepsResult> result = trainer.Run(kJob, start, Steps({2, 2}, Sgd(kRate)), predicted, kNormalizer,
-                                                        Engine(&sequences), absl::Now() - absl::Seconds(1));
+  absl::StatusOr<LocalStepsResult> result =
+      trainer.Run(kJob, start, Steps({2, 2}, Sgd(kRate)), predicted, kNormalizer, Engine(&sequences),
+                  absl::Now() - absl::Seconds(1));
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->steps, 1);
   EXPECT_EQ(result->sum.token_count, 9);
@@ -118,8 +119,9 @@ TEST(LocalStepsTest, AnExpiredTimeBudgetStopsAfterTheFirstStepAndWeightsByItsTok
   EXPECT_GT(MaxAbs(want), 1e-6);
 
   // With time to spare, every step runs.
-  absl::StatusOr<LocalStepsResult> all = trainer.Run(kJob, start, Steps({2, 2}, Sgd(kRate)), predicted, kNormalizer,
-                                                     Engine(&sequences), absl::Now() + absl::Hours(1));
+  absl::StatusOr<LocalStepsResult> all =
+      trainer.Run(kJob, start, Steps({2, 2}, Sgd(kRate)), predicted, kNormalizer, Engine(&sequences),
+                  absl::Now() + absl::Hours(1));
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->steps, 2);
   EXPECT_EQ(all->sum.token_count, 17);
@@ -163,7 +165,8 @@ TEST(LocalStepsTest, AResumedWorkerContinuesTheInnerOptimizer) {
 
   // Not vacuous: without round 1's moments and step count, round 2 comes out otherwise.
   LocalStepsTrainer fresh("");
-  absl::StatusOr<LocalStepsResult> afresh = fresh.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
+  absl::StatusOr<LocalStepsResult> afresh =
+      fresh.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
   ASSERT_TRUE(afresh.ok()) << afresh.status();
   EXPECT_EQ(afresh->inner_steps_total, 2);
   EXPECT_GT(MaxAbsDifference(afresh->sum.gradient, want->sum.gradient), 1e-6);
@@ -189,11 +192,13 @@ TEST(LocalStepsTest, ForgetDropsTheStateInMemoryAndOnDisk) {
   EXPECT_THAT(trainer.Jobs(), IsEmpty());
 
   // The job's next round starts afresh.
-  absl::StatusOr<LocalStepsResult> got = trainer.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
+  absl::StatusOr<LocalStepsResult> got =
+      trainer.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->inner_steps_total, 2);
   LocalStepsTrainer fresh("");
-  absl::StatusOr<LocalStepsResult> want = fresh.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
+  absl::StatusOr<LocalStepsResult> want =
+      fresh.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
   ASSERT_TRUE(want.ok()) << want.status();
   EXPECT_LT(MaxAbsDifference(got->sum.gradient, want->sum.gradient), 1e-13);
 }
@@ -205,7 +210,8 @@ TEST(LocalStepsTest, AnUnreadableStateFileStartsTheInnerOptimizerAfresh) {
   const performer::PerformerModel round2 = Model(2);
   const v1::LocalSteps local = Steps({2, 2}, AdamW());
   LocalStepsTrainer fresh("");
-  absl::StatusOr<LocalStepsResult> want = fresh.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
+  absl::StatusOr<LocalStepsResult> want =
+      fresh.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
   ASSERT_TRUE(want.ok()) << want.status();
 
   // Garbage in place of the file.
@@ -232,7 +238,8 @@ TEST(LocalStepsTest, AnUnreadableStateFileStartsTheInnerOptimizerAfresh) {
   {
     LocalStepsTrainer before_restart(other_dir);
     ASSERT_TRUE(
-        before_restart.Run(kJob, round1, Steps({2, 2}, momentum), predicted, kNormalizer, Engine(&sequences)).ok());
+        before_restart.Run(kJob, round1, Steps({2, 2}, momentum), predicted, kNormalizer, Engine(&sequences))
+            .ok());
   }
   LocalStepsTrainer after_change(other_dir);
   got = after_change.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
@@ -260,12 +267,14 @@ TEST(LocalStepsTest, AJobIdThatIsNoSafeFileNameIsRefusedWithADirectory) {
 
   // In memory any id will do: it names no file.
   LocalStepsTrainer in_memory("");
-  EXPECT_TRUE(in_memory.Run("../x", start, Steps({4}, Sgd(0.1)), predicted, kNormalizer, Engine(&sequences)).ok());
+  EXPECT_TRUE(
+      in_memory.Run("../x", start, Steps({4}, Sgd(0.1)), predicted, kNormalizer, Engine(&sequences)).ok());
 }
 
 TEST(LocalStepsTest, StepsOverNoPredictedTokensAreSkipped) {
   // The second sequence's documents are all one token long: it predicts nothing.
-  const std::vector<performer::PackedBatch> with_empty = {Sequence(6, 1), Sequence(3, 5, {0, 1, 2}), Sequence(6, 4)};
+  const std::vector<performer::PackedBatch> with_empty = {Sequence(6, 1), Sequence(3, 5, {0, 1, 2}),
+                                                          Sequence(6, 4)};
   const std::vector<int64_t> predicted = PredictedTokens(with_empty);
   ASSERT_THAT(predicted, ElementsAre(5, 0, 5));
   const std::vector<performer::PackedBatch> without = {with_empty[0], with_empty[2]};
@@ -275,8 +284,8 @@ TEST(LocalStepsTest, StepsOverNoPredictedTokensAreSkipped) {
   LocalStepsTrainer trainer("");
   int calls = 0;
   // Steps 2 (the empty sequence) and 3 (no sequence at all) are skipped.
-  absl::StatusOr<LocalStepsResult> got =
-      trainer.Run(kJob, start, Steps({1, 1, 0, 1}, inner), predicted, kNormalizer, Engine(&with_empty, &calls));
+  absl::StatusOr<LocalStepsResult> got = trainer.Run(kJob, start, Steps({1, 1, 0, 1}, inner), predicted,
+                                                     kNormalizer, Engine(&with_empty, &calls));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->steps, 2);
   EXPECT_EQ(got->inner_steps_total, 2);
@@ -284,16 +293,16 @@ TEST(LocalStepsTest, StepsOverNoPredictedTokensAreSkipped) {
   EXPECT_EQ(got->sum.token_count, 10);
 
   LocalStepsTrainer reference("");
-  absl::StatusOr<LocalStepsResult> want =
-      reference.Run(kJob, start, Steps({1, 1}, inner), PredictedTokens(without), kNormalizer, Engine(&without));
+  absl::StatusOr<LocalStepsResult> want = reference.Run(
+      kJob, start, Steps({1, 1}, inner), PredictedTokens(without), kNormalizer, Engine(&without));
   ASSERT_TRUE(want.ok()) << want.status();
   EXPECT_LT(MaxAbsDifference(got->sum.gradient, want->sum.gradient), 1e-14);
   EXPECT_NEAR(got->sum.loss_sum, want->sum.loss_sum, 1e-12);
 
   // A shard that predicts nothing at all: no step, a zero pseudo-gradient.
   const std::vector<performer::PackedBatch> empty = {Sequence(1, 1), Sequence(2, 2, {0, 1})};
-  absl::StatusOr<LocalStepsResult> nothing =
-      trainer.Run("job-000002", start, Steps({1, 1}, inner), PredictedTokens(empty), kNormalizer, Engine(&empty));
+  absl::StatusOr<LocalStepsResult> nothing = trainer.Run("job-000002", start, Steps({1, 1}, inner),
+                                                         PredictedTokens(empty), kNormalizer, Engine(&empty));
   ASSERT_TRUE(nothing.ok()) << nothing.status();
   EXPECT_EQ(nothing->steps, 0);
   EXPECT_EQ(nothing->inner_steps_total, 0);
@@ -323,8 +332,8 @@ TEST(LocalStepsTest, AFailedRoundLeavesTheLastFinishedRoundsState) {
   // Round 2's third inner step fails, after two inner steps changed the optimizer.
   int calls = 0;
   const SumGradients engine = Engine(&sequences);
-  const SumGradients cancelled_on_third = [&](const performer::PerformerModel& model, size_t begin, size_t end,
-                                              int64_t normalizer) -> absl::StatusOr<SequenceSum> {
+  const SumGradients cancelled_on_third = [&](const performer::PerformerModel& model, size_t begin,
+                                              size_t end, int64_t normalizer) -> absl::StatusOr<SequenceSum> {
     if (++calls == 3) return absl::CancelledError("the caller cancelled");
     return engine(model, begin, end, normalizer);
   };
@@ -355,11 +364,13 @@ TEST(LocalStepsTest, InMemoryAFailedRoundStartsTheInnerOptimizerAfresh) {
   ASSERT_TRUE(trainer.Run(kJob, round1, local, predicted, kNormalizer, Engine(&sequences)).ok());
   EXPECT_EQ(trainer.Run(kJob, round2, local, predicted, kNormalizer, OutOfMemory()).status().code(),
             absl::StatusCode::kResourceExhausted);
-  absl::StatusOr<LocalStepsResult> got = trainer.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
+  absl::StatusOr<LocalStepsResult> got =
+      trainer.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->inner_steps_total, 2);
   LocalStepsTrainer fresh("");
-  absl::StatusOr<LocalStepsResult> want = fresh.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
+  absl::StatusOr<LocalStepsResult> want =
+      fresh.Run(kJob, round2, local, predicted, kNormalizer, Engine(&sequences));
   ASSERT_TRUE(want.ok()) << want.status();
   EXPECT_LT(MaxAbsDifference(got->sum.gradient, want->sum.gradient), 1e-13);
 }

@@ -55,7 +55,8 @@ std::vector<performer::PackedBatch> Shard() {
 
 std::vector<int64_t> PredictedTokens(const std::vector<performer::PackedBatch>& sequences) {
   std::vector<int64_t> predicted;
-  for (const performer::PackedBatch& batch : sequences) predicted.push_back(performer::PredictedTokenCount(batch));
+  for (const performer::PackedBatch& batch : sequences)
+    predicted.push_back(performer::PredictedTokenCount(batch));
   return predicted;
 }
 
@@ -75,7 +76,8 @@ SumGradients Engine(const std::vector<performer::PackedBatch>* sequences, int* c
     for (size_t i = begin; i < end; ++i) {
       const performer::PackedBatch& batch = (*sequences)[i];
       if (performer::PredictedTokenCount(batch) == 0) continue;
-      absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(model, batch, FullPlan(), options);
+      absl::StatusOr<performer::GradientResult> result =
+          performer::ComputeGradient(model, batch, FullPlan(), options);
       if (!result.ok()) return result.status();
       if (total.gradient.empty()) {
         total.gradient = std::move(result->gradients);
@@ -209,7 +211,8 @@ void ExpectSendsItsEncoding(const LocalStepsResult& result, const performer::Per
     const int64_t numel = start.parameters()[i].numel();
     EXPECT_EQ(encoded.compression, compression) << start.names()[i];
     EXPECT_EQ(encoded.shape, start.parameters()[i].sizes().vec()) << start.names()[i];
-    EXPECT_EQ(static_cast<int64_t>(encoded.data.size()), numel * performer::CompressedElementBytes(compression))
+    EXPECT_EQ(static_cast<int64_t>(encoded.data.size()),
+              numel * performer::CompressedElementBytes(compression))
         << start.names()[i];
     EXPECT_EQ(static_cast<int64_t>(encoded.scales.size()),
               compression == v1::COMPRESSION_INT8

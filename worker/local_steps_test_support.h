@@ -19,11 +19,11 @@
 #ifndef SLIMFIT_WORKER_LOCAL_STEPS_TEST_SUPPORT_H_
 #define SLIMFIT_WORKER_LOCAL_STEPS_TEST_SUPPORT_H_
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "performer/model_config.h"
 #include "performer/packed_batch.h"

@@ -1,18 +1,18 @@
 #include "worker/parameter_cache.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
-#include <c10/util/Exception.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "planner/plan_proto.h"
 #include "base/log.h"
 #include "performer/tensor_chunks.h"
 #include "performer/tensor_codec.h"
+#include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
 
 namespace slimfit::worker {
@@ -27,9 +27,8 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
 // `status` with `code` and `prefix` before its message; payloads (the ErrorDetail) kept.
 absl::Status Rewrap(const absl::Status& status, absl::StatusCode code, absl::string_view prefix) {
   absl::Status result(code, absl::StrCat(prefix, status.message()));
-  status.ForEachPayload([&](absl::string_view type_url, const absl::Cord& payload) {
-    result.SetPayload(type_url, payload);
-  });
+  status.ForEachPayload(
+      [&](absl::string_view type_url, const absl::Cord& payload) { result.SetPayload(type_url, payload); });
   return result;
 }
 
@@ -46,7 +45,8 @@ absl::Status MapFetchError(const absl::Status& status, absl::string_view what) {
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kCancelled:
     case absl::StatusCode::kResourceExhausted:
-      return Rewrap(status, absl::StatusCode::kUnavailable, absl::StrCat(prefix, "coordinator unavailable: "));
+      return Rewrap(status, absl::StatusCode::kUnavailable,
+                    absl::StrCat(prefix, "coordinator unavailable: "));
     case absl::StatusCode::kUnauthenticated:
     case absl::StatusCode::kPermissionDenied:
       return Rewrap(status, absl::StatusCode::kFailedPrecondition,
@@ -65,7 +65,8 @@ absl::StatusOr<std::vector<performer::TensorSpec>> CheckManifest(const v1::Param
     return absl::InternalError(absl::StrCat("the manifest is for job ", manifest.job_id(), " version ",
                                             manifest.parameter_version()));
   }
-  absl::StatusOr<performer::ModelConfig> parsed = planner::ModelConfigFromProto(manifest.config(), "manifest.config");
+  absl::StatusOr<performer::ModelConfig> parsed =
+      planner::ModelConfigFromProto(manifest.config(), "manifest.config");
   if (!parsed.ok()) return absl::InternalError(parsed.status().message());
   absl::StatusOr<performer::DType> parsed_dtype = planner::DTypeFromProto(manifest.dtype(), "manifest.dtype");
   if (!parsed_dtype.ok()) return absl::InternalError(parsed_dtype.status().message());
@@ -75,8 +76,9 @@ absl::StatusOr<std::vector<performer::TensorSpec>> CheckManifest(const v1::Param
   const std::vector<std::string> names = performer::ParameterNames(*config);
   const std::vector<std::vector<int64_t>> shapes = performer::ParameterShapes(*config);
   if (manifest.tensors_size() != static_cast<int>(names.size())) {
-    return absl::InternalError(absl::StrCat("the manifest lists ", manifest.tensors_size(), " tensors; a model with ",
-                                            config->DebugString(), " has ", names.size()));
+    return absl::InternalError(absl::StrCat("the manifest lists ", manifest.tensors_size(),
+                                            " tensors; a model with ", config->DebugString(), " has ",
+                                            names.size()));
   }
   std::vector<performer::TensorSpec> specs;
   int64_t total_bytes = 0;
@@ -85,10 +87,10 @@ absl::StatusOr<std::vector<performer::TensorSpec>> CheckManifest(const v1::Param
     const v1::TensorInfo want = performer::ToTensorInfo({names[i], shapes[i]}, *dtype);
     if (info.name() != want.name() || ShapeString(info.shape()) != ShapeString(want.shape()) ||
         info.dtype() != want.dtype() || info.bytes() != want.bytes()) {
-      return absl::InternalError(absl::StrCat("manifest tensor ", i, " is \"", info.name(), "\" ",
-                                              ShapeString(info.shape()), " (", info.bytes(), " bytes); the config ",
-                                              "needs \"", want.name(), "\" ", ShapeString(want.shape()), " (",
-                                              want.bytes(), " bytes) in ", performer::DTypeName(*dtype)));
+      return absl::InternalError(absl::StrCat(
+          "manifest tensor ", i, " is \"", info.name(), "\" ", ShapeString(info.shape()), " (", info.bytes(),
+          " bytes); the config ", "needs \"", want.name(), "\" ", ShapeString(want.shape()), " (",
+          want.bytes(), " bytes) in ", performer::DTypeName(*dtype)));
     }
     total_bytes += info.bytes();
     specs.push_back({names[i], shapes[i]});
@@ -111,7 +113,8 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(
   const absl::Duration timeout =
       std::max(absl::ZeroDuration(), std::min(options_.fetch_timeout, deadline - absl::Now()));
   std::unique_ptr<grpc::ClientContext> context =
-      rpc::MakeClientContext(options_.identity->BearerForCoordinator(), std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+      rpc::MakeClientContext(options_.identity->BearerForCoordinator(),
+                             std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
   v1::FetchParametersRequest request;
   request.set_job_id(job_id);
   request.set_parameter_version(version);
@@ -129,7 +132,8 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(
   v1::FetchParametersResponse message;
   if (!reader->Read(&message)) {
     const grpc::Status finished = reader->Finish();
-    if (finished.ok()) return absl::InternalError(absl::StrCat(what, ": the stream ended before the manifest"));
+    if (finished.ok())
+      return absl::InternalError(absl::StrCat(what, ": the stream ended before the manifest"));
     return MapFetchError(rpc::FromGrpcStatus(finished, "FetchParameters", context.get()), what);
   }
   if (!message.has_manifest()) return abandon(absl::InternalError("the first message is not a manifest"));
@@ -142,33 +146,39 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(
   const v1::ParameterManifest manifest = message.manifest();  // `message` is reused for the chunks
   const bool delta = manifest.base_version() != 0;
   if (delta && (base == nullptr || manifest.base_version() != base_version || base->dtype() != dtype)) {
-    return abandon(absl::InternalError(absl::StrCat("the manifest is relative to version ", manifest.base_version(),
-                                                    ", which this worker did not offer")));
+    return abandon(
+        absl::InternalError(absl::StrCat("the manifest is relative to version ", manifest.base_version(),
+                                         ", which this worker did not offer")));
   }
   // Or, for a job that trains a subset of the parameters, only those tensors' new values.
   const bool partial = manifest.sent_tensors_size() > 0;
-  if (partial && !delta) return abandon(absl::InternalError("the manifest sends some tensors but names no base"));
+  if (partial && !delta)
+    return abandon(absl::InternalError("the manifest sends some tensors but names no base"));
   if ((delta && !partial) != performer::IsCompressed(manifest.compression()) ||
       !v1::Compression_IsValid(manifest.compression())) {
-    return abandon(absl::InternalError(absl::StrCat("the manifest's compression ",
-                                                    v1::Compression_Name(manifest.compression()), " does not go with ",
-                                                    partial ? "tensors sent whole" : delta ? "a difference" : "whole parameters")));
+    return abandon(absl::InternalError(absl::StrCat(
+        "the manifest's compression ", v1::Compression_Name(manifest.compression()), " does not go with ",
+        partial ? "tensors sent whole"
+        : delta ? "a difference"
+                : "whole parameters")));
   }
   const std::vector<performer::TensorSpec> expected = *specs;
   std::vector<performer::TensorSpec> sent;
   for (int i = 0; i < manifest.sent_tensors_size(); ++i) {
     const int index = manifest.sent_tensors(i);
-    if (index < 0 || static_cast<size_t>(index) >= expected.size() || (i > 0 && index <= manifest.sent_tensors(i - 1))) {
+    if (index < 0 || static_cast<size_t>(index) >= expected.size() ||
+        (i > 0 && index <= manifest.sent_tensors(i - 1))) {
       return abandon(absl::InternalError(absl::StrCat("sent_tensors entry ", i, " = ", index,
-                                                      " is out of order or outside the manifest's ", expected.size(),
-                                                      " tensors")));
+                                                      " is out of order or outside the manifest's ",
+                                                      expected.size(), " tensors")));
     }
     sent.push_back(expected[static_cast<size_t>(index)]);
   }
   performer::TensorAssembler assembler(partial ? sent : *std::move(specs), dtype,
                                        absl::StrCat("parameters of job ", job_id), manifest.compression());
   while (reader->Read(&message)) {
-    if (!message.has_chunk()) return abandon(absl::InternalError("a message after the manifest is not a chunk"));
+    if (!message.has_chunk())
+      return abandon(absl::InternalError("a message after the manifest is not a chunk"));
     if (absl::Status s = assembler.Add(message.chunk()); !s.ok()) return abandon(s);
   }
   if (const grpc::Status finished = reader->Finish(); !finished.ok()) {
@@ -185,9 +195,11 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Fetch(
     const std::map<std::string, at::Tensor> held = base->StateDict();
     for (size_t i = 0; i < expected.size(); ++i) {
       auto it = held.find(expected[i].name);
-      if (it == held.end()) return absl::InternalError(absl::StrCat(what, ": the base lacks ", expected[i].name));
+      if (it == held.end())
+        return absl::InternalError(absl::StrCat(what, ": the base lacks ", expected[i].name));
       absl::StatusOr<at::Tensor> sum = performer::AddDifference(it->second, (*tensors)[i]);
-      if (!sum.ok()) return absl::InternalError(absl::StrCat(what, ": ", expected[i].name, ": ", sum.status().message()));
+      if (!sum.ok())
+        return absl::InternalError(absl::StrCat(what, ": ", expected[i].name, ": ", sum.status().message()));
       named.emplace(expected[i].name, *std::move(sum));
     }
   } else {
@@ -226,9 +238,8 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Get(const 
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it == entries_.end()) {
-      for (auto held = entries_.lower_bound(Key(job_id, 0)); held != entries_.end() && held->first.first == job_id &&
-                                                             held->first.second < version;
-           ++held) {
+      for (auto held = entries_.lower_bound(Key(job_id, 0));
+           held != entries_.end() && held->first.first == job_id && held->first.second < version; ++held) {
         if (!held->second->done || !held->second->status.ok()) continue;
         base_version = held->first.second;
         base_model = held->second->models.at(held->second->dtype);
@@ -259,10 +270,11 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Get(const 
       // LibTorch allocation failures (c10::Error) and std::bad_alloc: the entry must still finish,
       // or every later Get of this version would wait forever.
       const std::string what = e.what();
-      model = absl::StrContains(what, "alloc") || absl::StrContains(what, "memory")
-                  ? absl::ResourceExhaustedError(absl::StrCat("fetching job ", job_id, " version ", version,
-                                                              ": out of memory: ", what))
-                  : absl::InternalError(absl::StrCat("fetching job ", job_id, " version ", version, ": ", what));
+      model =
+          absl::StrContains(what, "alloc") || absl::StrContains(what, "memory")
+              ? absl::ResourceExhaustedError(
+                    absl::StrCat("fetching job ", job_id, " version ", version, ": out of memory: ", what))
+              : absl::InternalError(absl::StrCat("fetching job ", job_id, " version ", version, ": ", what));
     }
     absl::MutexLock lock(&mu_);
     entry->done = true;
@@ -303,7 +315,8 @@ absl::StatusOr<std::shared_ptr<const PerformerModel>> ParameterCache::Get(const 
 void ParameterCache::KeepLatest(const std::string& job_id) {
   uint64_t latest = 0;
   bool any = false;
-  for (auto it = entries_.lower_bound(Key(job_id, 0)); it != entries_.end() && it->first.first == job_id; ++it) {
+  for (auto it = entries_.lower_bound(Key(job_id, 0)); it != entries_.end() && it->first.first == job_id;
+       ++it) {
     if (it->second->done) {
       latest = it->first.second;  // keys are ordered by version
       any = true;

@@ -36,13 +36,13 @@
 #ifndef SLIMFIT_WORKER_PARAMETER_CACHE_H_
 #define SLIMFIT_WORKER_PARAMETER_CACHE_H_
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
-
-#include <c10/core/Device.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -102,8 +102,8 @@ class ParameterCache {
 
  private:
   struct Entry {
-    bool done = false;      // the fetch finished (see status)
-    absl::Status status;    // of the fetch, once done
+    bool done = false;                                    // the fetch finished (see status)
+    absl::Status status;                                  // of the fetch, once done
     performer::DType dtype = performer::DType::kFloat32;  // the manifest's
     std::map<performer::DType, std::shared_ptr<const performer::PerformerModel>> models;
   };

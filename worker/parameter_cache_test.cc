@@ -1,11 +1,11 @@
 #include "worker/parameter_cache.h"
 
+#include <ATen/ATen.h>
+
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -36,7 +36,8 @@ performer::ModelConfig TinyConfig() {
 }
 
 performer::PerformerModel MakeModel(uint64_t seed, performer::DType dtype = performer::DType::kFloat32) {
-  absl::StatusOr<performer::PerformerModel> model = performer::PerformerModel::Create(TinyConfig(), dtype, at::kCPU, seed);
+  absl::StatusOr<performer::PerformerModel> model =
+      performer::PerformerModel::Create(TinyConfig(), dtype, at::kCPU, seed);
   EXPECT_TRUE(model.ok()) << model.status();
   return *std::move(model);
 }
@@ -68,7 +69,8 @@ void ExpectBitIdentical(const performer::PerformerModel& got, const std::vector<
     EXPECT_EQ(got.parameters()[i].scalar_type(), want[i].scalar_type()) << got.names()[i];
     EXPECT_TRUE(at::equal(got.parameters()[i].cpu(), want[i])) << got.names()[i];
   }
-  EXPECT_EQ(performer::TensorsSha256(got.parameters()).value_or("got"), performer::TensorsSha256(want).value_or("want"));
+  EXPECT_EQ(performer::TensorsSha256(got.parameters()).value_or("got"),
+            performer::TensorsSha256(want).value_or("want"));
 }
 
 bool SameValues(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
@@ -327,12 +329,11 @@ TEST_F(ParameterCacheTest, AWorkerWithoutTheBaseGetsTheWholeParameters) {
   coordinator_.Publish("job-1", 1, first);
   std::unique_ptr<ParameterCache> holds_first = MakeCache();
   ASSERT_TRUE(holds_first->Get("job-1", 1, performer::DType::kFloat32).ok());
-  absl::StatusOr<std::vector<at::Tensor>> second =
-      coordinator_.PublishDifference("job-1", 2, Moved(first.parameters(), 2, performer::DType::kFloat32),
-                                     v1::COMPRESSION_INT8);
+  absl::StatusOr<std::vector<at::Tensor>> second = coordinator_.PublishDifference(
+      "job-1", 2, Moved(first.parameters(), 2, performer::DType::kFloat32), v1::COMPRESSION_INT8);
   ASSERT_TRUE(second.ok()) << second.status();
-  absl::StatusOr<std::vector<at::Tensor>> third =
-      coordinator_.PublishDifference("job-1", 3, Moved(*second, 3, performer::DType::kFloat32), v1::COMPRESSION_INT8);
+  absl::StatusOr<std::vector<at::Tensor>> third = coordinator_.PublishDifference(
+      "job-1", 3, Moved(*second, 3, performer::DType::kFloat32), v1::COMPRESSION_INT8);
   ASSERT_TRUE(third.ok()) << third.status();
   RecordServedBases();
 
@@ -395,7 +396,8 @@ TEST_F(ParameterCacheTest, AManifestThatIsNoAnswerToTheOfferIsRefused) {
   auto refused = empty->Get("job-1", 2, performer::DType::kFloat32);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInternal) << refused.status();
   EXPECT_THAT(refused.status().message(), HasSubstr("job job-1 version 2"));
-  EXPECT_THAT(refused.status().message(), HasSubstr("relative to version 1, which this worker did not offer"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("relative to version 1, which this worker did not offer"));
   EXPECT_THAT(coordinator_.FetchBaseVersions("job-1", 2), ElementsAre(0u));  // no second fetch
   EXPECT_TRUE(empty->CachedVersions().empty());
 
@@ -403,7 +405,8 @@ TEST_F(ParameterCacheTest, AManifestThatIsNoAnswerToTheOfferIsRefused) {
   coordinator_.SetManifestHook([](v1::ParameterManifest* m) { m->set_base_version(7); });
   refused = holds_first->Get("job-1", 2, performer::DType::kFloat32);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInternal) << refused.status();
-  EXPECT_THAT(refused.status().message(), HasSubstr("relative to version 7, which this worker did not offer"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("relative to version 7, which this worker did not offer"));
 
   // A difference that claims to be exact, and whole parameters that claim an encoding.
   coordinator_.SetManifestHook([](v1::ParameterManifest* m) { m->set_compression(v1::COMPRESSION_NONE); });

@@ -19,12 +19,14 @@ absl::StatusOr<planner::PlanSearchRequest> ValidatePlanRequest(const v1::PlanReq
   search.workload.seq_len = request.sequence_length();
   search.workload.documents = request.has_documents() ? request.documents() : 1;
   if (search.workload.documents < 1 || search.workload.documents > search.workload.seq_len) {
-    return InvalidField("documents", absl::StrCat("must be between 1 and sequence_length ", search.workload.seq_len,
-                                                  ", got ", request.documents()));
+    return InvalidField("documents", absl::StrCat("must be between 1 and sequence_length ",
+                                                  search.workload.seq_len, ", got ", request.documents()));
   }
-  search.memory_budget_bytes = request.has_memory_budget_bytes() ? request.memory_budget_bytes() : worker_budget_bytes;
+  search.memory_budget_bytes =
+      request.has_memory_budget_bytes() ? request.memory_budget_bytes() : worker_budget_bytes;
   if (search.memory_budget_bytes <= 0) {
-    return InvalidField("memory_budget_bytes", absl::StrCat("must be > 0, got ", request.memory_budget_bytes()));
+    return InvalidField("memory_budget_bytes",
+                        absl::StrCat("must be > 0, got ", request.memory_budget_bytes()));
   }
   if (request.has_objective() && !v1::Objective_IsValid(request.objective())) {
     return InvalidField("objective", absl::StrCat("unknown value ", request.objective()));

@@ -26,7 +26,7 @@ namespace slimfit::worker {
 // sequence length or document count below 1, a budget ≤ 0, an unknown objective or dtype, a
 // margin outside [0, 1). The search itself checks the workload further (e.g. its length bound).
 [[nodiscard]] absl::StatusOr<planner::PlanSearchRequest> ValidatePlanRequest(const v1::PlanRequest& request,
-                                                                            int64_t worker_budget_bytes);
+                                                                             int64_t worker_budget_bytes);
 
 }  // namespace slimfit::worker
 

@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/sha256.h"
 #include "performer/trainer.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
-#include "base/sha256.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
 
@@ -27,8 +27,8 @@ absl::Status WithField(const absl::Status& status, absl::string_view field) {
 // sequences `tokens` carries. The shard's sequence count, or INVALID_ARGUMENT naming the field.
 absl::StatusOr<int64_t> ValidateLocalData(const v1::ComputeGradientRequest& request, int64_t token_sequences,
                                           int width) {
-  const int64_t most = std::max<int64_t>(1, v1::LIMIT_MAX_CHUNK_BYTES / (static_cast<int64_t>(width) *
-                                                                        request.sequence_length()));
+  const int64_t most = std::max<int64_t>(
+      1, v1::LIMIT_MAX_CHUNK_BYTES / (static_cast<int64_t>(width) * request.sequence_length()));
   const bool whole_shard = request.local_data_size() == 1 && token_sequences == 0;
   int64_t total = token_sequences;
   for (int e = 0; e < request.local_data_size(); ++e) {
@@ -45,13 +45,15 @@ absl::StatusOr<int64_t> ValidateLocalData(const v1::ComputeGradientRequest& requ
     if (local.sequences_size() < 1) return InvalidField(field + ".sequences", "empty");
     for (int i = 0; i < local.sequences_size(); ++i) {
       if (local.sequences(i) < 0) {
-        return InvalidField(field + ".sequences", absl::StrCat("entry ", i, " = ", local.sequences(i), " is negative"));
+        return InvalidField(field + ".sequences",
+                            absl::StrCat("entry ", i, " = ", local.sequences(i), " is negative"));
       }
     }
     if (local.positions_size() != local.sequences_size() && !(whole_shard && local.positions_size() == 0)) {
-      return InvalidField(field + ".positions",
-                          absl::StrCat(local.positions_size(), " entries for ", local.sequences_size(),
-                                       " sequences; positions are required unless one entry is the whole shard"));
+      return InvalidField(
+          field + ".positions",
+          absl::StrCat(local.positions_size(), " entries for ", local.sequences_size(),
+                       " sequences; positions are required unless one entry is the whole shard"));
     }
     total += local.sequences_size();
   }
@@ -87,15 +89,18 @@ absl::Status InvalidField(absl::string_view field, absl::string_view message) {
 absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRequest& request) {
   if (request.job_id().empty()) return InvalidField("job_id", "required");
   if (static_cast<int64_t>(request.job_id().size()) > v1::LIMIT_MAX_NAME_BYTES) {
-    return InvalidField("job_id", absl::StrCat(request.job_id().size(), " bytes; at most ", v1::LIMIT_MAX_NAME_BYTES));
+    return InvalidField("job_id",
+                        absl::StrCat(request.job_id().size(), " bytes; at most ", v1::LIMIT_MAX_NAME_BYTES));
   }
   // Evaluation shards carry the round they follow: 0 is the evaluation before the first round.
   const int64_t first_round = request.evaluate_only() ? 0 : 1;
   if (request.round() < first_round) {
     return InvalidField("round", absl::StrCat("must be >= ", first_round, ", got ", request.round()));
   }
-  if (request.shard_id() < 0) return InvalidField("shard_id", absl::StrCat("must be >= 0, got ", request.shard_id()));
-  if (request.attempt() < 1) return InvalidField("attempt", absl::StrCat("must be >= 1, got ", request.attempt()));
+  if (request.shard_id() < 0)
+    return InvalidField("shard_id", absl::StrCat("must be >= 0, got ", request.shard_id()));
+  if (request.attempt() < 1)
+    return InvalidField("attempt", absl::StrCat("must be >= 1, got ", request.attempt()));
   if (request.parameter_version() < 1) return InvalidField("parameter_version", "must be >= 1, got 0");
   const int64_t length = request.sequence_length();
   if (length < 2) return InvalidField("sequence_length", absl::StrCat("must be >= 2, got ", length));
@@ -118,7 +123,8 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
 
   const int width = rpc::TokenWidth(request.token_encoding());
   if (width == 0) {
-    return InvalidField("token_encoding", absl::StrCat("unknown or unspecified encoding ", request.token_encoding()));
+    return InvalidField("token_encoding",
+                        absl::StrCat("unknown or unspecified encoding ", request.token_encoding()));
   }
   const int64_t bytes = static_cast<int64_t>(request.tokens().size());
   if (bytes == 0 && request.local_data_size() == 0) return InvalidField("tokens", "empty");
@@ -126,7 +132,8 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
     return InvalidField("tokens", absl::StrCat(bytes, " bytes; at most ", v1::LIMIT_MAX_CHUNK_BYTES));
   }
   if (bytes % width != 0) {
-    return InvalidField("tokens", absl::StrCat(bytes, " bytes is not a whole number of ", width, "-byte tokens"));
+    return InvalidField("tokens",
+                        absl::StrCat(bytes, " bytes is not a whole number of ", width, "-byte tokens"));
   }
   const int64_t count = bytes / width;
 
@@ -141,16 +148,17 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
                                                      ") (the shard holds ", count, " tokens)"));
     }
     if (i > 0 && start <= request.doc_starts(i - 1)) {
-      return InvalidField("doc_starts", absl::StrCat("entry ", i, " = ", start, " does not increase on entry ",
-                                                     i - 1, " = ", request.doc_starts(i - 1)));
+      return InvalidField(
+          "doc_starts", absl::StrCat("entry ", i, " = ", start, " does not increase on entry ", i - 1, " = ",
+                                     request.doc_starts(i - 1)));
     }
   }
 
   for (int i = 0; i < request.gradient_tensors_size(); ++i) {
     const int index = request.gradient_tensors(i);
     if (index < 0 || (i > 0 && index <= request.gradient_tensors(i - 1))) {
-      return InvalidField("gradient_tensors", absl::StrCat("entry ", i, " = ", index,
-                                                           " is negative or does not increase"));
+      return InvalidField("gradient_tensors",
+                          absl::StrCat("entry ", i, " = ", index, " is negative or does not increase"));
     }
   }
   if (request.gradient_tensors_size() > 0 && request.has_local_steps()) {
@@ -185,14 +193,16 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
       return InvalidField("local_steps.sequences_per_step",
                           absl::StrCat("entries sum to ", total, " sequences; the shard holds ", sequences));
     }
-    if (absl::Status optimizer = performer::ValidateOptimizer(local.inner_optimizer(), "local_steps.inner_optimizer");
+    if (absl::Status optimizer =
+            performer::ValidateOptimizer(local.inner_optimizer(), "local_steps.inner_optimizer");
         !optimizer.ok()) {
       return WithField(optimizer, "local_steps.inner_optimizer");
     }
     if (local.has_time_budget_seconds() &&
         !(local.time_budget_seconds() > 0 && std::isfinite(local.time_budget_seconds()))) {
-      return InvalidField("local_steps.time_budget_seconds",
-                          absl::StrCat("must be a positive number of seconds, got ", local.time_budget_seconds()));
+      return InvalidField(
+          "local_steps.time_budget_seconds",
+          absl::StrCat("must be a positive number of seconds, got ", local.time_budget_seconds()));
     }
     if (!v1::Compression_IsValid(local.compression())) {
       return InvalidField("local_steps.compression",
@@ -210,11 +220,13 @@ absl::StatusOr<Shard> CutShard(const v1::ComputeGradientRequest& request, int64_
                       request.sequence_length());
 }
 
-absl::StatusOr<Shard> CutLocalShard(const std::vector<int64_t>& tokens, const std::vector<int64_t>& doc_starts,
-                                    int64_t sequence_length, int64_t vocab) {
+absl::StatusOr<Shard> CutLocalShard(const std::vector<int64_t>& tokens,
+                                    const std::vector<int64_t>& doc_starts, int64_t sequence_length,
+                                    int64_t vocab) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab) {
-      return absl::FailedPreconditionError(absl::StrCat("local_data: token ", i, " of the shard = ", tokens[i],
+      return absl::FailedPreconditionError(absl::StrCat("local_data: token ", i,
+                                                        " of the shard = ", tokens[i],
                                                         " is outside the model's vocabulary of ", vocab));
     }
   }
@@ -238,7 +250,8 @@ absl::StatusOr<Shard> AssembleShard(const v1::ComputeGradientRequest& request, i
   std::vector<bool> filled(total, false);
   for (size_t e = 0; e < local.size(); ++e) {
     for (size_t i = 0; i < local[e].sequences.size(); ++i) {
-      const size_t position = static_cast<size_t>(request.local_data(static_cast<int>(e)).positions(static_cast<int>(i)));
+      const size_t position =
+          static_cast<size_t>(request.local_data(static_cast<int>(e)).positions(static_cast<int>(i)));
       shard.sequences[position] = std::move(local[e].sequences[i]);
       filled[position] = true;
     }
@@ -249,7 +262,8 @@ absl::StatusOr<Shard> AssembleShard(const v1::ComputeGradientRequest& request, i
   }
   for (const performer::PackedBatch& sequence : shard.sequences) {
     shard.tokens += static_cast<int64_t>(sequence.tokens.size());
-    shard.max_documents = std::max<int64_t>(shard.max_documents, static_cast<int64_t>(sequence.doc_starts.size()));
+    shard.max_documents =
+        std::max<int64_t>(shard.max_documents, static_cast<int64_t>(sequence.doc_starts.size()));
   }
   return shard;
 }
@@ -271,7 +285,8 @@ Shard CutSequences(const std::vector<int64_t>& tokens, const std::vector<int64_t
       if (offset > 0) batch.doc_starts.push_back(offset);
       ++doc;
     }
-    shard.max_documents = std::max<int64_t>(shard.max_documents, static_cast<int64_t>(batch.doc_starts.size()));
+    shard.max_documents =
+        std::max<int64_t>(shard.max_documents, static_cast<int64_t>(batch.doc_starts.size()));
     shard.sequences.push_back(std::move(batch));
   }
   return shard;
@@ -303,10 +318,9 @@ absl::StatusOr<BudgetCheck> CheckBudget(const performer::ModelConfig& model, con
   check.usable_bytes = UsableBytes(memory_budget_bytes);
   if (check.needed_bytes <= check.usable_bytes) return check;
 
-  std::string what =
-      running_sum ? absl::StrCat("predicted peak, with a running gradient sum over ", shard.sequences.size(),
-                                 " sequences")
-                  : "predicted peak";
+  std::string what = running_sum ? absl::StrCat("predicted peak, with a running gradient sum over ",
+                                                shard.sequences.size(), " sequences")
+                                 : "predicted peak";
   if (extra_bytes > 0) {
     absl::StrAppend(&what, ", and ", planner::HumanBytes(static_cast<double>(extra_bytes)),
                     " for the local steps' parameters and optimizer state");

@@ -67,8 +67,8 @@ struct Shard {
 // → sequences, as CutShard. FAILED_PRECONDITION ("local_data: ...") for a token id ≥ vocab: the
 // worker's own file does not fit the job's model.
 [[nodiscard]] absl::StatusOr<Shard> CutLocalShard(const std::vector<int64_t>& tokens,
-                                                  const std::vector<int64_t>& doc_starts, int64_t sequence_length,
-                                                  int64_t vocab);
+                                                  const std::vector<int64_t>& doc_starts,
+                                                  int64_t sequence_length, int64_t vocab);
 
 // The request's sequences in shard order: `local[e]` holds the sequences of local_data[e] as the
 // worker read and cut them (CutLocalShard), placed at that entry's positions, and `tokens` (CutShard)
@@ -106,8 +106,7 @@ struct BudgetCheck {
                                                       const Shard& shard, bool gradient_wanted,
                                                       int64_t memory_budget_bytes,
                                                       const planner::DeviceProfile& profile,
-                                                      absl::string_view worker_name,
-                                                      int64_t extra_bytes = 0);
+                                                      absl::string_view worker_name, int64_t extra_bytes = 0);
 
 }  // namespace slimfit::worker
 

@@ -2,12 +2,12 @@
 
 #include <string>
 
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
-#include "base/test_util.h"
 
 namespace slimfit::worker {
 namespace {
@@ -31,7 +31,7 @@ v1::ComputeGradientRequest GoodRequest() {
   request.set_tokens(std::string("abcdefghijklmnopqrs"));  // 19 tokens: sequences of 8, 8, 3
   request.add_doc_starts(0);
   request.add_doc_starts(5);
-  request.add_doc_starts(8);   // a sequence start listed explicitly
+  request.add_doc_starts(8);  // a sequence start listed explicitly
   request.add_doc_starts(10);
   request.add_doc_starts(12);
   request.add_doc_starts(17);
@@ -66,16 +66,17 @@ TEST(ShardRequestTest, EveryBadFieldIsNamed) {
       {"sequence_length", [](auto* r) { r->set_sequence_length(1); }},
       {"loss_normalizer", [](auto* r) { r->set_loss_normalizer(0); }},
       {"plan", [](auto* r) { r->clear_plan(); }},
-      {"plan", [](auto* r) { r->mutable_plan()->set_slice(9); }},                   // C > L
+      {"plan", [](auto* r) { r->mutable_plan()->set_slice(9); }},  // C > L
       {"plan", [](auto* r) { r->mutable_plan()->set_dtype(v1::DTYPE_UNSPECIFIED); }},
       {"plan", [](auto* r) { r->mutable_plan()->set_front_policy(v1::FRONT_POLICY_UNSPECIFIED); }},
       {"token_encoding", [](auto* r) { r->set_token_encoding(v1::TOKEN_ENCODING_UNSPECIFIED); }},
       {"tokens", [](auto* r) { r->clear_tokens(); }},
-      {"tokens", [](auto* r) {
+      {"tokens",
+       [](auto* r) {
          r->set_token_encoding(v1::TOKEN_ENCODING_UINT16_LE);  // 19 bytes: not whole 2-byte tokens
        }},
-      {"doc_starts", [](auto* r) { r->set_doc_starts(2, 5); }},    // not increasing
-      {"doc_starts", [](auto* r) { r->add_doc_starts(19); }},      // past the last token
+      {"doc_starts", [](auto* r) { r->set_doc_starts(2, 5); }},  // not increasing
+      {"doc_starts", [](auto* r) { r->add_doc_starts(19); }},    // past the last token
       {"doc_starts", [](auto* r) { r->set_doc_starts(0, -1); }},
   };
   for (const Case& c : cases) {
@@ -148,7 +149,8 @@ TEST(ShardRequestTest, BudgetCheckCountsTheRunningSumAndSaysTheNumbers) {
   EXPECT_EQ(roomy->needed_bytes, roomy->prediction.peak_bytes);
   EXPECT_EQ(roomy->prediction.gradient_bytes, 2 * roomy->prediction.parameter_bytes);
   EXPECT_EQ(roomy->usable_bytes, UsableBytes(64 << 20));
-  absl::StatusOr<BudgetCheck> evaluate = CheckBudget(model, plan, 8, *shard, false, 64 << 20, *profile, "w-1");
+  absl::StatusOr<BudgetCheck> evaluate =
+      CheckBudget(model, plan, 8, *shard, false, 64 << 20, *profile, "w-1");
   ASSERT_TRUE(evaluate.ok());
   EXPECT_EQ(evaluate->needed_bytes, evaluate->prediction.peak_bytes);
   EXPECT_EQ(evaluate->prediction.gradient_bytes, evaluate->prediction.parameter_bytes);
@@ -217,14 +219,17 @@ TEST(ShardRequestTest, BadLocalStepsAreNamed) {
        }},
       {"local_steps.sequences_per_step", "10001 inner steps; must be 1 to 10000",
        [](auto* r) {
-         for (int i = 0; i < v1::LIMIT_MAX_LOCAL_STEPS - 1; ++i) r->mutable_local_steps()->add_sequences_per_step(0);
+         for (int i = 0; i < v1::LIMIT_MAX_LOCAL_STEPS - 1; ++i)
+           r->mutable_local_steps()->add_sequences_per_step(0);
        }},
       {"local_steps.inner_optimizer", "local_steps.inner_optimizer.kind: ",
        [](auto* r) { r->mutable_local_steps()->mutable_inner_optimizer()->clear_adamw(); }},
       {"local_steps.inner_optimizer", "local_steps.inner_optimizer.learning_rate: ",
        [](auto* r) { r->mutable_local_steps()->mutable_inner_optimizer()->set_learning_rate(-1); }},
       {"local_steps.inner_optimizer", "local_steps.inner_optimizer.sgd.nesterov: ",
-       [](auto* r) { r->mutable_local_steps()->mutable_inner_optimizer()->mutable_sgd()->set_nesterov(true); }},
+       [](auto* r) {
+         r->mutable_local_steps()->mutable_inner_optimizer()->mutable_sgd()->set_nesterov(true);
+       }},
       // An encoding from a newer protocol (or garbage) this worker cannot produce.
       {"local_steps.compression", "unknown encoding 99",
        [](auto* r) { r->mutable_local_steps()->set_compression(static_cast<v1::Compression>(99)); }},
@@ -242,13 +247,15 @@ TEST(ShardRequestTest, BadLocalStepsAreNamed) {
   }
   // Exactly LIMIT_MAX_LOCAL_STEPS steps are fine.
   v1::ComputeGradientRequest request = LocalStepsRequest();
-  for (int i = 0; i < v1::LIMIT_MAX_LOCAL_STEPS - 2; ++i) request.mutable_local_steps()->add_sequences_per_step(0);
+  for (int i = 0; i < v1::LIMIT_MAX_LOCAL_STEPS - 2; ++i)
+    request.mutable_local_steps()->add_sequences_per_step(0);
   EXPECT_TRUE(ValidateShardRequest(request).ok()) << ValidateShardRequest(request).status();
 }
 
 TEST(ShardRequestTest, EveryKnownCompressionOfLocalStepsPasses) {
-  for (v1::Compression compression : {v1::COMPRESSION_UNSPECIFIED, v1::COMPRESSION_NONE, v1::COMPRESSION_FLOAT16,
-                                      v1::COMPRESSION_BFLOAT16, v1::COMPRESSION_INT8}) {
+  for (v1::Compression compression :
+       {v1::COMPRESSION_UNSPECIFIED, v1::COMPRESSION_NONE, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16,
+        v1::COMPRESSION_INT8}) {
     v1::ComputeGradientRequest request = LocalStepsRequest();
     request.mutable_local_steps()->set_compression(compression);
     absl::StatusOr<performer::Plan> plan = ValidateShardRequest(request);
@@ -277,14 +284,16 @@ TEST(ShardRequestTest, BudgetCheckAddsTheLocalStepsBytes) {
   ASSERT_GT(slack, 0);
 
   // Extra bytes that still fit are counted in needed_bytes, the prediction itself unchanged.
-  absl::StatusOr<BudgetCheck> fits = CheckBudget(model, plan, 8, *shard, true, budget, *profile, "w-1", slack);
+  absl::StatusOr<BudgetCheck> fits =
+      CheckBudget(model, plan, 8, *shard, true, budget, *profile, "w-1", slack);
   ASSERT_TRUE(fits.ok()) << fits.status();
   EXPECT_EQ(fits->needed_bytes, alone->needed_bytes + slack);
   EXPECT_EQ(fits->needed_bytes, fits->usable_bytes);
   EXPECT_EQ(fits->prediction.peak_bytes, alone->prediction.peak_bytes);
 
   // One byte more and the plan that fits alone is over the budget.
-  absl::StatusOr<BudgetCheck> over = CheckBudget(model, plan, 8, *shard, true, budget, *profile, "w-1", slack + 1);
+  absl::StatusOr<BudgetCheck> over =
+      CheckBudget(model, plan, 8, *shard, true, budget, *profile, "w-1", slack + 1);
   ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
   EXPECT_THAT(std::string(over.status().message()), StartsWith("plan needs "));
   EXPECT_THAT(over.status().message(), HasSubstr("for the local steps' parameters and optimizer state"));
@@ -369,7 +378,8 @@ TEST(ShardRequestTest, LocalDataEntriesAreCheckedFieldByField) {
       {"local_data[1].sha256", "the same dataset as local_data[0]",
        [](auto* r) { r->mutable_local_data(1)->set_sha256(std::string(64, 'a')); }},
       {"local_data[1].sequences", "empty", [](auto* r) { r->mutable_local_data(1)->clear_sequences(); }},
-      {"local_data[0].sequences", "entry 1 = -1 is negative", [](auto* r) { r->mutable_local_data(0)->set_sequences(1, -1); }},
+      {"local_data[0].sequences", "entry 1 = -1 is negative",
+       [](auto* r) { r->mutable_local_data(0)->set_sequences(1, -1); }},
       {"local_data[0].positions", "positions are required",
        [](auto* r) { r->mutable_local_data(0)->clear_positions(); }},
       {"local_data[1].positions", "entry 0 = 4 is outside [0, 6) or taken",
@@ -400,7 +410,8 @@ TEST(ShardRequestTest, LocalDataEntriesAreCheckedFieldByField) {
   stepped.mutable_local_steps()->mutable_inner_optimizer()->set_learning_rate(0.1);
   EXPECT_TRUE(ValidateShardRequest(stepped).ok()) << ValidateShardRequest(stepped).status();
   stepped.mutable_local_steps()->set_sequences_per_step(1, 2);
-  EXPECT_THAT(ValidateShardRequest(stepped).status().message(), HasSubstr("sum to 5 sequences; the shard holds 6"));
+  EXPECT_THAT(ValidateShardRequest(stepped).status().message(),
+              HasSubstr("sum to 5 sequences; the shard holds 6"));
 }
 
 }  // namespace

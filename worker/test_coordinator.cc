@@ -1,17 +1,16 @@
 #include "worker/test_coordinator.h"
 
-#include "base/secrets.h"
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "planner/plan_proto.h"
+#include "base/secrets.h"
 #include "performer/tensor_chunks.h"
+#include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
 
 namespace slimfit::worker {
 
-void TestCoordinator::Publish(const std::string& job_id, uint64_t version, const performer::PerformerModel& model,
-                              uint64_t feature_seed) {
+void TestCoordinator::Publish(const std::string& job_id, uint64_t version,
+                              const performer::PerformerModel& model, uint64_t feature_seed) {
   Published published;
   published.version = version;
   v1::ParameterManifest& manifest = published.manifest;
@@ -23,9 +22,8 @@ void TestCoordinator::Publish(const std::string& job_id, uint64_t version, const
   int64_t total = 0;
   for (size_t i = 0; i < model.names().size(); ++i) {
     const at::Tensor& p = model.parameters()[i];
-    *manifest.add_tensors() =
-        performer::ToTensorInfo({model.names()[i], std::vector<int64_t>(p.sizes().begin(), p.sizes().end())},
-                                model.dtype());
+    *manifest.add_tensors() = performer::ToTensorInfo(
+        {model.names()[i], std::vector<int64_t>(p.sizes().begin(), p.sizes().end())}, model.dtype());
     total += manifest.tensors(static_cast<int>(i)).bytes();
     published.names.push_back(model.names()[i]);
     published.tensors.push_back(p.detach().to(at::kCPU).clone());
@@ -35,17 +33,16 @@ void TestCoordinator::Publish(const std::string& job_id, uint64_t version, const
   jobs_[job_id] = std::move(published);
 }
 
-absl::StatusOr<std::vector<at::Tensor>> TestCoordinator::PublishDifference(const std::string& job_id,
-                                                                           uint64_t version,
-                                                                           const performer::PerformerModel& model,
-                                                                           v1::Compression compression,
-                                                                           DifferenceOptions difference_options) {
+absl::StatusOr<std::vector<at::Tensor>> TestCoordinator::PublishDifference(
+    const std::string& job_id, uint64_t version, const performer::PerformerModel& model,
+    v1::Compression compression, DifferenceOptions difference_options) {
   Published published;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("job ", job_id, " has no version to be a difference to"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("job ", job_id, " has no version to be a difference to"));
     }
     published = it->second;
   }
@@ -183,7 +180,8 @@ std::string TestCoordinator::CoordinatorToken(const std::string& worker_id) cons
 grpc::Status TestCoordinator::CheckIncarnation(const std::string& worker_id, uint64_t incarnation) const {
   auto it = incarnations_.find(worker_id);
   if (it == incarnations_.end() || live_.count(worker_id) == 0) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("worker ", worker_id, " is not registered"));
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("worker ", worker_id, " is not registered"));
   }
   if (incarnation != it->second) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -193,7 +191,8 @@ grpc::Status TestCoordinator::CheckIncarnation(const std::string& worker_id, uin
   return grpc::Status::OK;
 }
 
-grpc::Status TestCoordinator::RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
+grpc::Status TestCoordinator::RegisterWorker(grpc::ServerContext* context,
+                                             const v1::RegisterWorkerRequest* request,
                                              v1::RegisterWorkerResponse* response) {
   absl::MutexLock lock(&mu_);
   if (unavailable_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
@@ -215,7 +214,8 @@ grpc::Status TestCoordinator::RegisterWorker(grpc::ServerContext* context, const
       return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "a worker registers only as itself");
     }
     if (incarnations_.count(id) == 0) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("worker ", id, " is unknown: join again"));
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("worker ", id, " is unknown: join again"));
     }
   }
   response->set_worker_id(id);
@@ -258,7 +258,8 @@ grpc::Status TestCoordinator::DeregisterWorker(grpc::ServerContext* context,
   return CheckIncarnation(request->worker_id(), request->incarnation());
 }
 
-grpc::Status TestCoordinator::FetchParameters(grpc::ServerContext* context, const v1::FetchParametersRequest* request,
+grpc::Status TestCoordinator::FetchParameters(grpc::ServerContext* context,
+                                              const v1::FetchParametersRequest* request,
                                               grpc::ServerWriter<v1::FetchParametersResponse>* writer) {
   {
     absl::MutexLock lock(&mu_);
@@ -277,7 +278,8 @@ grpc::Status TestCoordinator::FetchParameters(grpc::ServerContext* context, cons
     if (unavailable_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
     auto it = jobs_.find(request->job_id());
     if (it == jobs_.end()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("job ", request->job_id(), " is unknown"));
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("job ", request->job_id(), " is unknown"));
     }
     if (finished_.count(request->job_id()) > 0) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -287,9 +289,10 @@ grpc::Status TestCoordinator::FetchParameters(grpc::ServerContext* context, cons
       v1::ErrorDetail detail;
       detail.set_current_parameter_version(it->second.version);
       context->AddTrailingMetadata(rpc::kErrorDetailKey, detail.SerializeAsString());
-      return grpc::Status(grpc::StatusCode::ABORTED,
-                          absl::StrCat("parameter version ", request->parameter_version(), " of job ",
-                                       request->job_id(), " is stale; the current version is ", it->second.version));
+      return grpc::Status(
+          grpc::StatusCode::ABORTED,
+          absl::StrCat("parameter version ", request->parameter_version(), " of job ", request->job_id(),
+                       " is stale; the current version is ", it->second.version));
     }
     if (request->parameter_version() > it->second.version) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
@@ -300,8 +303,8 @@ grpc::Status TestCoordinator::FetchParameters(grpc::ServerContext* context, cons
   }
   if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
   // The difference to the version the worker holds, where it holds the published one's base.
-  const bool difference = published.base_version != 0 &&
-                          (published.ignore_request_base || request->base_version() == published.base_version);
+  const bool difference = published.base_version != 0 && (published.ignore_request_base ||
+                                                          request->base_version() == published.base_version);
   if (difference) {
     published.manifest.set_base_version(published.base_version);
     published.manifest.set_compression(published.compression);
@@ -318,10 +321,10 @@ grpc::Status TestCoordinator::FetchParameters(grpc::ServerContext* context, cons
     *response.mutable_chunk() = chunk;
     return writer->Write(response);
   };
-  absl::Status streamed =
-      difference
-          ? performer::ChunkEncoded(published.names, published.difference, dtype, emit, options_.max_chunk_bytes)
-          : performer::ChunkTensors(published.names, published.tensors, dtype, emit, options_.max_chunk_bytes);
+  absl::Status streamed = difference ? performer::ChunkEncoded(published.names, published.difference, dtype,
+                                                               emit, options_.max_chunk_bytes)
+                                     : performer::ChunkTensors(published.names, published.tensors, dtype,
+                                                               emit, options_.max_chunk_bytes);
   return rpc::ToGrpcStatus(streamed, context);
 }
 

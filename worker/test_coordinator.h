@@ -20,8 +20,8 @@
 // Heartbeat, DeregisterWorker and FetchParameters need a worker's credential (UNAUTHENTICATED
 // otherwise; a heartbeat for another worker's id → PERMISSION_DENIED). Requests refused as
 // UNAVAILABLE are not recorded. The client RPCs are left
-// UNIMPLEMENTED. ForgetWorkers() and LoseState() act as a coordinator that lost its records; Supersede() as another
-// process registering with the same id; SetUnavailable() as a coordinator that is restarting.
+// UNIMPLEMENTED. ForgetWorkers() and LoseState() act as a coordinator that lost its records; Supersede() as
+// another process registering with the same id; SetUnavailable() as a coordinator that is restarting.
 //
 // TestCoordinatorServer runs one on 127.0.0.1 (port 0 picks a free port; a fixed port lets a test
 // restart it where the worker expects it).
@@ -29,6 +29,9 @@
 // Thread safety: every method is safe for concurrent use.
 #ifndef SLIMFIT_WORKER_TEST_COORDINATOR_H_
 #define SLIMFIT_WORKER_TEST_COORDINATOR_H_
+
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
 
 #include <cstdint>
 #include <functional>
@@ -38,9 +41,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -156,7 +156,8 @@ class TestCoordinator final : public v1::Coordinator::Service {
 
   // The worker whose credential the call carries (UNAUTHENTICATED otherwise; PERMISSION_DENIED
   // when revoked).
-  absl::StatusOr<std::string> Caller(const grpc::ServerContext& context) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::string> Caller(const grpc::ServerContext& context) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK, or the status a heartbeat / deregistration of (id, incarnation) gets.
   grpc::Status CheckIncarnation(const std::string& worker_id, uint64_t incarnation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -172,7 +173,7 @@ class TestCoordinator final : public v1::Coordinator::Service {
   std::function<void(v1::ParameterManifest*)> manifest_hook_ ABSL_GUARDED_BY(mu_);
   bool unavailable_ ABSL_GUARDED_BY(mu_) = false;
   int next_worker_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<std::string, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // worker id → current
+  std::map<std::string, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);    // worker id → current
   std::map<std::string, std::string> credentials_ ABSL_GUARDED_BY(mu_);  // credential → worker id
   std::set<std::string> revoked_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> live_ ABSL_GUARDED_BY(mu_);  // registered since the last ForgetWorkers
@@ -194,7 +195,8 @@ class TestCoordinatorServer {
   void Shutdown();
 
  private:
-  TestCoordinatorServer(std::unique_ptr<grpc::Server> server, int port) : server_(std::move(server)), port_(port) {}
+  TestCoordinatorServer(std::unique_ptr<grpc::Server> server, int port)
+      : server_(std::move(server)), port_(port) {}
 
   std::unique_ptr<grpc::Server> server_;
   int port_;

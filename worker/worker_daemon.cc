@@ -1,5 +1,8 @@
 #include "worker/worker_daemon.h"
 
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,10 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include <c10/core/Device.h>
-#include <c10/util/Exception.h>
-#include <grpcpp/grpcpp.h>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,8 +27,8 @@
 #include "base/http_server.h"
 #include "base/log.h"
 #include "base/metrics.h"
-#include "base/process_metrics.h"
 #include "base/process_memory.h"
+#include "base/process_metrics.h"
 #include "base/service_notify.h"
 #include "base/signal_pipe.h"
 #include "performer/cpu_runtime.h"
@@ -126,7 +125,7 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
     base::LogWarning("ignoring the cached profile: ", cached.status().message());
   } else if (cached->has_value()) {
     base::LogInfo("using the profile cached in ", state.path(), " (", key.ToString(), ", calibrated ",
-                 absl::FormatTime(absl::RFC3339_sec, (*cached)->calibrated_at, absl::UTCTimeZone()), ")");
+                  absl::FormatTime(absl::RFC3339_sec, (*cached)->calibrated_at, absl::UTCTimeZone()), ")");
     return LoadedProfile{(*cached)->profile, (*cached)->calibrated_at};
   }
   base::LogInfo("calibrating ", key.ToString(), " with short probes of the engine (10 to 30 s)...");
@@ -134,7 +133,8 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
   calibration.device = options.device;
   calibration.threads = static_cast<int>(options.threads);
   calibration.dtype = kProfileDType;
-  calibration.slice_replay = options.cuda_graphs ? performer::SliceReplay::kAuto : performer::SliceReplay::kOff;
+  calibration.slice_replay =
+      options.cuda_graphs ? performer::SliceReplay::kAuto : performer::SliceReplay::kOff;
   const absl::Time start = absl::Now();
   absl::StatusOr<planner::CalibrationResult> result = planner::Calibrate(calibration);
   if (!result.ok()) {
@@ -149,8 +149,8 @@ absl::StatusOr<LoadedProfile> LoadOrCalibrate(const WorkerDaemonOptions& options
                             profile.bf16_flops_per_second / 1e9, result->bf16_call_time_ratio)
           : std::string("bfloat16 products unmeasured");
   base::LogInfo(absl::StrFormat("calibrated in %.1f s: %.2f GFLOP/s, %s, activation scale %.3f",
-                                absl::ToDoubleSeconds(calibrated_at - start), profile.flops_per_second / 1e9, bf16,
-                                profile.activation_scale));
+                                absl::ToDoubleSeconds(calibrated_at - start), profile.flops_per_second / 1e9,
+                                bf16, profile.activation_scale));
   for (const std::string& warning : result->Warnings()) base::LogWarning(warning);
   if (absl::Status s = state.StoreProfile(key, result->profile, calibrated_at); !s.ok()) {
     base::LogWarning("cannot cache the profile (the next start calibrates again): ", s.message());
@@ -215,15 +215,18 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   absl::StatusOr<std::string> credential = state->ReadCredential();
   if (!credential.ok()) return Fail(err, credential.status());
   if (credential->empty() && options.token.empty()) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "this worker has not joined yet: give the join token with --token or $", kTokenEnv)));
+    return Fail(err,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "this worker has not joined yet: give the join token with --token or $", kTokenEnv)));
   }
   // Local datasets before calibration: a bad file is reported at once.
-  absl::StatusOr<LocalDatasets> local_datasets = LocalDatasets::Load(options.local_data, options.local_data_format);
+  absl::StatusOr<LocalDatasets> local_datasets =
+      LocalDatasets::Load(options.local_data, options.local_data_format);
   if (!local_datasets.ok()) return Fail(err, local_datasets.status());
   for (const v1::LocalDataset& dataset : local_datasets->announcements()) {
     base::LogInfo("local dataset ", dataset.name(), ": ", local_datasets->PathOf(dataset.name()), ", ",
-                  dataset.tokens(), " tokens in ", dataset.documents(), " documents, sha256 ", dataset.sha256());
+                  dataset.tokens(), " tokens in ", dataset.documents(), " documents, sha256 ",
+                  dataset.sha256());
   }
   absl::StatusOr<LoadedProfile> profile = LoadOrCalibrate(options, *state);
   if (!profile.ok()) return Fail(err, profile.status());
@@ -237,8 +240,8 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   WorkerIdentity identity(options.token, *credential);
   // The coordinator is reached over TLS verified against --tls_ca, presenting our certificate.
   const bool tls_to_coordinator = tls->has_value() && !(*tls)->ca.empty();
-  std::shared_ptr<v1::Coordinator::StubInterface> coordinator = v1::Coordinator::NewStub(
-      rpc::MakeChannel(options.coordinator, rpc::ChannelCredentials(tls_to_coordinator ? *tls : std::nullopt)));
+  std::shared_ptr<v1::Coordinator::StubInterface> coordinator = v1::Coordinator::NewStub(rpc::MakeChannel(
+      options.coordinator, rpc::ChannelCredentials(tls_to_coordinator ? *tls : std::nullopt)));
   ParameterCache::Options cache_options;
   cache_options.coordinator = coordinator;
   cache_options.identity = &identity;
@@ -282,7 +285,8 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   rpc::EnableStandardServices();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequire), &port);
+  builder.AddListeningPort(options.listen, rpc::ServerCredentials(*tls, rpc::ClientCertificates::kRequire),
+                           &port);
   builder.RegisterService(&service);
   rpc::ConfigureServerKeepalive(&builder);
   rpc_metrics.Install(&builder);
@@ -309,9 +313,9 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   if (options.advertise.empty() && (host == "0.0.0.0" || host == "[::]")) {
     base::LogWarning("advertising ", advertise, ", which the coordinator cannot reach: set --advertise");
   }
-  base::LogInfo("serving on ", bound, " (advertised as ", advertise, "): device ", options.device, ", budget ",
-               planner::HumanBytes(static_cast<double>(options.memory_budget_bytes)), ", ", options.threads,
-               " thread", options.threads == 1 ? "" : "s");
+  base::LogInfo("serving on ", bound, " (advertised as ", advertise, "): device ", options.device,
+                ", budget ", planner::HumanBytes(static_cast<double>(options.memory_budget_bytes)), ", ",
+                options.threads, " thread", options.threads == 1 ? "" : "s");
   std::unique_ptr<base::HttpServer> http;
   auto stop_server = [&] {
     {
@@ -349,7 +353,8 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   link_options.identity = &identity;
   if (tls->has_value()) {
     link_options.unavailable_hint =
-        " — with TLS, check that the coordinator's --tls_ca signed this worker's certificate and that it has not "
+        " — with TLS, check that the coordinator's --tls_ca signed this worker's certificate and that it has "
+        "not "
         "expired, and that this worker's --tls_ca signed the coordinator's";
   }
   v1::RegisterWorkerRequest& registration = link_options.registration;
@@ -359,21 +364,23 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   registration.set_advertise_address(advertise);
   registration.set_threads(static_cast<int32_t>(options.threads));
   registration.set_version(kWorkerVersion);
-  for (const v1::LocalDataset& dataset : local_datasets->announcements()) *registration.add_local_datasets() = dataset;
+  for (const v1::LocalDataset& dataset : local_datasets->announcements())
+    *registration.add_local_datasets() = dataset;
   link_options.state = &*state;
   link_options.service = &service;
   link_options.cache = &cache;
   link_options.on_stop = [&shutdown](const absl::Status& status) {
     if (absl::IsPermissionDenied(status)) {
-      shutdown.Request("revoked", absl::PermissionDeniedError(
-                                      absl::StrCat("stopped serving: the coordinator refuses this worker (",
-                                                   status.message(), ")")));
+      shutdown.Request("revoked",
+                       absl::PermissionDeniedError(absl::StrCat(
+                           "stopped serving: the coordinator refuses this worker (", status.message(), ")")));
       return;
     }
-    shutdown.Request("superseded", absl::FailedPreconditionError(absl::StrCat(
-                                       "stopped serving: this worker's registration was superseded by another "
-                                       "process with the same id (",
-                                       status.message(), ")")));
+    shutdown.Request("superseded",
+                     absl::FailedPreconditionError(
+                         absl::StrCat("stopped serving: this worker's registration was superseded by another "
+                                      "process with the same id (",
+                                      status.message(), ")")));
   };
   CoordinatorLink link(link_options);
   std::atomic<bool> registered{false};
@@ -397,7 +404,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
     link.HeartbeatNow();  // report DRAINING at once
     if (!service.WaitUntilIdle(kDrainTimeout)) {
       base::LogWarning("the running shard did not finish within ", absl::FormatDuration(kDrainTimeout),
-                      ": abandoning it");
+                       ": abandoning it");
       service.CancelCurrentShard();
       service.WaitUntilIdle(absl::Seconds(10));
     }
@@ -429,7 +436,8 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
       "shards within its memory budget. The token may come from $SLIMFIT_WORKER_TOKEN instead of\n"
       "--token. SIGTERM or SIGINT: finish the running shard (up to 30 s), deregister, exit 0.");
   flags.SetInvocation("slimfit-worker");
-  flags.ConfigFile("config", "a TOML file of these flags, one `name = value` per line; the command line overrides it");
+  flags.ConfigFile("config",
+                   "a TOML file of these flags, one `name = value` per line; the command line overrides it");
   flags.String("coordinator", &o.coordinator, "the coordinator's host:port", base::FlagSet::kRequired);
   flags.String("listen", &o.listen, "host:port to serve the Worker service on; port 0 picks a free one");
   flags.String("advertise", &o.advertise,
@@ -450,16 +458,19 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
                base::FlagSet::kOptionalNoDefault);
   rpc::AddTlsFlags(flags, rpc::TlsFlagSet::kDaemon, &o.tls);
   flags.String("profile", &o.profile, "a text-format DeviceProfile to use instead of calibrating");
-  flags.String("port_file", &o.port_file, "once serving, write the bound host:port to this file (atomically)");
+  flags.String("port_file", &o.port_file,
+               "once serving, write the bound host:port to this file (atomically)");
   rpc::AddMetricsFlags(flags, "Prometheus metrics (/metrics)", &o.metrics_listen, &o.metrics_port_file);
   std::string data, data_type = "text", data_separator;
   flags.String("data", &data,
                "NAME=PATH[,NAME=PATH...]: datasets that stay on this worker; it announces their names, token "
                "and document counts and SHA-256, never their bytes");
-  flags.String("data_type", &data_type, "how --data files are read: text, uint8, uint16 or uint32 (token ids)");
-  flags.String("data_separator", &data_separator,
-               "bytes that end one document of a --data file and start the next, C escapes allowed ('\\n\\n'); "
-               "default: each file is one document");
+  flags.String("data_type", &data_type,
+               "how --data files are read: text, uint8, uint16 or uint32 (token ids)");
+  flags.String(
+      "data_separator", &data_separator,
+      "bytes that end one document of a --data file and start the next, C escapes allowed ('\\n\\n'); "
+      "default: each file is one document");
   if (absl::Status s = flags.Parse(args); !s.ok()) return s;
   if (flags.help_requested()) {
     parsed.help = true;
@@ -471,7 +482,8 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
   if (flags.IsSet("advertise")) {
     if (absl::Status s = rpc::ValidateAddress(o.advertise, "--advertise", false); !s.ok()) return s;
   }
-  if (o.memory_budget_bytes <= 0) return absl::InvalidArgumentError("--memory_budget must be more than 0 bytes");
+  if (o.memory_budget_bytes <= 0)
+    return absl::InvalidArgumentError("--memory_budget must be more than 0 bytes");
   if (o.threads < 1 || o.threads > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", o.threads, ": expected 1 to 4096"));
   }
@@ -486,8 +498,8 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
   absl::StatusOr<std::vector<LocalDataSpec>> local_data = ParseLocalDataFlag(data);
   if (!local_data.ok()) return local_data.status();
   o.local_data = *std::move(local_data);
-  absl::StatusOr<rpc::DatasetFormat> format = rpc::ParseDatasetFormat(data_type, data_separator, "data_type",
-                                                                      "data_separator");
+  absl::StatusOr<rpc::DatasetFormat> format =
+      rpc::ParseDatasetFormat(data_type, data_separator, "data_type", "data_separator");
   if (!format.ok()) return format.status();
   o.local_data_format = *std::move(format);
   if (!flags.IsSet("token") && env_token != nullptr) o.token = env_token;
@@ -506,7 +518,8 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(absl::Span<const std::string> args,
   return parsed;
 }
 
-int WorkerMain(const std::vector<std::string>& args, const char* env_token, std::ostream& out, std::ostream& err) {
+int WorkerMain(const std::vector<std::string>& args, const char* env_token, std::ostream& out,
+               std::ostream& err) {
   absl::StatusOr<ParsedFlags> parsed = ParseWorkerFlags(args, env_token);
   if (!parsed.ok()) return Fail(err, parsed.status());
   if (parsed->help) {

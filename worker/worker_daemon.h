@@ -81,7 +81,7 @@ struct WorkerDaemonOptions {
 };
 
 struct ParsedFlags {
-  bool help = false;      // --help: `help_text` is to be printed, nothing else was checked
+  bool help = false;  // --help: `help_text` is to be printed, nothing else was checked
   std::string help_text;
   WorkerDaemonOptions options;
 };
@@ -94,7 +94,8 @@ struct ParsedFlags {
 // The whole daemon: parse, start, serve until SIGTERM/SIGINT or a fatal error, shut down. Returns
 // the exit status (see the file comment). Writes --help to `out` and the one-line fatal error to
 // `err`.
-int WorkerMain(const std::vector<std::string>& args, const char* env_token, std::ostream& out, std::ostream& err);
+int WorkerMain(const std::vector<std::string>& args, const char* env_token, std::ostream& out,
+               std::ostream& err);
 
 }  // namespace slimfit::worker
 

@@ -38,9 +38,10 @@ TEST(ParseWorkerFlagsTest, DefaultsAndTokenFromTheEnvironment) {
 
 TEST(ParseWorkerFlagsTest, EveryFlag) {
   std::vector<std::string> args = Required();
-  for (const char* flag : {"--listen=0.0.0.0:7100", "--advertise=node7:7100", "--device=cuda:1", "--threads=4",
-                           "--token=flag-secret", "--profile=p.textproto", "--port_file=/tmp/port",
-                           "--tls_cert=w.pem", "--tls_key=w.key", "--tls_ca=ca.pem", "--cuda_graphs=false"}) {
+  for (const char* flag :
+       {"--listen=0.0.0.0:7100", "--advertise=node7:7100", "--device=cuda:1", "--threads=4",
+        "--token=flag-secret", "--profile=p.textproto", "--port_file=/tmp/port", "--tls_cert=w.pem",
+        "--tls_key=w.key", "--tls_ca=ca.pem", "--cuda_graphs=false"}) {
     args.push_back(flag);
   }
   absl::StatusOr<ParsedFlags> parsed = ParseWorkerFlags(args, "env-secret");
@@ -84,10 +85,10 @@ TEST(ParseWorkerFlagsTest, HelpNamesTheProgramAndEveryFlag) {
   absl::StatusOr<ParsedFlags> parsed = ParseWorkerFlags({"--help"}, nullptr);
   ASSERT_TRUE(parsed.ok());
   EXPECT_TRUE(parsed->help);
-  for (const char* flag : {"slimfit-worker", "--coordinator", "--listen", "--advertise", "--device",
-                           "--memory_budget", "--threads", "--state_dir", "--token", "--profile", "--port_file",
-                           "--tls_cert", "--tls_key", "--tls_ca", "--insecure", "--data", "--data_type",
-                           "--data_separator"}) {
+  for (const char* flag :
+       {"slimfit-worker", "--coordinator", "--listen", "--advertise", "--device", "--memory_budget",
+        "--threads", "--state_dir", "--token", "--profile", "--port_file", "--tls_cert", "--tls_key",
+        "--tls_ca", "--insecure", "--data", "--data_type", "--data_separator"}) {
     EXPECT_THAT(parsed->help_text, HasSubstr(flag));
   }
 }

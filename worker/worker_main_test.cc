@@ -4,8 +4,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/wait.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "base/files.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/files.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
-#include "base/test_util.h"
 #include "worker/test_coordinator.h"
 
 extern char** environ;
@@ -58,7 +58,8 @@ class WorkerProcess {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
     const int spawned = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     if (spawned != 0) {
@@ -110,11 +111,8 @@ class WorkerMainTest : public ::testing::Test {
   }
 
   std::vector<std::string> Args(const std::string& coordinator) const {
-    return {"--coordinator=" + coordinator,
-            "--memory_budget=256MiB",
-            "--state_dir=" + state_dir_,
-            "--profile=" + RunfilePath("client/testdata/tiny_cpu.profile"),
-            "--port_file=" + port_file_};
+    return {"--coordinator=" + coordinator, "--memory_budget=256MiB", "--state_dir=" + state_dir_,
+            "--profile=" + RunfilePath("client/testdata/tiny_cpu.profile"), "--port_file=" + port_file_};
   }
 
   std::unique_ptr<WorkerProcess> Start(const std::string& tag = "") {
@@ -273,7 +271,8 @@ TEST_F(WorkerMainTest, SupersededWorkerExitsNonZero) {
   ASSERT_TRUE(WaitForCounts(1, 1)) << worker->Stderr();
   coordinator_.Supersede("w-0001");
   EXPECT_EQ(worker->Wait(), 1) << worker->Stderr();
-  EXPECT_THAT(worker->Stderr(), HasSubstr("slimfit-worker: stopped serving: this worker's registration was superseded"));
+  EXPECT_THAT(worker->Stderr(),
+              HasSubstr("slimfit-worker: stopped serving: this worker's registration was superseded"));
   EXPECT_TRUE(coordinator_.deregistrations().empty());
 }
 
@@ -282,7 +281,8 @@ TEST_F(WorkerMainTest, RevokedWorkerStopsAndCannotComeBack) {
   ASSERT_TRUE(WaitForCounts(1, 1)) << worker->Stderr();
   coordinator_.Revoke("w-0001");
   EXPECT_EQ(worker->Wait(), 2) << worker->Stderr();
-  EXPECT_THAT(worker->Stderr(), HasSubstr("slimfit-worker: stopped serving: the coordinator refuses this worker"));
+  EXPECT_THAT(worker->Stderr(),
+              HasSubstr("slimfit-worker: stopped serving: the coordinator refuses this worker"));
   std::unique_ptr<WorkerProcess> again = Start("_again");  // same state directory, same credential
   EXPECT_EQ(again->Wait(), 2) << again->Stderr();
   EXPECT_THAT(again->Stderr(), HasSubstr("revoked"));

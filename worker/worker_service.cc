@@ -1,14 +1,15 @@
 #include "worker/worker_service.h"
 
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <utility>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <c10/util/Exception.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/log.h"
 #include "performer/gradient_engine.h"
 #include "performer/memory_tracker.h"
 #include "performer/tensor_chunks.h"
@@ -16,7 +17,6 @@
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
-#include "base/log.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
 #include "worker/plan_request.h"
@@ -29,7 +29,8 @@ namespace {
 // when the caller set none.
 absl::Time CallDeadline(const grpc::ServerContext& context) {
   const std::chrono::system_clock::time_point deadline = context.deadline();
-  if (deadline >= std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) return absl::InfiniteFuture();
+  if (deadline >= std::chrono::system_clock::now() + std::chrono::hours(24 * 365))
+    return absl::InfiniteFuture();
   return absl::FromChrono(deadline);
 }
 
@@ -117,28 +118,32 @@ bool WorkerService::WaitUntilIdle(absl::Duration timeout) {
 
 void WorkerService::CancelCurrentShard() { abandon_.store(true); }
 
-absl::StatusOr<Shard> WorkerService::CutRequestShard(const v1::ComputeGradientRequest& request, int64_t vocab) {
+absl::StatusOr<Shard> WorkerService::CutRequestShard(const v1::ComputeGradientRequest& request,
+                                                     int64_t vocab) {
   if (request.local_data_size() > 0 && options_.local_data == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", WorkerName(), " holds no datasets of its own (started without --data)"));
   }
   std::vector<Shard> local;
   for (const v1::LocalDataShard& entry : request.local_data()) {
-    absl::StatusOr<LocalDataReader::Sequences> read = options_.local_data->Read(entry, request.sequence_length());
+    absl::StatusOr<LocalDataReader::Sequences> read =
+        options_.local_data->Read(entry, request.sequence_length());
     if (!read.ok()) return read.status();
-    absl::StatusOr<Shard> cut = CutLocalShard(read->tokens, read->doc_starts, request.sequence_length(), vocab);
+    absl::StatusOr<Shard> cut =
+        CutLocalShard(read->tokens, read->doc_starts, request.sequence_length(), vocab);
     if (!cut.ok()) return cut.status();
     local.push_back(*std::move(cut));
   }
   return AssembleShard(request, vocab, std::move(local));
 }
 
-grpc::Status WorkerService::DescribeLocalData(grpc::ServerContext* context, const v1::DescribeLocalDataRequest* request,
+grpc::Status WorkerService::DescribeLocalData(grpc::ServerContext* context,
+                                              const v1::DescribeLocalDataRequest* request,
                                               v1::LocalDataLayout* response) {
   if (grpc::Status s = Authenticate(*context, /*coordinator_only=*/true); !s.ok()) return s;
   if (options_.local_data == nullptr) {
-    return rpc::ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
-        "worker ", WorkerName(), " holds no datasets of its own (started without --data)")));
+    return rpc::ToGrpcStatus(absl::FailedPreconditionError(
+        absl::StrCat("worker ", WorkerName(), " holds no datasets of its own (started without --data)")));
   }
   absl::StatusOr<v1::LocalDataLayout> layout = options_.local_data->Describe(*request);
   if (!layout.ok()) return rpc::ToGrpcStatus(layout.status(), context);
@@ -146,7 +151,8 @@ grpc::Status WorkerService::DescribeLocalData(grpc::ServerContext* context, cons
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const v1::ComputeGradientRequest* request,
+grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context,
+                                            const v1::ComputeGradientRequest* request,
                                             grpc::ServerWriter<v1::ComputeGradientResponse>* writer) {
   const absl::Time started = absl::Now();
   if (grpc::Status s = Authenticate(*context, /*coordinator_only=*/true); !s.ok()) return s;
@@ -158,14 +164,15 @@ grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const 
   {
     absl::MutexLock lock(&mu_);
     if (draining_) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat("worker ", WorkerNameLocked(), " is draining (shutting down): try another worker"));
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("worker ", WorkerNameLocked(), " is draining (shutting down): try another worker"));
     }
     if (current_.has_value()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat("worker ", WorkerNameLocked(), " is busy with job ", current_->job_id(),
-                                       " round ", current_->round(), " shard ", current_->shard_id(),
-                                       ": try another worker"));
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("worker ", WorkerNameLocked(), " is busy with job ", current_->job_id(), " round ",
+                       current_->round(), " shard ", current_->shard_id(), ": try another worker"));
     }
     v1::CurrentWork work;
     work.set_job_id(request->job_id());
@@ -173,7 +180,8 @@ grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const 
     work.set_shard_id(request->shard_id());
     work.set_attempt(request->attempt());
     work.set_parameter_version(request->parameter_version());
-    int64_t tokens = static_cast<int64_t>(request->tokens().size()) / rpc::TokenWidth(request->token_encoding());
+    int64_t tokens =
+        static_cast<int64_t>(request->tokens().size()) / rpc::TokenWidth(request->token_encoding());
     for (const v1::LocalDataShard& local : request->local_data()) {
       tokens += local.sequences_size() * request->sequence_length();
     }
@@ -201,7 +209,9 @@ grpc::Status WorkerService::ComputeGradient(grpc::ServerContext* context, const 
     absl::MutexLock lock(&mu_);
     current_.reset();
   }
-  if (!status.ok()) base::LogWarning(ShardName(*request), ": ", absl::StatusCodeToString(status.code()), ": ", status.message());
+  if (!status.ok())
+    base::LogWarning(ShardName(*request), ": ", absl::StatusCodeToString(status.code()), ": ",
+                     status.message());
   return rpc::ToGrpcStatus(status, context);
 }
 
@@ -211,11 +221,12 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   const std::string worker = WorkerName();
   auto stopped = [&]() -> std::optional<absl::Status> {
     if (abandon_.load()) {
-      return absl::CancelledError(absl::StrCat("worker ", worker, " abandoned ", ShardName(request),
-                                               ": shutting down"));
+      return absl::CancelledError(
+          absl::StrCat("worker ", worker, " abandoned ", ShardName(request), ": shutting down"));
     }
     if (context->IsCancelled()) {
-      return absl::CancelledError(absl::StrCat(ShardName(request), ": the caller cancelled; partial work discarded"));
+      return absl::CancelledError(
+          absl::StrCat(ShardName(request), ": the caller cancelled; partial work discarded"));
     }
     return std::nullopt;
   };
@@ -240,8 +251,8 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   const bool want_gradient = !request.evaluate_only();
   const int64_t extra_bytes =
       request.has_local_steps()
-          ? performer::LocalStepsExtraBytes(request.local_steps().inner_optimizer(), parameters.parameter_bytes(),
-                                            request.local_steps().compression())
+          ? performer::LocalStepsExtraBytes(request.local_steps().inner_optimizer(),
+                                            parameters.parameter_bytes(), request.local_steps().compression())
           : 0;
   absl::StatusOr<BudgetCheck> budget =
       CheckBudget(parameters.config(), plan, request.sequence_length(), *shard, want_gradient,
@@ -256,7 +267,8 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   performer::GradientOptions gradient_options;
   gradient_options.feature_seed = request.feature_seed();
   gradient_options.dp_schedule = planner::ScheduleForPlan;
-  gradient_options.slice_replay = options_.cuda_graphs ? performer::SliceReplay::kAuto : performer::SliceReplay::kOff;
+  gradient_options.slice_replay =
+      options_.cuda_graphs ? performer::SliceReplay::kAuto : performer::SliceReplay::kOff;
   const size_t count = shard->sequences.size();
   // The engine over sequences [begin, end) at `model`, gradients summed in place.
   const SumGradients sum_sequences = [&](const performer::PerformerModel& model, size_t begin, size_t end,
@@ -284,7 +296,8 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
           detail.set_usable_bytes(budget->usable_bytes);
           return rpc::AttachErrorDetail(
               absl::ResourceExhaustedError(absl::StrFormat(
-                  "worker %s ran out of memory on %s: measured peak %s (predicted %s) with a budget of %s: %s",
+                  "worker %s ran out of memory on %s: measured peak %s (predicted %s) with a budget of %s: "
+                  "%s",
                   worker, where, HumanBytes(static_cast<double>(peak)),
                   HumanBytes(static_cast<double>(budget->needed_bytes)),
                   HumanBytes(static_cast<double>(options_.memory_budget_bytes)), result.status().message())),
@@ -302,7 +315,8 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
           }
         }
       } catch (const c10::Error& e) {
-        return absl::InternalError(absl::StrCat(where, ": adding the gradient failed: ", e.what_without_backtrace()));
+        return absl::InternalError(
+            absl::StrCat(where, ": adding the gradient failed: ", e.what_without_backtrace()));
       }
       result->gradients.clear();
       total.loss_sum += result->loss_sum;
@@ -320,13 +334,14 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   v1::GradientSummary summary;
   if (request.has_local_steps()) {
     std::vector<int64_t> predicted;
-    for (const performer::PackedBatch& batch : shard->sequences) predicted.push_back(performer::PredictedTokenCount(batch));
+    for (const performer::PackedBatch& batch : shard->sequences)
+      predicted.push_back(performer::PredictedTokenCount(batch));
     const absl::Time deadline = request.local_steps().has_time_budget_seconds()
                                     ? started + absl::Seconds(request.local_steps().time_budget_seconds())
                                     : absl::InfiniteFuture();
-    absl::StatusOr<LocalStepsResult> local = local_steps_.Run(request.job_id(), parameters, request.local_steps(),
-                                                              predicted, request.loss_normalizer(), sum_sequences,
-                                                              deadline);
+    absl::StatusOr<LocalStepsResult> local =
+        local_steps_.Run(request.job_id(), parameters, request.local_steps(), predicted,
+                         request.loss_normalizer(), sum_sequences, deadline);
     if (!local.ok()) return local.status();
     total = std::move(local->sum);
     encoded = std::move(local->encoded);
@@ -378,9 +393,11 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
     absl::Status streamed = encoded.empty() ? performer::ChunkTensors(names, sum, plan.dtype, emit)
                                             : performer::ChunkEncoded(names, encoded, plan.dtype, emit);
     if (absl::IsCancelled(streamed)) {
-      return absl::CancelledError(absl::StrCat(ShardName(request), ": the caller went away while the gradient streamed"));
+      return absl::CancelledError(
+          absl::StrCat(ShardName(request), ": the caller went away while the gradient streamed"));
     }
-    if (!streamed.ok()) return absl::InternalError(absl::StrCat(ShardName(request), ": ", streamed.message()));
+    if (!streamed.ok())
+      return absl::InternalError(absl::StrCat(ShardName(request), ": ", streamed.message()));
   }
 
   summary.set_job_id(request.job_id());
@@ -401,13 +418,16 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   v1::ComputeGradientResponse response;
   *response.mutable_summary() = summary;
   if (!writer->Write(response)) {
-    return absl::CancelledError(absl::StrCat(ShardName(request), ": the caller went away before the summary"));
+    return absl::CancelledError(
+        absl::StrCat(ShardName(request), ": the caller went away before the summary"));
   }
-  base::LogInfo(ShardName(request), ": ", count, " sequence", count == 1 ? "" : "s", ", ", summary.token_count(),
-               " predicted tokens, loss ", absl::StrFormat("%.4f", summary.loss_sum() / std::max<int64_t>(1, summary.token_count())),
-               ", peak ", HumanBytes(static_cast<double>(measured_peak)), " (predicted ",
-               HumanBytes(static_cast<double>(budget->needed_bytes)), "), ",
-               absl::StrFormat("%.2f s", summary.total_seconds()), request.evaluate_only() ? ", evaluation" : "");
+  base::LogInfo(ShardName(request), ": ", count, " sequence", count == 1 ? "" : "s", ", ",
+                summary.token_count(), " predicted tokens, loss ",
+                absl::StrFormat("%.4f", summary.loss_sum() / std::max<int64_t>(1, summary.token_count())),
+                ", peak ", HumanBytes(static_cast<double>(measured_peak)), " (predicted ",
+                HumanBytes(static_cast<double>(budget->needed_bytes)), "), ",
+                absl::StrFormat("%.2f s", summary.total_seconds()),
+                request.evaluate_only() ? ", evaluation" : "");
   return absl::OkStatus();
 }
 
@@ -429,14 +449,17 @@ grpc::Status WorkerService::GetProfile(grpc::ServerContext* context, const v1::G
 grpc::Status WorkerService::Plan(grpc::ServerContext* context, const v1::PlanRequest* request,
                                  v1::MemoryPlan* response) {
   if (grpc::Status s = Authenticate(*context, /*coordinator_only=*/false); !s.ok()) return s;
-  absl::StatusOr<planner::PlanSearchRequest> search = ValidatePlanRequest(*request, options_.memory_budget_bytes);
+  absl::StatusOr<planner::PlanSearchRequest> search =
+      ValidatePlanRequest(*request, options_.memory_budget_bytes);
   if (!search.ok()) return rpc::ToGrpcStatus(search.status(), context);
   const bool include_frontier = request->has_include_frontier() ? request->include_frontier() : true;
-  absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(*search, options_.profile, include_frontier);
+  absl::StatusOr<v1::MemoryPlan> plan =
+      planner::SearchMemoryPlan(*search, options_.profile, include_frontier);
   if (!plan.ok()) {
-    const absl::Status status = absl::IsInvalidArgument(plan.status())
-                                    ? plan.status()
-                                    : absl::InternalError(absl::StrCat("plan search: ", plan.status().message()));
+    const absl::Status status =
+        absl::IsInvalidArgument(plan.status())
+            ? plan.status()
+            : absl::InternalError(absl::StrCat("plan search: ", plan.status().message()));
     return rpc::ToGrpcStatus(status, context);
   }
   *response = *std::move(plan);

@@ -12,8 +12,8 @@
 //   5. the tokens against the model's vocabulary (INVALID_ARGUMENT "tokens: ...");
 //   6. the budget: the plan re-predicted with the worker's own profile for the shard's workload
 //      (L, most documents in one sequence, and the running gradient sum when the shard has
-//      several sequences: planner::Workload::gradient_sum), must fit floor(budget · 0.9) — RESOURCE_EXHAUSTED with ErrorDetail
-//      {required_bytes, budget_bytes, usable_bytes} otherwise, before anything runs;
+//      several sequences: planner::Workload::gradient_sum), must fit floor(budget · 0.9) — RESOURCE_EXHAUSTED
+//      with ErrorDetail {required_bytes, budget_bytes, usable_bytes} otherwise, before anything runs;
 //   7. the engine on each sequence (slice clamped to a shorter last sequence) with the request's
 //      normaliser and feature seed, summing gradients in place; between sequences the call
 //      stops with CANCELLED when the caller cancelled or the shard was abandoned
@@ -31,14 +31,14 @@
 #ifndef SLIMFIT_WORKER_WORKER_SERVICE_H_
 #define SLIMFIT_WORKER_WORKER_SERVICE_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"

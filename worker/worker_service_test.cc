@@ -3,13 +3,14 @@
 // sequences.
 #include "worker/worker_service.h"
 
+#include <ATen/ATen.h>
+
 #include <chrono>
 #include <thread>
 #include <vector>
 
-#include <ATen/ATen.h>
-
 #include "absl/strings/str_cat.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "performer/gradient_engine.h"
@@ -17,7 +18,6 @@
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
-#include "base/test_util.h"
 #include "worker/test_coordinator.h"
 
 namespace slimfit::worker {
@@ -101,7 +101,8 @@ Expected DirectGradient(const performer::PerformerModel& model, int64_t normaliz
     performer::GradientOptions options;
     options.loss_normalizer = normalizer;
     options.feature_seed = 5;
-    absl::StatusOr<performer::GradientResult> result = performer::ComputeGradient(model, batch, FullPlan(), options);
+    absl::StatusOr<performer::GradientResult> result =
+        performer::ComputeGradient(model, batch, FullPlan(), options);
     EXPECT_TRUE(result.ok()) << result.status();
     if (!result.ok()) return expected;
     if (expected.gradient.empty()) {
@@ -187,7 +188,8 @@ class WorkerServiceTest : public ::testing::Test {
   }
 
   // The streamed gradient reassembled, checked against the model's names and shapes.
-  std::vector<at::Tensor> Reassemble(const CallResult& call, performer::DType dtype = performer::DType::kFloat32) {
+  std::vector<at::Tensor> Reassemble(const CallResult& call,
+                                     performer::DType dtype = performer::DType::kFloat32) {
     std::vector<performer::TensorSpec> specs;
     for (size_t i = 0; i < model_->names().size(); ++i) {
       const at::Tensor& p = model_->parameters()[i];
@@ -335,7 +337,8 @@ TEST_F(WorkerServiceTest, OverBudgetPlanIsRefusedBeforeRunning) {
   const CallResult call = Call(MakeRequest(FullPlan()));
   ASSERT_EQ(call.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << call.status.error_message();
   EXPECT_THAT(call.status.error_message(), HasSubstr("plan needs "));
-  EXPECT_THAT(call.status.error_message(), HasSubstr("but worker w-0007 budget allows 57.6 KiB (64.0 KiB less a 10% margin)"));
+  EXPECT_THAT(call.status.error_message(),
+              HasSubstr("but worker w-0007 budget allows 57.6 KiB (64.0 KiB less a 10% margin)"));
   ASSERT_TRUE(call.detail.has_value());
   EXPECT_EQ(call.detail->budget_bytes(), 64 << 10);
   EXPECT_EQ(call.detail->usable_bytes(), 58982);
@@ -366,7 +369,8 @@ TEST_F(WorkerServiceTest, TokenIsRequiredOnEveryRpc) {
               grpc::StatusCode::UNAUTHENTICATED);
     context = rpc::MakeClientContext(token, std::chrono::seconds(10));
     v1::MemoryPlan plan;
-    EXPECT_EQ(stub_->Plan(context.get(), v1::PlanRequest(), &plan).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(stub_->Plan(context.get(), v1::PlanRequest(), &plan).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
   }
   EXPECT_EQ(coordinator_.FetchCount(kJob, 2), 0);
 }
@@ -382,7 +386,8 @@ TEST_F(WorkerServiceTest, BadRequestsNameTheField) {
       {"doc_starts", [](auto* r) { r->add_doc_starts(50); }},
       {"loss_normalizer", [](auto* r) { r->set_loss_normalizer(0); }},
       {"plan", [](auto* r) { r->mutable_plan()->set_slice(17); }},
-      {"plan", [](auto* r) { r->mutable_plan()->set_recompute(v1::LAYER_RECOMPUTE_LAYERS); }},  // with slice 0
+      {"plan",
+       [](auto* r) { r->mutable_plan()->set_recompute(v1::LAYER_RECOMPUTE_LAYERS); }},  // with slice 0
       {"round", [](auto* r) { r->set_round(0); }},
       {"sequence_length", [](auto* r) { r->set_sequence_length(1); }},
   };

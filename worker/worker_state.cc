@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "planner/device_profile_io.h"
 #include "base/files.h"
+#include "planner/device_profile_io.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::worker {
@@ -47,20 +47,19 @@ absl::Status ReadFile(const std::string& path, std::string* contents) {
 absl::Status ValidateWorkerId(absl::string_view id, absl::string_view where) {
   if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": the worker id is empty"));
   if (static_cast<int64_t>(id.size()) > v1::LIMIT_MAX_NAME_BYTES) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": the worker id has ", id.size(),
-                                                   " bytes; at most ", v1::LIMIT_MAX_NAME_BYTES));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the worker id has ", id.size(), " bytes; at most ", v1::LIMIT_MAX_NAME_BYTES));
   }
   for (const char c : id) {
     if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": the worker id \"", absl::CHexEscape(id), "\" contains whitespace or a control character"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the worker id \"", absl::CHexEscape(id),
+                                                     "\" contains whitespace or a control character"));
     }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
-
 
 std::string ProfileKey::ToString() const {
   return absl::StrCat("device=", device, " threads=", threads, " dtype=", performer::DTypeName(dtype),
@@ -86,7 +85,8 @@ absl::StatusOr<StateDir> StateDir::Open(const std::string& path) {
     return absl::ErrnoToStatus(errno, absl::StrCat("state directory ", path));
   }
   if (!S_ISDIR(info.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("state directory ", path, " exists but is not a directory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("state directory ", path, " exists but is not a directory"));
   }
   if (access(path.c_str(), W_OK | X_OK) != 0) {
     return absl::PermissionDeniedError(absl::StrCat("state directory ", path, " is not writable"));
@@ -136,7 +136,8 @@ absl::StatusOr<std::string> StateDir::ReadCredential() const {
 }
 
 absl::Status StateDir::WriteCredential(absl::string_view credential) const {
-  absl::StatusOr<base::AtomicFileWriter> writer = base::AtomicFileWriter::Create(FilePath(kCredentialFile), 0600);
+  absl::StatusOr<base::AtomicFileWriter> writer =
+      base::AtomicFileWriter::Create(FilePath(kCredentialFile), 0600);
   if (!writer.ok()) return writer.status();
   if (absl::Status s = writer->Append(absl::StrCat(credential, "\n")); !s.ok()) return s;
   return writer->Commit();
@@ -188,12 +189,14 @@ absl::Status StateDir::StoreProfile(const ProfileKey& key, const planner::Device
                                     absl::Time calibrated_at) const {
   const std::string file = FilePath(kProfileFile);
   if (absl::Status s = profile.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": refusing to store an invalid profile: ", s.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": refusing to store an invalid profile: ", s.message()));
   }
-  const std::string text = absl::StrCat(
-      "# slimfit-worker: calibrated device profile, reused while the key matches\n", kKeyPrefix, key.ToString(),
-      "\n", kCalibratedAtPrefix, absl::FormatTime(absl::RFC3339_full, calibrated_at, absl::UTCTimeZone()), "\n",
-      planner::DeviceProfileToText(profile));
+  const std::string text =
+      absl::StrCat("# slimfit-worker: calibrated device profile, reused while the key matches\n", kKeyPrefix,
+                   key.ToString(), "\n", kCalibratedAtPrefix,
+                   absl::FormatTime(absl::RFC3339_full, calibrated_at, absl::UTCTimeZone()), "\n",
+                   planner::DeviceProfileToText(profile));
   return base::WriteFileAtomically(file, text);
 }
 

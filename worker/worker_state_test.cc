@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/files.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/device_profile_io.h"
-#include "base/files.h"
-#include "base/test_util.h"
 
 namespace slimfit::worker {
 namespace {
@@ -98,19 +98,19 @@ TEST(StateDirTest, ProfileIsCachedPerKey) {
   EXPECT_EQ((*cached)->calibrated_at, when);
   EXPECT_EQ(planner::DeviceProfileToText((*cached)->profile), planner::DeviceProfileToText(profile));
 
-  EXPECT_EQ(key.ToString(), absl::StrCat("device=cpu threads=2 dtype=float32 engine_revision=",
-                                         performer::kEngineRevision));
+  EXPECT_EQ(key.ToString(),
+            absl::StrCat("device=cpu threads=2 dtype=float32 engine_revision=", performer::kEngineRevision));
   // Revision 1 is how caches written before the revision existed spell their key.
   EXPECT_EQ((ProfileKey{"cpu", 2, performer::DType::kFloat32, true, 1}).ToString(),
             "device=cpu threads=2 dtype=float32");
   EXPECT_EQ((ProfileKey{"cpu", 2, performer::DType::kFloat32, false, 1}).ToString(),
             "device=cpu threads=2 dtype=float32 cuda_graphs=false");
   // Another thread count, dtype, device, slice replay or engine: not reused.
-  for (const ProfileKey& other : {ProfileKey{"cpu", 1, performer::DType::kFloat32},
-                                  ProfileKey{"cpu", 2, performer::DType::kFloat64},
-                                  ProfileKey{"cuda:0", 2, performer::DType::kFloat32},
-                                  ProfileKey{"cpu", 2, performer::DType::kFloat32, /*cuda_graphs=*/false},
-                                  ProfileKey{"cpu", 2, performer::DType::kFloat32, true, /*engine_revision=*/1}}) {
+  for (const ProfileKey& other :
+       {ProfileKey{"cpu", 1, performer::DType::kFloat32}, ProfileKey{"cpu", 2, performer::DType::kFloat64},
+        ProfileKey{"cuda:0", 2, performer::DType::kFloat32},
+        ProfileKey{"cpu", 2, performer::DType::kFloat32, /*cuda_graphs=*/false},
+        ProfileKey{"cpu", 2, performer::DType::kFloat32, true, /*engine_revision=*/1}}) {
     absl::StatusOr<std::optional<CachedProfile>> miss = state->LoadProfile(other);
     ASSERT_TRUE(miss.ok()) << miss.status();
     EXPECT_FALSE(miss->has_value()) << other.ToString();
@@ -121,9 +121,10 @@ TEST(StateDirTest, CorruptProfileIsReportedWithThePath) {
   absl::StatusOr<StateDir> state = StateDir::Open(TempPath("state_corrupt"));
   ASSERT_TRUE(state.ok());
   const ProfileKey key{"cpu", 1, performer::DType::kFloat32};
-  ASSERT_TRUE(base::WriteFileAtomically(state->path() + "/profile.textproto",
-                                  absl::StrCat("# key: ", key.ToString(),
-                                               "\n# calibrated_at: 2024-01-01T00:00:00Z\nflops_per_second: x\n"))
+  ASSERT_TRUE(base::WriteFileAtomically(
+                  state->path() + "/profile.textproto",
+                  absl::StrCat("# key: ", key.ToString(),
+                               "\n# calibrated_at: 2024-01-01T00:00:00Z\nflops_per_second: x\n"))
                   .ok());
   absl::StatusOr<std::optional<CachedProfile>> cached = state->LoadProfile(key);
   EXPECT_EQ(cached.status().code(), absl::StatusCode::kInvalidArgument);
@@ -141,9 +142,9 @@ TEST(StateDirTest, InvalidProfileIsNotStored) {
   planner::DeviceProfile profile = TinyProfile();
   profile.flops_per_second = -1;
   EXPECT_EQ(state->StoreProfile({"cpu", 1}, profile, absl::Now()).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReadFileToString(state->path() + "/profile.textproto").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadFileToString(state->path() + "/profile.textproto").status().code(),
+            absl::StatusCode::kNotFound);
 }
-
 
 }  // namespace
 }  // namespace slimfit::worker
