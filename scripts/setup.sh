@@ -2,7 +2,7 @@
 # Installs every Debian package slimfit needs to build, test and run (clang-14, its sanitizer and
 # libFuzzer runtimes and llvm-symbolizer are for the fuzz targets, scripts/fuzz.sh; chromium, with a
 # font to draw text, and python3-prometheus-client are for the tests of the status page and the
-# metrics endpoint; procps gives the scripts pkill). Idempotent: when everything is already
+# metrics endpoint; procps gives the scripts pkill; clang-format checks the sources, scripts/check_format.sh). Idempotent: when everything is already
 # installed it only checks (a second or two) and touches nothing.
 set -euo pipefail
 
@@ -18,7 +18,7 @@ packages=(
   python3-torch python3-prometheus-client
   systemd procps
   chromium fonts-dejavu-core
-  clang-14 libclang-rt-14-dev llvm-14
+  clang-14 libclang-rt-14-dev llvm-14 clang-format
 )
 
 missing=()

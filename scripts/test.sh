@@ -14,6 +14,10 @@ cd "$repo_root"
 
 bash scripts/setup.sh
 
+# Formatting first (seconds): a failure is reported at the end, after the tests have run.
+format_rc=0
+bash scripts/check_format.sh || format_rc=$?
+
 log="$(mktemp "${TMPDIR:-/tmp}/slimfit-test.XXXXXX.log")"
 fuzz_build_log="$(mktemp "${TMPDIR:-/tmp}/slimfit-fuzz-build.XXXXXX.log")"
 fuzz_build_pid=""
@@ -92,7 +96,8 @@ if [ "$fuzz_seconds" -gt 0 ]; then
 fi
 
 echo "${passed} passed, ${failed} failed"
-if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$fuzz_rc" -ne 0 ]; then
+if [ "$format_rc" -ne 0 ]; then echo "test.sh: sources are not clang-format clean (see check_format above)"; fi
+if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$format_rc" -ne 0 ]; then
   exit 1
 fi
 exit 0
