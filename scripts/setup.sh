@@ -2,8 +2,9 @@
 # Installs every Debian package slimfit needs to build, test and run (clang-14, its sanitizer and
 # libFuzzer runtimes and llvm-symbolizer are for the fuzz targets, scripts/fuzz.sh; chromium, with a
 # font to draw text, and python3-prometheus-client are for the tests of the status page and the
-# metrics endpoint; procps gives the scripts pkill; clang-format checks the sources, scripts/check_format.sh). Idempotent: when everything is already
-# installed it only checks (a second or two) and touches nothing.
+# metrics endpoint; procps gives the scripts pkill; clang-format is for scripts/check_format.sh).
+# Idempotent: when everything is already installed it only checks (a second or two) and touches
+# nothing.
 set -euo pipefail
 
 packages=(
