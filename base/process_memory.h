@@ -2,10 +2,10 @@
 // threshold with their own mappings, returned to the system when freed, but raises that threshold
 // to the size of each such block freed (up to 32 MiB): after a few rounds, tensors of tens of MiB
 // come from the heap and a freed one stays in the process, so the coordinator's resident memory
-// grew to ~12× its model's parameter bytes where its tensors needed ~8× (BENCHMARKS.md, "The data
-// path of a round"). Fixing the threshold keeps every large block a mapping of its own, at the
-// price of page faults when such a block is allocated again (so the coordinator reuses its largest
-// buffers across rounds). slimfit-coordinator sets it; slimfit-worker does not: its engine
+// grew to ~12× its model's parameter bytes where its tensors needed ~8× (BENCHMARKS.md, "Where do a
+// 100M model's round time and coordinator memory go?"). Fixing the threshold keeps every large block a
+// mapping of its own, at the price of page faults when such a block is allocated again (so the coordinator
+// reuses its largest buffers across rounds). slimfit-coordinator sets it; slimfit-worker does not: its engine
 // allocates and frees slice after slice, where reusing the heap is what keeps it fast, and its
 // budget is kept by the memory tracker's count of tensor bytes.
 //

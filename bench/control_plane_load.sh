@@ -4,7 +4,8 @@
 # simulated workers (the real worker components in one process, bench/simulated_fleet.h) that
 # register all at once, heartbeat and compute the job's shards for SECONDS, while 4 clients call
 # GetJob and ListWorkers every 250 ms. Prints the client-side p50/p99/max of every RPC and the
-# coordinator's CPU seconds and peak resident memory (BENCHMARKS.md, "Control-plane load").
+# coordinator's CPU seconds and peak resident memory (BENCHMARKS.md, "How much control-plane load does
+# a coordinator take?").
 # Exit status 0 when every control RPC's p99 is below 100 ms without errors, 1 otherwise.
 #
 # With two or more CPUs, the coordinator runs on CPU 0 and the simulator on CPU 1 (taskset), as

@@ -7,7 +7,7 @@
 // --stream_into_sum, summed chunk by chunk as it arrives instead (server::RoundCollector's
 // StreamedShard: what the coordinator does for shards of at least --stream_into_sum_bytes).
 // Prints, per round and overall, the gradient bytes taken in per second, and the process's peak
-// resident memory (BENCHMARKS.md, "The data path of a round").
+// resident memory (BENCHMARKS.md, "Where do a 100M model's round time and coordinator memory go?").
 // The synthetic workers serialise on the same cores, so on a small machine the rate is a lower
 // bound of the coordinator's.
 //

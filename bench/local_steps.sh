@@ -6,7 +6,7 @@
 # synchronous rounds, or STEPS / H rounds of H local steps — and prints, per mode, the held-out
 # bits per byte before and after, the bytes on the wire (parameters to the workers and results
 # back, from RoundCompleted.timing) per trained token, and the wall time (BENCHMARKS.md,
-# "Local steps against synchronous rounds").
+# "How many bytes do local steps and int8 save, and at what loss?").
 #
 # Usage: bench/local_steps.sh [STEPS] [MODES]   (defaults 100 and "sync 10 50 50+int8"; a mode is
 #        "sync", or H, which must divide STEPS, optionally "+ENC" with ENC float16, bfloat16 or int8:

@@ -1,7 +1,7 @@
 // OpCounter: counts the LibTorch operator calls made on the calling thread while it is alive —
 // what a slice costs in calls, and on a GPU roughly in kernel launches (each call that computes is
-// a kernel or more), which is what bounds small slices there (BENCHMARKS.md, "Slices by hand on the
-// GPU"). Counted through a thread-local RecordFunction callback: calls made by other threads
+// a kernel or more), which is what bounds small slices there (BENCHMARKS.md, "What does a small slice
+// call?"). Counted through a thread-local RecordFunction callback: calls made by other threads
 // (LibTorch's intra-op pool, the autograd engine's device threads) are not counted; the
 // hand-written path makes every call on the caller's thread.
 //

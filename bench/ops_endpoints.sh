@@ -3,7 +3,7 @@
 # content, with the client token) timed with curl against a coordinator running the demo's model
 # (2-layer byte-level Performer, d_model 128, L = 1024) on three workers of 8, 12 and 48 MiB, while
 # the job trains. Prints, per endpoint, the median and the largest time of N requests and the size
-# of the answer (BENCHMARKS.md, "Operator endpoints").
+# of the answer (BENCHMARKS.md, "What do the operator endpoints cost?").
 #
 # Usage: bench/ops_endpoints.sh [REQUESTS]   (default 50)
 set -euo pipefail

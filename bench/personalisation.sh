@@ -5,7 +5,7 @@
 # is trained for ROUNDS rounds of 8 sequences over the three local datasets, once with every
 # parameter and once per PATTERNS entry, and each run prints the held-out bits per byte before and
 # after, the bytes on the wire each way (RoundCompleted.timing) and per trained token, and the wall
-# time (BENCHMARKS.md, "Worker-local data and personalisation").
+# time (BENCHMARKS.md, "What do worker-local data and personalisation give?").
 #
 # Usage: bench/personalisation.sh [ROUNDS] [PATTERNS...]   (defaults 30 and
 #        "layers.1.*,output_logit_map.*" "output_logit_map.*")

@@ -10,7 +10,7 @@
 # and evaluations), the coordinator's peak resident memory and the largest of the workers' (both
 # since the processes started, so over every size run so far), and over every round the shards
 # spot-checked (each holds two whole results for its check) and summed as they arrived
-# (BENCHMARKS.md, "The data path of a round").
+# (BENCHMARKS.md, "Where do a 100M model's round time and coordinator memory go?").
 #
 # Usage: bench/round_data_path.sh [ROUNDS] [SIZES]   (defaults 4 and "10M 40M 100M")
 #   COORDINATOR_FLAGS="--max_assembly_bytes=4GiB"   extra slimfit-coordinator flags

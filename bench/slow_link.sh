@@ -4,7 +4,8 @@
 # talks to the coordinator, and the coordinator to it, only through its own link of RATE Mbit/s in
 # each direction (bench/throttle_proxy.py: bandwidth only, no latency). Prints per mode the
 # held-out bits per byte against seconds since the job started running, the seconds to reach
-# TARGET bits per byte, the bytes on the wire and the wall time (BENCHMARKS.md, "Over slow links").
+# TARGET bits per byte, the bytes on the wire and the wall time (BENCHMARKS.md, "How many bytes do
+# local steps and int8 save, and at what loss?").
 #
 # Usage: bench/slow_link.sh [RATE_MBIT] [TARGET_BPB] [STEPS] [MODES]
 #   defaults 10, 4.3, 100 and "sync 10 10+int8 50+int8"; modes as in bench/local_steps.sh.

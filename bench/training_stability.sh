@@ -4,7 +4,8 @@
 # L = 512, 2,048 tokens per round, AdamW at 1e-4) on C library headers, on a coordinator and two
 # workers with 3 GiB budgets each — once with the reference implementation's initialisation and no
 # warm-up (--init_readout_scale=1 --warmup_steps=0), once with slimfit's defaults. Prints the loss
-# and gradient norm of every round of both jobs (BENCHMARKS.md, "Training at real sizes").
+# and gradient norm of every round of both jobs (BENCHMARKS.md, "Does training at real sizes stay
+# stable?").
 #
 # Usage: bench/training_stability.sh [ROUNDS]   (default 8; about 20 s per round on 2 cores)
 set -euo pipefail

@@ -4,7 +4,7 @@
 # coordinator (one sequence per shard, so 16 shards a round) and three workers whose budgets
 # (8, 12, 48 MiB) make them run three different plans — once per verify_fraction. Prints, per
 # fraction, the mean round time, the shards checked, and the relative differences of every pair of
-# results compared (BENCHMARKS.md, "Verification").
+# results compared (BENCHMARKS.md, "What do spot checks cost, and how closely do honest workers agree?").
 #
 # Usage: bench/verification_overhead.sh [ROUNDS] [FRACTION...]   (default 20 rounds; 0 0.05 0.25 1)
 set -euo pipefail

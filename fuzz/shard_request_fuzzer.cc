@@ -21,8 +21,8 @@
 //     min(block, slice)) and of the same slices with every front kept (CheckFloat32Conditioning). Small
 //     blocks carry more of the attention in the prefix state, whose key gradient subtracts the
 //     denominator's part from the numerator's; with near-zero denominators (ReLU features) that
-//     loses ~1e-3 in float32 in full and sliced gradients alike (BENCHMARKS.md, "Float32 and small
-//     blocks").
+//     loses ~1e-3 in float32 in full and sliced gradients alike (BENCHMARKS.md, "How close are sliced
+//     gradients to full back-propagation?").
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // A sliced backward adds xᵀ·g into each linear map's gradient once per slice, with as many inner
 // rows as the slice has tokens. At 16 rows such a product reads and writes the whole gradient
 // matrix for little arithmetic: in config A at C = 16 these products ran at ~105 GFLOP/s against
-// ~210 for the same maps at 48 rows (BENCHMARKS.md, "Weight gradients a few slices at a time").
+// ~210 for the same maps at 48 rows (BENCHMARKS.md, "What is each engine choice worth on a CPU?").
 // BatchedWeightGradients keeps the rows of x and g of consecutive slices per gradient and adds
 // them as one product of `rows` inner rows (a slice's rows split across two products where they
 // do not fit; the last product of a call may be shorter): the same sum in another order (float

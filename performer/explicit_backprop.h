@@ -5,8 +5,9 @@
 // Why: at the row counts of small slices the time of a slice is not its arithmetic but the calls
 // around it. Autograd records a node per operation, keeps its view bookkeeping, and runs its
 // engine per slice; at C = 16 on the reference machine a slice's forward and backward were ~470
-// LibTorch calls (BENCHMARKS.md, "Slices by hand"). Written out, a layer's forward is a few
-// dozen calls and its backward a few dozen more: the same products (matrix_products.h), the row-wise
+// LibTorch calls (BENCHMARKS.md, "What is each engine choice worth on a CPU?"). Written out, a
+// layer's forward is a few dozen calls and its backward a few dozen more: the same products
+// (matrix_products.h), the row-wise
 // pieces in float32 loops below 512 rows (layer_kernels_cpu.h) and LibTorch's own kernels and
 // derivative kernels otherwise, the chunked prefix sums' forward and backward (prefix_attention.h),
 // and results written into the gradient sinks in place (the LayerNorms' too).

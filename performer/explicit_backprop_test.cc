@@ -32,9 +32,9 @@ class ExplicitBackpropTest : public ::testing::TestWithParam<ServedCase> {};
 
 // In float64 the two paths agree to 1e-11. In float32 both are compared with the float64 gradient
 // of the same model: where a plan is ill-conditioned in float32 (relu features under the reverse
-// policy drift by ~1e-3, BENCHMARKS.md "Front policies on a long float32 run") the two float32
-// paths differ from each other as much as from the truth, so the hand-written path must be as
-// close to the truth as autograd is.
+// policy drift by ~1e-3, BENCHMARKS.md "How close are sliced gradients to full back-propagation?")
+// the two float32 paths differ from each other as much as from the truth, so the hand-written path
+// must be as close to the truth as autograd is.
 void ExpectByHandEqualsAutograd(const PerformerModel& model, const PerformerModel& model64,
                                 const PackedBatch& batch, const Plan& plan) {
   const std::string what = plan.DebugString();

@@ -6,7 +6,8 @@
 // path for a float32 matrix product is OpenBLAS, whose kernels lose most of their speed on the row
 // counts of small slices; on the 2-core reference machine, 16 rows through a 1024 → 256 map ran
 // the forward, input-gradient and weight-gradient products at 170 / 204 / 154 GFLOP/s in oneDNN
-// against 54 / 91 / 40 in OpenBLAS (BENCHMARKS.md, "Matrix products at small row counts"; at 256
+// against 54 / 91 / 40 in OpenBLAS (BENCHMARKS.md, "What rate do the CPU's matrix products and prefix
+// sums run at?"; at 256
 // rows and more the two are closer, and not every product is faster). Everything else —
 // float64, CUDA tensors, operands with no unit stride, builds without oneDNN — goes to LibTorch
 // unchanged. Results equal LibTorch's to float32 rounding (the order of the sums differs).

@@ -73,7 +73,8 @@ PrefixAttentionResult RunSegment(const at::Tensor& q, const at::Tensor& k, const
 // Whether a segment takes the block-parallel form (prefix_attention_blocks.h): off the CPU, for
 // three blocks or more. A segment of one or two blocks is fewer kernels block by block: on an H100
 // at config A, slices of one block (C ≤ 64) took 15–31% longer in the block-parallel form, two
-// blocks within 7%, four 30% faster (BENCHMARKS.md, "Prefix sums a group of blocks at a time").
+// blocks within 7%, four 30% faster (BENCHMARKS.md, "What does an H100 do at config A and at a GPU-sized
+// model?").
 bool BlockParallel(const at::Tensor& q, int64_t block) {
   return !q.device().is_cpu() && BlockParallelPrefixEnabled() && q.size(1) > 2 * block;
 }

@@ -6,7 +6,7 @@
 // The LibTorch form of the same arithmetic spends most of its time outside arithmetic: every block
 // is a dozen ATen calls, and each batched product is split by ATen into one call per head. At the
 // block and slice sizes the engine uses (64 rows, 4 heads of 64) that overhead is many times the
-// FLOPs (BENCHMARKS.md, "Fused prefix-sum kernels").
+// FLOPs (BENCHMARKS.md, "What rate do the CPU's matrix products and prefix sums run at?").
 //
 // Same equations, same block order as ChunkedPrefixFunction in prefix_attention.cc (whose comment
 // derives them); results equal it to float32 rounding.

@@ -33,7 +33,8 @@ struct ConditioningCounts {
 // carries U(m)'s rounding, about ε·Z(m) in each denominator component (ε the dtype's unit
 // roundoff). Features are non-negative, so within a document the denominators only grow, and a
 // front whose components are far below Z(m)'s is rebuilt as noise: relu features whose first keys
-// are near zero made `reverse` 38% off in float32 (BENCHMARKS.md, "Float32 and small blocks"). So
+// are near zero made `reverse` 38% off in float32 (BENCHMARKS.md, "How close are sliced gradients to
+// full back-propagation?"). So
 // the forward sweep bounds, for every run of fronts that will be rebuilt from the same front, how
 // far each denominator component Z_f grows past the run's first front — a query's denominator
 // φ(q)·Z grows by at most the largest such ratio, whichever features it weighs: where a stretch

@@ -140,7 +140,8 @@ TEST(CalibrationTest, TheGraphPoolOverheadIsTheMostAPoolExceededItsScratch) {
   EXPECT_EQ(GraphPoolOverheadBytes({}), 0);
   EXPECT_EQ(GraphPoolOverheadBytes({{10, 4}}), 0);  // a pool under its scratch needs none
   EXPECT_EQ(GraphPoolOverheadBytes({{1, 5}, {3, 9}, {5, 8}}), 6);
-  // Pools measured on an H100 (BENCHMARKS.md, "The graphs' pool in the plan"): the 20 MiB segment
+  // Pools measured on an H100 (BENCHMARKS.md, "What do CUDA graphs buy, and what does their pool cost?"): the
+  // 20 MiB segment
   // of the caching allocator shows where blocks of 1–10 MiB first appear.
   constexpr int64_t kMiB = 1 << 20;
   EXPECT_EQ(GraphPoolOverheadBytes({{2 * kMiB, 4 * kMiB}, {12 * kMiB, 28 * kMiB}, {47 * kMiB, 58 * kMiB}}),

@@ -20,8 +20,8 @@
 #     C = 64, C = 128) and grouped into other shards, so the rounding differs, and training can
 #     amplify that: in float32 a 116-round run ended 1e-7 apart, but in a 447-round one the
 #     losses' difference, ~3e-8 for 200 rounds, then doubled about every 40 rounds and the models
-#     ended 4e-5 apart (BENCHMARKS.md, "Chaos"). Hence float64 by default: its rounding starts
-#     some 1e9 times smaller;
+#     ended 4e-5 apart (BENCHMARKS.md, "Does a job survive kills and freezes?"). Hence float64 by
+#     default: its rounding starts some 1e9 times smaller;
 #   - no round counted twice or lost: tokens_trained is the sum over its distinct rounds and equals
 #     the undisturbed run's, and a round redone after a coordinator restart has the tokens and
 #     (to 1e-5) the loss it had the first time (bazel-bin/bench/audit_job);

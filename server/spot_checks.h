@@ -34,7 +34,8 @@
 namespace slimfit::server {
 
 // How far two exact results may differ: above rounding of any plan, far below any lie. float32:
-// 1e-4 (exact plans agree to within 7e-7, BENCHMARKS.md "Verification"); float64: 1e-9. A job with
+// 1e-4 (exact plans agree to within 7e-7, BENCHMARKS.md "What do spot checks cost, and how closely do
+// honest workers agree?"); float64: 1e-9. A job with
 // bfloat16 products (JobSpec.bf16_products): 3e-2 — each honest result is the float32 one to
 // bfloat16 rounding (4e-3 to 6e-3 measured, BENCHMARKS.md), two of them up to twice that apart, on
 // different devices' rounding orders; such checks catch gross lies only.
