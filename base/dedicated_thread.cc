@@ -1,8 +1,10 @@
 #include "base/dedicated_thread.h"
 
+#include "base/log.h"
+
 namespace slimfit::base {
 
-DedicatedThread::DedicatedThread() : thread_([this] { Loop(); }) {}
+DedicatedThread::DedicatedThread() : thread_("dedicated", [this] { return Loop(); }) {}
 
 DedicatedThread::~DedicatedThread() {
   {
@@ -10,7 +12,7 @@ DedicatedThread::~DedicatedThread() {
     absl::MutexLock lock(&mutex_);
     stopping_ = true;
   }
-  thread_.join();
+  if (absl::Status ended = thread_.Join(); !ended.ok()) LogError(ended.message());
 }
 
 void DedicatedThread::Run(absl::FunctionRef<void()> work) {
@@ -22,7 +24,7 @@ void DedicatedThread::Run(absl::FunctionRef<void()> work) {
   work_ = nullptr;
 }
 
-void DedicatedThread::Loop() {
+absl::Status DedicatedThread::Loop() {
   absl::MutexLock lock(&mutex_);
   while (true) {
     mutex_.Await(absl::Condition(
@@ -30,10 +32,15 @@ void DedicatedThread::Loop() {
           return self->stopping_ || (self->work_ != nullptr && !self->done_);
         },
         this));
-    if (stopping_) return;
+    if (stopping_) return absl::OkStatus();
     absl::FunctionRef<void()> work = *work_;
     mutex_.Unlock();
-    work();
+    // What the callable throws must not end the thread (its caller would wait for good).
+    const absl::Status ran = CatchExceptions("a callable on a dedicated thread", [work] {
+      work();
+      return absl::OkStatus();
+    });
+    if (!ran.ok()) LogError(ran.message());
     mutex_.Lock();
     done_ = true;
   }

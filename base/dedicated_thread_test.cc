@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -56,6 +57,15 @@ TEST(DedicatedThreadTest, CallsFromManyThreadsRunOneAtATime) {
   EXPECT_EQ(count.load(), 200);
   EXPECT_EQ(most.load(), 1);
   EXPECT_EQ(threads.size(), 1u);
+}
+
+// A callable that throws anyway does not end the thread: Run returns, and the next one runs.
+TEST(DedicatedThreadTest, AThrowingCallableDoesNotEndTheThread) {
+  DedicatedThread thread;
+  thread.Run([] { throw std::runtime_error("escaped"); });
+  bool ran = false;
+  thread.Run([&] { ran = true; });
+  EXPECT_TRUE(ran);
 }
 
 // Destroyed right after creation, or with nothing ever run: joins cleanly.

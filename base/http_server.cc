@@ -8,7 +8,6 @@
 #include <openssl/x509.h>
 #include <sys/socket.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <utility>
@@ -16,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 
 namespace slimfit::base {
 namespace {
@@ -212,16 +212,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   started->tls_ = tls;
   started->address_ = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
   httplib::Server* serving = started->impl_->server.get();
-  auto ended = std::make_shared<std::atomic<bool>>(false);
   absl::MutexLock lock(&started->stop_mutex_);
-  started->thread_ = std::thread([serving, ended] {
+  started->thread_ = Thread("http", [serving] {
     serving->listen_after_bind();
-    ended->store(true);
+    return absl::OkStatus();
   });
   // httplib's stop() does nothing before the accept loop runs: wait for it, so Stop() always stops.
-  while (!serving->is_running() && !ended->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (ended->load()) {
-    started->thread_.join();
+  while (!serving->is_running() && !started->thread_.done()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (started->thread_.done()) {
+    if (absl::Status joined = started->thread_.Join(); !joined.ok()) return joined;
     return absl::UnavailableError(absl::StrCat("cannot serve on ", options.listen));
   }
   return started;
@@ -231,7 +232,7 @@ void HttpServer::Stop() {
   absl::MutexLock lock(&stop_mutex_);
   if (!thread_.joinable()) return;
   impl_->server->stop();
-  thread_.join();
+  if (absl::Status joined = thread_.Join(); !joined.ok()) LogError("HTTP server: ", joined.message());
 }
 
 HttpServer::~HttpServer() { Stop(); }

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "base/thread.h"
 
 namespace slimfit::base {
 
@@ -92,7 +93,7 @@ class HttpServer {
   std::string address_;
   bool tls_ = false;
   absl::Mutex stop_mutex_;
-  std::thread thread_ ABSL_GUARDED_BY(stop_mutex_);
+  Thread thread_ ABSL_GUARDED_BY(stop_mutex_);  // serving; joined by Stop
 };
 
 }  // namespace slimfit::base
