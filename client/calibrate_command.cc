@@ -64,7 +64,9 @@ absl::Status RunCalibrateCommand(absl::Span<const std::string> args, std::ostrea
                       "minute) and prints its profile as a text-format slimfit.v1.DeviceProfile, or writes\n"
                       "it atomically to --out for 'slimfit plan --profile=FILE'.");
   flags.String("device", &device, "device to measure: cpu, cuda:0");
-  flags.Int("threads", &threads, "compute threads (a plan made from the profile uses these)");
+  flags.Int("threads", &threads,
+            "compute threads, which plans made from the profile assume (default: the cores available)",
+            base::FlagSet::kOptionalNoDefault);
   flags.String("dtype", &dtype_name, "float32 or float64");
   flags.String("out", &out_path, "write the profile to this file (atomically) instead of stdout");
   flags.Bool("json", &json, "print one JSON object (profile and probes) instead of text");

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
 #include "client/coordinator_client.h"
@@ -33,6 +34,18 @@ absl::Status RunCancelCommand(absl::Span<const std::string> args, std::ostream& 
   absl::Status status = (*client)->Call(
       "CancelJob", Idempotency::kIdempotent,
       [&](grpc::ClientContext* context) { return (*client)->stub().CancelJob(context, request, &job); });
+  if (absl::IsDeadlineExceeded(status)) {
+    // The coordinator answers DEADLINE_EXCEEDED itself, just before --timeout, when the job has not
+    // stopped by then; without its answer this client cannot tell whether the request arrived.
+    const bool requested = absl::StrContains(status.message(), "cancellation requested");
+    return absl::DeadlineExceededError(absl::StrCat(
+        requested ? status.message()
+                  : absl::StrCat("no answer within --timeout=", connection.timeout_seconds, "s (",
+                                 status.message(), "); the cancellation may not have been requested"),
+        ". Run `slimfit cancel ", job_id,
+        "` again to wait again (cancelling twice is harmless), or `slimfit watch ", job_id,
+        "` to follow the job until it stops"));
+  }
   if (!status.ok()) return status;
   if (connection.json) {
     out << ProtoToJson(job, /*pretty=*/true) << "\n";

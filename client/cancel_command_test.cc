@@ -19,6 +19,10 @@ class CancelCommandTest : public ::testing::Test {
  protected:
   CancelCommandTest() : fake_(FakeCoordinator::Start()) {
     fake_->cancel_job = [](const v1::CancelJobRequest& request, v1::Job* job) {
+      if (request.job_id() == "job-stuck") {
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            "job job-stuck: cancellation requested and in progress (...)");
+      }
       if (request.job_id() == "job-done") {
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job job-done already SUCCEEDED");
       }
@@ -54,6 +58,17 @@ TEST_F(CancelCommandTest, FinishedJobIsAFailedPrecondition) {
   const absl::Status status = Cancel({"job-done"});
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Message(status), "CancelJob: job job-done already SUCCEEDED");
+}
+
+// The coordinator's DEADLINE_EXCEEDED (the job has not stopped yet) is an error that says the
+// cancellation goes on and how to wait for it, never "cancelled".
+TEST_F(CancelCommandTest, AJobNotStoppedInTimeIsDeadlineExceededAndSaysWhatToDo) {
+  const absl::Status status = Cancel({"job-stuck"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(Message(status), HasSubstr("CancelJob: job job-stuck: cancellation requested and in progress"));
+  EXPECT_THAT(Message(status), HasSubstr("`slimfit cancel job-stuck` again"));
+  EXPECT_THAT(Message(status), HasSubstr("`slimfit watch job-stuck`"));
+  EXPECT_EQ(out_.str(), "");
 }
 
 TEST_F(CancelCommandTest, JsonAndUsage) {

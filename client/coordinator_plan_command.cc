@@ -13,6 +13,7 @@
 #include "client/model_flags.h"
 #include "client/service_format.h"
 #include "client/text_table.h"
+#include "planner/cost_model.h"
 #include "planner/plan_search.h"
 
 namespace slimfit::client {
@@ -187,9 +188,10 @@ absl::Status RunCoordinatorPlanCommand(absl::Span<const std::string> args, std::
       return absl::InvalidArgumentError(
           absl::StrCat("--seq_len=", options.seq_len, ": expected at least 1 token"));
     }
-    if (options.documents < 1 || options.documents > options.seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat("--documents=", options.documents,
-                                                     ": expected 1 to --seq_len (", options.seq_len, ")"));
+    if (absl::Status s =
+            planner::CheckDocuments(options.documents, options.seq_len, "--documents", "--seq_len");
+        !s.ok()) {
+      return s;
     }
     v1::WorkloadSpec& spec = *request.mutable_spec();
     if (absl::Status s = model.Apply(spec.mutable_model()->mutable_config()); !s.ok()) return s;

@@ -192,7 +192,7 @@ TEST_F(CoordinatorPlanTest, RefusesConflictingAndOfflineFlags) {
       {{"--all"}, "give --job=ID, or a model (model flags) and --seq_len=L"},
       {{"--all", "--job=j", "--d_model=64"}, "--job takes the model, L and documents from the job"},
       {{"--all", "--seq_len=0"}, "--seq_len=0: expected at least 1 token"},
-      {{"--all", "--seq_len=8", "--documents=9"}, "--documents=9: expected 1 to --seq_len (8)"},
+      {{"--all", "--seq_len=8", "--documents=9"}, "--documents: must be between 1 and --seq_len (8), got 9"},
       {{"--all", "--job=j", "--objective=speed"}, "--objective=speed: expected time or memory"},
       {{"--all", "--job=j", "--safety_margin=1"}, "--safety_margin=1: expected 0 <= margin < 1"},
   };

@@ -1,17 +1,10 @@
 #include "client/export_command.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "base/flags.h"
 #include "base/sha256.h"
 #include "client/coordinator_client.h"
@@ -23,22 +16,8 @@ namespace {
 
 // A local file that cannot be written is "could not be done" (exit 1), whatever the errno — not a
 // usage error, and not the PERMISSION_DENIED that means a token of the wrong kind.
-absl::Status LocalFileError(int error_number, const std::string& what) {
-  return absl::FailedPreconditionError(absl::ErrnoToStatus(error_number, what).message());
-}
-
-// Writes all of `bytes` to `fd`. The errno's status naming `path` on failure.
-absl::Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return LocalFileError(errno, absl::StrCat(path, ": cannot write"));
-    }
-    written += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
+absl::Status LocalFileError(const absl::Status& status) {
+  return absl::FailedPreconditionError(status.message());
 }
 
 absl::Status DataLoss(const std::string& job_id, absl::string_view what) {
@@ -71,18 +50,11 @@ absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& 
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Create(connection);
   if (!client.ok()) return client.status();
 
-  // A fresh temporary file beside FILE (O_EXCL through mkstemp): concurrent exports to one path
-  // cannot write into each other's file, and an existing FILE.<suffix> is never touched.
-  std::string temporary = absl::StrCat(path, ".tmp-XXXXXX");
-  const int fd = mkstemp(temporary.data());
-  if (fd < 0) return LocalFileError(errno, absl::StrCat(path, ": cannot create a temporary file beside it"));
-  fchmod(fd, 0644);
-  bool fd_open = true;
-  bool committed = false;
-  absl::Cleanup discard = [&] {
-    if (fd_open) close(fd);
-    if (!committed) unlink(temporary.c_str());
-  };
+  // A fresh temporary file beside FILE (base::AtomicFileWriter: unique per process and call,
+  // O_EXCL), so concurrent exports to one path cannot write into each other's file; it becomes FILE
+  // only once everything checked out (fsync, rename, directory fsync) and is removed otherwise.
+  absl::StatusOr<base::AtomicFileWriter> file = base::AtomicFileWriter::Create(path, 0644);
+  if (!file.ok()) return LocalFileError(file.status());
 
   v1::ExportModelRequest request;
   request.set_job_id(job_id);
@@ -118,7 +90,7 @@ absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& 
       } else {
         hasher.Update(chunk);
         received += static_cast<int64_t>(chunk.size());
-        local = WriteAll(fd, chunk, temporary);
+        if (absl::Status appended = file->Append(chunk); !appended.ok()) local = LocalFileError(appended);
       }
     } else if (message.has_trailer()) {
       trailer = message.trailer();
@@ -144,13 +116,7 @@ absl::Status RunExportCommand(absl::Span<const std::string> args, std::ostream& 
     return DataLoss(job_id, absl::StrCat("the ", received, " bytes received have SHA-256 ", sha256,
                                          "; the trailer says ", trailer->sha256()));
   }
-  if (fsync(fd) != 0) return LocalFileError(errno, absl::StrCat(temporary, ": cannot flush"));
-  fd_open = false;
-  if (close(fd) != 0) return LocalFileError(errno, absl::StrCat(temporary, ": cannot close"));
-  if (rename(temporary.c_str(), path.c_str()) != 0) {
-    return LocalFileError(errno, absl::StrCat("cannot rename ", temporary, " to ", path));
-  }
-  committed = true;
+  if (absl::Status committed = file->Commit(); !committed.ok()) return LocalFileError(committed);
 
   if (connection.json) {
     nlohmann::ordered_json json;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exit_status.h"
 #include "base/files.h"
 #include "base/sha256.h"
 #include "base/test_util.h"
@@ -31,10 +32,11 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &info) == 0;
 }
 
-// Whether a temporary file of an export to `path` (FILE.tmp-XXXXXX) is left beside it.
+// Whether a temporary file of an export to `path` (FILE.tmp.<pid>.<n>, base::AtomicFileWriter) is
+// left beside it.
 bool TemporaryLeft(const std::string& path) {
   const std::filesystem::path target(path);
-  const std::string prefix = target.filename().string() + ".tmp-";
+  const std::string prefix = target.filename().string() + ".tmp";
   for (const auto& entry : std::filesystem::directory_iterator(target.parent_path())) {
     if (entry.path().filename().string().rfind(prefix, 0) == 0) return true;
   }
@@ -185,6 +187,28 @@ TEST_F(ExportCommandTest, BrokenStreamDeletesTheTemporaryFile) {
   EXPECT_EQ(Message(status), "ExportModel: checkpoint read failed at byte 3000");
   EXPECT_FALSE(Exists(path));
   EXPECT_FALSE(TemporaryLeft(path));
+}
+
+// The coordinator hashes the checkpoint as it streams it and finds it is not what was written (a
+// byte flipped on its disk): no trailer, DATA_LOSS. Nothing is written and the CLI exits 1 with
+// one line naming the file.
+TEST_F(ExportCommandTest, ACheckpointChangedOnTheCoordinatorsDiskIsDataLoss) {
+  script_.file = Pattern(3000);
+  script_.send_trailer = false;
+  script_.end =
+      grpc::Status(grpc::StatusCode::DATA_LOSS,
+                   "checkpoint of round 3 of job-1: /state/jobs/job-1/round-000003.safetensors: the "
+                   "SHA-256 of its 3000 bytes is 5e...; 9a... was recorded when it was written");
+  const std::string path = TempPath("corrupt.safetensors");
+  std::ofstream(path) << "previous export";
+  const absl::Status status = Export({"job-1", "--out", path});
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(Message(status), HasSubstr("round-000003.safetensors: the SHA-256 of its 3000 bytes"));
+  EXPECT_EQ(Message(status).find('\n'), std::string::npos);
+  EXPECT_EQ(base::ExitCodeForStatus(status), base::kExitFailure);
+  EXPECT_EQ(*base::ReadFileToString(path), "previous export");
+  EXPECT_FALSE(TemporaryLeft(path));
+  EXPECT_EQ(out_.str(), "");
 }
 
 TEST_F(ExportCommandTest, NoCheckpointYetIsAFailedPrecondition) {

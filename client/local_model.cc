@@ -24,7 +24,8 @@ LocalModelFlags::LocalModelFlags(base::FlagSet& flags) : flags_(flags), shape_(f
                base::FlagSet::kRequired);
   flags.String("dtype", &dtype_, "float32 or float64");
   flags.String("device", &device_, "cpu or cuda:N");
-  flags.Int("threads", &threads_, "CPU compute threads (default: the cores available)");
+  flags.Int("threads", &threads_, "CPU compute threads (default: the cores available)",
+            base::FlagSet::kOptionalNoDefault);
   flags.Int("feature_seed", &feature_seed_,
             "favor+ models: the seed of their random features (default: the checkpoint's feature_seed, "
             "which training writes; else 0)",

@@ -20,6 +20,7 @@
 #include "planner/device_profile.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_chart.h"
+#include "planner/plan_request_builder.h"
 #include "planner/plan_search.h"
 #include "planner/transformer_baselines.h"
 
@@ -344,7 +345,9 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
                  "device's total memory from its profile)");
   flags.String("profile", &options.profile, "device profile file (text-format slimfit.v1.DeviceProfile)");
   flags.String("device", &options.device, "calibrate this device now instead: cpu, cuda:0");
-  flags.Int("threads", &options.threads, "--device: compute threads to calibrate with");
+  flags.Int("threads", &options.threads,
+            "--device: compute threads to calibrate with (default: the cores available)",
+            base::FlagSet::kOptionalNoDefault);
   flags.String("objective", &options.objective, "time (fastest plan that fits) or memory (least peak)");
   flags.String("dtype", &options.dtype, "float32 or float64");
   flags.Bool("bf16_products", &options.bf16_products,
@@ -377,31 +380,32 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
   absl::StatusOr<performer::DType> dtype = performer::ParseDType(options.dtype);
   if (!dtype.ok()) return with_flag("dtype", dtype.status());
   options.dtype = std::string(performer::DTypeName(*dtype));
-  if (options.bf16_products && *dtype != performer::DType::kFloat32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--bf16_products: ", performer::Bf16ProductsDTypeError(*dtype)));
-  }
   absl::StatusOr<planner::Objective> objective = planner::ParseObjective(options.objective);
   if (!objective.ok()) return with_flag("objective", objective.status());
   if (options.optimizer != "none" && options.optimizer != "adam") {
     return absl::InvalidArgumentError(
         absl::StrCat("--optimizer=", options.optimizer, ": expected none or adam"));
   }
-  if (options.seq_len < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--seq_len=", options.seq_len, ": expected at least 1 token"));
-  }
-  if (options.documents < 1 || options.documents > options.seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--documents=", options.documents, ": expected 1 to --seq_len (", options.seq_len, ")"));
-  }
-  if (!(options.safety_margin >= 0 && options.safety_margin < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--safety_margin=", options.safety_margin, ": expected 0 <= margin < 1"));
-  }
-  if (flags.IsSet("memory_budget") && options.memory_budget <= 0) {
-    return absl::InvalidArgumentError("--memory_budget must be positive");
-  }
+  // Checked before the profile is loaded (which may calibrate the device); the budget is the
+  // profile's memory when not given.
+  planner::PlanRequestInputs inputs;
+  inputs.model = model;
+  inputs.sequence_length = options.seq_len;
+  inputs.documents = options.documents;
+  inputs.optimizer_bytes_per_parameter = options.optimizer == "adam" ? 2 * performer::DTypeBytes(*dtype) : 0;
+  if (flags.IsSet("memory_budget")) inputs.memory_budget_bytes = options.memory_budget;
+  inputs.objective = *objective;
+  inputs.dtype = *dtype;
+  inputs.bf16_products = options.bf16_products;
+  inputs.safety_margin = options.safety_margin;
+  planner::PlanRequestFields fields;
+  fields.sequence_length = "--seq_len";
+  fields.documents = "--documents";
+  fields.memory_budget_bytes = "--memory_budget";
+  fields.safety_margin = "--safety_margin";
+  fields.bf16_products = "--bf16_products";
+  absl::StatusOr<planner::PlanSearchRequest> request = planner::BuildPlanSearchRequest(inputs, fields);
+  if (!request.ok()) return request.status();
 
   absl::StatusOr<ProfileSource> source = LoadProfile(options, *dtype, flags.IsSet("threads"), calibrate);
   if (!source.ok()) return source.status();
@@ -415,18 +419,8 @@ absl::Status RunPerformerPlan(absl::Span<const std::string> args, std::ostream& 
     budget = source->profile.total_memory_bytes;
   }
 
-  planner::PlanSearchRequest request;
-  request.workload.model = model;
-  request.workload.seq_len = options.seq_len;
-  request.workload.documents = options.documents;
-  request.workload.optimizer_bytes_per_parameter =
-      options.optimizer == "adam" ? 2 * performer::DTypeBytes(*dtype) : 0;
-  request.memory_budget_bytes = budget;
-  request.objective = *objective;
-  request.dtype = *dtype;
-  request.bf16_products = options.bf16_products;
-  request.safety_margin = options.safety_margin;
-  absl::StatusOr<PlanSearchResult> result = planner::SearchPlans(request, source->profile);
+  request->memory_budget_bytes = budget;
+  absl::StatusOr<PlanSearchResult> result = planner::SearchPlans(*request, source->profile);
   if (!result.ok()) {
     if (result.status().code() == absl::StatusCode::kResourceExhausted) {
       return absl::ResourceExhaustedError(absl::StrCat("no plan fits: ", result.status().message()));

@@ -156,6 +156,20 @@ TEST(SlimfitCliTest, Help) {
   EXPECT_THAT(result.out, StartsWith("usage: slimfit calibrate"));
 }
 
+// docs/CLI.md is the help text of every command (scripts/gen_cli_docs.sh), checked in CI against a
+// fresh build: a default that depends on the machine, such as the number of cores, must be said in
+// words or the page would differ between machines.
+TEST(SlimfitCliTest, HelpPrintsNoMachineDependentDefault) {
+  for (const char* command : {"plan", "calibrate", "generate", "score"}) {
+    const Result result = Slimfit({command, "--help"});
+    ASSERT_EQ(result.exit_code, 0) << command;
+    const size_t start = result.out.find("\n  --threads=N ");
+    ASSERT_NE(start, std::string::npos) << command;
+    const std::string line = result.out.substr(start + 1, result.out.find('\n', start + 1) - start - 1);
+    EXPECT_THAT(line, EndsWith("(default: the cores available)")) << command;
+  }
+}
+
 TEST(SlimfitCliTest, TransformerPlanFromALengthsFile) {
   const std::string lengths = RunfilePath("client/testdata/lengths.txt");
   Result result = Slimfit({"plan", "--arch=transformer", "--d_model=1024", "--layers=24", "--heads=16",

@@ -31,8 +31,9 @@ std::string DescribePlan(const v1::PlanCandidate& candidate) {
 }
 
 std::string RoundLine(const v1::RoundCompleted& round) {
-  std::vector<std::string> parts = {absl::StrCat("round ", round.round(), "/", round.rounds()),
-                                    absl::StrCat("loss ", FormatLoss(round.loss()))};
+  std::vector<std::string> parts = {
+      absl::StrCat("round ", round.round(), "/", round.rounds(), round.rerun() ? " (run again)" : ""),
+      absl::StrCat("loss ", FormatLoss(round.loss()))};
   if (round.has_bits_per_byte()) parts.push_back(FormatBitsPerByte(round.bits_per_byte()));
   parts.push_back(FormatRate(round.tokens_per_second()));
   if (round.has_eta_seconds()) parts.push_back(absl::StrCat("ETA ", FormatDuration(round.eta_seconds())));
@@ -48,8 +49,37 @@ std::string RoundLine(const v1::RoundCompleted& round) {
   return absl::StrJoin(parts, "  ");
 }
 
+std::string ResumedLine(const v1::JobResumed& resumed) {
+  std::string line = "resumed";
+  if (resumed.reason() == v1::JobResumed::REASON_COORDINATOR_RESTART) {
+    absl::StrAppend(&line, " after a coordinator restart");
+  } else if (resumed.reason() == v1::JobResumed::REASON_ROLLBACK) {
+    absl::StrAppend(&line, " after a rollback");
+  }
+  if (resumed.initial_parameters()) {
+    absl::StrAppend(&line, " from the initial model: no checkpoint matches what was written");
+  } else if (resumed.round() == 0) {
+    absl::StrAppend(&line, " from the initial model (round 0's checkpoint)");
+  } else {
+    absl::StrAppend(&line, " from round ", resumed.round(), "'s checkpoint");
+  }
+  if (resumed.rounds_completed() == resumed.round() + 1) {
+    absl::StrAppend(&line, "; round ", resumed.rounds_completed(), " runs again");
+  } else if (resumed.rounds_completed() > resumed.round() + 1) {
+    absl::StrAppend(&line, "; rounds ", resumed.round() + 1, " to ", resumed.rounds_completed(),
+                    " run again");
+  }
+  if (resumed.unverifiable_checkpoints_size() > 0) {
+    absl::StrAppend(
+        &line, "; passed over (changed on disk): ", absl::StrJoin(resumed.unverifiable_checkpoints(), "; "));
+  }
+  return line;
+}
+
 std::string EventLine(const v1::JobEvent& event) {
   switch (event.event_case()) {
+    case v1::JobEvent::kResumed:
+      return ResumedLine(event.resumed());
     case v1::JobEvent::kStateChanged: {
       const v1::JobStateChanged& change = event.state_changed();
       std::string line =

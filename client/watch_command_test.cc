@@ -179,6 +179,47 @@ TEST_F(WatchCommandTest, RendersEveryKindOfEventAndSucceeds) {
   EXPECT_THAT(fake_->calls().authorizations, ElementsAre("Bearer tok"));
 }
 
+// A coordinator restart sends the job back to its newest checkpoint that verifies: the event
+// says from where and why, the rounds computed again say so, and progress does not go back.
+TEST_F(WatchCommandTest, RendersAResumeAndTheRoundsRunAgain) {
+  fake_->watch_job = [](const v1::WatchJobRequest&, int, const FakeCoordinator::Writer<v1::JobEvent>& write) {
+    v1::JobEvent restart;
+    restart.set_sequence(4);
+    v1::JobResumed& resumed = *restart.mutable_resumed();
+    resumed.set_round(2);
+    resumed.set_reason(v1::JobResumed::REASON_COORDINATOR_RESTART);
+    resumed.set_rounds_completed(4);
+    resumed.add_unverifiable_checkpoints(
+        "round 4: /s/round-000004.safetensors: the SHA-256 of its 9 bytes is 5e");
+    v1::JobEvent again = Round(5, 3);
+    again.mutable_round_completed()->set_rerun(true);
+    v1::JobEvent rollback;
+    rollback.set_sequence(6);
+    rollback.mutable_resumed()->set_reason(v1::JobResumed::REASON_ROLLBACK);
+    rollback.mutable_resumed()->set_rounds_completed(4);
+    rollback.mutable_resumed()->set_initial_parameters(true);
+    v1::JobEvent one;
+    one.set_sequence(7);
+    one.mutable_resumed()->set_reason(v1::JobResumed::REASON_COORDINATOR_RESTART);
+    one.mutable_resumed()->set_round(3);
+    one.mutable_resumed()->set_rounds_completed(4);
+    return Stream(write, {Snapshot(3, v1::JOB_STATE_RUNNING, 4), restart, again, rollback, one,
+                          StateChange(8, v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED, "")});
+  };
+  const absl::Status status = Watch();
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_THAT(Lines(),
+              ElementsAre("watching job-1 \"tiny\": RUNNING, round 4/10",
+                          "resumed after a coordinator restart from round 2's checkpoint; rounds 3 to 4 "
+                          "run again; passed over (changed on disk): round 4: "
+                          "/s/round-000004.safetensors: the SHA-256 of its 9 bytes is 5e",
+                          "round 3/10 (run again)  loss 2.2000  3.174 bits/byte  12.3k tokens/s  ETA 7m 00s",
+                          "resumed after a rollback from the initial model: no checkpoint matches what "
+                          "was written; rounds 1 to 4 run again",
+                          "resumed after a coordinator restart from round 3's checkpoint; round 4 runs again",
+                          "state RUNNING -> SUCCEEDED"));
+}
+
 TEST_F(WatchCommandTest, FailedJobExitsOneWithItsReason) {
   fake_->watch_job = [](const v1::WatchJobRequest&, int, const FakeCoordinator::Writer<v1::JobEvent>& write) {
     return Stream(write, {Snapshot(1, v1::JOB_STATE_RUNNING, 2),

@@ -132,7 +132,7 @@ struct InitOptions {
   // output map gives logits far from uniform (a first loss above ln vocab), and AdamW's first steps
   // — sign steps of the learning rate on every weight, the same direction for every token — shift
   // every logit together, which wide, deep post-LN models turn into a loss spike
-  // (docs/ARCHITECTURE.md, "Training defaults"). REQUIRES: finite, > 0.
+  // (docs/DESIGN.md, "Training defaults"). REQUIRES: finite, > 0.
   double readout_scale = 1.0;
 };
 

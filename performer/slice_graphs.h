@@ -29,6 +29,7 @@
 #include "performer/replayable_work.h"
 #include "performer/slice_replay_rule.h"
 #include "performer/slice_runner.h"
+#include "performer/sweep_stretch_rule.h"
 
 namespace slimfit::performer::internal {
 
@@ -36,10 +37,11 @@ class SliceGraphs {
  public:
   // The longest slice replayed (slice_replay_rule.h: calls with larger slices run op by op).
   static constexpr int64_t kMaxSlice = kMaxReplayedSlice;
-  // The longest stretch replayed: the forward sweep's three slices of kMaxSlice.
-  static constexpr int64_t kMaxRows = 3 * kMaxSlice;
+  // The longest stretch replayed: the forward sweep's kSweepSlices slices of kMaxSlice.
+  static constexpr int64_t kMaxRows = kSweepSlices * kMaxSlice;
   // Shapes captured per call at most: backward steps (entry given or subtracted, a full slice or
-  // one that ends the last document) and the forward sweep's stretches of one to three slices.
+  // one that ends the last document) and the forward sweep's stretches of one to kSweepSlices
+  // slices.
   static constexpr int kMaxShapes = 8;
 
   // How a call of `slices` slices of `slice` tokens on `device` replays them under `replay`

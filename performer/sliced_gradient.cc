@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "performer/async_host_copy.h"
+#include "performer/sweep_stretch_rule.h"
 
 namespace slimfit::performer::internal {
 
@@ -91,11 +92,9 @@ void SweepGradient(SliceRunner& runner, SliceGraphs* graphs, const Plan& plan, c
   // The forward sweep stops before the last slice: the backward sweep starts by rebuilding slice
   // N from U(N−1), which the sweep ends with, so U(N) itself is never needed.
   //
-  // Where no front inside it is needed, the sweep runs several slices as one stretch: the same
-  // arithmetic in fewer, larger matrix products. A graph-free forward holds about a third of what
-  // a slice graph holds per token, so kSweepSlices slices cost about the memory of one slice's
-  // graph. Relu's onset bookkeeping needs every slice boundary, so it sweeps slice by slice.
-  constexpr int64_t kSweepSlices = 3;
+  // Where no front inside it is needed, the sweep runs up to kSweepSlices slices as one stretch
+  // (sweep_stretch_rule.h, which the cost model shares). Relu's onset bookkeeping needs every
+  // slice boundary, so it sweeps slice by slice.
   auto keep = [&](int64_t n) {
     return n > 0 && n + 1 < slices &&
            (plan.front_policy == FrontPolicy::kStore || !runner.Reversible(n) ||

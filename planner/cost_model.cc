@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "performer/batched_weight_gradient_rows.h"
 #include "performer/slice_replay_rule.h"
+#include "performer/sweep_stretch_rule.h"
 #include "planner/bptt_schedule.h"
 
 namespace slimfit::planner {
@@ -169,13 +170,20 @@ int64_t GraphPoolBytes(const ModelConfig& c, int64_t seq_len, const Plan& plan,
          profile.graph_pool_overhead_bytes;
 }
 
+absl::Status CheckDocuments(int64_t documents, int64_t sequence_length, absl::string_view documents_field,
+                            absl::string_view length_field) {
+  if (documents >= 1 && documents <= sequence_length) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(documents_field, ": must be between 1 and ", length_field,
+                                                 " (", sequence_length, "), got ", documents));
+}
+
 int64_t SweepSlicesPerStretch(const ModelConfig& c, const Plan& plan) {
   if (plan.front_policy == FrontPolicy::kStore || plan.front_policy == FrontPolicy::kDp ||
       c.feature_map == FeatureMap::kRelu) {
     return 1;
   }
-  if (plan.front_policy == FrontPolicy::kResync) return std::min<int64_t>(3, plan.resync_every);
-  return 3;
+  if (plan.front_policy == FrontPolicy::kResync) return std::min(performer::kSweepSlices, plan.resync_every);
+  return performer::kSweepSlices;
 }
 
 absl::StatusOr<Prediction> Predict(const Workload& w, const Plan& plan, const DeviceProfile& profile) {
@@ -200,9 +208,9 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   if (absl::Status s = w.model.Validate(); !s.ok()) return s;
   if (absl::Status s = plan.Validate(w.seq_len); !s.ok()) return s;
   if (absl::Status s = profile.Validate(); !s.ok()) return s;
-  if (w.documents < 1 || w.documents > w.seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("documents must be between 1 and the sequence length ",
-                                                   w.seq_len, ", got ", w.documents));
+  if (absl::Status s = CheckDocuments(w.documents, w.seq_len, "workload.documents", "workload.seq_len");
+      !s.ok()) {
+    return s;
   }
   const ModelConfig& c = w.model;
   const int64_t dtype_bytes = performer::DTypeBytes(plan.dtype);
@@ -285,7 +293,7 @@ absl::StatusOr<Prediction> PredictWithForwards(const Workload& w, const Plan& pl
   }
   // Without the forward copies, oneDNN takes the FFN and output weights transposed: measured on
   // config A on the 2-core reference machine, 1.14× the time with them at C = 64 and C = 16 and
-  // 1.02× at full length (BENCHMARKS.md, "The two changes in the engine, one at a time"). One
+  // 1.02× at full length (BENCHMARKS.md, "What is each engine choice worth on a CPU?"). One
   // factor for all plans: it decides only between plans that fit, where the sliced ones dominate.
   if (copies_apply && !plan.copy_forward_weights) p.seconds *= kOneWeightLayoutSlowdown;
   p.resident_bytes = profile.resident_overhead_bytes;

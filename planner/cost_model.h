@@ -31,7 +31,9 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "performer/model_config.h"
 #include "performer/plan.h"
 #include "planner/device_profile.h"
@@ -48,6 +50,12 @@ struct Workload {
   // (a worker's multi-sequence shard): one more gradient-sized buffer, counted in gradient_bytes.
   bool gradient_sum = false;
 };
+
+// The bound on a workload's documents, one rule for every caller that takes them from a user:
+// OK when 1 ≤ documents ≤ sequence_length, else INVALID_ARGUMENT "<documents_field>: must be between
+// 1 and <length_field> (L), got D" (e.g. "spec.documents", "spec.sequence_length").
+absl::Status CheckDocuments(int64_t documents, int64_t sequence_length, absl::string_view documents_field,
+                            absl::string_view length_field);
 
 struct Prediction {
   int64_t parameter_bytes = 0;
@@ -102,10 +110,10 @@ int64_t BatchedWeightGradientBytes(const performer::ModelConfig& model, const pe
 // (DeviceProfile::forward_weight_copies).
 bool ForwardCopiesApply(const DeviceProfile& profile, performer::DType dtype, bool bf16_products);
 
-// Slices the engine's forward sweep runs per stretch under `plan` (gradient_engine.cc): 3 where no
-// front inside a stretch is needed, 1 for store, for dp (whose schedule advances slice by slice)
-// and for relu's onset bookkeeping. Document starts
-// break stretches too; the model ignores that (a conservative choice for time).
+// Slices the engine's forward sweep runs per stretch under `plan` (gradient_engine.cc):
+// performer::kSweepSlices (sweep_stretch_rule.h) where no front inside a stretch is needed, 1 for store, for
+// dp (whose schedule advances slice by slice) and for relu's onset bookkeeping. Document starts break
+// stretches too; the model ignores that (a conservative choice for time).
 int64_t SweepSlicesPerStretch(const performer::ModelConfig& model, const performer::Plan& plan);
 
 // Mixed precision (Plan::bf16_products): the bfloat16 copies a matrix product makes of its

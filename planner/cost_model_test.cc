@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "performer/sweep_stretch_rule.h"
 #include "planner/bptt_schedule.h"
 
 namespace slimfit::planner {
@@ -130,9 +131,10 @@ TEST(CostModelTest, TheGraphsPoolIsInThePeakOfCallsWhoseSlicesReplay) {
       const Plan plan = Sliced(c.slice, policy);
       const Prediction without = *Predict(w, plan, cuda);
       const Prediction with = *Predict(w, plan, replaying);
-      // The forward sweep's stretch: three slices (one under store), at most L tokens, at
+      // The forward sweep's stretch: kSweepSlices slices (one under store), at most L tokens, at
       // 2·d_ff + 7·d_model values per token.
-      const int64_t stretch = std::min<int64_t>((policy == FrontPolicy::kStore ? 1 : 3) * c.slice, c.seq_len);
+      const int64_t stretch = std::min<int64_t>(
+          (policy == FrontPolicy::kStore ? 1 : performer::kSweepSlices) * c.slice, c.seq_len);
       const int64_t pool = c.replays ? SliceGraphBytes(w.model, c.slice, plan, replaying) +
                                            stretch * (2 * 1024 + 7 * 256) * 4 + (int64_t{16} << 20)
                                      : 0;
@@ -230,9 +232,9 @@ TEST(CostModelTest, Bf16ProductsAddTheirCopiesAndTheirOwnTimeConstants) {
     EXPECT_EQ(SliceGraphBytes(m, rows, mixed, profile) - SliceGraphBytes(m, rows, Sliced(c), profile),
               Bf16ProductBytes(m, rows) + Bf16WeightGradientBytes(m, profile))
         << "C=" << c;
-    if (c > 0) {  // the sweep's stretch of three slices: no weight gradients there
+    if (c > 0) {  // the sweep's stretch of kSweepSlices slices: no weight gradients there
       EXPECT_EQ(SweepStretchBytes(m, 4096, mixed) - SweepStretchBytes(m, 4096, Sliced(c)),
-                Bf16ProductBytes(m, std::min<int64_t>(3 * c, 4096)));
+                Bf16ProductBytes(m, std::min<int64_t>(performer::kSweepSlices * c, 4096)));
     }
     const int64_t largest =
         c == 0 ? SliceGraphBytes(m, rows, mixed, profile)

@@ -371,19 +371,6 @@ absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request
   return plan;
 }
 
-PlanSearchRequest JobPlanSearchRequest(const v1::JobSpec& spec, const performer::ModelConfig& config,
-                                       int64_t documents) {
-  PlanSearchRequest request;
-  request.workload.model = config;
-  request.workload.seq_len = spec.sequence_length();
-  request.workload.documents = documents;
-  // A worker's shard of several sequences keeps a running gradient sum (see the worker's check).
-  request.workload.gradient_sum = spec.tokens_per_round() / spec.sequence_length() > 1;
-  request.dtype = spec.dtype() == v1::DTYPE_FLOAT64 ? DType::kFloat64 : DType::kFloat32;
-  request.bf16_products = spec.bf16_products();
-  return request;
-}
-
 std::string PlanSummary(const Plan& plan) {
   if (plan.slice == 0)
     return plan.bf16_products ? "full back-propagation, bfloat16 products" : "full back-propagation";

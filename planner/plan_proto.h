@@ -50,13 +50,6 @@ Objective ObjectiveFromProto(v1::Objective objective);  // UNSPECIFIED reads as 
 // a least-memory search without a budget) instead of an error. The frontier is cut to at most
 // v1::LIMIT_MAX_FRONTIER entries evenly in peak bytes (both ends kept) when `include_frontier`,
 // else left empty. Errors: INVALID_ARGUMENT from the search (workload, profile, budget, margin).
-// The plan search for a worker of a job: the job's model (`config`, resolved from its spec), L,
-// `documents` per sequence, whether a shard keeps a running gradient sum (several sequences per
-// round), the dtype and bfloat16 products. The budget is left at 0 and the margin at its default,
-// for the caller to set.
-PlanSearchRequest JobPlanSearchRequest(const v1::JobSpec& spec, const performer::ModelConfig& config,
-                                       int64_t documents);
-
 absl::StatusOr<v1::MemoryPlan> SearchMemoryPlan(const PlanSearchRequest& request,
                                                 const DeviceProfile& profile, bool include_frontier);
 

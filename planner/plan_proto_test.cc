@@ -89,29 +89,6 @@ TEST(PlanProtoTest, EveryPolicyRoundTrips) {
   EXPECT_FALSE(PlanToProto(performer::Plan()).has_copy_forward_weights());
 }
 
-TEST(PlanProtoTest, AJobsPlanSearchTakesItsWorkloadDtypeAndProducts) {
-  v1::JobSpec spec;
-  spec.set_sequence_length(128);
-  spec.set_tokens_per_round(512);
-  spec.set_bf16_products(true);
-  performer::ModelConfig config;
-  config.d_model = 64;
-  PlanSearchRequest request = JobPlanSearchRequest(spec, config, 3);
-  EXPECT_EQ(request.workload.model.d_model, 64);
-  EXPECT_EQ(request.workload.seq_len, 128);
-  EXPECT_EQ(request.workload.documents, 3);
-  EXPECT_TRUE(request.workload.gradient_sum);  // 4 sequences a round
-  EXPECT_EQ(request.dtype, performer::DType::kFloat32);
-  EXPECT_TRUE(request.bf16_products);
-  spec.set_tokens_per_round(128);
-  spec.set_dtype(v1::DTYPE_FLOAT64);
-  spec.set_bf16_products(false);
-  request = JobPlanSearchRequest(spec, config, 1);
-  EXPECT_FALSE(request.workload.gradient_sum);
-  EXPECT_EQ(request.dtype, performer::DType::kFloat64);
-  EXPECT_FALSE(request.bf16_products);
-}
-
 TEST(PlanProtoTest, Bf16ProductsSurviveTheTripAndNeedFloat32) {
   performer::Plan mixed;
   mixed.slice = 64;

@@ -146,10 +146,10 @@ absl::StatusOr<PlanSearchResult> SearchPlans(const PlanSearchRequest& request, c
     return absl::InvalidArgumentError(absl::StrCat("sequence length must be in 1..", kMaxSequenceLength,
                                                    ", got ", request.workload.seq_len));
   }
-  if (request.workload.documents < 1 || request.workload.documents > request.workload.seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("documents must be between 1 and the sequence length ",
-                                                   request.workload.seq_len, ", got ",
-                                                   request.workload.documents));
+  if (absl::Status s = CheckDocuments(request.workload.documents, request.workload.seq_len,
+                                      "workload.documents", "workload.seq_len");
+      !s.ok()) {
+    return s;
   }
   if (request.memory_budget_bytes <= 0) {
     return absl::InvalidArgumentError(

@@ -147,7 +147,7 @@ TEST(PlanSearchTest, BadRequestsAreRejected) {
   request = ConfigA(64);
   request.workload.documents = request.workload.seq_len + 1;  // more documents than tokens
   EXPECT_THAT(std::string(SearchPlans(request, Profile()).status().message()),
-              HasSubstr("documents must be between 1 and the sequence length"));
+              HasSubstr("workload.documents: must be between 1 and workload.seq_len (4096), got 4097"));
   EXPECT_EQ(ParseObjective("speed").status().code(), absl::StatusCode::kInvalidArgument);
 }
 

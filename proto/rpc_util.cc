@@ -59,6 +59,14 @@ std::optional<v1::ErrorDetail> ErrorDetailOf(const absl::Status& status) {
   return detail;
 }
 
+absl::Time CallDeadline(const grpc::ServerContext& context) {
+  const std::chrono::system_clock::time_point deadline = context.deadline();
+  if (deadline >= std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status, grpc::ServerContext* context) {
   if (status.ok()) return grpc::Status::OK;
   if (context != nullptr) {

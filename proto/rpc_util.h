@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::rpc {
@@ -54,6 +55,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status, grpc::ServerContext* conte
 // failure to connect says which address could not be reached.
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what,
                             const grpc::ClientContext* context = nullptr);
+
+// The deadline of an incoming call; InfiniteFuture when the caller set none (gRPC's "none" is a
+// time point centuries away).
+absl::Time CallDeadline(const grpc::ServerContext& context);
 
 // A client context with the bearer token and a deadline `timeout` from now.
 std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::string_view token,

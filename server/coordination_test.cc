@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "base/clock.h"
 #include "gtest/gtest.h"
 #include "server/event_signal.h"
 #include "server/worker_leases.h"
@@ -10,16 +11,27 @@
 namespace slimfit::server {
 namespace {
 
+// The timeout is on the signal's clock: a waiter stays until the clock reaches it, or a Notify.
 TEST(EventSignalTest, WaitReturnsOnNotifyOrTimeout) {
-  EventSignal signal;
+  base::ManualClock clock;
+  EventSignal signal(&clock);
   const uint64_t seen = signal.count();
-  EXPECT_EQ(signal.WaitAfter(seen, absl::Milliseconds(20)), seen);  // times out
-  std::thread notifier([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    signal.Notify();
-  });
-  EXPECT_EQ(signal.WaitAfter(seen, absl::Seconds(30)), seen + 1);
-  notifier.join();
+  uint64_t timed_out = 0;
+  std::thread waiter([&] { timed_out = signal.WaitAfter(seen, absl::Seconds(20)); });
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  clock.Advance(absl::Seconds(19));
+  EXPECT_EQ(clock.waiters(), 1);  // not yet
+  clock.Advance(absl::Seconds(1));
+  waiter.join();
+  EXPECT_EQ(timed_out, seen);
+
+  uint64_t notified = 0;
+  std::thread listener([&] { notified = signal.WaitAfter(seen, absl::Seconds(30)); });
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  signal.Notify();
+  listener.join();
+  EXPECT_EQ(notified, seen + 1);
+  EXPECT_EQ(signal.WaitAfter(seen, absl::Seconds(30)), seen + 1);  // already moved: no wait
 }
 
 TEST(WorkerLeasesTest, OneHolderPerWorkerAndGivingUp) {

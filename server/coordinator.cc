@@ -12,6 +12,7 @@
 #include "performer/performer_model.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
+#include "planner/plan_request_builder.h"
 #include "planner/plan_search.h"
 #include "proto/rpc_util.h"
 #include "server/job_defaults.h"
@@ -60,7 +61,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
       coordinator->options_.max_model_bytes);
   if (absl::Status resumed = coordinator->ResumeJobs(); !resumed.ok()) return resumed;
   Coordinator* raw = coordinator.get();
-  coordinator->liveness_ = std::thread([raw] { raw->LivenessLoop(); });
+  coordinator->liveness_ = base::Thread(
+      "liveness", [raw] { return raw->LivenessLoop(); },
+      [](const absl::Status& ended) {
+        // Without it no worker is marked LOST again: say so at once, not at shutdown.
+        if (!ended.ok()) base::LogError(ended.message(), "; silent workers are no longer marked LOST");
+      });
   return coordinator;
 }
 
@@ -77,15 +83,19 @@ void Coordinator::Shutdown() {
   // another runner holds must not wait for that runner's call to run out.
   for (auto& [id, runner] : runners) runner->RequestStop();
   for (auto& [id, runner] : runners) runner->Stop();
+  // Watch streams wait on their job's signal (or, for a job without a runner, this one): each
+  // wakes, sees shutting_down_ and ends.
   signal_.Notify();
-  if (liveness_.joinable()) liveness_.join();
+  for (auto& [id, runner] : runners) runner->events().Notify();
+  (void)liveness_.Join();  // its failure was logged when it ended
 }
 
-void Coordinator::LivenessLoop() {
+absl::Status Coordinator::LivenessLoop() {
   while (!shutting_down_.load()) {
     if (!registry_->ExpireSilentWorkers().empty()) signal_.Notify();
     absl::SleepFor(std::min(absl::Milliseconds(250), options_.registry.lost_after / 4));
   }
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::ResumeJobs() {
@@ -140,6 +150,10 @@ absl::Status Coordinator::StartRunner(const v1::Job& job, PreparedJob prepared) 
   deps.job_dir = absl::StrCat(options_.state_dir, "/jobs/", job.job_id());
   deps.options = options_.runner;
   deps.event_observer = options_.event_observer;
+  // A resumed job none of whose checkpoints verifies starts over from its initial parameters.
+  deps.initial_parameters = [preparer = preparer_.get(), spec = job.spec()] {
+    return preparer->InitialParameters(spec);
+  };
   std::error_code error;
   fs::create_directories(deps.job_dir, error);
   if (error) return absl::InternalError(absl::StrCat("cannot create ", deps.job_dir, ": ", error.message()));
@@ -259,8 +273,10 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const v1::ListJobsReq
   return response;
 }
 
-absl::StatusOr<v1::Job> Coordinator::CancelJob(const v1::CancelJobRequest& request) {
+absl::StatusOr<v1::Job> Coordinator::CancelJob(const v1::CancelJobRequest& request, absl::Time deadline) {
   if (request.reason().size() > 1024) return rpc::InvalidFieldError("reason", "longer than 1024 bytes");
+  const absl::Time now = absl::Now();
+  if (deadline == absl::InfiniteFuture()) deadline = now + kCancelWaitWithoutDeadline;
   absl::StatusOr<v1::Job> job = GetJob(request.job_id());
   if (!job.ok()) return job.status();
   if (job->state() == v1::JOB_STATE_CANCELLED) return job;
@@ -271,15 +287,35 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const v1::CancelJobRequest& reque
   std::shared_ptr<JobRunner> runner = Runner(request.job_id());
   if (runner == nullptr) return absl::InternalError(absl::StrCat("job ", request.job_id(), " has no runner"));
   runner->Cancel(request.reason());
-  for (int i = 0; i < 600 && !runner->terminal(); ++i) absl::SleepFor(absl::Milliseconds(50));
-  return runner->Snapshot();
+  // The answer leaves a tenth of the time left (at most a second) before the caller's deadline,
+  // so that it arrives before the caller gives up on its own.
+  const absl::Time answer_by =
+      deadline - std::min(absl::Seconds(1), std::max(absl::ZeroDuration(), deadline - now) / 10);
+  if (!runner->AwaitTerminal(answer_by)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "job ", request.job_id(),
+        ": cancellation requested and in progress (the job stops once its calls to workers and the "
+        "checkpoint being written, if any, have ended); cancel again to wait again, or watch the job"));
+  }
+  // Terminal, but not necessarily by this request: a job that finished meanwhile keeps its state.
+  v1::Job stopped = runner->Snapshot();
+  if (stopped.state() != v1::JOB_STATE_CANCELLED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(), " ", v1::JobState_Name(stopped.state()),
+                     " before it could be cancelled: ", stopped.state_reason()));
+  }
+  return stopped;
 }
 
 absl::Status Coordinator::WatchJob(const v1::WatchJobRequest& request,
                                    const std::function<bool(const v1::JobEvent&)>& emit,
                                    const std::function<bool()>& cancelled) {
   if (request.after_sequence() < 0) return rpc::InvalidFieldError("after_sequence", "must be ≥ 0");
-  uint64_t seen = signal_.count();
+  // The job's own signal. A job without a runner here is terminal (or about to be recorded so,
+  // having failed to start): it has no changes to wait for but the coordinator's shutdown.
+  std::shared_ptr<JobRunner> runner = Runner(request.job_id());
+  EventSignal& changes = runner != nullptr ? runner->events() : signal_;
+  uint64_t seen = changes.count();
   // The sequence is read before the snapshot: an event in between is then replayed, not lost.
   absl::StatusOr<int64_t> last = store_->LastEventSequence(request.job_id());
   if (!last.ok()) return last.status();
@@ -293,30 +329,45 @@ absl::Status Coordinator::WatchJob(const v1::WatchJobRequest& request,
   if (!emit(snapshot)) return absl::OkStatus();
   int64_t after = request.from_start() ? 0 : request.after_sequence() > 0 ? request.after_sequence() : *last;
   const bool terminal_at_start = IsTerminal(job->state());
+  constexpr absl::Duration kTerminalGrace = absl::Seconds(1);
   absl::Time quiet_since = absl::InfinitePast();
+  // The store is read at the start, after every change of the job, while events come in pages,
+  // and during the grace below; a wake to check on the client alone reads nothing.
+  bool look = true;
   while (true) {
-    absl::StatusOr<std::vector<v1::JobEvent>> events = store_->Events(request.job_id(), after);
-    if (!events.ok()) return events.status();
-    for (const v1::JobEvent& event : *events) {
-      if (!emit(event)) return absl::OkStatus();
-      after = event.sequence();
-      if (event.has_state_changed() && IsTerminal(event.state_changed().state())) return absl::OkStatus();
-    }
-    if (events->empty()) {
-      // A terminal job's last event is its terminal state change; the stream ends after it. A job
-      // already terminal when the stream began has nothing more to say; one that turned terminal
-      // without an event (a failure recorded outside its runner) gets a second's grace.
-      if (terminal_at_start) return absl::OkStatus();
-      absl::StatusOr<v1::Job> now = GetJob(request.job_id());
-      if (!now.ok()) return now.status();
-      if (IsTerminal(now->state())) {
-        if (quiet_since == absl::InfinitePast()) quiet_since = absl::Now();
-        if (absl::Now() - quiet_since > absl::Seconds(1)) return absl::OkStatus();
+    bool more = false;
+    if (look) {
+      absl::StatusOr<std::vector<v1::JobEvent>> events = store_->Events(request.job_id(), after);
+      if (!events.ok()) return events.status();
+      for (const v1::JobEvent& event : *events) {
+        if (!emit(event)) return absl::OkStatus();
+        after = event.sequence();
+        if (event.has_state_changed() && IsTerminal(event.state_changed().state())) return absl::OkStatus();
+      }
+      more = !events->empty();
+      if (events->empty()) {
+        // A terminal job's last event is its terminal state change; the stream ends after it. A job
+        // already terminal when the stream began has nothing more to say; one that turned terminal
+        // without an event (a failure recorded outside its runner) gets a second's grace.
+        if (terminal_at_start) return absl::OkStatus();
+        absl::StatusOr<v1::Job> now = GetJob(request.job_id());
+        if (!now.ok()) return now.status();
+        if (IsTerminal(now->state())) {
+          if (quiet_since == absl::InfinitePast()) quiet_since = absl::Now();
+          if (absl::Now() - quiet_since > kTerminalGrace) return absl::OkStatus();
+        }
       }
     }
     if (cancelled()) return absl::CancelledError("client went away");
     if (shutting_down_.load()) return absl::UnavailableError("coordinator shutting down: reconnect");
-    seen = signal_.WaitAfter(seen, absl::Milliseconds(terminal_at_start ? 0 : 250));
+    absl::Duration wait = more ? absl::ZeroDuration() : options_.watch_check_interval;
+    if (quiet_since != absl::InfinitePast()) {
+      wait = std::min(wait, std::max(absl::ZeroDuration(), quiet_since + kTerminalGrace - absl::Now()) +
+                                absl::Milliseconds(1));
+    }
+    const uint64_t now = changes.WaitAfter(seen, wait);
+    look = now != seen || more || quiet_since != absl::InfinitePast();
+    seen = now;
   }
 }
 
@@ -336,15 +387,19 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const v1::ListW
 }
 
 absl::StatusOr<planner::PlanSearchRequest> Coordinator::JobPlanSearch(const std::string& job_id,
+                                                                      double safety_margin,
                                                                       int64_t* reserved_bytes) {
   absl::StatusOr<v1::Job> job = GetJob(job_id);
   if (!job.ok()) return job.status();
   absl::StatusOr<performer::ModelConfig> config = preparer_->ResolveModel(job->spec().model(), nullptr);
   if (!config.ok()) return config.status();
   std::shared_ptr<JobRunner> runner = Runner(job_id);
-  planner::PlanSearchRequest search = planner::JobPlanSearchRequest(
-      job->spec(), *config, runner != nullptr ? runner->max_documents_per_sequence() : 1);
-  search.safety_margin = options_.runner.safety_margin;
+  // As the job's worker planner builds it (server/worker_planner.cc), --max_sequences_per_shard
+  // included.
+  absl::StatusOr<planner::PlanSearchRequest> search = planner::JobPlanSearchRequest(
+      job->spec(), *config, runner != nullptr ? runner->max_documents_per_sequence() : 1,
+      options_.runner.max_sequences_per_shard, safety_margin);
+  if (!search.ok()) return search.status();
   *reserved_bytes = ReservedBytesPerWorker(job->spec(), *config);
   return search;
 }
@@ -352,7 +407,8 @@ absl::StatusOr<planner::PlanSearchRequest> Coordinator::JobPlanSearch(const std:
 absl::StatusOr<WorkerPlanSearch> Coordinator::SearchPlansForJob(const std::string& job_id,
                                                                 const std::string& worker_id) {
   int64_t reserved = 0;
-  absl::StatusOr<planner::PlanSearchRequest> search = JobPlanSearch(job_id, &reserved);
+  absl::StatusOr<planner::PlanSearchRequest> search =
+      JobPlanSearch(job_id, options_.runner.safety_margin, &reserved);
   if (!search.ok()) return search.status();
   std::optional<v1::WorkerInfo> worker = registry_->Info(worker_id);
   if (!worker.has_value()) {
@@ -390,57 +446,50 @@ absl::StatusOr<std::vector<v1::JobEvent>> Coordinator::JobEvents(const std::stri
 absl::StatusOr<v1::GetMemoryPlanResponse> Coordinator::GetMemoryPlan(
     const v1::GetMemoryPlanRequest& request) {
   planner::PlanSearchRequest search;
-  performer::DType job_dtype = performer::DType::kFloat32;
   int64_t reserved = 0;  // a local-steps job's inner optimizer, beside each worker's plan
+  const double safety_margin =
+      request.has_safety_margin() ? request.safety_margin() : options_.runner.safety_margin;
   switch (request.workload_case()) {
     case v1::GetMemoryPlanRequest::kJobId: {
-      absl::StatusOr<planner::PlanSearchRequest> job_search = JobPlanSearch(request.job_id(), &reserved);
+      absl::StatusOr<planner::PlanSearchRequest> job_search =
+          JobPlanSearch(request.job_id(), safety_margin, &reserved);
       if (!job_search.ok()) return job_search.status();
-      search.workload = job_search->workload;
-      job_dtype = job_search->dtype;
-      if (request.has_dtype() && request.dtype() != planner::DTypeToProto(job_dtype)) {
+      if (request.has_dtype() && request.dtype() != planner::DTypeToProto(job_search->dtype)) {
         return rpc::InvalidFieldError("dtype", "must be absent or the job's dtype");
       }
       if (request.has_bf16_products() && request.bf16_products() != job_search->bf16_products) {
         return rpc::InvalidFieldError("bf16_products", "must be absent or the job's bf16_products");
       }
-      search.bf16_products = job_search->bf16_products;
+      search = *std::move(job_search);
       break;
     }
     case v1::GetMemoryPlanRequest::kSpec: {
       absl::StatusOr<performer::ModelConfig> config =
           preparer_->ResolveModel(request.spec().model(), nullptr);
       if (!config.ok()) return config.status();
-      search.workload.model = *config;
-      if (request.spec().sequence_length() < 1)
-        return rpc::InvalidFieldError("spec.sequence_length", "must be ≥ 1");
-      search.workload.seq_len = request.spec().sequence_length();
-      search.workload.documents = request.spec().has_documents() ? request.spec().documents() : 1;
-      if (search.workload.documents < 1 || search.workload.documents > search.workload.seq_len) {
-        return rpc::InvalidFieldError(
-            "spec.documents", absl::StrCat("must be between 1 and spec.sequence_length (",
-                                           search.workload.seq_len, "), got ", search.workload.documents));
-      }
+      planner::PlanRequestInputs inputs;
+      inputs.model = *config;
+      inputs.sequence_length = request.spec().sequence_length();
+      inputs.documents = request.spec().has_documents() ? request.spec().documents() : 1;
       if (request.has_dtype()) {
         absl::StatusOr<performer::DType> dtype = planner::DTypeFromProto(request.dtype(), "dtype");
         if (!dtype.ok()) return dtype.status();
-        job_dtype = *dtype;
+        inputs.dtype = *dtype;
       }
-      search.bf16_products = request.bf16_products();
+      inputs.bf16_products = request.bf16_products();
+      inputs.safety_margin = safety_margin;
+      planner::PlanRequestFields fields;
+      fields.sequence_length = "spec.sequence_length";
+      fields.documents = "spec.documents";
+      absl::StatusOr<planner::PlanSearchRequest> built = planner::BuildPlanSearchRequest(inputs, fields);
+      if (!built.ok()) return built.status();
+      search = *std::move(built);
       break;
     }
     default:
       return rpc::InvalidFieldError("workload", "set job_id or spec");
   }
-  search.dtype = job_dtype;
-  if (search.bf16_products && job_dtype != performer::DType::kFloat32) {
-    return rpc::InvalidFieldError("bf16_products", performer::Bf16ProductsDTypeError(job_dtype));
-  }
   search.objective = planner::ObjectiveFromProto(request.objective());
-  search.safety_margin =
-      request.has_safety_margin() ? request.safety_margin() : options_.runner.safety_margin;
-  if (!(search.safety_margin >= 0 && search.safety_margin < 1))
-    return rpc::InvalidFieldError("safety_margin", "must be in [0, 1)");
 
   std::vector<v1::WorkerInfo> targets;
   std::string next_page_token;

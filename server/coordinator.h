@@ -7,7 +7,8 @@
 //   <state_dir>/uploads/<id>                uploaded datasets and checkpoints, content-addressed
 //   <state_dir>/jobs/<job_id>/round-*.safetensors   checkpoints (+ .optimizer.safetensors)
 //
-// On Create, jobs left QUEUED or RUNNING by a previous process resume from their latest checkpoint.
+// On Create, jobs left QUEUED or RUNNING by a previous process resume from their newest checkpoint
+// that still verifies (JobRunner; JobResumed says from where).
 //
 // Thread safety: thread-safe; RPC handlers call in from gRPC's threads.
 #ifndef SLIMFIT_SERVER_COORDINATOR_H_
@@ -19,12 +20,12 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/thread.h"
 #include "performer/model_config.h"
 #include "planner/plan_search.h"
 #include "proto/slimfit.pb.h"
@@ -46,7 +47,13 @@ struct CoordinatorOptions {
   int64_t max_model_bytes = kDefaultMaxModelBytes;  // see JobPreparer
   // Sees every event a job publishes, after it is stored (the daemon's metrics). May be empty.
   JobEventObserver event_observer;
+  // How often a WatchJob stream with nothing to send asks whether its client went away (a
+  // synchronous gRPC handler learns it only by asking). Its job's own changes wake it at once.
+  absl::Duration watch_check_interval = absl::Milliseconds(250);
 };
+
+// How long CancelJob waits for the job to stop when its caller gave no deadline.
+inline constexpr absl::Duration kCancelWaitWithoutDeadline = absl::Seconds(60);
 
 // A plan search for one worker and one job, as the job's runner would plan it.
 struct WorkerPlanSearch {
@@ -72,9 +79,18 @@ class Coordinator {
   absl::StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request);
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
-  absl::StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request);
+  // Asks the job's runner to cancel it and waits until the runner has stopped it (CANCELLED),
+  // answering a little before `deadline` (the caller's; InfiniteFuture: kCancelWaitWithoutDeadline)
+  // so that the caller reads the answer rather than its own timeout. Idempotent: a cancelled job is
+  // returned at once. DEADLINE_EXCEEDED when the job has not stopped in time: the cancellation
+  // was requested and goes on, and a second call waits again. NOT_FOUND for an unknown job;
+  // FAILED_PRECONDITION for one that already SUCCEEDED or FAILED.
+  absl::StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request,
+                                    absl::Time deadline = absl::InfiniteFuture());
   // Streams the snapshot and events; `emit` returns false when the stream broke; `cancelled`
-  // says whether the client went away. UNAVAILABLE when the coordinator shuts down.
+  // says whether the client went away (asked every options.watch_check_interval while nothing
+  // happens, and after every wake). Wakes for this job's changes only (JobRecord::events), never
+  // another job's. UNAVAILABLE when the coordinator shuts down.
   absl::Status WatchJob(const v1::WatchJobRequest& request,
                         const std::function<bool(const v1::JobEvent&)>& emit,
                         const std::function<bool()>& cancelled);
@@ -108,14 +124,15 @@ class Coordinator {
  private:
   explicit Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
   absl::Status ResumeJobs();
-  // The planner's request for `job_id`'s workload (model, L, documents, dtype, margin); no budget.
-  // The plan search a job's workers get; *reserved_bytes: what each holds beside the plan
-  // (ReservedBytesPerWorker), to come off every worker's budget (PlanSearchBudget).
-  absl::StatusOr<planner::PlanSearchRequest> JobPlanSearch(const std::string& job_id,
+  // The planner's request for `job_id`'s workload (planner::JobPlanSearchRequest: model, L,
+  // documents, shards, dtype) with `safety_margin`; no budget. The plan search a job's workers get;
+  // *reserved_bytes: what each holds beside the plan (ReservedBytesPerWorker), to come off every
+  // worker's budget (PlanSearchBudget). INVALID_ARGUMENT "safety_margin: …" outside [0, 1).
+  absl::StatusOr<planner::PlanSearchRequest> JobPlanSearch(const std::string& job_id, double safety_margin,
                                                            int64_t* reserved_bytes);
   absl::Status StartRunner(const v1::Job& job, PreparedJob prepared);
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
-  void LivenessLoop();
+  absl::Status LivenessLoop();
 
   const CoordinatorOptions options_;
   std::unique_ptr<StateStore> store_;
@@ -125,7 +142,7 @@ class Coordinator {
   WorkerLeases leases_;
   EventSignal signal_;
   std::atomic<bool> shutting_down_{false};
-  std::thread liveness_;
+  base::Thread liveness_;
 
   absl::Mutex submit_mutex_;  // one submission at a time (request-id deduplication)
   absl::Mutex mutex_;         // the runner table

@@ -1,12 +1,12 @@
 #include "server/coordinator_service.h"
 
-#include <fstream>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/sha256.h"
+#include "base/log.h"
+#include "base/verified_file.h"
 #include "performer/tensor_chunks.h"
 #include "planner/plan_proto.h"
 #include "proto/rpc_util.h"
@@ -172,7 +172,7 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
                                            v1::Job* response) {
   SLIMFIT_AUTHORIZE_CLIENT("CancelJob");
-  return Answer(coordinator_->CancelJob(*request), response, context);
+  return Answer(coordinator_->CancelJob(*request, rpc::CallDeadline(*context)), response, context);
 }
 
 grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context,
@@ -197,29 +197,33 @@ grpc::Status CoordinatorService::ExportModel(grpc::ServerContext* context,
   absl::StatusOr<CheckpointRecord> checkpoint =
       coordinator_->ExportCheckpoint(*request, message.mutable_header());
   if (!checkpoint.ok()) return rpc::ToGrpcStatus(checkpoint.status(), context);
-  std::ifstream in(checkpoint->model_path, std::ios::binary);
-  if (!in) {
-    return rpc::ToGrpcStatus(
-        absl::DataLossError(absl::StrCat("checkpoint file ", checkpoint->model_path, " is missing")),
-        context);
-  }
+  // The file is hashed as it goes out and compared with the digest recorded when it was written:
+  // a file changed on disk since ends the stream with DATA_LOSS instead of the trailer, and the
+  // client discards what it received (ExportModelResponse.trailer).
   if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-  base::Sha256Hasher hasher;
   int64_t sent = 0;
-  std::string buffer(static_cast<size_t>(v1::LIMIT_MAX_CHUNK_BYTES), '\0');
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    const std::streamsize got = in.gcount();
-    if (got <= 0) break;
-    message.Clear();
-    message.set_chunk(buffer.data(), static_cast<size_t>(got));
-    hasher.Update(message.chunk());
-    sent += got;
-    if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  bool client_gone = false;
+  const absl::Status streamed =
+      base::StreamVerifiedFile(checkpoint->model_path, {checkpoint->bytes, checkpoint->sha256},
+                               static_cast<size_t>(v1::LIMIT_MAX_CHUNK_BYTES), [&](absl::string_view chunk) {
+                                 message.Clear();
+                                 message.set_chunk(chunk.data(), chunk.size());
+                                 sent += static_cast<int64_t>(chunk.size());
+                                 client_gone = !writer->Write(message);
+                                 return !client_gone;
+                               });
+  if (client_gone) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  if (!streamed.ok()) {
+    base::LogError("ExportModel of ", request->job_id(), " round ", checkpoint->round, ": ",
+                   streamed.message());
+    return rpc::ToGrpcStatus(
+        absl::Status(streamed.code(), absl::StrCat("checkpoint of round ", checkpoint->round, " of ",
+                                                   request->job_id(), ": ", streamed.message())),
+        context);
   }
   message.Clear();
   message.mutable_trailer()->set_total_bytes(sent);
-  message.mutable_trailer()->set_sha256(hasher.FinishHex());
+  message.mutable_trailer()->set_sha256(checkpoint->sha256);
   writer->Write(message);
   return grpc::Status::OK;
 }

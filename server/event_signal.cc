@@ -4,16 +4,18 @@ namespace slimfit::server {
 
 void EventSignal::Notify() {
   absl::MutexLock lock(&mutex_);
-  ++count_;
-  changed_.SignalAll();
+  ++count_;  // waiters' conditions are evaluated as the lock is released
 }
 
 uint64_t EventSignal::WaitAfter(uint64_t seen, absl::Duration timeout) {
+  const absl::Time deadline = clock_->Now() + timeout;
   absl::MutexLock lock(&mutex_);
-  const absl::Time deadline = absl::Now() + timeout;
-  while (count_ == seen) {
-    if (changed_.WaitWithDeadline(&mutex_, deadline)) break;
-  }
+  struct Moved {
+    const uint64_t* count;
+    uint64_t seen;
+    bool Eval() const { return *count != seen; }
+  } moved{&count_, seen};
+  clock_->AwaitWithDeadline(&mutex_, absl::Condition(&moved, &Moved::Eval), deadline);
   return count_;
 }
 

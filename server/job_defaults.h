@@ -23,7 +23,7 @@ inline constexpr double kDefaultOuterMomentum = 0.9;
 // model's init_readout_scale (performer::kTrainingReadoutScale), AdamW's learning rate
 // (kDefaultAdamWLearningRate), the warm-up, min(100, max(1, steps / 10)) steps where steps are the
 // rounds, or a worker's inner steps (rounds · local_steps) in a local-steps job
-// (docs/ARCHITECTURE.md, "Training defaults"), a local-steps job's outer optimizer (SGD unless the spec picks
+// (docs/DESIGN.md, "Training defaults"), a local-steps job's outer optimizer (SGD unless the spec picks
 // AdamW; for SGD, each of momentum kDefaultOuterMomentum, Nesterov when momentum > 0 and learning rate
 // kDefaultOuterLearningRate that the spec leaves out; no warm-up), the
 // verification fraction (0 with local steps) and the quarantine threshold. Fields the spec sets

@@ -15,10 +15,12 @@
 #include "performer/tensor_codec.h"
 #include "performer/trainer.h"
 #include "planner/plan_proto.h"
+#include "planner/plan_request_builder.h"
 #include "planner/plan_search.h"
 #include "proto/dataset_format.h"
 #include "proto/rpc_util.h"
 #include "proto/token_codec.h"
+#include "server/job_bounds.h"
 #include "server/upload_store.h"
 
 namespace slimfit::server {
@@ -213,6 +215,7 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
   } else if (spec.has_outer_optimizer()) {
     return rpc::InvalidFieldError("spec.outer_optimizer", "only with local_steps");
   }
+  if (absl::Status bounded = CheckCounterBounds(spec); !bounded.ok()) return bounded;
   for (const auto& [field, value] :
        {std::pair<const char*, v1::Compression>{"spec.compression.pseudo_gradients",
                                                 spec.compression().pseudo_gradients()},
@@ -288,21 +291,36 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
   if (!data.ok()) return data.status();
   prepared.data = *std::move(data);
   if (load_initial && prepared.initial.empty()) {
-    // A fresh model, drawn from the seed.
-    performer::InitOptions init;
-    init.readout_scale = spec.model().has_init_readout_scale() ? spec.model().init_readout_scale() : 1.0;
-    const performer::DType dtype =
-        spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
-    try {
-      absl::StatusOr<performer::PerformerModel> model =
-          performer::PerformerModel::Create(prepared.config, dtype, at::kCPU, spec.seed(), init);
-      if (!model.ok()) return model.status();
-      prepared.initial = model->parameters();
-    } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("initialising the model: ", e.what_without_backtrace()));
-    }
+    absl::StatusOr<std::vector<at::Tensor>> fresh = FreshParameters(spec, prepared.config);
+    if (!fresh.ok()) return fresh.status();
+    prepared.initial = *std::move(fresh);
   }
   return prepared;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> JobPreparer::FreshParameters(const v1::JobSpec& spec,
+                                                                     const performer::ModelConfig& config) {
+  // A fresh model, drawn from the seed.
+  performer::InitOptions init;
+  init.readout_scale = spec.model().has_init_readout_scale() ? spec.model().init_readout_scale() : 1.0;
+  const performer::DType dtype =
+      spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
+  try {
+    absl::StatusOr<performer::PerformerModel> model =
+        performer::PerformerModel::Create(config, dtype, at::kCPU, spec.seed(), init);
+    if (!model.ok()) return model.status();
+    return model->parameters();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("initialising the model: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<std::vector<at::Tensor>> JobPreparer::InitialParameters(const v1::JobSpec& spec) const {
+  std::vector<at::Tensor> initial;
+  absl::StatusOr<performer::ModelConfig> config = ResolveModel(spec.model(), &initial);
+  if (!config.ok()) return config.status();
+  if (!initial.empty()) return initial;
+  return FreshParameters(spec, *config);
 }
 
 absl::Status JobPreparer::CheckSomeWorkerFits(const v1::JobSpec& spec, const performer::ModelConfig& config,
@@ -314,10 +332,13 @@ absl::Status JobPreparer::CheckSomeWorkerFits(const v1::JobSpec& spec, const per
   });
   std::optional<v1::MemoryPlan> largest;
   for (const WorkerHandle& worker : eligible) {
-    planner::PlanSearchRequest request = planner::JobPlanSearchRequest(spec, config, documents);
-    request.memory_budget_bytes = worker.memory_budget_bytes;
-    request.safety_margin = safety_margin_;
-    absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(request, worker.profile, false);
+    // Without the coordinator's --max_sequences_per_shard (not known here): a cap could only
+    // shrink the plan, so this check may refuse a job a capped fleet could run.
+    absl::StatusOr<planner::PlanSearchRequest> request =
+        planner::JobPlanSearchRequest(spec, config, documents, /*max_sequences_per_shard=*/0, safety_margin_);
+    if (!request.ok()) return request.status();
+    request->memory_budget_bytes = worker.memory_budget_bytes;
+    absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(*request, worker.profile, false);
     if (!plan.ok()) return plan.status();
     if (!plan->has_refusal()) return absl::OkStatus();
     if (!largest.has_value()) largest = *plan;

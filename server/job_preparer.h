@@ -82,7 +82,14 @@ class JobPreparer {
   absl::StatusOr<performer::ModelConfig> ResolveModel(const v1::ModelSpec& model,
                                                       std::vector<at::Tensor>* initial) const;
 
+  // The parameters a job with `spec` (as stored: validated, defaults filled in) starts from, as
+  // Prepare(spec, true) gives them: the named checkpoint's, or a fresh model's drawn from the seed.
+  // Errors as ResolveModel.
+  absl::StatusOr<std::vector<at::Tensor>> InitialParameters(const v1::JobSpec& spec) const;
+
  private:
+  static absl::StatusOr<std::vector<at::Tensor>> FreshParameters(const v1::JobSpec& spec,
+                                                                 const performer::ModelConfig& config);
   absl::StatusOr<JobData> LoadData(const v1::JobSpec& spec, const performer::ModelConfig& config) const;
 
   StateStore* const store_;

@@ -1,6 +1,7 @@
 #include "server/job_preparer.h"
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,25 @@ v1::JobSpec LocalStepsSpec(v1::JobSpec spec) {
   spec.mutable_outer_optimizer()->set_learning_rate(0.7);
   spec.set_verify_fraction(0);
   return spec;
+}
+
+// The submission (--rounds=9000000000000000000 --tokens_per_round=1024) was accepted:
+// rounds · tokens_per_round overflowed the job's token counters. The bounds themselves:
+// job_bounds_test.
+TEST_F(JobPreparerTest, RefusesRoundsWhoseTokensOverflowTheCounters) {
+  JobPreparer preparer(store_.get(), nullptr, 0.1, /*max_model_bytes=*/int64_t{1} << 30);
+  v1::JobSpec spec = Spec(256, 16);
+  spec.set_tokens_per_round(1024);
+  spec.set_rounds(std::numeric_limits<int64_t>::max() / 1024);
+  // Within the bound: the next check (the unknown dataset) answers.
+  EXPECT_EQ(preparer.Prepare(spec, /*load_initial=*/false).status().code(), absl::StatusCode::kNotFound);
+  spec.set_rounds(9000000000000000000);
+  const absl::Status refused = preparer.Prepare(spec, /*load_initial=*/false).status();
+  ASSERT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("spec.rounds: 9000000000000000000 rounds of 1024"));
+  std::optional<v1::ErrorDetail> detail = rpc::ErrorDetailOf(refused);
+  ASSERT_TRUE(detail.has_value());
+  EXPECT_EQ(detail->field(), "spec.rounds");
 }
 
 TEST_F(JobPreparerTest, ValidatesLocalSteps) {

@@ -17,14 +17,13 @@ google::protobuf::Timestamp NowTimestamp() {
   return google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
 }
 
-JobRecord::JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, EventSignal* signal,
-                     JobEventObserver observer)
+JobRecord::JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, JobEventObserver observer)
     : job_id_(job.job_id()),
       store_(store),
-      signal_(signal),
       observer_(std::move(observer)),
       job_(std::move(job)),
-      next_sequence_(next_sequence) {}
+      next_sequence_(next_sequence),
+      terminal_stored_(IsTerminal(job_.state())) {}
 
 v1::Job JobRecord::Snapshot() const {
   absl::MutexLock lock(&mutex_);
@@ -34,6 +33,11 @@ v1::Job JobRecord::Snapshot() const {
 v1::JobState JobRecord::state() const {
   absl::MutexLock lock(&mutex_);
   return job_.state();
+}
+
+bool JobRecord::AwaitTerminal(absl::Time deadline) const {
+  absl::MutexLock lock(&mutex_);
+  return mutex_.AwaitWithDeadline(absl::Condition(&terminal_stored_), deadline);
 }
 
 void JobRecord::Update(const std::function<void(v1::Job*)>& change) {
@@ -59,7 +63,7 @@ void JobRecord::Emit(v1::JobEvent event) {
     base::LogError(job_id_, ": could not store an event: ", stored.message());
   }
   if (observer_) observer_(event);
-  signal_->Notify();
+  events_.Notify();
 }
 
 void JobRecord::SetState(v1::JobState state, const std::string& reason) {
@@ -84,7 +88,11 @@ void JobRecord::SetState(v1::JobState state, const std::string& reason) {
     base::LogInfo(job_id_, ": ", v1::JobState_Name(event.state_changed().state()), " — ", reason);
     Emit(std::move(event));
   } else {
-    signal_->Notify();  // only the reason changed: stored, not an event
+    events_.Notify();  // only the reason changed: stored, not an event
+  }
+  if (IsTerminal(state)) {
+    absl::MutexLock lock(&mutex_);
+    terminal_stored_ = true;
   }
 }
 

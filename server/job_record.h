@@ -1,6 +1,7 @@
 // The record of one job while a runner drives it: the v1::Job (state, reason, progress) and its
-// event stream. Every change is stored (StateStore) before it is signalled (EventSignal), so a
-// WatchJob stream or a restarted coordinator never sees something that was not durable.
+// event stream. Every change is stored (StateStore) before it is signalled on the job's own
+// EventSignal (events()), so a WatchJob stream or a restarted coordinator never sees something that
+// was not durable, and a stream of this job wakes for this job's changes only.
 //
 // Example:
 //   record.Update([&](v1::Job* job) { job->mutable_progress()->set_rounds_completed(round); });
@@ -11,7 +12,7 @@
 // metrics count rounds, phases and reassignments from them); it runs on the emitting thread and must
 // be quick and thread-safe.
 //
-// Thread safety: thread-safe. The store and signal are not owned and must outlive the record.
+// Thread safety: thread-safe. The store is not owned and must outlive the record.
 #ifndef SLIMFIT_SERVER_JOB_RECORD_H_
 #define SLIMFIT_SERVER_JOB_RECORD_H_
 
@@ -22,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/slimfit.pb.h"
 #include "server/event_signal.h"
 #include "server/state_store.h"
@@ -38,8 +40,7 @@ google::protobuf::Timestamp NowTimestamp();
 class JobRecord {
  public:
   // `next_sequence` is one above the last event sequence stored for this job.
-  JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, EventSignal* signal,
-            JobEventObserver observer = nullptr);
+  JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, JobEventObserver observer = nullptr);
   JobRecord(const JobRecord&) = delete;
   JobRecord& operator=(const JobRecord&) = delete;
 
@@ -47,6 +48,12 @@ class JobRecord {
   v1::Job Snapshot() const;
   v1::JobState state() const;
   bool terminal() const { return IsTerminal(state()); }
+  // Waits until the job's terminal state is stored (the job and its terminal event, as SetState
+  // stores them) or `deadline` passed; whether it is. A caller told "terminal" may acknowledge the
+  // state: a coordinator that crashes afterwards resumes with it.
+  bool AwaitTerminal(absl::Time deadline) const;
+  // Notified after every change the record stores: an event, or a new state reason.
+  EventSignal& events() { return events_; }
 
   // Applies `change` to the job under the record's lock. Not stored: call Persist afterwards.
   void Update(const std::function<void(v1::Job*)>& change);
@@ -56,7 +63,7 @@ class JobRecord {
   void Persist() { (void)PersistOrFail(); }
 
   // Numbers `event` (per-job sequence), stamps it with the job id and time, stores it and wakes
-  // watchers. A store failure is logged; the event is still signalled.
+  // this job's watchers (events()). A store failure is logged; the event is still signalled.
   void Emit(v1::JobEvent event);
 
   // Sets the state and its reason, stores the job and, when the state changed, emits a
@@ -69,12 +76,14 @@ class JobRecord {
  private:
   const std::string job_id_;
   StateStore* const store_;
-  EventSignal* const signal_;
   const JobEventObserver observer_;
+  EventSignal events_;
 
   mutable absl::Mutex mutex_;
   v1::Job job_ ABSL_GUARDED_BY(mutex_);
   int64_t next_sequence_ ABSL_GUARDED_BY(mutex_);
+  // The terminal state is in the store, with its event (set after both are written).
+  bool terminal_stored_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace slimfit::server

@@ -1,6 +1,7 @@
 #include "server/job_record.h"
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,7 +22,7 @@ class JobRecordTest : public ::testing::Test {
     job.set_job_id("job-000007");
     job.set_state(v1::JOB_STATE_QUEUED);
     ASSERT_TRUE(store_->PutJob(job).ok());
-    record_ = std::make_unique<JobRecord>(job, 1, store_.get(), &signal_);
+    record_ = std::make_unique<JobRecord>(job, 1, store_.get());
   }
 
   std::vector<v1::JobEvent> Events() {
@@ -31,14 +32,13 @@ class JobRecordTest : public ::testing::Test {
   }
 
   std::unique_ptr<StateStore> store_;
-  EventSignal signal_;
   std::unique_ptr<JobRecord> record_;
 };
 
 TEST_F(JobRecordTest, StateChangesAreStoredThenEmittedInSequence) {
-  const uint64_t seen = signal_.count();
+  const uint64_t seen = record_->events().count();
   record_->SetState(v1::JOB_STATE_RUNNING, "running on 2 workers");
-  EXPECT_GT(signal_.count(), seen);
+  EXPECT_GT(record_->events().count(), seen);
   record_->SetReason("waiting for 3 eligible workers (2 live)");  // stored, no event
   record_->SetState(v1::JOB_STATE_SUCCEEDED, "all 4 rounds done");
   const std::vector<v1::JobEvent> events = Events();
@@ -62,7 +62,7 @@ TEST_F(JobRecordTest, TheObserverSeesEveryEventAfterItIsStored) {
   v1::Job job;
   job.set_job_id("job-000007");
   job.set_state(v1::JOB_STATE_QUEUED);
-  JobRecord record(job, 1, store_.get(), &signal_, [&](const v1::JobEvent& event) {
+  JobRecord record(job, 1, store_.get(), [&](const v1::JobEvent& event) {
     observed.push_back(event);
     stored_when_observed.push_back(Events().size());
   });
@@ -91,6 +91,39 @@ TEST_F(JobRecordTest, UpdatesAreStoredOnlyWhenPersisted) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].job_id(), "job-000007");
   EXPECT_TRUE(events[0].has_time());
+}
+
+// Each record signals its own job's changes: a watcher of one job does not wake for another's.
+TEST_F(JobRecordTest, EveryStoredChangeWakesOnlyItsOwnJobsWatchers) {
+  v1::Job other_job;
+  other_job.set_job_id("job-000008");
+  other_job.set_state(v1::JOB_STATE_QUEUED);
+  ASSERT_TRUE(store_->PutJob(other_job).ok());
+  JobRecord other(other_job, 1, store_.get());
+  const uint64_t mine = record_->events().count();
+  const uint64_t theirs = other.events().count();
+  other.SetState(v1::JOB_STATE_RUNNING, "running");
+  other.SetReason("round 1/4");  // stored, no event: still a change watchers show
+  v1::JobEvent round;
+  round.mutable_round_completed()->set_round(1);
+  other.Emit(round);
+  EXPECT_EQ(other.events().count(), theirs + 3);
+  EXPECT_EQ(record_->events().count(), mine);
+  // A waiter on this job's signal times out instead of waking for the other job.
+  EXPECT_EQ(record_->events().WaitAfter(mine, absl::ZeroDuration()), mine);
+  record_->Emit(round);
+  EXPECT_EQ(record_->events().WaitAfter(mine, absl::ZeroDuration()), mine + 1);
+}
+
+TEST_F(JobRecordTest, AwaitTerminalWaitsForATerminalStateOrTheDeadline) {
+  EXPECT_FALSE(record_->AwaitTerminal(absl::InfinitePast()));  // QUEUED
+  record_->SetState(v1::JOB_STATE_RUNNING, "running");
+  EXPECT_FALSE(record_->AwaitTerminal(absl::Now()));
+  std::thread runner([&] { record_->SetState(v1::JOB_STATE_CANCELLED, "cancelled by client"); });
+  EXPECT_TRUE(record_->AwaitTerminal(absl::InfiniteFuture()));  // returns once the runner set it
+  runner.join();
+  EXPECT_EQ(record_->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(record_->AwaitTerminal(absl::InfinitePast()));  // already terminal: at once
 }
 
 }  // namespace

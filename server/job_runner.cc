@@ -80,8 +80,11 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(v1::Job job, JobDat
       if (progress->parameter_version() == 0) progress->set_parameter_version(1);
     });
   } else {
-    if (absl::Status restored = runner->RestoreFromCheckpoint(checkpoints->back()); !restored.ok())
-      return restored;
+    // A restart: from the newest checkpoint whose files are still what was written.
+    absl::StatusOr<int64_t> resumed =
+        runner->ResumeFromNewestVerified(*checkpoints, checkpoints->back().round,
+                                         v1::JobResumed::REASON_COORDINATOR_RESTART, std::move(initial));
+    if (!resumed.ok()) return resumed.status();
   }
   runner->record_.Update([&](v1::Job* job) {
     job->set_training_tokens(runner->data_.training_tokens());
@@ -141,7 +144,7 @@ JobRunner::JobRunner(v1::Job job, int64_t next_sequence, JobData data, performer
     : deps_(std::move(deps)),
       data_(std::move(data)),
       config_(config),
-      record_(std::move(job), next_sequence, deps_.store, deps_.signal, deps_.event_observer) {}
+      record_(std::move(job), next_sequence, deps_.store, deps_.event_observer) {}
 
 JobRunner::~JobRunner() { Stop(); }
 
@@ -294,7 +297,10 @@ absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> JobRunner::Parameters(u
 }
 
 void JobRunner::Start() {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = base::Thread(absl::StrCat("job ", record_.job_id()), [this] {
+    Run();
+    return absl::OkStatus();
+  });
 }
 
 void JobRunner::Cancel(const std::string& reason) {
@@ -318,7 +324,11 @@ void JobRunner::RequestStop() {
 
 void JobRunner::Stop() {
   RequestStop();
-  if (thread_.joinable()) thread_.join();
+  // Run turns the job's exceptions into its failure; one escaping even that is logged here.
+  if (!thread_.joinable()) return;
+  if (absl::Status ended = thread_.Join(); !ended.ok()) {
+    base::LogError(record_.job_id(), ": ", ended.message());
+  }
 }
 
 v1::Job JobRunner::Snapshot() const { return record_.Snapshot(); }
@@ -326,22 +336,13 @@ v1::Job JobRunner::Snapshot() const { return record_.Snapshot(); }
 bool JobRunner::terminal() const { return record_.terminal(); }
 
 void JobRunner::Run() {
-  absl::Status status;
-  try {
-    status = RunJob();
-  } catch (const std::exception& e) {
-    // A bug or an allocation failure must fail this job, not end the coordinator (which would
-    // then crash again on resuming it).
-    status = absl::InternalError(absl::StrCat("coordinator error: ", e.what()));
-  }
+  // A bug or an allocation failure must fail this job, not end the coordinator (which would
+  // then crash again on resuming it).
+  absl::Status status = base::CatchExceptions("coordinator error", [this] { return RunJob(); });
   // A checkpoint still being written when the job ends, fails or stops holds a completed round:
   // it is finished and recorded (a stopped coordinator resumes from it).
-  absl::Status checkpointed;
-  try {
-    checkpointed = AwaitCheckpoint(/*keep=*/true);
-  } catch (const std::exception& e) {
-    checkpointed = absl::InternalError(absl::StrCat("recording a checkpoint: ", e.what()));
-  }
+  const absl::Status checkpointed =
+      base::CatchExceptions("recording a checkpoint", [this] { return AwaitCheckpoint(/*keep=*/true); });
   if (status.ok()) {
     status = checkpointed;
   } else if (!checkpointed.ok()) {
@@ -386,10 +387,10 @@ absl::Status JobRunner::RunJob() {
       spec.has_checkpoint_interval_rounds() ? spec.checkpoint_interval_rounds() : 10;
 
   const v1::JobProgress progress = record_.Snapshot().progress();
-  if (evaluate && progress.rounds_completed() == 0 && !progress.has_eval_round()) {
+  if (evaluate && progress.parameters_round() == 0 && !progress.has_eval_round()) {
     if (absl::Status evaluated = Evaluate(0); !evaluated.ok()) return evaluated;
   }
-  for (int64_t round = progress.rounds_completed() + 1; round <= rounds; ++round) {
+  for (int64_t round = progress.parameters_round() + 1; round <= rounds; ++round) {
     if (stopping()) return absl::CancelledError("stopped");
     absl::StatusOr<int64_t> next = RunRound(round, rounds);
     if (!next.ok()) return next.status();
@@ -440,8 +441,9 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
     output->timing.set_checkpoint_seconds(absl::ToDoubleSeconds(absl::Now() - waiting));
   }
   if (output->rolled_back_to.has_value()) {
-    if (absl::Status back = RollBack(*output->rolled_back_to); !back.ok()) return back;
-    return *output->rolled_back_to + 1;
+    absl::StatusOr<int64_t> back = RollBack(*output->rolled_back_to);
+    if (!back.ok()) return back.status();
+    return *back + 1;
   }
   const absl::Time step_started = absl::Now();
   // The round's version was served to its workers by now (its shards are done); a fetch still
@@ -471,7 +473,11 @@ absl::StatusOr<int64_t> JobRunner::RunRound(int64_t round, int64_t rounds) {
   v1::RoundCompleted* done = event.mutable_round_completed();
   record_.Update([&](v1::Job* job) {
     v1::JobProgress* progress = job->mutable_progress();
-    progress->set_rounds_completed(round);
+    // A round completed before a resume went back past it runs again: marked, and what clients
+    // see of progress stays where it was (JobProgress.rounds_completed never decreases).
+    done->set_rerun(round <= progress->rounds_completed());
+    progress->set_rounds_completed(std::max(progress->rounds_completed(), round));
+    progress->set_parameters_round(round);
     progress->set_parameter_version(progress->parameter_version() + 1);
     progress->set_tokens_trained(progress->tokens_trained() + output->tokens);
     progress->set_loss(loss);

@@ -6,8 +6,12 @@
 // change and reassignment is stored and published as a JobEvent (JobRecord).
 //
 // Durability: a runner starts either fresh (writes the round-0 checkpoint first) or from the job's
-// latest checkpoint (parameters and optimizer state), so a coordinator restart resumes the job at
-// its last checkpoint. Parameter versions keep increasing across restarts. A spot check that
+// newest checkpoint whose files still match the SHA-256 digests recorded when they were written
+// (parameters and optimizer state), so a coordinator restart resumes the job at its last good
+// checkpoint; newer ones that no longer verify are void, and with none left it starts over from
+// the initial parameters. Either way it says so in a JobResumed event. Parameter versions keep
+// increasing across restarts, and JobProgress.rounds_completed never decreases: rounds run again
+// are marked RoundCompleted.rerun. A spot check that
 // catches a worker whose unverified results went into earlier rounds sends the job back to the
 // newest checkpoint before them (ShardDispatcher); later checkpoints are void.
 //
@@ -21,16 +25,17 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/thread.h"
 #include "performer/model_config.h"
 #include "performer/plan.h"
 #include "performer/tensor_codec.h"
@@ -57,6 +62,10 @@ struct RunnerDeps {
   std::string job_dir;  // checkpoints of this job, and nothing else
   RunnerOptions options;
   JobEventObserver event_observer;  // may be empty
+  // The job's initial parameters, for a job none of whose checkpoints verifies any more (the
+  // runner then starts over from round 0) when Create was given none. May be empty: such a job
+  // then cannot resume (DATA_LOSS).
+  std::function<absl::StatusOr<std::vector<at::Tensor>>()> initial_parameters;
 };
 
 // The parameters of one published version, immutable while published.
@@ -87,9 +96,10 @@ struct ParameterSnapshot {
 
 class JobRunner {
  public:
-  // `job` as stored; `initial` the job's initial parameters for a fresh job (ignored when the job
-  // has checkpoints: it resumes from the latest). FAILED_PRECONDITION/INVALID_ARGUMENT when the
-  // checkpoint cannot be restored.
+  // `job` as stored; `initial` the job's initial parameters for a fresh job (when the job has
+  // checkpoints it resumes from the newest that verifies, and needs them only when none does:
+  // ResumeFromNewestVerified). FAILED_PRECONDITION/INVALID_ARGUMENT when the checkpoint cannot be
+  // restored; DATA_LOSS when no checkpoint verifies and no initial parameters are at hand.
   static absl::StatusOr<std::unique_ptr<JobRunner>> Create(v1::Job job, JobData data,
                                                            performer::ModelConfig config,
                                                            std::vector<at::Tensor> initial, RunnerDeps deps);
@@ -105,6 +115,11 @@ class JobRunner {
 
   v1::Job Snapshot() const;
   bool terminal() const;
+  // Waits until the job's terminal state (SUCCEEDED, FAILED or CANCELLED) is stored with its event,
+  // or `deadline` passed; whether it is. The runner's thread may still be ending (Stop joins it).
+  bool AwaitTerminal(absl::Time deadline) const { return record_.AwaitTerminal(deadline); }
+  // Notified after every change of the job the runner stores (JobRecord::events).
+  EventSignal& events() { return record_.events(); }
   // The parameters of `version`: ABORTED when older than the current one, NOT_FOUND when newer.
   absl::StatusOr<std::shared_ptr<const ParameterSnapshot>> Parameters(uint64_t version) const;
   int64_t max_documents_per_sequence() const { return data_.max_documents_per_sequence(); }
@@ -132,8 +147,18 @@ class JobRunner {
   void RecordFinishedCheckpoint();
   // Parameters, optimizer state and progress from `checkpoint`; a new parameter version.
   absl::Status RestoreFromCheckpoint(const CheckpointRecord& checkpoint);
-  // Back to the checkpoint of `round`: later checkpoints are forgotten, their rounds run again.
-  absl::Status RollBack(int64_t round);
+  // Goes on from the newest of `checkpoints` (by increasing round, at most `up_to_round`) whose
+  // files still match the digests recorded when they were written; newer ones are void (forgotten,
+  // their rounds run again). With none left, from `initial` (or deps_.initial_parameters), as
+  // round 0. Emits JobResumed with `reason`. Returns the round resumed from. DATA_LOSS when no
+  // checkpoint verifies and no initial parameters are at hand; a checkpoint that cannot be read
+  // for another reason (EIO, say) is that error: nothing is forgotten.
+  absl::StatusOr<int64_t> ResumeFromNewestVerified(const std::vector<CheckpointRecord>& checkpoints,
+                                                   int64_t up_to_round, v1::JobResumed::Reason reason,
+                                                   std::vector<at::Tensor> initial);
+  // Back to the checkpoint of `round` (or, when it no longer verifies, the newest earlier one that
+  // does): later checkpoints are forgotten, their rounds run again. The round gone back to.
+  absl::StatusOr<int64_t> RollBack(int64_t round);
   absl::Status ForgetCheckpointsAfter(int64_t round);
   // Finishes a rollback the coordinator stopped in the middle of (from the job's events).
   absl::Status VoidRolledBackCheckpoints(const std::vector<v1::JobEvent>& events);
@@ -175,7 +200,7 @@ class JobRunner {
   absl::Status checkpoint_error_;  // runner thread only
   std::vector<double> recent_round_seconds_;
 
-  std::thread thread_;
+  base::Thread thread_;  // Start; runs Run
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_{false};
   std::atomic<bool> stopping_{false};  // stop_ || cancel_: what the planner and dispatcher watch

@@ -1,5 +1,6 @@
 // JobRunner: checkpoints — written in the background while the next round's shards run, recorded
 // before that round's step, restored, and forgotten when the job goes back to an earlier round.
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "absl/time/time.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "base/verified_file.h"
 #include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
@@ -32,6 +34,17 @@ void RemoveFiles(const CheckpointRecord& checkpoint) {
   std::error_code ignored;
   std::filesystem::remove(checkpoint.model_path, ignored);
   std::filesystem::remove(checkpoint.optimizer_path, ignored);
+}
+
+// OK when the checkpoint's files are what was written: the model file's size and SHA-256, and the
+// optimizer file's SHA-256 where one was recorded (checkpoints from before it was kept have none).
+absl::Status VerifyCheckpoint(const CheckpointRecord& checkpoint) {
+  if (absl::Status model = base::VerifyFile(checkpoint.model_path, {checkpoint.bytes, checkpoint.sha256});
+      !model.ok()) {
+    return model;
+  }
+  if (checkpoint.optimizer_sha256.empty()) return absl::OkStatus();
+  return base::VerifyFile(checkpoint.optimizer_path, {-1, checkpoint.optimizer_sha256});
 }
 
 }  // namespace
@@ -115,7 +128,10 @@ absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
   record_.Update([&](v1::Job* job) {
     v1::JobProgress* progress = job->mutable_progress();
     progress->set_rounds(spec.rounds());
-    progress->set_rounds_completed(latest.round);
+    // What clients see never goes back (JobProgress.rounds_completed); the rounds after the
+    // checkpoint run again, marked as such (RoundCompleted.rerun).
+    progress->set_rounds_completed(std::max(progress->rounds_completed(), latest.round));
+    progress->set_parameters_round(latest.round);
     progress->set_tokens_trained(tokens_trained);
     progress->set_checkpoint_round(latest.round);
     // Versions are never reused: continue above anything this job published before the restart.
@@ -128,7 +144,79 @@ absl::Status JobRunner::RestoreFromCheckpoint(const CheckpointRecord& latest) {
   return absl::OkStatus();
 }
 
-absl::Status JobRunner::RollBack(int64_t round) {
+absl::StatusOr<int64_t> JobRunner::ResumeFromNewestVerified(const std::vector<CheckpointRecord>& checkpoints,
+                                                            int64_t up_to_round,
+                                                            v1::JobResumed::Reason reason,
+                                                            std::vector<at::Tensor> initial) {
+  v1::JobEvent event;
+  v1::JobResumed* resumed = event.mutable_resumed();
+  resumed->set_reason(reason);
+  resumed->set_rounds_completed(record_.Snapshot().progress().rounds_completed());
+  const CheckpointRecord* usable = nullptr;
+  for (auto it = checkpoints.rbegin(); it != checkpoints.rend() && usable == nullptr; ++it) {
+    if (it->round > up_to_round) continue;
+    absl::Status verified = VerifyCheckpoint(*it);
+    if (verified.ok()) {
+      usable = &*it;
+    } else if (verified.code() == absl::StatusCode::kDataLoss) {
+      base::LogError(record_.job_id(), ": the round-", it->round,
+                     " checkpoint is not what was written, passed over: ", verified.message());
+      resumed->add_unverifiable_checkpoints(absl::StrCat("round ", it->round, ": ", verified.message()));
+    } else {
+      return absl::Status(verified.code(),
+                          absl::StrCat("reading the round-", it->round, " checkpoint: ", verified.message()));
+    }
+  }
+  const int64_t round = usable != nullptr ? usable->round : 0;
+  if (usable == nullptr) {
+    // Before anything is forgotten: a job that cannot start over keeps its checkpoints as they are.
+    const std::string unverifiable = absl::StrJoin(resumed->unverifiable_checkpoints(), "; ");
+    if (initial.empty() && deps_.initial_parameters) {
+      absl::StatusOr<std::vector<at::Tensor>> loaded = deps_.initial_parameters();
+      if (!loaded.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("no checkpoint of ", record_.job_id(), " matches what was written (", unverifiable,
+                         ") and its initial parameters cannot be loaded: ", loaded.status().message()));
+      }
+      initial = *std::move(loaded);
+    }
+    if (initial.empty()) {
+      return absl::DataLossError(absl::StrCat("no checkpoint of ", record_.job_id(),
+                                              " matches what was written (", unverifiable,
+                                              ") and its initial parameters are not at hand"));
+    }
+  }
+  // Checkpoints after the one the job goes on from are void: their rounds run again and write them
+  // anew (none left at all: RunJob writes round 0 from the initial parameters first).
+  if (absl::Status forgotten = ForgetCheckpointsAfter(usable != nullptr ? round : -1); !forgotten.ok()) {
+    return forgotten;
+  }
+  if (usable != nullptr) {
+    if (absl::Status restored = RestoreFromCheckpoint(*usable); !restored.ok()) return restored;
+  } else {
+    const v1::JobSpec spec = record_.Snapshot().spec();
+    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer = NewTrainer(std::move(initial), spec);
+    if (!trainer.ok()) return trainer.status();
+    trainer_ = *std::move(trainer);
+    record_.Update([&](v1::Job* job) {
+      v1::JobProgress* progress = job->mutable_progress();
+      progress->set_rounds(spec.rounds());
+      progress->set_parameters_round(0);
+      progress->set_tokens_trained(0);
+      progress->clear_checkpoint_round();
+      progress->set_parameter_version(progress->parameter_version() + 1);  // never reused
+    });
+    resumed->set_initial_parameters(true);
+    base::LogWarning(record_.job_id(), ": no checkpoint matches what was written; starting over from the ",
+                     "initial parameters");
+  }
+  resumed->set_round(round);
+  if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
+  record_.Emit(std::move(event));
+  return round;
+}
+
+absl::StatusOr<int64_t> JobRunner::RollBack(int64_t round) {
   // The WorkerQuarantined event announcing it is stored already: should the coordinator stop in
   // between, VoidRolledBackCheckpoints finishes this at the next start. A checkpoint still being
   // written is of a later round: dropped.
@@ -139,11 +227,16 @@ absl::Status JobRunner::RollBack(int64_t round) {
   if (checkpoints->empty() || checkpoints->back().round != round) {
     return absl::InternalError(absl::StrCat("rolling back: no checkpoint of round ", round));
   }
-  if (absl::Status restored = RestoreFromCheckpoint(checkpoints->back()); !restored.ok()) return restored;
-  dispatcher_->RolledBack(round);
-  if (absl::Status stored = record_.PersistOrFail(); !stored.ok()) return stored;
+  absl::StatusOr<int64_t> resumed =
+      ResumeFromNewestVerified(*checkpoints, round, v1::JobResumed::REASON_ROLLBACK, {});
+  if (!resumed.ok()) return resumed.status();
+  dispatcher_->RolledBack(*resumed);
+  if (!record_.Snapshot().progress().has_checkpoint_round()) {
+    // Started over from the initial parameters: round 0's checkpoint again, before anything else.
+    if (absl::Status written = WriteCheckpoint(0); !written.ok()) return written;
+  }
   Publish(/*as_difference=*/false);
-  return absl::OkStatus();
+  return *resumed;
 }
 
 absl::Status JobRunner::WriteCheckpoint(int64_t round) {
@@ -162,6 +255,7 @@ absl::Status JobRunner::StartCheckpoint(int64_t round) {
                           prefix + ".safetensors",
                           prefix + ".optimizer.safetensors",
                           0,
+                          "",
                           ""};
   std::map<std::string, std::string> metadata = {
       {"job_id", job.job_id()},
@@ -190,6 +284,9 @@ absl::Status JobRunner::StartCheckpoint(int64_t round) {
           absl::StatusOr<std::string> sha = base::Sha256OfFile(record.model_path);
           if (!sha.ok()) return failed(sha.status().message());
           record.sha256 = *std::move(sha);
+          absl::StatusOr<std::string> optimizer_sha = base::Sha256OfFile(record.optimizer_path);
+          if (!optimizer_sha.ok()) return failed(optimizer_sha.status().message());
+          record.optimizer_sha256 = *std::move(optimizer_sha);
           std::error_code error;
           record.bytes = static_cast<int64_t>(std::filesystem::file_size(record.model_path, error));
           return WrittenCheckpoint{std::move(record), absl::ToDoubleSeconds(absl::Now() - started)};

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <thread>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -12,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/log.h"
+#include "base/thread.h"
 #include "performer/performer_model.h"
 #include "server/spot_checks.h"
 
@@ -106,9 +106,12 @@ absl::StatusOr<RoundOutput> ShardDispatcher::RunOnce(int64_t round, uint64_t ver
       task.stream_into_sum =
           may_stream && StreamsIntoSum(wave_plans[task.worker], task, collector, evaluate_only);
     }
-    const std::vector<CallOutcome> outcomes =
+    absl::StatusOr<std::vector<CallOutcome>> wave =
         RunWave(round, version, normalizer, evaluate_only, wave_plans, pending, &collector);
     if (stopping()) return absl::CancelledError("stopped");
+    if (!wave.ok())
+      return absl::Status(wave.status().code(), absl::StrCat(what, ": ", wave.status().message()));
+    const std::vector<CallOutcome> outcomes = *std::move(wave);
     timing.set_shards_seconds(timing.shards_seconds() + take());
     for (const CallOutcome& outcome : outcomes) {
       timing.set_worker_fetch_seconds(timing.worker_fetch_seconds() + outcome.fetch_seconds);
@@ -264,61 +267,72 @@ int64_t ShardDispatcher::ShardGradientBytes() const {
   return bytes;
 }
 
-std::vector<ShardDispatcher::CallOutcome> ShardDispatcher::RunWave(int64_t round, uint64_t version,
-                                                                   int64_t normalizer, bool evaluate_only,
-                                                                   const std::vector<WorkerPlan>& plans,
-                                                                   const std::vector<Task>& tasks,
-                                                                   RoundCollector* collector) {
+absl::StatusOr<std::vector<ShardDispatcher::CallOutcome>> ShardDispatcher::RunWave(
+    int64_t round, uint64_t version, int64_t normalizer, bool evaluate_only,
+    const std::vector<WorkerPlan>& plans, const std::vector<Task>& tasks, RoundCollector* collector) {
   // One thread per worker with tasks in this wave; each runs its tasks in order.
   std::vector<std::vector<size_t>> by_worker(plans.size());
   for (size_t i = 0; i < tasks.size(); ++i) by_worker[tasks[i].worker].push_back(i);
+  // Each thread writes the outcomes of its own tasks only; they are read after JoinAll.
   std::vector<CallOutcome> outcomes(tasks.size());
-  std::vector<std::thread> threads;
-  std::atomic<int> running{0};
+  base::ThreadGroup wave;
   for (size_t w = 0; w < plans.size(); ++w) {
     if (by_worker[w].empty()) continue;
-    ++running;
-    threads.emplace_back([&, w] {
-      struct Done {
-        std::atomic<int>* running;
-        ~Done() { --*running; }
-      } done{&running};
-      const WorkerHandle& worker = plans[w].worker;
-      // Only a shard streamed into the sum taints it, and evaluations and local-steps rounds never
-      // stream (StreamsIntoSum): their tasks are never abandoned here.
-      auto abandon_if_tainted = [&](size_t i) {
-        if (collector->tainted().empty()) return false;
-        outcomes[i].status = absl::AbortedError("the round's sum was tainted; not started");
-        outcomes[i].abandoned = true;
-        return true;
-      };
-      if (abandon_if_tainted(by_worker[w].front())) {
-        for (size_t i : by_worker[w]) abandon_if_tainted(i);
-        return;
-      }
-      std::shared_ptr<void> lease = deps_.leases->Acquire(worker.worker_id, deps_.stopping);
-      for (size_t i : by_worker[w]) {
-        if (lease == nullptr || stopping()) {
-          outcomes[i].status = absl::CancelledError("stopped");
-        } else if (abandon_if_tainted(i)) {
-          continue;
-        } else if (!deps_.registry->IsServing(worker.worker_id, worker.incarnation)) {
-          outcomes[i].status = absl::UnavailableError(absl::StrCat("worker ", worker.worker_id, " is gone"));
-        } else {
-          outcomes[i] = CallShard(plans[w], tasks[i], round, version, normalizer, evaluate_only, collector);
-        }
-      }
-    });
+    const WorkerPlan& plan = plans[w];
+    const std::vector<size_t>& mine = by_worker[w];
+    wave.Start(absl::StrCat("shards ", plan.worker.worker_id),
+               [this, &plan, &mine, &tasks, &outcomes, &wave, collector, round, version, normalizer,
+                evaluate_only]() -> absl::Status {
+                 const WorkerHandle& worker = plan.worker;
+                 // Only a shard streamed into the sum taints it, and evaluations and local-steps rounds
+                 // never stream (StreamsIntoSum): their tasks are never abandoned for a taint. A wave
+                 // one of whose threads failed is abandoned whole (the round fails).
+                 auto abandon = [&](size_t i) {
+                   const bool tainted = !collector->tainted().empty();
+                   if (!tainted && !wave.failed()) return false;
+                   outcomes[i].status = absl::AbortedError(
+                       tainted ? "the round's sum was tainted; not started" : "the wave failed; not started");
+                   outcomes[i].abandoned = true;
+                   return true;
+                 };
+                 if (abandon(mine.front())) {
+                   for (size_t i : mine) abandon(i);
+                   return absl::OkStatus();
+                 }
+                 std::shared_ptr<void> lease = deps_.leases->Acquire(worker.worker_id, deps_.stopping);
+                 for (size_t i : mine) {
+                   if (lease == nullptr || stopping()) {
+                     outcomes[i].status = absl::CancelledError("stopped");
+                   } else if (abandon(i)) {
+                     continue;
+                   } else if (!deps_.registry->IsServing(worker.worker_id, worker.incarnation)) {
+                     outcomes[i].status =
+                         absl::UnavailableError(absl::StrCat("worker ", worker.worker_id, " is gone"));
+                   } else {
+                     outcomes[i] =
+                         CallShard(plan, tasks[i], round, version, normalizer, evaluate_only, collector);
+                   }
+                 }
+                 return absl::OkStatus();
+               });
   }
-  // While the wave runs, a worker that stops heartbeating (LOST) has its call cancelled at once
-  // rather than at the shard's deadline.
-  while (running.load() > 0) {
+  // Until the last thread ends (each end wakes this loop at once): a worker that stops heartbeating
+  // (LOST) has its call cancelled rather than left to run to the shard's deadline, and so have the
+  // calls of a tainted round or of a wave one of whose threads failed. Looked at again every
+  // kWaveWatchInterval while no thread ends: the registry and the runner's checkpoint announce
+  // nothing.
+  constexpr absl::Duration kWaveWatchInterval = absl::Milliseconds(200);
+  bool all_ended = false;
+  while (!all_ended) {
     CancelCallsToGoneWorkers();
-    if (!collector->tainted().empty()) CancelCallsOfATaintedRound();
+    if (!collector->tainted().empty() || wave.failed()) CancelCallsOfATaintedRound();
     if (deps_.while_waiting) deps_.while_waiting();
-    deps_.signal->WaitAfter(deps_.signal->count(), absl::Milliseconds(200));
+    all_ended = wave.WaitForAnEnd(kWaveWatchInterval);
   }
-  for (std::thread& thread : threads) thread.join();
+  if (absl::Status joined = wave.JoinAll(); !joined.ok()) {
+    base::LogError(deps_.record->job_id(), ": round ", round, ": ", joined.message());
+    return joined;
+  }
   return outcomes;
 }
 

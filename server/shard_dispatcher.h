@@ -41,6 +41,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "performer/plan.h"
 #include "proto/slimfit.pb.h"
 #include "server/event_signal.h"
@@ -118,6 +119,10 @@ class ShardDispatcher {
     // checkpoint that finished meanwhile); never once Run has announced a rollback (it returns at
     // once). May be empty.
     std::function<void()> while_waiting;
+    // Where shard deadlines are measured: a call still running when its deadline on this clock
+    // passes is cancelled (DEADLINE_EXCEEDED; gRPC's own deadline, in real time, stays as a
+    // backstop). Not owned; must outlive the dispatcher.
+    base::Clock* clock = &base::RealClock();
   };
 
   explicit ShardDispatcher(Deps deps) : deps_(std::move(deps)) {}
@@ -217,10 +222,13 @@ class ShardDispatcher {
                       bool evaluate_only) const;
   // The bytes of one shard's gradient on the wire.
   int64_t ShardGradientBytes() const;
-  // Runs `tasks` on their workers, one thread per worker; the outcome of each.
-  std::vector<CallOutcome> RunWave(int64_t round, uint64_t version, int64_t normalizer, bool evaluate_only,
-                                   const std::vector<WorkerPlan>& plans, const std::vector<Task>& tasks,
-                                   RoundCollector* collector);
+  // Runs `tasks` on their workers, one thread per worker (base::ThreadGroup); the outcome of each.
+  // While the wave runs, calls to workers that stop serving, or of a round whose sum was tainted,
+  // are cancelled and deps.while_waiting is called. INTERNAL when a thread ended with an exception
+  // (LibTorch's, an allocation's): the wave's other calls are cancelled and the round fails.
+  absl::StatusOr<std::vector<CallOutcome>> RunWave(int64_t round, uint64_t version, int64_t normalizer,
+                                                   bool evaluate_only, const std::vector<WorkerPlan>& plans,
+                                                   const std::vector<Task>& tasks, RoundCollector* collector);
   CallOutcome CallShard(const WorkerPlan& plan, const Task& task, int64_t round, uint64_t version,
                         int64_t normalizer, bool evaluate_only, RoundCollector* collector);
   // What the spot checks of one try at a round settled.
@@ -251,7 +259,8 @@ class ShardDispatcher {
   // The newest checkpoint of a round before `round`.
   absl::StatusOr<int64_t> CheckpointBefore(int64_t round) const;
   // Cancels the calls in flight to workers that can no longer answer them (LOST, LEFT, or
-  // re-registered as a new incarnation); DRAINING workers may finish theirs.
+  // re-registered as a new incarnation; DRAINING workers may finish theirs), and those whose
+  // deadline on deps.clock has passed.
   void CancelCallsToGoneWorkers();
   // The round's sum is tainted and the round will be computed again: the wave's calls still in
   // flight are cancelled rather than waited for (their workers stop at their next check).
@@ -280,8 +289,11 @@ class ShardDispatcher {
   // Why a call in flight was cancelled: its worker went away (reported as UNAVAILABLE, not as a
   // failure; this reason wins over the other), or the round's sum was tainted (the call is
   // abandoned, CallOutcome::abandoned).
-  enum class Cancelled { kWorkerGone, kRoundTainted };
+  // A call past its deadline on deps.clock (kDeadline) is reported as DEADLINE_EXCEEDED.
+  enum class Cancelled { kWorkerGone, kRoundTainted, kDeadline };
   std::map<grpc::ClientContext*, Cancelled> cancelled_ ABSL_GUARDED_BY(mutex_);
+  // The deadline of each call in flight, on deps.clock.
+  std::map<grpc::ClientContext*, absl::Time> deadlines_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace slimfit::server

@@ -119,6 +119,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
   {
     absl::MutexLock lock(&mutex_);
     in_flight_[context.get()] = {plan.worker.worker_id, plan.worker.incarnation};
+    deadlines_[context.get()] = deps_.clock->Now() + deadline;
     if (stopping()) context->TryCancel();
   }
   struct Untrack {
@@ -128,6 +129,7 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
       absl::MutexLock lock(&dispatcher->mutex_);
       dispatcher->in_flight_.erase(context);
       dispatcher->cancelled_.erase(context);
+      dispatcher->deadlines_.erase(context);
     }
   } untrack{this, context.get()};
 
@@ -181,6 +183,13 @@ ShardDispatcher::CallOutcome ShardDispatcher::CallShard(const WorkerPlan& plan, 
       outcome.status = absl::UnavailableError(
           absl::StrCat("worker ", plan.worker.worker_id, " stopped heartbeating; its call was cancelled"));
       outcome.gone = true;
+      return outcome;
+    }
+    if (cancelled != cancelled_.end() && cancelled->second == Cancelled::kDeadline &&
+        !(stream.error.ok() && stream.summary.has_value())) {
+      // Values of a shard streamed into the sum taint it, as any failure midway does.
+      outcome.status = absl::DeadlineExceededError(absl::StrCat(
+          "worker ", plan.worker.worker_id, " did not answer within ", absl::FormatDuration(deadline)));
       return outcome;
     }
     // Cancelled for a tainted round before it ended on its own (a whole result, or the worker's
@@ -287,6 +296,10 @@ void ShardDispatcher::CancelCallsToGoneWorkers() {
       cancelled_[context] = Cancelled::kWorkerGone;
       context->TryCancel();
     }
+  }
+  const absl::Time now = deps_.clock->Now();
+  for (const auto& [context, deadline] : deadlines_) {
+    if (now >= deadline && cancelled_.emplace(context, Cancelled::kDeadline).second) context->TryCancel();
   }
 }
 

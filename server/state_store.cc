@@ -113,6 +113,10 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
     absl::Status added = store->Exec(absl::StrCat("ALTER TABLE workers ADD COLUMN ", column));
     if (!added.ok() && !absl::StrContains(added.message(), "duplicate column")) return added;
   }
+  // A checkpoint recorded before the optimizer file's digest was kept reads back with none.
+  absl::Status added =
+      store->Exec("ALTER TABLE checkpoints ADD COLUMN optimizer_sha256 TEXT NOT NULL DEFAULT ''");
+  if (!added.ok() && !absl::StrContains(added.message(), "duplicate column")) return added;
   return store;
 }
 
@@ -295,8 +299,8 @@ absl::Status StateStore::PutCheckpoint(const CheckpointRecord& record) {
   absl::MutexLock lock(&mutex_);
   Statement s(db_,
               "INSERT OR REPLACE INTO checkpoints (job_id, round, version, model_path, optimizer_path, "
-              "bytes, sha256) "
-              "VALUES (?, ?, ?, ?, ?, ?, ?)");
+              "bytes, sha256, optimizer_sha256) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
   s.BindText(1, record.job_id);
   s.BindInt(2, record.round);
   s.BindInt(3, static_cast<int64_t>(record.parameter_version));
@@ -304,6 +308,7 @@ absl::Status StateStore::PutCheckpoint(const CheckpointRecord& record) {
   s.BindText(5, record.optimizer_path);
   s.BindInt(6, record.bytes);
   s.BindText(7, record.sha256);
+  s.BindText(8, record.optimizer_sha256);
   return RunToDone(s, "storing a checkpoint");
 }
 
@@ -311,8 +316,8 @@ absl::StatusOr<std::vector<CheckpointRecord>> StateStore::Checkpoints(const std:
   absl::MutexLock lock(&mutex_);
   Statement s(
       db_,
-      "SELECT round, version, model_path, optimizer_path, bytes, sha256 FROM checkpoints WHERE job_id = ? "
-      "ORDER BY round");
+      "SELECT round, version, model_path, optimizer_path, bytes, sha256, optimizer_sha256 FROM checkpoints "
+      "WHERE job_id = ? ORDER BY round");
   if (!s.ok()) return s.Error("reading checkpoints");
   s.BindText(1, job_id);
   std::vector<CheckpointRecord> records;
@@ -326,6 +331,7 @@ absl::StatusOr<std::vector<CheckpointRecord>> StateStore::Checkpoints(const std:
     r.optimizer_path = s.Text(3);
     r.bytes = s.Int(4);
     r.sha256 = s.Text(5);
+    r.optimizer_sha256 = s.Text(6);
     records.push_back(std::move(r));
   }
   if (step != SQLITE_DONE) return s.Error("reading checkpoints");

@@ -42,6 +42,8 @@ struct CheckpointRecord {
   std::string optimizer_path;  // optimizer state (Trainer::Save)
   int64_t bytes = 0;           // of the model file
   std::string sha256;          // of the model file
+  // Of the optimizer file; empty in checkpoints recorded before it was kept (not verifiable).
+  std::string optimizer_sha256;
 };
 
 // What the coordinator remembers of a worker across restarts.

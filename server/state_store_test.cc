@@ -103,6 +103,34 @@ TEST(StateStoreTest, AWorkersTableFromBeforeCredentialsGetsTheNewColumns) {
   EXPECT_FALSE((*workers)["w-old"].revoked);
 }
 
+TEST(StateStoreTest, ACheckpointsTableFromBeforeOptimizerDigestsReadsWithNone) {
+  const std::string path = testing_util::TempPath("old_checkpoints.db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE checkpoints (job_id TEXT NOT NULL, round INTEGER NOT NULL, version "
+                           "INTEGER NOT NULL, model_path TEXT NOT NULL, optimizer_path TEXT NOT NULL, bytes "
+                           "INTEGER NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (job_id, round));"
+                           "INSERT INTO checkpoints VALUES ('job-1', 2, 3, '/m2', '/o2', 100, 'ab');",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  for (int open = 0; open < 2; ++open) {  // the column is added once
+    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = (*store)->Checkpoints("job-1");
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    ASSERT_EQ(checkpoints->size(), 1u);
+    EXPECT_EQ((*checkpoints)[0].sha256, "ab");
+    EXPECT_EQ((*checkpoints)[0].optimizer_sha256, "") << "not verifiable";
+  }
+  absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(path);
+  ASSERT_TRUE((*store)->PutCheckpoint({"job-1", 3, 4, "/m3", "/o3", 100, "cd", "ef"}).ok());
+  EXPECT_EQ((*store)->Checkpoints("job-1")->back().optimizer_sha256, "ef");
+}
+
 TEST(StateStoreTest, CheckpointsAfterARoundAreForgotten) {
   absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(testing_util::TempPath("rollback.db"));
   ASSERT_TRUE(store.ok()) << store.status();

@@ -1,15 +1,10 @@
 #include "server/upload_store.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-#include <random>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/sha256.h"
 #include "proto/dataset_format.h"
@@ -21,27 +16,29 @@
 namespace slimfit::server {
 namespace {
 
-namespace fs = std::filesystem;
+// A failure of the coordinator's own disk while it stores an upload: the client can do nothing
+// about it but try again later or tell the operator, so INTERNAL with the file system's message
+// (ENOENT's NOT_FOUND would read as "your upload does not exist"). A full disk stays
+// RESOURCE_EXHAUSTED.
+absl::Status StorageError(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) return status;
+  return absl::InternalError(absl::StrCat("storing the upload on the coordinator: ", status.message()));
+}
+
+std::string StoredPath(const std::string& uploads_dir, const std::string& id, const std::string& type) {
+  std::string suffix;
+  if (type == "application/x-safetensors") suffix = ".safetensors";
+  if (type == "application/x-pytorch") suffix = ".pt";
+  return absl::StrCat(uploads_dir, "/", id, suffix);
+}
 
 class FileUploadSink : public UploadSink {
  public:
-  FileUploadSink(StateStore* store, std::string uploads_dir, v1::UploadMetadata metadata, std::string id)
-      : store_(store),
-        uploads_dir_(std::move(uploads_dir)),
-        metadata_(std::move(metadata)),
-        id_(std::move(id)) {
-    static std::mt19937_64 generator(std::random_device{}());
-    temp_path_ = absl::StrFormat("%s/.upload-%016x", uploads_dir_, generator());
-    out_.open(temp_path_, std::ios::binary | std::ios::trunc);
-  }
-  ~FileUploadSink() override {
-    out_.close();
-    std::error_code ignored;
-    fs::remove(temp_path_, ignored);
-  }
+  FileUploadSink(StateStore* store, v1::UploadMetadata metadata, std::string id, base::AtomicFileWriter file)
+      : store_(store), metadata_(std::move(metadata)), id_(std::move(id)), file_(std::move(file)) {}
 
   absl::Status Write(const std::string& chunk) override {
-    if (!out_) return absl::InternalError(absl::StrCat("cannot write ", temp_path_));
+    if (!file_.has_value()) return absl::FailedPreconditionError("the upload is finished or failed");
     if (chunk.empty() || chunk.size() > static_cast<size_t>(v1::LIMIT_MAX_CHUNK_BYTES)) {
       return absl::InvalidArgumentError(absl::StrCat("chunk of ", chunk.size(), " bytes; chunks hold 1..",
                                                      v1::LIMIT_MAX_CHUNK_BYTES, " bytes"));
@@ -52,15 +49,18 @@ class FileUploadSink : public UploadSink {
           absl::StrCat("received more than the declared total_bytes ", metadata_.total_bytes()));
     }
     hasher_.Update(chunk);
-    out_.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    if (!out_)
-      return absl::ResourceExhaustedError(
-          absl::StrCat("writing the upload failed (disk full?) after ", received_, " bytes"));
+    if (absl::Status appended = file_->Append(chunk); !appended.ok()) {
+      file_.reset();  // the temporary file goes; nothing more is written
+      return StorageError(appended);
+    }
     return absl::OkStatus();
   }
 
   absl::StatusOr<v1::DatasetInfo> Finish() override {
-    out_.close();
+    if (!file_.has_value()) return absl::FailedPreconditionError("the upload is finished or failed");
+    // Whatever happens below, the sink is spent: an uncommitted file is removed with the writer.
+    std::optional<base::AtomicFileWriter> file = std::move(file_);
+    file_.reset();
     if (received_ != metadata_.total_bytes()) {
       return absl::InvalidArgumentError(
           absl::StrCat("received ", received_, " bytes; metadata.total_bytes is ", metadata_.total_bytes()));
@@ -79,37 +79,18 @@ class FileUploadSink : public UploadSink {
     *record.info.mutable_created_at() = NowTimestamp();
     record.token_encoding = metadata_.token_encoding();
     if (metadata_.has_document_separator()) record.document_separator = metadata_.document_separator();
-    std::string suffix;
-    if (metadata_.content_type() == "application/x-safetensors") suffix = ".safetensors";
-    if (metadata_.content_type() == "application/x-pytorch") suffix = ".pt";
-    record.path = absl::StrCat(uploads_dir_, "/", id_, suffix);
+    record.path = file->path();
+    // Durable before it is acknowledged: the bytes, the rename and the directory entry
+    // (AtomicFileWriter checks each). The stored path is content-addressed, so a concurrent upload
+    // of the same bytes renames identical contents over it.
+    if (absl::Status committed = file->Commit(); !committed.ok()) return StorageError(committed);
     if (IsDatasetType(metadata_.content_type())) {
-      std::ifstream in(temp_path_, std::ios::binary);
-      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      absl::StatusOr<rpc::TokenStream> stream = rpc::ParseDataset(
-          bytes, metadata_.content_type(), metadata_.token_encoding(), record.document_separator);
-      if (!stream.ok()) return stream.status();
-      if (stream->tokens.size() < 2) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("dataset holds ", stream->tokens.size(), " tokens; at least 2 are needed"));
+      absl::Status parsed = ParseDatasetInto(&record);
+      if (!parsed.ok()) {
+        std::remove(record.path.c_str());  // never recorded: a file nothing refers to
+        return parsed;
       }
-      record.info.set_tokens(static_cast<int64_t>(stream->tokens.size()));
-      record.info.set_documents(static_cast<int64_t>(stream->doc_starts.size()));
     }
-    // Durable before it is acknowledged: the bytes, then the rename.
-    if (const int fd = open(temp_path_.c_str(), O_RDONLY); fd >= 0) {
-      const bool synced = fsync(fd) == 0;
-      close(fd);
-      if (!synced) return absl::InternalError(absl::StrCat("fsync of ", temp_path_, " failed"));
-    }
-    std::error_code error;
-    fs::rename(temp_path_, record.path, error);
-    if (const int dir = open(uploads_dir_.c_str(), O_RDONLY | O_DIRECTORY); dir >= 0) {
-      fsync(dir);
-      close(dir);
-    }
-    if (error)
-      return absl::InternalError(absl::StrCat("storing the upload at ", record.path, ": ", error.message()));
     if (absl::Status stored = store_->PutDataset(record); !stored.ok()) return stored;
     base::LogInfo("stored upload ", id_, " (", metadata_.name(), ", ", received_, " bytes, ",
                   record.info.tokens(), " tokens)");
@@ -117,12 +98,26 @@ class FileUploadSink : public UploadSink {
   }
 
  private:
-  StateStore* store_;
-  std::string uploads_dir_;
-  v1::UploadMetadata metadata_;
-  std::string id_;
-  std::string temp_path_;
-  std::ofstream out_;
+  // The dataset's tokens and documents into record->info; the format's errors.
+  absl::Status ParseDatasetInto(DatasetRecord* record) const {
+    absl::StatusOr<std::string> bytes = base::ReadFileToString(record->path);
+    if (!bytes.ok()) return StorageError(bytes.status());
+    absl::StatusOr<rpc::TokenStream> stream = rpc::ParseDataset(
+        *bytes, metadata_.content_type(), metadata_.token_encoding(), record->document_separator);
+    if (!stream.ok()) return stream.status();
+    if (stream->tokens.size() < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset holds ", stream->tokens.size(), " tokens; at least 2 are needed"));
+    }
+    record->info.set_tokens(static_cast<int64_t>(stream->tokens.size()));
+    record->info.set_documents(static_cast<int64_t>(stream->doc_starts.size()));
+    return absl::OkStatus();
+  }
+
+  StateStore* const store_;
+  const v1::UploadMetadata metadata_;
+  const std::string id_;
+  std::optional<base::AtomicFileWriter> file_;  // empty once finished or failed
   base::Sha256Hasher hasher_;
   int64_t received_ = 0;
 };
@@ -189,7 +184,10 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadStore::BeginUpload(
     *existing = info;
     return std::unique_ptr<UploadSink>();
   }
-  return std::unique_ptr<UploadSink>(new FileUploadSink(store_, uploads_dir_, metadata, id));
+  absl::StatusOr<base::AtomicFileWriter> file =
+      base::AtomicFileWriter::Create(StoredPath(uploads_dir_, id, type));
+  if (!file.ok()) return StorageError(file.status());
+  return std::unique_ptr<UploadSink>(new FileUploadSink(store_, metadata, id, *std::move(file)));
 }
 
 }  // namespace slimfit::server

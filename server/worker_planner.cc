@@ -8,6 +8,7 @@
 #include "performer/trainer.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
+#include "planner/plan_request_builder.h"
 
 namespace slimfit::server {
 
@@ -37,24 +38,30 @@ std::optional<planner::PlanCandidate> WorkerPlanner::PlanFor(const WorkerHandle&
   const std::string key = WorkerKey(worker);
   if (auto cached = plans_.find(key); cached != plans_.end()) return cached->second;
   const JobData& data = *deps_.data;
-  planner::PlanSearchRequest request;
-  request.workload.model = deps_.config;
-  request.workload.seq_len = data.sequence_length();
-  request.workload.documents = data.max_documents_per_sequence();
-  // Shards of several sequences keep a running gradient sum on the worker.
-  int64_t most_per_shard = data.sequences_per_round();
-  if (deps_.options.max_sequences_per_shard > 0) {
-    most_per_shard = std::min(most_per_shard, deps_.options.max_sequences_per_shard);
-  }
-  request.workload.gradient_sum = most_per_shard > 1;
+  // The job's side of the search, as GetMemoryPlan builds it (planner::JobPlanSearchRequest), from
+  // the job's data.
+  planner::PlanRequestInputs job_inputs;
+  job_inputs.model = deps_.config;
+  job_inputs.sequence_length = data.sequence_length();
+  job_inputs.documents = data.max_documents_per_sequence();
+  job_inputs.sequences_per_shard =
+      planner::JobSequencesPerShard(data.sequences_per_round(), deps_.options.max_sequences_per_shard);
   auto scale = budget_scale_.find(worker.worker_id);
-  request.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(worker.memory_budget_bytes) *
-                                                     (scale == budget_scale_.end() ? 1.0 : scale->second));
-  request.memory_budget_bytes =
-      PlanSearchBudget(request.memory_budget_bytes, deps_.reserved_bytes, deps_.options.safety_margin);
-  request.dtype = deps_.dtype;
-  request.bf16_products = deps_.bf16_products;
-  request.safety_margin = deps_.options.safety_margin;
+  job_inputs.memory_budget_bytes =
+      PlanSearchBudget(static_cast<int64_t>(static_cast<double>(worker.memory_budget_bytes) *
+                                            (scale == budget_scale_.end() ? 1.0 : scale->second)),
+                       deps_.reserved_bytes, deps_.options.safety_margin);
+  job_inputs.dtype = deps_.dtype;
+  job_inputs.bf16_products = deps_.bf16_products;
+  job_inputs.safety_margin = deps_.options.safety_margin;
+  absl::StatusOr<planner::PlanSearchRequest> built = planner::BuildPlanSearchRequest(job_inputs);
+  if (!built.ok()) {
+    refused_.insert(key);
+    *refusal = absl::StrCat("worker ", worker.worker_id, ": ", built.status().message());
+    base::LogWarning(deps_.record->job_id(), ": ", *refusal);
+    return std::nullopt;
+  }
+  const planner::PlanSearchRequest& request = *built;
   const std::string inputs = absl::StrCat(request.memory_budget_bytes, "|",
                                           planner::DeviceProfileToProto(worker.profile).SerializeAsString());
   auto searched = searches_.find(inputs);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/test_util.h"
+#include "planner/plan_request_builder.h"
 #include "proto/dataset_format.h"
 #include "server/test_worker_request.h"
 
@@ -37,7 +38,7 @@ class WorkerPlannerTest : public ::testing::Test {
     job.set_job_id("job-000001");
     job.set_state(v1::JOB_STATE_RUNNING);
     ASSERT_TRUE(store_->PutJob(job).ok());
-    record_ = std::make_unique<JobRecord>(job, 1, store_.get(), &signal_);
+    record_ = std::make_unique<JobRecord>(job, 1, store_.get());
     rpc::TokenStream stream;
     for (int i = 0; i < 4096; ++i) stream.tokens.push_back(i % 251);
     stream.doc_starts = {0};
@@ -187,6 +188,38 @@ TEST_F(WorkerPlannerTest, ReservedBytesComeOffTheBudgetAndCountInTheReplanCheck)
   absl::StatusOr<std::vector<WorkerPlan>> replanned = planner.PlanWorkers(3);
   ASSERT_TRUE(replanned.ok()) << replanned.status();
   EXPECT_LT((*replanned)[0].candidate.prediction.peak_bytes, plan.candidate.prediction.peak_bytes);
+}
+
+// The worker planner plans what GetMemoryPlan searches for the same job (planner::
+// JobPlanSearchRequest), --max_sequences_per_shard included: GetMemoryPlan once ignored it and
+// counted a running gradient sum that one-sequence shards never keep.
+TEST_F(WorkerPlannerTest, PlansWhatGetMemoryPlanSearchesForTheSameJob) {
+  const int64_t budget = int64_t{64} << 20;
+  ASSERT_TRUE(registry_->Register(Worker(budget), std::nullopt).ok());
+  v1::JobSpec spec;  // the fixture's data: L = 256, two sequences a round
+  spec.set_sequence_length(256);
+  spec.set_tokens_per_round(512);
+  std::map<int64_t, int64_t> gradient_bytes;  // by --max_sequences_per_shard
+  for (const int64_t cap : {0, 1}) {
+    WorkerPlanner::Deps deps = deps_;
+    deps.options.max_sequences_per_shard = cap;
+    WorkerPlanner planner(deps);
+    absl::StatusOr<std::vector<WorkerPlan>> plans = planner.PlanWorkers(1);
+    ASSERT_TRUE(plans.ok()) << plans.status();
+    ASSERT_EQ(plans->size(), 1u);
+    absl::StatusOr<planner::PlanSearchRequest> search = planner::JobPlanSearchRequest(
+        spec, deps.config, data_->max_documents_per_sequence(), cap, deps.options.safety_margin);
+    ASSERT_TRUE(search.ok()) << search.status();
+    search->memory_budget_bytes = budget;
+    absl::StatusOr<planner::PlanSearchResult> searched =
+        planner::SearchPlans(*search, (*plans)[0].worker.profile);
+    ASSERT_TRUE(searched.ok()) << searched.status();
+    const planner::PlanCandidate& planned = (*plans)[0].candidate;
+    EXPECT_EQ(planned.plan.DebugString(), searched->chosen.plan.DebugString()) << cap;
+    EXPECT_EQ(planned.prediction.peak_bytes, searched->chosen.prediction.peak_bytes) << cap;
+    gradient_bytes[cap] = planned.prediction.gradient_bytes;
+  }
+  EXPECT_LT(gradient_bytes[1], gradient_bytes[0]);  // one-sequence shards keep no running sum
 }
 
 TEST(PlanSearchBudgetTest, LeavesThePlanRoomForTheReserveUnderTheWorkersOwnCheck) {

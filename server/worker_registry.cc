@@ -73,7 +73,7 @@ absl::StatusOr<v1::WorkerInfo> WorkerRegistry::Revoke(const std::string& worker_
     WorkerRecord record = known->second;
     record.revoked = true;
     record.revoked_reason = reason.empty() ? "revoked by an operator" : reason;
-    record.revoked_at = absl::Now();
+    record.revoked_at = options_.clock->Now();
     if (absl::Status stored = store_->PutWorker(worker_id, record); !stored.ok()) return stored;
     known->second = record;
     base::LogWarning("worker ", worker_id, " revoked: ", record.revoked_reason);
@@ -95,27 +95,26 @@ bool WorkerRegistry::IsLiveState(v1::WorkerState state) {
 absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
     const v1::RegisterWorkerRequest& request, const std::optional<std::string>& credential_holder) {
   if (request.memory_budget_bytes() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("memory_budget_bytes: must be > 0, got ", request.memory_budget_bytes()));
+    return rpc::InvalidFieldError("memory_budget_bytes",
+                                  absl::StrCat("must be > 0, got ", request.memory_budget_bytes()));
   }
   if (request.device() != "cpu" &&
       !(request.device().rfind("cuda:", 0) == 0 && request.device().size() > 5)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device: \"", request.device(), "\" is not cpu or cuda:N"));
+    return rpc::InvalidFieldError("device", absl::StrCat("\"", request.device(), "\" is not cpu or cuda:N"));
   }
   if (absl::Status address = rpc::ValidateAddress(request.advertise_address(), "advertise_address", false);
       !address.ok()) {
     return address;
   }
   if (request.threads() < 1)
-    return absl::InvalidArgumentError(absl::StrCat("threads: must be ≥ 1, got ", request.threads()));
+    return rpc::InvalidFieldError("threads", absl::StrCat("must be ≥ 1, got ", request.threads()));
   if (request.worker_id().size() > static_cast<size_t>(v1::LIMIT_MAX_NAME_BYTES)) {
-    return absl::InvalidArgumentError("worker_id: longer than 256 bytes");
+    return rpc::InvalidFieldError("worker_id", "longer than 256 bytes");
   }
   if (absl::StatusOr<planner::DeviceProfile> profile =
           planner::CheckedDeviceProfileFromProto(request.profile());
       !profile.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("profile: ", profile.status().message()));
+    return rpc::InvalidFieldError("profile", profile.status().message());
   }
   if (absl::Status datasets = rpc::ValidateLocalDatasets(request.local_datasets()); !datasets.ok())
     return datasets;
@@ -164,8 +163,14 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   // wait for the disk, and concurrent registrations share one commit.
   if (absl::Status stored = store_->AwaitWorker(write); !stored.ok()) return stored;
   const uint64_t incarnation = record.incarnation;
-  std::shared_ptr<v1::Worker::StubInterface> stub =
-      v1::Worker::NewStub(rpc::MakeChannel(request.advertise_address(), options_.worker_channel_credentials));
+  absl::StatusOr<std::shared_ptr<v1::Worker::StubInterface>> stub =
+      options_.stub_factory ? options_.stub_factory(request.advertise_address())
+                            : std::shared_ptr<v1::Worker::StubInterface>(v1::Worker::NewStub(rpc::MakeChannel(
+                                  request.advertise_address(), options_.worker_channel_credentials)));
+  if (!stub.ok()) return stub.status();
+  if (*stub == nullptr) {
+    return absl::InternalError(absl::StrCat("no stub for worker ", id, " at ", request.advertise_address()));
+  }
   const std::string call_token = base::RandomSecret("ct-");
 
   absl::MutexLock lock(&mutex_);
@@ -191,11 +196,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   *entry.info.mutable_profile() = request.profile();
   entry.info.set_version(request.version());
   *entry.info.mutable_local_datasets() = request.local_datasets();
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   *entry.info.mutable_registered_at() = ToTimestamp(now);
   *entry.info.mutable_last_heartbeat_at() = ToTimestamp(now);
   entry.last_heartbeat = now;
-  entry.stub = std::move(stub);
+  entry.stub = *std::move(stub);
   entry.call_token = call_token;
   ++generation_;
   base::LogInfo("worker ", id, " registered (incarnation ", incarnation, ", ", request.device(), ", budget ",
@@ -234,8 +239,8 @@ absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const v1::Heartb
   const v1::WorkerState state = request.state();
   if (state != v1::WORKER_STATE_IDLE && state != v1::WORKER_STATE_BUSY &&
       state != v1::WORKER_STATE_DRAINING) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state: must be IDLE, BUSY or DRAINING, got ", v1::WorkerState_Name(state)));
+    return rpc::InvalidFieldError(
+        "state", absl::StrCat("must be IDLE, BUSY or DRAINING, got ", v1::WorkerState_Name(state)));
   }
   entry.info.set_state(state);
   if (request.has_current_work())
@@ -243,7 +248,7 @@ absl::StatusOr<v1::HeartbeatResponse> WorkerRegistry::Heartbeat(const v1::Heartb
   else
     entry.info.clear_current_work();
   if (request.measured_peak_bytes() > 0) entry.info.set_measured_peak_bytes(request.measured_peak_bytes());
-  entry.last_heartbeat = absl::Now();
+  entry.last_heartbeat = options_.clock->Now();
   *entry.info.mutable_last_heartbeat_at() = ToTimestamp(entry.last_heartbeat);
   if (IsLiveState(before) != IsLiveState(state)) {
     ++generation_;
@@ -282,7 +287,8 @@ absl::Status WorkerRegistry::Deregister(const v1::DeregisterWorkerRequest& reque
   return absl::OkStatus();
 }
 
-std::vector<std::string> WorkerRegistry::ExpireSilentWorkers(absl::Time now) {
+std::vector<std::string> WorkerRegistry::ExpireSilentWorkers() {
+  const absl::Time now = options_.clock->Now();
   absl::MutexLock lock(&mutex_);
   std::vector<std::string> lost;
   const absl::Duration unobserved =
@@ -411,7 +417,7 @@ void WorkerRegistry::AddQuarantine(const std::string& worker_id, const std::stri
   v1::Quarantine* quarantine = it->second.info.add_quarantines();
   quarantine->set_job_id(job_id);
   quarantine->set_reason(reason);
-  *quarantine->mutable_since() = ToTimestamp(absl::Now());
+  *quarantine->mutable_since() = ToTimestamp(options_.clock->Now());
   ++generation_;
 }
 

@@ -23,6 +23,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "planner/device_profile.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "proto/slimfit.pb.h"
@@ -42,11 +44,22 @@
 
 namespace slimfit::server {
 
+// Makes the stub through which the coordinator calls a worker at `address` (its advertised
+// address, as it registered). INVALID_ARGUMENT (or another error) refuses the registration.
+using WorkerStubFactory =
+    std::function<absl::StatusOr<std::shared_ptr<v1::Worker::StubInterface>>(const std::string& address)>;
+
 struct RegistryOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lost_after = absl::Seconds(5);
-  // Credentials of the channels to the workers' Worker services; null: plaintext.
+  // Credentials of the channels to the workers' Worker services; null: plaintext. Used by the
+  // default stub factory only.
   std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials;
+  // How stubs to workers are made; empty: a gRPC channel to the address with
+  // worker_channel_credentials (tests put in-process workers behind it).
+  WorkerStubFactory stub_factory;
+  // Heartbeat times, liveness sweeps, quarantine timestamps. Not owned; must outlive the registry.
+  base::Clock* clock = &base::RealClock();
 };
 
 // What a job runner needs of one worker.
@@ -82,14 +95,14 @@ class WorkerRegistry {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::Status Deregister(const v1::DeregisterWorkerRequest& request);
 
-  // Marks workers silent for longer than lost_after as LOST; returns their ids. `now` is the
-  // sweep's time (tests pass it; it must not go backwards). Silence counts only while the
+  // Marks workers silent for longer than lost_after as LOST; returns their ids. The sweep's time is
+  // options.clock's Now() (it must not go backwards). Silence counts only while the
   // coordinator was sweeping: when more than lost_after / 2 passed since the previous sweep (the
   // process was stopped, suspended or starved, and heartbeats queued up unread), the time since
   // that sweep is not held against any worker — otherwise every worker would be LOST the moment
   // the coordinator resumed, and every shard in flight reassigned. A worker still silent then is
   // LOST lost_after (less its silence before the gap) after the sweeps resume.
-  std::vector<std::string> ExpireSilentWorkers(absl::Time now = absl::Now());
+  std::vector<std::string> ExpireSilentWorkers();
 
   // Live (IDLE, BUSY) workers that satisfy `constraints`, by id.
   std::vector<WorkerHandle> LiveWorkers(const v1::DeviceConstraints& constraints) const;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/clock.h"
 #include "base/test_util.h"
 #include "server/test_worker_request.h"
 
@@ -30,8 +31,10 @@ class WorkerRegistryTest : public ::testing::Test {
     RegistryOptions options;
     options.heartbeat_interval = absl::Milliseconds(10);
     options.lost_after = absl::Milliseconds(100);
+    options.clock = &clock_;
     registry_ = *WorkerRegistry::Create(store_.get(), options);
   }
+  base::ManualClock clock_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
 };
@@ -65,8 +68,13 @@ TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
   EXPECT_TRUE(registry_->IsServing(first->worker_id(), 2));
   EXPECT_FALSE(registry_->IsLive(first->worker_id(), 2));
 
-  // Silence makes it LOST; a heartbeat revives it.
-  absl::SleepFor(absl::Milliseconds(150));
+  // Silence makes it LOST (only beyond lost_after); a heartbeat revives it.
+  clock_.Advance(absl::Milliseconds(40));
+  EXPECT_TRUE(registry_->ExpireSilentWorkers().empty());
+  clock_.Advance(absl::Milliseconds(40));
+  EXPECT_TRUE(registry_->ExpireSilentWorkers().empty());
+  EXPECT_TRUE(registry_->IsServing(first->worker_id(), 2));  // DRAINING, not yet LOST
+  clock_.Advance(absl::Milliseconds(40));
   EXPECT_EQ(registry_->ExpireSilentWorkers(), std::vector<std::string>{first->worker_id()});
   EXPECT_TRUE(registry_->LiveWorkers({}).empty());
   heartbeat.set_incarnation(2);
@@ -90,26 +98,57 @@ TEST_F(WorkerRegistryTest, LifecycleAndIncarnations) {
 TEST_F(WorkerRegistryTest, SilenceWhileTheCoordinatorWasStoppedDoesNotCount) {
   RegistryOptions options;
   options.lost_after = absl::Seconds(100);
+  options.clock = &clock_;
   std::unique_ptr<WorkerRegistry> registry = *WorkerRegistry::Create(store_.get(), options);
   absl::StatusOr<v1::RegisterWorkerResponse> worker = registry->Register(Request(), std::nullopt);
   ASSERT_TRUE(worker.ok()) << worker.status();
-  const absl::Time registered = absl::Now();  // its last heartbeat is a little earlier
 
   // Sweeps every 40 s (less than lost_after / 2), then none for an hour, then every 40 s again.
-  absl::Time sweep = registered + absl::Seconds(10);
-  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
-  sweep += absl::Hours(1);
-  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_TRUE(registry->ExpireSilentWorkers().empty());
+  clock_.Advance(absl::Hours(1));
+  EXPECT_TRUE(registry->ExpireSilentWorkers().empty());
   EXPECT_TRUE(registry->IsLive(worker->worker_id(), 1));
   // Silent for 10 s before the gap and 40, then 80 s after it: still live.
-  sweep += absl::Seconds(40);
-  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
-  sweep += absl::Seconds(40);
-  EXPECT_TRUE(registry->ExpireSilentWorkers(sweep).empty());
+  clock_.Advance(absl::Seconds(40));
+  EXPECT_TRUE(registry->ExpireSilentWorkers().empty());
+  clock_.Advance(absl::Seconds(40));
+  EXPECT_TRUE(registry->ExpireSilentWorkers().empty());
   // 130 s of silence while the coordinator was there to hear: LOST.
-  sweep += absl::Seconds(40);
-  EXPECT_EQ(registry->ExpireSilentWorkers(sweep), std::vector<std::string>{worker->worker_id()});
+  clock_.Advance(absl::Seconds(40));
+  EXPECT_EQ(registry->ExpireSilentWorkers(), std::vector<std::string>{worker->worker_id()});
   EXPECT_FALSE(registry->IsLive(worker->worker_id(), 1));
+}
+
+// The registry calls workers through stubs its factory makes from the advertised address; a
+// factory's refusal refuses the registration, with its code.
+TEST_F(WorkerRegistryTest, StubsComeFromTheFactory) {
+  RegistryOptions options;
+  options.clock = &clock_;
+  std::vector<std::string> addresses;
+  const std::shared_ptr<v1::Worker::StubInterface> made =
+      v1::Worker::NewStub(grpc::CreateChannel("localhost:1", grpc::InsecureChannelCredentials()));
+  options.stub_factory =
+      [&](const std::string& address) -> absl::StatusOr<std::shared_ptr<v1::Worker::StubInterface>> {
+    addresses.push_back(address);
+    if (address == "nowhere") return absl::InvalidArgumentError("no such address");
+    return made;
+  };
+  std::unique_ptr<WorkerRegistry> registry = *WorkerRegistry::Create(store_.get(), options);
+  const v1::RegisterWorkerRequest request = Request();
+  absl::StatusOr<v1::RegisterWorkerResponse> worker = registry->Register(request, std::nullopt);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(addresses, std::vector<std::string>{request.advertise_address()});
+  ASSERT_TRUE(registry->Find(worker->worker_id()).has_value());
+  EXPECT_EQ(registry->Find(worker->worker_id())->stub, made);
+  // Its registration time is the clock's.
+  EXPECT_EQ(registry->Info(worker->worker_id())->registered_at().seconds(),
+            absl::ToUnixSeconds(clock_.Now()));
+
+  v1::RegisterWorkerRequest elsewhere = Request();
+  elsewhere.set_advertise_address("nowhere");
+  EXPECT_EQ(registry->Register(elsewhere, std::nullopt).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry->LiveCount(), 1);
 }
 
 TEST_F(WorkerRegistryTest, IdsSurviveACoordinatorRestart) {

@@ -246,6 +246,27 @@ TEST(EndToEndTest, CoordinatorRestartedMidJobResumesAndFinishes) {
   EXPECT_GT(done->progress().parameter_version(), 11u);
   for (const std::string& path : unrecorded) EXPECT_FALSE(std::filesystem::exists(path)) << path;
   EXPECT_TRUE(std::filesystem::exists(job_dir + "/round-000010.safetensors"));
+  // The restart says so (JobResumed), and progress as clients see it never went back: the rounds
+  // computed again after it are marked as such.
+  int resumes = 0;
+  int64_t highest = 0;
+  for (const v1::JobEvent& event : AllEvents(cluster, job->job_id())) {
+    if (event.has_resumed()) {
+      ++resumes;
+      EXPECT_EQ(event.resumed().reason(), v1::JobResumed::REASON_COORDINATOR_RESTART);
+      // At least the rounds whose events were out (a kill between storing a round's progress
+      // and its event leaves one more).
+      EXPECT_GE(event.resumed().rounds_completed(), highest) << event.ShortDebugString();
+      EXPECT_LE(event.resumed().round(), event.resumed().rounds_completed()) << event.ShortDebugString();
+      EXPECT_EQ(event.resumed().unverifiable_checkpoints_size(), 0) << event.ShortDebugString();
+      highest = std::max(highest, event.resumed().rounds_completed());
+    } else if (event.has_round_completed()) {
+      const int64_t round = event.round_completed().round();
+      EXPECT_EQ(event.round_completed().rerun(), round <= highest) << event.ShortDebugString();
+      highest = std::max(highest, round);
+    }
+  }
+  EXPECT_EQ(resumes, 1);
   EXPECT_THAT(cluster.Logs(),
               HasSubstr(absl::StrCat(job->job_id(), ": AdamW's moments are kept in files in ", offload_dir)));
 }

@@ -148,7 +148,13 @@ void CoordinatorLink::StartHeartbeats() {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
   }
-  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  heartbeat_thread_ = base::Thread(
+      "heartbeats", [this] { return HeartbeatLoop(); },
+      [](const absl::Status& ended) {
+        if (!ended.ok()) {
+          base::LogError(ended.message(), "; no more heartbeats: the coordinator will mark this worker LOST");
+        }
+      });
 }
 
 void CoordinatorLink::HeartbeatNow() {
@@ -194,7 +200,7 @@ absl::Status CoordinatorLink::SendHeartbeat(int64_t* pending_peak) {
   return absl::OkStatus();
 }
 
-void CoordinatorLink::HeartbeatLoop() {
+absl::Status CoordinatorLink::HeartbeatLoop() {
   int64_t pending_peak = 0;
   absl::Duration backoff = options_.initial_backoff;
   int failures = 0;
@@ -204,7 +210,7 @@ void CoordinatorLink::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       wait = failures > 0 ? std::min(backoff, heartbeat_interval_) : heartbeat_interval_;
     }
-    if (!Sleep(wait, /*wake_on_request=*/true)) return;
+    if (!Sleep(wait, /*wake_on_request=*/true)) return absl::OkStatus();
     const absl::Status status = SendHeartbeat(&pending_peak);
     if (status.ok()) {
       if (failures > 0) base::LogInfo("the coordinator answers heartbeats again");
@@ -216,7 +222,7 @@ void CoordinatorLink::HeartbeatLoop() {
       base::LogWarning("the coordinator does not know this worker (", status.message(),
                        "): registering again");
       const absl::Status registered = Register();
-      if (absl::IsCancelled(registered)) return;
+      if (absl::IsCancelled(registered)) return absl::OkStatus();
       if (!registered.ok()) {
         base::LogError(registered.message());
         ++failures;
@@ -232,7 +238,7 @@ void CoordinatorLink::HeartbeatLoop() {
                                                       : "this worker's registration was superseded (",
                      status.message(), "): it must stop serving");
       if (options_.on_stop) options_.on_stop(status);
-      return;
+      return absl::OkStatus();  // on_stop has it
     }
     if (IsTransient(status)) {
       if (failures == 0) {
@@ -289,7 +295,7 @@ void CoordinatorLink::Stop() {
     stopping_ = true;
   }
   absl::MutexLock thread_lock(&thread_mu_);
-  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (heartbeat_thread_.joinable()) (void)heartbeat_thread_.Join();  // a failure was logged as it ended
 }
 
 }  // namespace slimfit::worker

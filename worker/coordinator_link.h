@@ -43,12 +43,12 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/thread.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "worker/parameter_cache.h"
 #include "worker/worker_identity.h"
@@ -111,7 +111,7 @@ class CoordinatorLink {
   uint64_t incarnation() const;
 
  private:
-  void HeartbeatLoop();
+  absl::Status HeartbeatLoop();
   // One Heartbeat call; its status.
   absl::Status SendHeartbeat(int64_t* pending_peak);
   // Waits up to `duration`, or until Stop() (false then) or HeartbeatNow().
@@ -126,8 +126,9 @@ class CoordinatorLink {
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread heartbeat_thread_;  // started once by StartHeartbeats, joined by Stop
-  absl::Mutex thread_mu_;         // serialises starting and joining the thread
+  absl::Mutex thread_mu_;  // serialises starting and joining the thread
+  base::Thread heartbeat_thread_
+      ABSL_GUARDED_BY(thread_mu_);  // started once by StartHeartbeats, joined by Stop
 };
 
 }  // namespace slimfit::worker

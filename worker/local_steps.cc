@@ -63,20 +63,24 @@ void LocalStepsTrainer::Forget(const std::string& job_id) {
       jobs_.erase(it);
     }
   }
-  // Under the job's lock (a round in flight finishes first, and one waiting finds no file).
-  std::optional<absl::MutexLock> lock;
-  if (job != nullptr) {
-    lock.emplace(&job->mutex);
-    job->trainer.reset();
-    job->feedback.clear();
-  }
-  if (!dir_.empty() && IsSafeFileName(job_id)) {
+  auto remove_files = [&] {
+    if (dir_.empty() || !IsSafeFileName(job_id)) return;
     std::error_code error;
     std::filesystem::remove(FeedbackPath(job_id), error);
     if (std::filesystem::remove(StatePath(job_id), error)) {
       base::LogInfo("job ", job_id, " finished: dropped its inner optimizer state");
     }
+  };
+  if (job == nullptr) {
+    remove_files();
+    return;
   }
+  // Under the job's lock (a round in flight finishes first, and one waiting finds no file). A
+  // scoped lock, not an optional one: clang's thread-safety analysis follows it.
+  absl::MutexLock lock(&job->mutex);
+  job->trainer.reset();
+  job->feedback.clear();
+  remove_files();
 }
 
 absl::Status LocalStepsTrainer::PrepareLocked(const std::string& job_id,

@@ -21,10 +21,12 @@
 namespace slimfit::worker {
 
 // The request as a plan search. Absent fields take the proto's defaults: documents 1, the worker's
-// `worker_budget_bytes`, OBJECTIVE_TIME, float32, a 10% margin (kSafetyMargin). INVALID_ARGUMENT
-// naming the field, in the message and in ErrorDetail.field: no model or an invalid one, a
-// sequence length or document count below 1, a budget ≤ 0, an unknown objective or dtype, a
-// margin outside [0, 1). The search itself checks the workload further (e.g. its length bound).
+// `worker_budget_bytes`, OBJECTIVE_TIME, float32, a 10% margin (kSafetyMargin). Built by
+// planner::BuildPlanSearchRequest, as every plan search is. INVALID_ARGUMENT naming the field, in
+// the message and in ErrorDetail.field: no model or an invalid one, a sequence length below 1,
+// documents outside 1..sequence_length, a budget ≤ 0, an unknown objective or dtype, a margin
+// outside [0, 1), bfloat16 products without float32. The search itself checks the workload further
+// (e.g. its length bound).
 [[nodiscard]] absl::StatusOr<planner::PlanSearchRequest> ValidatePlanRequest(const v1::PlanRequest& request,
                                                                              int64_t worker_budget_bytes);
 

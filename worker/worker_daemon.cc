@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <ctime>
 #include <memory>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -31,6 +30,7 @@
 #include "base/process_metrics.h"
 #include "base/service_notify.h"
 #include "base/signal_pipe.h"
+#include "base/thread.h"
 #include "performer/cpu_runtime.h"
 #include "performer/device.h"
 #include "planner/calibration.h"
@@ -170,7 +170,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   // the service is destroyed" exclusive.
   absl::Mutex running_service_mutex;
   std::atomic<WorkerService*> running_service{nullptr};
-  std::thread signal_thread([&] {
+  base::Thread signal_thread("signals", [&] {
     int received = 0;
     for (int signal; (signal = (*signals)->Wait()) != 0;) {
       const std::string name = base::SignalName(signal);
@@ -192,13 +192,14 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
         }
       }
     }
+    return absl::OkStatus();
   });
   struct StopSignalThread {
     base::SignalPipe* signals;
-    std::thread* thread;
+    base::Thread* thread;
     ~StopSignalThread() {
       signals->Wake();
-      thread->join();
+      if (absl::Status ended = thread->Join(); !ended.ok()) base::LogError(ended.message());
     }
   } stop_signal_thread{signals->get(), &signal_thread};
 
@@ -384,7 +385,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
   };
   CoordinatorLink link(link_options);
   std::atomic<bool> registered{false};
-  std::thread registrar([&] {
+  base::Thread registrar("registrar", [&] {
     const absl::Status status = link.Register();
     if (status.ok()) {
       link.StartHeartbeats();
@@ -394,6 +395,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
     } else if (!absl::IsCancelled(status)) {
       shutdown.Request("registration failed", status);
     }
+    return absl::OkStatus();
   });
 
   const auto [reason, status] = shutdown.Wait();
@@ -412,7 +414,7 @@ int Run(const WorkerDaemonOptions& options, std::ostream& err) {
     service.CancelCurrentShard();
   }
   link.Stop();
-  registrar.join();
+  if (absl::Status ended = registrar.Join(); !ended.ok()) base::LogError(ended.message());
   if (status.ok() && registered.load()) {
     if (absl::Status s = link.Deregister(reason, absl::Seconds(5)); !s.ok()) {
       base::LogWarning(s.message());

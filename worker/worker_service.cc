@@ -25,15 +25,6 @@
 namespace slimfit::worker {
 namespace {
 
-// The deadline of an incoming call (the coordinator's deadline for the shard); InfiniteFuture
-// when the caller set none.
-absl::Time CallDeadline(const grpc::ServerContext& context) {
-  const std::chrono::system_clock::time_point deadline = context.deadline();
-  if (deadline >= std::chrono::system_clock::now() + std::chrono::hours(24 * 365))
-    return absl::InfiniteFuture();
-  return absl::FromChrono(deadline);
-}
-
 using planner::HumanBytes;
 
 google::protobuf::Timestamp ToTimestamp(absl::Time time) {
@@ -232,8 +223,8 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   };
 
   const absl::Time fetch_started = absl::Now();
-  absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> model =
-      options_.cache->Get(request.job_id(), request.parameter_version(), plan.dtype, CallDeadline(*context));
+  absl::StatusOr<std::shared_ptr<const performer::PerformerModel>> model = options_.cache->Get(
+      request.job_id(), request.parameter_version(), plan.dtype, rpc::CallDeadline(*context));
   if (!model.ok()) return model.status();
   // The parameters' fetch from the coordinator, or nothing when this version is cached already.
   const double fetch_seconds = absl::ToDoubleSeconds(absl::Now() - fetch_started);
