@@ -22,8 +22,7 @@ JobRecord::JobRecord(v1::Job job, int64_t next_sequence, StateStore* store, JobE
       store_(store),
       observer_(std::move(observer)),
       job_(std::move(job)),
-      next_sequence_(next_sequence),
-      terminal_stored_(IsTerminal(job_.state())) {}
+      next_sequence_(next_sequence) {}
 
 v1::Job JobRecord::Snapshot() const {
   absl::MutexLock lock(&mutex_);
@@ -37,7 +36,8 @@ v1::JobState JobRecord::state() const {
 
 bool JobRecord::AwaitTerminal(absl::Time deadline) const {
   absl::MutexLock lock(&mutex_);
-  return mutex_.AwaitWithDeadline(absl::Condition(&terminal_stored_), deadline);
+  auto terminal = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return IsTerminal(job_.state()); };
+  return mutex_.AwaitWithDeadline(absl::Condition(&terminal), deadline);
 }
 
 void JobRecord::Update(const std::function<void(v1::Job*)>& change) {
@@ -67,33 +67,47 @@ void JobRecord::Emit(v1::JobEvent event) {
 }
 
 void JobRecord::SetState(v1::JobState state, const std::string& reason) {
+  // A terminal state is stored, with its event, before anyone can see it here (Snapshot, state,
+  // AwaitTerminal): a client told SUCCEEDED or CANCELLED finds it after a crash, and the event's
+  // observers (the daemon's metrics) have counted it. Other states are visible at once.
+  const bool terminal = IsTerminal(state);
   v1::JobEvent event;
+  v1::Job changed;
   {
     absl::MutexLock lock(&mutex_);
     const v1::JobState previous = job_.state();
     if (previous == state && job_.state_reason() == reason) return;
-    job_.set_state(state);
-    job_.set_state_reason(reason);
-    *job_.mutable_state_changed_at() = NowTimestamp();
-    if (state == v1::JOB_STATE_RUNNING && !job_.has_started_at()) *job_.mutable_started_at() = NowTimestamp();
-    if (IsTerminal(state)) *job_.mutable_finished_at() = NowTimestamp();
+    changed = job_;
+    changed.set_state(state);
+    changed.set_state_reason(reason);
+    *changed.mutable_state_changed_at() = NowTimestamp();
+    if (state == v1::JOB_STATE_RUNNING && !changed.has_started_at()) {
+      *changed.mutable_started_at() = NowTimestamp();
+    }
+    if (terminal) *changed.mutable_finished_at() = NowTimestamp();
     if (previous != state) {
       event.mutable_state_changed()->set_previous(previous);
       event.mutable_state_changed()->set_state(state);
       event.mutable_state_changed()->set_reason(reason);
     }
+    if (!terminal) job_ = changed;
   }
-  Persist();
-  if (event.has_state_changed()) {
+  if (absl::Status stored = store_->PutJob(changed); !stored.ok()) {
+    base::LogError(job_id_, ": could not store the job: ", stored.message());
+  }
+  const bool state_changed = event.has_state_changed();
+  if (state_changed) {
     base::LogInfo(job_id_, ": ", v1::JobState_Name(event.state_changed().state()), " — ", reason);
     Emit(std::move(event));
-  } else {
-    events_.Notify();  // only the reason changed: stored, not an event
   }
-  if (IsTerminal(state)) {
+  if (terminal) {
     absl::MutexLock lock(&mutex_);
-    terminal_stored_ = true;
+    job_.set_state(changed.state());
+    job_.set_state_reason(changed.state_reason());
+    *job_.mutable_state_changed_at() = changed.state_changed_at();
+    *job_.mutable_finished_at() = changed.finished_at();
   }
+  if (!state_changed) events_.Notify();  // a new reason alone: stored, not an event
 }
 
 void JobRecord::SetReason(const std::string& reason) { SetState(state(), reason); }

@@ -68,7 +68,9 @@ class JobRecord {
 
   // Sets the state and its reason, stores the job and, when the state changed, emits a
   // JobStateChanged event (a new reason alone only wakes watchers). Sets started_at on the first
-  // RUNNING and finished_at on a terminal state.
+  // RUNNING and finished_at on a terminal state. A terminal state becomes visible (Snapshot,
+  // state, AwaitTerminal) only once the job and its event are stored and observed.
+  // REQUIRES: one thread at a time calls SetState/SetReason for a record (the runner's).
   void SetState(v1::JobState state, const std::string& reason);
   // SetState with the current state: a new reason ("waiting for 2 workers").
   void SetReason(const std::string& reason);
@@ -82,8 +84,6 @@ class JobRecord {
   mutable absl::Mutex mutex_;
   v1::Job job_ ABSL_GUARDED_BY(mutex_);
   int64_t next_sequence_ ABSL_GUARDED_BY(mutex_);
-  // The terminal state is in the store, with its event (set after both are written).
-  bool terminal_stored_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace slimfit::server
