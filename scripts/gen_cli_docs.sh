@@ -94,8 +94,9 @@ while [ "$i" -lt "${#queue[@]}" ]; do
   n="${#sections[@]}"
   printf '%s\n' "$text" >"$tmp/section.$n"
   sections+=("slimfit $invocation")
-  # Variants: quoted pointers "'slimfit WORDS --help'" whose words are plain (no placeholders), and
-  # usage lines "slimfit COMMAND SUB ..." whose leading lower-case words go beyond the command.
+  # Variants: quoted pointers "'slimfit WORDS --help'" whose words are literal (no upper-case
+  # argument names such as JOB), and usage lines "slimfit COMMAND SUB ..." whose leading
+  # lower-case words go beyond the command.
   mapfile -t variants < <(
     {
       printf '%s\n' "$text" | grep -o "'slimfit [^']* --help'" |

@@ -22,6 +22,7 @@
 #include "performer/performer_model.h"
 #include "performer/trainer.h"
 #include "server/job_runner.h"
+#include "server/test_job_spec.h"
 
 namespace slimfit::server {
 namespace {
@@ -55,13 +56,9 @@ class JobRunnerResumeTest : public ::testing::Test {
     fs::create_directories(job_dir_);
     store_ = *StateStore::Open(absl::StrCat(root_, "/state.db"));
     registry_ = *WorkerRegistry::Create(store_.get(), RegistryOptions{});
-    config_.vocab = 256;
-    config_.d_model = 8;
-    config_.layers = 1;
-    config_.heads = 2;
-    config_.d_ff = 16;
+    config_ = TestModelConfig();
     v1::JobSpec& spec = *job_.mutable_spec();
-    spec.mutable_model()->mutable_config()->set_vocab(256);
+    *spec.mutable_model()->mutable_config() = TestModelConfigProto();
     spec.set_sequence_length(16);
     spec.set_tokens_per_round(32);
     spec.set_rounds(5);

@@ -32,6 +32,7 @@
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
 #include "performer/trainer.h"
+#include "server/test_job_spec.h"
 #include "server/test_worker_request.h"
 #include "server/test_worker_service.h"
 
@@ -47,16 +48,6 @@ constexpr int64_t kLength = 16;
 constexpr int64_t kTokensPerRound = 4 * kLength;
 constexpr uint64_t kSeed = 7;
 constexpr absl::Duration kSafety = absl::Seconds(60);  // a safety net, never the expected wait
-
-performer::ModelConfig TinyConfig() {
-  performer::ModelConfig config;
-  config.vocab = 256;
-  config.d_model = 8;
-  config.layers = 1;
-  config.heads = 2;
-  config.d_ff = 16;
-  return config;
-}
 
 class JobRunnerTest : public ::testing::Test {
  protected:
@@ -74,12 +65,7 @@ class JobRunnerTest : public ::testing::Test {
     registry_ = *WorkerRegistry::Create(store_.get(), registry_options);
 
     v1::JobSpec& spec = *job_.mutable_spec();
-    v1::ModelConfig* model = spec.mutable_model()->mutable_config();
-    model->set_vocab(256);
-    model->set_d_model(8);
-    model->set_layers(1);
-    model->set_heads(2);
-    model->set_d_ff(16);
+    *spec.mutable_model()->mutable_config() = TestModelConfigProto();
     spec.set_sequence_length(kLength);
     spec.set_tokens_per_round(kTokensPerRound);
     spec.set_rounds(3);
@@ -108,7 +94,8 @@ class JobRunnerTest : public ::testing::Test {
   }
 
   static std::vector<at::Tensor> Initial() {
-    return performer::PerformerModel::Create(TinyConfig(), performer::DType::kFloat32, at::kCPU, /*seed=*/3)
+    return performer::PerformerModel::Create(TestModelConfig(), performer::DType::kFloat32, at::kCPU,
+                                             /*seed=*/3)
         ->parameters();
   }
 
@@ -165,7 +152,7 @@ class JobRunnerTest : public ::testing::Test {
     absl::StatusOr<std::optional<v1::Job>> stored = store_->GetJob(kJobId);
     if (!stored.ok()) return stored.status();
     absl::StatusOr<std::unique_ptr<JobRunner>> runner =
-        JobRunner::Create(stored->value(), *std::move(data), TinyConfig(), Initial(), std::move(deps));
+        JobRunner::Create(stored->value(), *std::move(data), TestModelConfig(), Initial(), std::move(deps));
     if (!runner.ok()) return runner.status();
     absl::MutexLock lock(&runner_mutex_);
     runner_ = *std::move(runner);
@@ -200,7 +187,7 @@ class JobRunnerTest : public ::testing::Test {
       absl::StatusOr<performer::TensorFile> file = performer::ReadSafetensors(checkpoint.model_path);
       if (!file.ok()) return file.status();
       std::vector<at::Tensor> parameters;
-      for (const std::string& name : performer::ParameterNames(TinyConfig())) {
+      for (const std::string& name : performer::ParameterNames(TestModelConfig())) {
         parameters.push_back(file->tensors.at(name));
       }
       return parameters;
@@ -212,14 +199,14 @@ class JobRunnerTest : public ::testing::Test {
   std::vector<at::Tensor> ReferenceParameters(int64_t rounds) {
     const JobData data = *Data();
     std::unique_ptr<performer::Trainer> trainer = *performer::Trainer::Create(
-        TinyConfig(), performer::DType::kFloat32, Initial(), job_.spec().optimizer());
+        TestModelConfig(), performer::DType::kFloat32, Initial(), job_.spec().optimizer());
     for (int64_t round = 1; round <= rounds; ++round) {
       std::map<std::string, at::Tensor> tensors;
       for (size_t i = 0; i < trainer->names().size(); ++i) {
         tensors[trainer->names()[i]] = trainer->parameters()[i].clone();
       }
       const performer::PerformerModel model = *performer::PerformerModel::FromTensors(
-          TinyConfig(), tensors, performer::DType::kFloat32, at::kCPU);
+          TestModelConfig(), tensors, performer::DType::kFloat32, at::kCPU);
       const std::vector<SequenceRef> sequences = data.RoundSequences(round);
       performer::GradientOptions options;
       options.loss_normalizer = data.PredictedTokens(sequences);

@@ -1,7 +1,7 @@
-// Test-only: a small job a coordinator accepts, for tests of the coordinator and its service — a
-// text corpus to upload (40 documents, about 2,400 bytes, "\n\n" between them) and the spec of a
-// tiny fresh byte-level model (vocab 256, d_model 8, one layer: 3,856 parameters) trained on it
-// for one round of two 16-token sequences.
+// Test-only: a small job a coordinator accepts, for tests of the coordinator, its service and its
+// job runner — the tiny model they train (as the wire and the engine describe it), a text corpus to upload
+// (40 documents, about 2,400 bytes, "\n\n" between them) and the spec of a tiny fresh byte-level model (vocab
+// 256, d_model 8, one layer: 3,856 parameters) trained on it for one round of two 16-token sequences.
 //
 // Example:
 //   const std::string corpus = TestCorpus();
@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
+#include "performer/model_config.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::server {
@@ -37,14 +38,32 @@ inline v1::UploadMetadata TestCorpusMetadata(const std::string& corpus) {
   return metadata;
 }
 
+// The tiny byte-level model: vocab 256, d_model 8, one layer of 2 heads, d_ff 16.
+inline performer::ModelConfig TestModelConfig() {
+  performer::ModelConfig config;
+  config.vocab = 256;
+  config.d_model = 8;
+  config.layers = 1;
+  config.heads = 2;
+  config.d_ff = 16;
+  return config;
+}
+
+// TestModelConfig as a job spec names it.
+inline v1::ModelConfig TestModelConfigProto() {
+  const performer::ModelConfig config = TestModelConfig();
+  v1::ModelConfig proto;
+  proto.set_vocab(config.vocab);
+  proto.set_d_model(config.d_model);
+  proto.set_layers(config.layers);
+  proto.set_heads(config.heads);
+  proto.set_d_ff(config.d_ff);
+  return proto;
+}
+
 inline v1::JobSpec TestJobSpec(const std::string& dataset_id) {
   v1::JobSpec spec;
-  v1::ModelConfig* config = spec.mutable_model()->mutable_config();
-  config->set_vocab(256);
-  config->set_d_model(8);
-  config->set_layers(1);
-  config->set_heads(2);
-  config->set_d_ff(16);
+  *spec.mutable_model()->mutable_config() = TestModelConfigProto();
   spec.add_dataset_ids(dataset_id);
   spec.set_sequence_length(16);
   spec.set_tokens_per_round(32);
