@@ -38,8 +38,8 @@
 #include "bench/simulated_fleet.h"
 #include "performer/cpu_runtime.h"
 #include "planner/device_profile_io.h"
-#include "proto/rpc_util.h"
 #include "proto/slimfit.grpc.pb.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::bench {
 namespace {

@@ -31,11 +31,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/process_usage.h"
-#include "performer/tensor_chunks.h"
 #include "proto/slimfit.grpc.pb.h"
 #include "server/gradient_aggregator.h"
 #include "server/gradient_stream.h"
 #include "server/round_collector.h"
+#include "wire/tensor_chunks.h"
 
 ABSL_FLAG(int, clients, 3, "synthetic workers streaming at once");
 ABSL_FLAG(int64_t, parameters, 100000000, "float32 values in each gradient");

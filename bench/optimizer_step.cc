@@ -53,11 +53,9 @@ int Run() {
     std::fprintf(stderr, "optimizer_step: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }
-  v1::Optimizer spec;
-  spec.mutable_adamw();
-  spec.set_learning_rate(1e-4);
-  spec.set_weight_decay(0.01);
-  if (absl::GetFlag(FLAGS_clip) > 0) spec.set_gradient_clip_norm(absl::GetFlag(FLAGS_clip));
+  performer::OptimizerSettings spec = performer::OptimizerSettings::AdamW(1e-4);
+  spec.weight_decay = 0.01;
+  if (absl::GetFlag(FLAGS_clip) > 0) spec.gradient_clip_norm = absl::GetFlag(FLAGS_clip);
   absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
       performer::Trainer::Create(config, performer::DType::kFloat32, model->parameters(), spec);
   if (!trainer.ok()) {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::bench {
 namespace {

@@ -5,8 +5,8 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "proto/rpc_util.h"
 #include "proto/slimfit.grpc.pb.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::bench {
 namespace {

@@ -12,7 +12,7 @@
 #include "absl/time/clock.h"
 #include "planner/device_profile_io.h"
 #include "proto/slimfit.grpc.pb.h"
-#include "proto/transport_security.h"
+#include "rpc/transport_security.h"
 #include "worker/coordinator_link.h"
 #include "worker/parameter_cache.h"
 #include "worker/worker_identity.h"

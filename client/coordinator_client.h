@@ -40,7 +40,7 @@
 #include "absl/types/span.h"
 #include "base/flags.h"
 #include "proto/slimfit.grpc.pb.h"
-#include "proto/transport_security.h"
+#include "rpc/transport_security.h"
 
 namespace slimfit::client {
 

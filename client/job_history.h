@@ -1,6 +1,6 @@
 // A job's history so far, without following it: every retained event up to the moment of the
 // request (WatchJob with from_start, read until the event the snapshot says it includes, then the
-// stream is cancelled), from which `slimfit status --svg` draws the loss curves (proto/loss_curves.h).
+// stream is cancelled), from which `slimfit status --svg` draws the loss curves (status_views/loss_curves.h).
 //
 // Thread safety: functions; ReadJobHistory uses the client as its callers do (one call at a time).
 #ifndef SLIMFIT_CLIENT_JOB_HISTORY_H_

@@ -12,10 +12,10 @@
 #include "base/human_format.h"
 #include "client/dataset_upload.h"
 #include "client/local_model.h"
+#include "data_formats/dataset_format.h"
 #include "nlohmann/json.hpp"
 #include "performer/packed_batch.h"
 #include "performer/recurrent_model.h"
-#include "proto/dataset_format.h"
 
 namespace slimfit::client {
 namespace {

@@ -9,8 +9,8 @@
 #include "client/coordinator_client.h"
 #include "client/job_history.h"
 #include "client/service_format.h"
-#include "performer/tensor_codec.h"
-#include "proto/loss_curves.h"
+#include "status_views/loss_curves.h"
+#include "wire/tensor_codec.h"
 
 namespace slimfit::client {
 
@@ -110,7 +110,7 @@ absl::Status RunStatusCommand(absl::Span<const std::string> args, std::ostream& 
     if (!history.ok()) return history.status();
     const std::string title = absl::StrCat(
         job.job_id(), job.spec().name().empty() ? "" : " \"" + job.spec().name() + "\"", ": loss by round");
-    absl::StatusOr<std::string> chart = rpc::LossCurvesSvg(*history, title);
+    absl::StatusOr<std::string> chart = status_views::LossCurvesSvg(*history, title);
     if (!chart.ok())
       return absl::Status(chart.status().code(), absl::StrCat("--svg: ", chart.status().message()));
     if (absl::Status written = base::WriteFileAtomically(svg, *chart); !written.ok()) {

@@ -23,9 +23,9 @@
 #include "client/watch_command.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "performer/tensor_codec.h"
 #include "planner/plan_search.h"
-#include "proto/text_proto_checks.h"
+#include "rpc/text_proto_checks.h"
+#include "wire/tensor_codec.h"
 
 namespace slimfit::client {
 namespace {

@@ -19,9 +19,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "data_formats/dataset_format.h"
+#include "data_formats/token_codec.h"
 #include "fuzz/fuzz_support.h"
-#include "proto/dataset_format.h"
-#include "proto/token_codec.h"
 #include "server/job_data.h"
 
 namespace slimfit::fuzz {

@@ -20,7 +20,7 @@
 #include "fuzz/fuzz_support.h"
 #include "planner/device_profile.h"
 #include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "worker/plan_request.h"
 
 namespace {

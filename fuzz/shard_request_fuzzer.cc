@@ -32,14 +32,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "data_formats/token_codec.h"
 #include "fuzz/fuzz_support.h"
 #include "performer/gradient_engine.h"
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
 #include "planner/bptt_schedule.h"
 #include "planner/device_profile.h"
-#include "proto/rpc_util.h"
-#include "proto/token_codec.h"
+#include "rpc/rpc_util.h"
 #include "worker/shard_request.h"
 
 namespace slimfit::fuzz {

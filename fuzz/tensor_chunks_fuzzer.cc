@@ -1,4 +1,4 @@
-// Fuzz target: tensor chunk streams from the wire (performer/tensor_chunks.h TensorAssembler), as
+// Fuzz target: tensor chunk streams from the wire (wire/tensor_chunks.h TensorAssembler), as
 // a worker receives parameters (FetchParameters) and the coordinator receives gradients
 // (ComputeGradient).
 //
@@ -26,7 +26,7 @@
 
 #include "absl/status/status.h"
 #include "fuzz/fuzz_support.h"
-#include "performer/tensor_chunks.h"
+#include "wire/tensor_chunks.h"
 
 namespace slimfit::fuzz {
 namespace {

@@ -15,7 +15,6 @@
 #include "performer/model_checkpoint.h"
 #include "performer/performer_model.h"
 #include "performer/safetensors.h"
-#include "performer/tensor_codec.h"
 #include "performer/tensor_norms.h"
 
 namespace slimfit::performer {
@@ -50,63 +49,14 @@ absl::Status WriteOptimizerState(const std::string& path, const performer::Tenso
 
 }  // namespace
 
-absl::Status ValidateOptimizer(const v1::Optimizer& optimizer, absl::string_view prefix) {
-  auto bad = [prefix](absl::string_view field, const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, ".", field, ": ", why));
-  };
-  if (optimizer.kind_case() == v1::Optimizer::KIND_NOT_SET) return bad("kind", "set adamw or sgd");
-  if (!optimizer.has_learning_rate()) {
-    return bad("learning_rate", optimizer.has_sgd() ? "required for SGD (it has no default)" : "required");
-  }
-  if (!(optimizer.learning_rate() > 0) || !std::isfinite(optimizer.learning_rate())) {
-    return bad("learning_rate", absl::StrCat("must be > 0, got ", optimizer.learning_rate()));
-  }
-  if (optimizer.warmup_steps() < 0)
-    return bad("warmup_steps", absl::StrCat("must be ≥ 0, got ", optimizer.warmup_steps()));
-  if (!(optimizer.weight_decay() >= 0) || !std::isfinite(optimizer.weight_decay())) {
-    return bad("weight_decay", absl::StrCat("must be ≥ 0, got ", optimizer.weight_decay()));
-  }
-  if (optimizer.has_gradient_clip_norm() &&
-      (!(optimizer.gradient_clip_norm() > 0) || !std::isfinite(optimizer.gradient_clip_norm()))) {
-    return bad("gradient_clip_norm", absl::StrCat("must be > 0, got ", optimizer.gradient_clip_norm()));
-  }
-  if (optimizer.has_adamw()) {
-    const v1::AdamW& a = optimizer.adamw();
-    if (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1))
-      return bad("adamw.beta1", absl::StrCat("must be in [0, 1), got ", a.beta1()));
-    if (a.has_beta2() && !(a.beta2() >= 0 && a.beta2() < 1))
-      return bad("adamw.beta2", absl::StrCat("must be in [0, 1), got ", a.beta2()));
-    if (a.has_epsilon() && !(a.epsilon() > 0))
-      return bad("adamw.epsilon", absl::StrCat("must be > 0, got ", a.epsilon()));
-  } else {
-    const v1::Sgd& s = optimizer.sgd();
-    if (!(s.momentum() >= 0 && s.momentum() < 1))
-      return bad("sgd.momentum", absl::StrCat("must be in [0, 1), got ", s.momentum()));
-    if (s.nesterov() && s.momentum() <= 0) return bad("sgd.nesterov", "needs momentum > 0");
-  }
-  return absl::OkStatus();
-}
-
-int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes,
-                             v1::Compression pseudo_gradients) {
-  int64_t moments = 0;
-  if (inner.has_adamw()) {
-    moments = 2;
-  } else if (inner.sgd().momentum() > 0) {
-    moments = 1;
-  }
-  return parameter_bytes * (2 + moments) +
-         (IsCompressed(pseudo_gradients) ? parameter_bytes + parameter_bytes / 2 : 0);
-}
-
 Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelConfig& config,
                                                          performer::DType dtype,
                                                          std::vector<at::Tensor> parameters,
-                                                         const v1::Optimizer& optimizer,
+                                                         const OptimizerSettings& optimizer,
                                                          const std::vector<int>& trainable) {
-  if (absl::Status valid = ValidateOptimizer(optimizer); !valid.ok()) return valid;
+  if (absl::Status valid = ValidateOptimizerSettings(optimizer); !valid.ok()) return valid;
   std::unique_ptr<Trainer> trainer(new Trainer());
   trainer->config_ = config;
   trainer->dtype_ = dtype;
@@ -138,19 +88,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelC
         trainer->parameters_[i].set_requires_grad(false);
       }
     }
-    const double lr = optimizer.learning_rate();
-    if (optimizer.has_adamw()) {
-      const v1::AdamW& a = optimizer.adamw();
+    const double lr = optimizer.learning_rate;
+    if (optimizer.is_adamw()) {
       torch::optim::AdamWOptions options(lr);
-      options.betas(std::make_tuple(a.has_beta1() ? a.beta1() : 0.9, a.has_beta2() ? a.beta2() : 0.999));
-      options.eps(a.has_epsilon() ? a.epsilon() : 1e-8);
-      options.weight_decay(optimizer.weight_decay());
+      options.betas(std::make_tuple(optimizer.beta1, optimizer.beta2));
+      options.eps(optimizer.epsilon);
+      options.weight_decay(optimizer.weight_decay);
       trainer->optimizer_ = std::make_unique<torch::optim::AdamW>(stepped, options);
     } else {
       torch::optim::SGDOptions options(lr);
-      options.momentum(optimizer.sgd().momentum());
-      options.nesterov(optimizer.sgd().nesterov());
-      options.weight_decay(optimizer.weight_decay());
+      options.momentum(optimizer.momentum);
+      options.nesterov(optimizer.nesterov);
+      options.weight_decay(optimizer.weight_decay);
       trainer->optimizer_ = std::make_unique<torch::optim::SGD>(stepped, options);
     }
   } catch (const c10::Error& e) {
@@ -160,8 +109,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const performer::ModelC
 }
 
 double Trainer::LearningRate(int64_t step) const {
-  const double lr = spec_.learning_rate();
-  const int64_t warmup = spec_.warmup_steps();
+  const double lr = spec_.learning_rate;
+  const int64_t warmup = spec_.warmup_steps;
   if (warmup <= 0) return lr;
   return lr * std::min(1.0, static_cast<double>(step) / static_cast<double>(warmup));
 }
@@ -187,8 +136,8 @@ absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
       return absl::InvalidArgumentError("the aggregated gradient is not finite");
     }
     double scale = 1.0;
-    if (spec_.has_gradient_clip_norm()) {
-      const double coefficient = spec_.gradient_clip_norm() / (result.gradient_norm + 1e-6);
+    if (spec_.gradient_clip_norm.has_value()) {
+      const double coefficient = *spec_.gradient_clip_norm / (result.gradient_norm + 1e-6);
       if (coefficient < 1.0) scale = coefficient;
     }
     std::vector<at::Tensor> grads(gradient.size());
@@ -233,7 +182,7 @@ absl::StatusOr<StepResult> Trainer::Step(std::vector<at::Tensor> gradient) {
 }
 
 bool Trainer::StepAdamWFused(std::vector<at::Tensor>& grads, double scale) {
-  if (!fused_steps_ || !spec_.has_adamw()) return false;
+  if (!fused_steps_ || !spec_.is_adamw()) return false;
   auto& states = optimizer_->state();
   std::vector<torch::optim::AdamWParamState*> stepped(grads.size(), nullptr);
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -342,12 +291,12 @@ absl::Status Trainer::SaveOptimizerState(const std::string& optimizer_path) cons
 performer::TensorFile Trainer::OptimizerState() const {
   performer::TensorFile state;
   state.metadata["steps"] = absl::StrCat(steps_);
-  state.metadata["optimizer"] = spec_.has_adamw() ? "adamw" : "sgd";
+  state.metadata["optimizer"] = spec_.is_adamw() ? "adamw" : "sgd";
   const auto& states = optimizer_->state();
   for (size_t i = 0; i < parameters_.size(); ++i) {
     auto it = states.find(StateKey(parameters_[i]));
     if (it == states.end()) continue;
-    if (spec_.has_adamw()) {
+    if (spec_.is_adamw()) {
       const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
       if (s.step() == 0) continue;  // made ahead of its first step (KeepOptimizerStateIn)
       state.tensors["exp_avg." + names_[i]] = s.exp_avg();
@@ -364,7 +313,7 @@ performer::TensorFile Trainer::OptimizerState() const {
 absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
   absl::StatusOr<performer::TensorFile> file = performer::ReadSafetensors(optimizer_path);
   if (!file.ok()) return file.status();
-  const std::string kind = spec_.has_adamw() ? "adamw" : "sgd";
+  const std::string kind = spec_.is_adamw() ? "adamw" : "sgd";
   auto kind_it = file->metadata.find("optimizer");
   if (kind_it == file->metadata.end() || kind_it->second != kind) {
     return absl::InvalidArgumentError(absl::StrCat(optimizer_path, ": optimizer state is not ", kind));
@@ -387,7 +336,7 @@ absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
         file->tensors.erase(it);
         return t;
       };
-      if (spec_.has_adamw()) {
+      if (spec_.is_adamw()) {
         at::Tensor exp_avg = get("exp_avg."), exp_avg_sq = get("exp_avg_sq.");
         auto step_it = file->tensors.find("step." + names_[i]);
         if (!exp_avg.defined() || !exp_avg_sq.defined() || step_it == file->tensors.end()) continue;
@@ -423,7 +372,7 @@ absl::Status Trainer::LoadOptimizerState(const std::string& optimizer_path) {
 }
 
 absl::Status Trainer::KeepOptimizerStateIn(const std::string& directory) {
-  if (!spec_.has_adamw()) {
+  if (!spec_.is_adamw()) {
     return absl::FailedPreconditionError(
         "optimizer state on disk: only AdamW's moments can be kept in files");
   }

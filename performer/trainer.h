@@ -6,9 +6,7 @@
 // torch::optim::SGD. Saves and restores parameters and optimizer state as safetensors files
 // (written atomically), so a job resumes after a restart exactly where its checkpoint left it.
 //
-// Learning rate of step t (1-based): learning_rate · min(1, t / warmup_steps) (constant without
-// warm-up). Clipping follows torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when
-// that is below 1.
+// The optimizer's settings, learning-rate schedule and clipping: performer/optimizer_settings.h.
 //
 // Thread safety: not thread-safe; one job runner owns a Trainer.
 #ifndef SLIMFIT_PERFORMER_TRAINER_H_
@@ -26,27 +24,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "performer/model_config.h"
+#include "performer/optimizer_settings.h"
 #include "performer/plan.h"
 #include "performer/safetensors.h"
-#include "proto/slimfit.pb.h"
 
 namespace torch::optim {
 class Optimizer;  // <torch/optim.h>: included by trainer.cc only (it is heavy to compile)
 }  // namespace torch::optim
 
 namespace slimfit::performer {
-
-// INVALID_ARGUMENT naming the field (`field` + ".learning_rate", e.g. "spec.optimizer.learning_rate")
-// for an invalid optimizer.
-absl::Status ValidateOptimizer(const v1::Optimizer& optimizer, absl::string_view field = "spec.optimizer");
-
-// Bytes a worker holds beside a round's parameters while it takes local steps with `inner`
-// (proto LocalSteps): its own copy of the parameters, the model each inner step is computed at, and
-// the optimizer's moments (AdamW two, SGD with momentum one), each `parameter_bytes`; with a
-// compressed pseudo-gradient also the error feedback (float32: `parameter_bytes` for float32
-// parameters) and the encoded pseudo-gradient (at most half of it).
-int64_t LocalStepsExtraBytes(const v1::Optimizer& inner, int64_t parameter_bytes,
-                             v1::Compression pseudo_gradients = v1::COMPRESSION_NONE);
 
 struct StepResult {
   double gradient_norm = 0;  // global L2 norm before clipping
@@ -57,12 +43,12 @@ class Trainer {
  public:
   // Takes ownership of `parameters` (checkpoint layout, in performer::ParameterNames(config)
   // order, CPU). `trainable`: indices (increasing) of the parameters the optimizer steps, the others
-  // frozen (no update, no weight decay, no state); empty: all. REQUIRES:
-  // ValidateOptimizer(optimizer).ok().
+  // frozen (no update, no weight decay, no state); empty: all. INVALID_ARGUMENT when
+  // ValidateOptimizerSettings(optimizer) fails.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const performer::ModelConfig& config,
                                                          performer::DType dtype,
                                                          std::vector<at::Tensor> parameters,
-                                                         const v1::Optimizer& optimizer,
+                                                         const OptimizerSettings& optimizer,
                                                          const std::vector<int>& trainable = {});
 
   ~Trainer();
@@ -158,7 +144,7 @@ class Trainer {
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_;
   std::vector<bool> trainable_;  // per parameter
-  v1::Optimizer spec_;
+  OptimizerSettings spec_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int64_t steps_ = 0;
   bool fused_steps_ = true;

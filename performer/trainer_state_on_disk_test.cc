@@ -29,13 +29,14 @@ ModelConfig Small() {
   return config;
 }
 
-v1::Optimizer AdamW() {
-  v1::Optimizer spec;
-  spec.mutable_adamw()->set_beta2(0.99);
-  spec.set_learning_rate(0.01);
-  spec.set_weight_decay(0.1);
-  spec.set_warmup_steps(2);
-  spec.set_gradient_clip_norm(0.5);
+OptimizerSettings AdamW() {
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kAdamW;
+  spec.beta2 = 0.99;
+  spec.learning_rate = 0.01;
+  spec.weight_decay = 0.1;
+  spec.warmup_steps = 2;
+  spec.gradient_clip_norm = 0.5;
   return spec;
 }
 
@@ -160,9 +161,10 @@ TEST(TrainerStateOnDiskTest, ResumedStateGoesToDiskAndContinuesExactly) {
 
 TEST(TrainerStateOnDiskTest, RefusalsNameWhyAndChangeNothing) {
   const std::vector<at::Tensor> start = Start();
-  v1::Optimizer sgd;
-  sgd.mutable_sgd()->set_momentum(0.9);
-  sgd.set_learning_rate(0.1);
+  OptimizerSettings sgd;
+  sgd.kind = OptimizerSettings::Kind::kSgd;
+  sgd.momentum = 0.9;
+  sgd.learning_rate = 0.1;
   auto with_sgd = Trainer::Create(Small(), DType::kFloat32, start, sgd);
   ASSERT_TRUE(with_sgd.ok());
   absl::Status refused = (*with_sgd)->KeepOptimizerStateIn(::testing::TempDir());

@@ -36,9 +36,9 @@ std::vector<at::Tensor> Gradient(const std::vector<at::Tensor>& like, double sca
 }
 
 TEST(TrainerTest, SgdStepIsParameterMinusLearningRateTimesGradient) {
-  v1::Optimizer spec;
-  spec.mutable_sgd();
-  spec.set_learning_rate(0.5);
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kSgd;
+  spec.learning_rate = 0.5;
   std::vector<at::Tensor> before = Parameters(1);
   auto trainer = Trainer::Create(Tiny(), performer::DType::kFloat64, before, spec);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -52,10 +52,10 @@ TEST(TrainerTest, SgdStepIsParameterMinusLearningRateTimesGradient) {
 }
 
 TEST(TrainerTest, AdamWFirstStepMatchesTheFormula) {
-  v1::Optimizer spec;
-  spec.mutable_adamw();
-  spec.set_learning_rate(0.01);
-  spec.set_weight_decay(0.1);
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kAdamW;
+  spec.learning_rate = 0.01;
+  spec.weight_decay = 0.1;
   std::vector<at::Tensor> before = Parameters(2);
   auto trainer = Trainer::Create(Tiny(), performer::DType::kFloat64, before, spec);
   ASSERT_TRUE(trainer.ok());
@@ -69,10 +69,10 @@ TEST(TrainerTest, AdamWFirstStepMatchesTheFormula) {
 }
 
 TEST(TrainerTest, FrozenParametersStayBitForBitAndTheNormCoversTheTrainableOnes) {
-  v1::Optimizer spec;
-  spec.mutable_adamw();
-  spec.set_learning_rate(0.01);
-  spec.set_weight_decay(0.1);  // would move a frozen parameter if the optimizer held it
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kAdamW;
+  spec.learning_rate = 0.01;
+  spec.weight_decay = 0.1;  // would move a frozen parameter if the optimizer held it
   std::vector<at::Tensor> before = Parameters(3);
   ASSERT_GE(before.size(), 3u);
   const std::vector<int> trainable = {1, static_cast<int>(before.size()) - 1};
@@ -104,11 +104,11 @@ TEST(TrainerTest, FrozenParametersStayBitForBitAndTheNormCoversTheTrainableOnes)
 }
 
 TEST(TrainerTest, WarmupAndClipping) {
-  v1::Optimizer spec;
-  spec.mutable_sgd();
-  spec.set_learning_rate(1.0);
-  spec.set_warmup_steps(4);
-  spec.set_gradient_clip_norm(1.0);
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kSgd;
+  spec.learning_rate = 1.0;
+  spec.warmup_steps = 4;
+  spec.gradient_clip_norm = 1.0;
   std::vector<at::Tensor> before = Parameters(3);
   auto trainer = Trainer::Create(Tiny(), performer::DType::kFloat64, before, spec);
   std::vector<at::Tensor> g = Gradient(before, 10.0);
@@ -135,12 +135,14 @@ TEST(TrainerTest, WarmupAndClipping) {
 
 TEST(TrainerTest, SavedOptimizerStateResumesExactly) {
   for (bool adamw : {true, false}) {
-    v1::Optimizer spec;
+    OptimizerSettings spec;
     if (adamw)
-      spec.mutable_adamw();
-    else
-      spec.mutable_sgd()->set_momentum(0.9);
-    spec.set_learning_rate(0.01);
+      spec.kind = OptimizerSettings::Kind::kAdamW;
+    else {
+      spec.kind = OptimizerSettings::Kind::kSgd;
+      spec.momentum = 0.9;
+    }
+    spec.learning_rate = 0.01;
     std::vector<at::Tensor> start = Parameters(4);
     auto straight = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
     auto first = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
@@ -164,11 +166,11 @@ TEST(TrainerTest, SavedOptimizerStateResumesExactly) {
           << ((*resumed)->parameters()[i] - (*straight)->parameters()[i]).abs().max().item<double>();
     }
     // The wrong optimizer kind is refused.
-    v1::Optimizer other = spec;
+    OptimizerSettings other = spec;
     if (adamw)
-      other.mutable_sgd();
+      other.kind = OptimizerSettings::Kind::kSgd;
     else
-      other.mutable_adamw();
+      other.kind = OptimizerSettings::Kind::kAdamW;
     auto mismatched = Trainer::Create(Tiny(), performer::DType::kFloat64, start, other);
     EXPECT_THAT((*mismatched)->LoadOptimizerState(optimizer).message(), HasSubstr("optimizer state is not"));
   }
@@ -178,12 +180,13 @@ TEST(TrainerTest, SavedOptimizerStateResumesExactly) {
 // float32, warm-up, clipping, weight decay and a frozen parameter, step by step; and the state one
 // path saves resumes on the other (the checkpoints are the same).
 TEST(TrainerTest, FusedAdamWStepsEqualLibTorchsAndShareTheirCheckpoints) {
-  v1::Optimizer spec;
-  spec.mutable_adamw()->set_beta2(0.99);
-  spec.set_learning_rate(0.01);
-  spec.set_weight_decay(0.1);
-  spec.set_warmup_steps(2);
-  spec.set_gradient_clip_norm(0.5);
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kAdamW;
+  spec.beta2 = 0.99;
+  spec.learning_rate = 0.01;
+  spec.weight_decay = 0.1;
+  spec.warmup_steps = 2;
+  spec.gradient_clip_norm = 0.5;
   const std::vector<at::Tensor> start =
       performer::PerformerModel::Create(Tiny(), performer::DType::kFloat32, at::kCPU, 6)->parameters();
   auto fused = Trainer::Create(Tiny(), performer::DType::kFloat32, start, spec, {0, 2, 3});
@@ -234,23 +237,10 @@ TEST(TrainerTest, FusedAdamWStepsEqualLibTorchsAndShareTheirCheckpoints) {
   }
 }
 
-TEST(TrainerTest, ValidationNamesTheField) {
-  v1::Optimizer spec;
-  EXPECT_THAT(ValidateOptimizer(spec).message(), HasSubstr("spec.optimizer.kind"));
-  spec.mutable_adamw()->set_beta1(1.0);
-  spec.set_learning_rate(0.1);
-  EXPECT_THAT(ValidateOptimizer(spec).message(), HasSubstr("spec.optimizer.adamw.beta1"));
-  spec.mutable_sgd()->set_nesterov(true);
-  EXPECT_THAT(ValidateOptimizer(spec).message(), HasSubstr("spec.optimizer.sgd.nesterov"));
-  spec.mutable_sgd()->set_nesterov(false);
-  spec.set_learning_rate(0);
-  EXPECT_THAT(ValidateOptimizer(spec).message(), HasSubstr("spec.optimizer.learning_rate"));
-}
-
 TEST(TrainerTest, NonFiniteGradientChangesNothing) {
-  v1::Optimizer spec;
-  spec.mutable_sgd();
-  spec.set_learning_rate(0.1);
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kSgd;
+  spec.learning_rate = 0.1;
   std::vector<at::Tensor> start = Parameters(5);
   auto trainer = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
   std::vector<at::Tensor> g = Gradient(start, 1.0);
@@ -261,9 +251,10 @@ TEST(TrainerTest, NonFiniteGradientChangesNothing) {
 }
 
 TEST(TrainerTest, SetParametersKeepsTheMomentum) {
-  v1::Optimizer spec;
-  spec.mutable_sgd()->set_momentum(0.9);
-  spec.set_learning_rate(0.5);
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kSgd;
+  spec.momentum = 0.9;
+  spec.learning_rate = 0.5;
   std::vector<at::Tensor> start = Parameters(6);
   auto trainer = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -295,9 +286,9 @@ TEST(TrainerTest, SetParametersKeepsTheMomentum) {
 // SeparateParameters keeps its values through the next steps, while the steps go on exactly as
 // without the separation (AdamW's moments are kept).
 TEST(TrainerTest, SeparatedParametersLeaveEarlierViewsUntouchedAndStepAsBefore) {
-  v1::Optimizer spec;
-  spec.mutable_adamw();
-  spec.set_learning_rate(0.1);
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kAdamW;
+  spec.learning_rate = 0.1;
   std::vector<at::Tensor> start = Parameters(8);
   auto separated = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
   auto straight = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
@@ -326,10 +317,10 @@ TEST(TrainerTest, SeparatedParametersLeaveEarlierViewsUntouchedAndStepAsBefore) 
 // A gradient of another dtype is converted (the caller's tensor is left as it was); the step is
 // the same as with the gradient in the parameters' dtype.
 TEST(TrainerTest, AGradientOfAnotherDTypeIsConvertedNotWrittenTo) {
-  v1::Optimizer spec;
-  spec.mutable_sgd();
-  spec.set_learning_rate(1.0);
-  spec.set_gradient_clip_norm(0.5);
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kSgd;
+  spec.learning_rate = 1.0;
+  spec.gradient_clip_norm = 0.5;
   std::vector<at::Tensor> start = Parameters(9);
   auto narrow = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
   auto wide = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
@@ -350,9 +341,9 @@ TEST(TrainerTest, AGradientOfAnotherDTypeIsConvertedNotWrittenTo) {
 }
 
 TEST(TrainerTest, SetParametersRefusesAShapeMismatchAndChangesNothing) {
-  v1::Optimizer spec;
-  spec.mutable_sgd();
-  spec.set_learning_rate(0.1);
+  OptimizerSettings spec;
+  spec.kind = OptimizerSettings::Kind::kSgd;
+  spec.learning_rate = 0.1;
   std::vector<at::Tensor> start = Parameters(8);
   auto trainer = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -374,13 +365,15 @@ TEST(TrainerTest, SetParametersRefusesAShapeMismatchAndChangesNothing) {
 
 TEST(TrainerTest, OptimizerStateAloneRoundTrips) {
   for (bool adamw : {true, false}) {
-    v1::Optimizer spec;
+    OptimizerSettings spec;
     if (adamw)
-      spec.mutable_adamw();
-    else
-      spec.mutable_sgd()->set_momentum(0.8);
-    spec.set_learning_rate(0.01);
-    spec.set_warmup_steps(4);
+      spec.kind = OptimizerSettings::Kind::kAdamW;
+    else {
+      spec.kind = OptimizerSettings::Kind::kSgd;
+      spec.momentum = 0.8;
+    }
+    spec.learning_rate = 0.01;
+    spec.warmup_steps = 4;
     std::vector<at::Tensor> start = Parameters(10);
     auto original = Trainer::Create(Tiny(), performer::DType::kFloat64, start, spec);
     ASSERT_TRUE(original.ok()) << original.status();
@@ -419,56 +412,6 @@ TEST(TrainerTest, OptimizerStateAloneRoundTrips) {
     }
     EXPECT_GT(apart, 1e-6) << adamw;
   }
-}
-
-TEST(TrainerTest, LocalStepsExtraBytesCountsTheMoments) {
-  v1::Optimizer adamw;
-  adamw.mutable_adamw();
-  EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000), 4000);
-  v1::Optimizer momentum;
-  momentum.mutable_sgd()->set_momentum(0.9);
-  EXPECT_EQ(LocalStepsExtraBytes(momentum, 1000), 3000);
-  v1::Optimizer nesterov = momentum;
-  nesterov.mutable_sgd()->set_nesterov(true);
-  EXPECT_EQ(LocalStepsExtraBytes(nesterov, 1000), 3000);
-  v1::Optimizer plain;
-  plain.mutable_sgd();
-  EXPECT_EQ(LocalStepsExtraBytes(plain, 1000), 2000);
-  EXPECT_EQ(LocalStepsExtraBytes(adamw, int64_t{3} << 30), int64_t{12} << 30);
-}
-
-TEST(TrainerTest, LocalStepsExtraBytesCountCompressedPseudoGradients) {
-  v1::Optimizer adamw;
-  adamw.mutable_adamw();
-  v1::Optimizer plain;
-  plain.mutable_sgd();
-  // Exact pseudo-gradients: nothing beyond the copy, the step's model and the moments.
-  EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, v1::COMPRESSION_NONE), 4000);
-  EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, v1::COMPRESSION_UNSPECIFIED), 4000);
-  EXPECT_EQ(LocalStepsExtraBytes(plain, 1000, v1::COMPRESSION_NONE), 2000);
-  // Compressed: the error feedback (parameter_bytes) and the encoded pseudo-gradient (half of it).
-  for (const v1::Compression compression :
-       {v1::COMPRESSION_INT8, v1::COMPRESSION_FLOAT16, v1::COMPRESSION_BFLOAT16}) {
-    EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, compression), 4000 + 1500)
-        << v1::Compression_Name(compression);
-    EXPECT_EQ(LocalStepsExtraBytes(plain, 1000, compression), 2000 + 1500)
-        << v1::Compression_Name(compression);
-    EXPECT_EQ(LocalStepsExtraBytes(adamw, int64_t{3} << 30, compression) -
-                  LocalStepsExtraBytes(adamw, int64_t{3} << 30),
-              (int64_t{9} << 30) / 2)
-        << v1::Compression_Name(compression);
-  }
-}
-
-TEST(TrainerTest, ValidationUsesTheGivenFieldPrefix) {
-  v1::Optimizer spec;
-  absl::Status no_kind = ValidateOptimizer(spec, "local_steps.inner_optimizer");
-  EXPECT_EQ(no_kind.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(no_kind.message()), ::testing::StartsWith("local_steps.inner_optimizer.kind: "));
-  spec.mutable_sgd()->set_momentum(1.5);
-  spec.set_learning_rate(0.7);
-  EXPECT_THAT(std::string(ValidateOptimizer(spec, "spec.outer_optimizer").message()),
-              ::testing::StartsWith("spec.outer_optimizer.sgd.momentum: "));
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 #include "base/files.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "proto/text_proto_checks.h"
+#include "rpc/text_proto_checks.h"
 
 namespace slimfit::planner {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "planner/cost_model.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::planner {
 

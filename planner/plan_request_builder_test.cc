@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::planner {
 namespace {

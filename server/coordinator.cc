@@ -14,7 +14,7 @@
 #include "planner/plan_proto.h"
 #include "planner/plan_request_builder.h"
 #include "planner/plan_search.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "server/job_defaults.h"
 
 namespace slimfit::server {

@@ -9,7 +9,7 @@
 // with --port_file, write the bound "host:port" there atomically.
 //
 // Security: off loopback it serves TLS (--tls_cert, --tls_key) unless --insecure; with --tls_ca,
-// mutual TLS for workers (proto/transport_security.h). Client tokens come from --token and/or
+// mutual TLS for workers (rpc/transport_security.h). Client tokens come from --token and/or
 // --token_file, join tokens for new workers from --worker_token and/or --worker_token_file.
 //
 // Operators (docs/OPERATIONS.md): with --metrics_listen=HOST:PORT it also serves, over HTTP (HTTPS
@@ -37,7 +37,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "proto/transport_security.h"
+#include "rpc/transport_security.h"
 
 namespace slimfit::server {
 

@@ -4,7 +4,7 @@
 // each scrape (workers by state; per worker its budget, measured peak, shards and, per job, its
 // plan's predicted and measured peak bytes and tokens per second; per active job its progress,
 // loss, held-out loss, tokens per second and ETA). RPC latencies and bytes come from
-// proto/rpc_metrics.h, on the same registry.
+// rpc/rpc_metrics.h, on the same registry.
 //
 // Counters span all jobs (no job label), so their label sets stay bounded however many jobs run;
 // per-job values are gauges of the jobs running now.

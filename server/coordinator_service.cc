@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/verified_file.h"
-#include "performer/tensor_chunks.h"
 #include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
-#include "proto/transport_security.h"
+#include "rpc/rpc_util.h"
+#include "rpc/transport_security.h"
+#include "wire/tensor_chunks.h"
 
 namespace slimfit::server {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/test_util.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "server/test_job_spec.h"
 #include "server/test_worker_request.h"
 

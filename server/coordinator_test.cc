@@ -22,7 +22,7 @@
 #include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "server/test_job_spec.h"
 #include "server/test_worker_request.h"
 

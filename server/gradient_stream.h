@@ -17,8 +17,8 @@
 #include <optional>
 
 #include "absl/status/status.h"
-#include "performer/tensor_chunks.h"
 #include "proto/slimfit.pb.h"
+#include "wire/tensor_chunks.h"
 
 namespace slimfit::server {
 

@@ -9,19 +9,20 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "data_formats/dataset_format.h"
+#include "data_formats/token_codec.h"
 #include "performer/model_checkpoint.h"
 #include "performer/parameter_selection.h"
 #include "performer/performer_model.h"
-#include "performer/tensor_codec.h"
 #include "performer/trainer.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_request_builder.h"
 #include "planner/plan_search.h"
-#include "proto/dataset_format.h"
-#include "proto/rpc_util.h"
-#include "proto/token_codec.h"
+#include "rpc/rpc_util.h"
 #include "server/job_bounds.h"
 #include "server/upload_store.h"
+#include "wire/engine_settings.h"
+#include "wire/tensor_codec.h"
 
 namespace slimfit::server {
 namespace {
@@ -174,7 +175,7 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
   }
   if (spec.rounds() < 1)
     return rpc::InvalidFieldError("spec.rounds", absl::StrCat("must be ≥ 1, got ", spec.rounds()));
-  if (absl::Status optimizer = performer::ValidateOptimizer(spec.optimizer()); !optimizer.ok()) {
+  if (absl::Status optimizer = wire::ValidateOptimizer(spec.optimizer()); !optimizer.ok()) {
     return WithFieldDetail(optimizer);
   }
   if (spec.eval_interval_rounds() < 0)
@@ -206,7 +207,7 @@ absl::StatusOr<PreparedJob> JobPreparer::Prepare(const v1::JobSpec& spec, bool l
           "spec.round_time_budget_seconds",
           absl::StrCat("must be a positive number of seconds, got ", spec.round_time_budget_seconds()));
     }
-    if (absl::Status outer = performer::ValidateOptimizer(spec.outer_optimizer(), "spec.outer_optimizer");
+    if (absl::Status outer = wire::ValidateOptimizer(spec.outer_optimizer(), "spec.outer_optimizer");
         !outer.ok()) {
       return WithFieldDetail(outer);
     }

@@ -10,7 +10,7 @@
 #include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::server {
 namespace {

@@ -10,12 +10,13 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/log.h"
+#include "data_formats/token_codec.h"
 #include "performer/parameter_selection.h"
 #include "performer/performer_model.h"
-#include "performer/tensor_codec.h"
-#include "proto/rpc_util.h"
-#include "proto/token_codec.h"
+#include "rpc/rpc_util.h"
 #include "server/job_defaults.h"
+#include "wire/engine_settings.h"
+#include "wire/tensor_codec.h"
 
 namespace slimfit::server {
 namespace {
@@ -30,8 +31,11 @@ const v1::Optimizer& JobRunner::StepOptimizer(const v1::JobSpec& spec) {
 
 absl::StatusOr<std::unique_ptr<performer::Trainer>> JobRunner::NewTrainer(
     std::vector<at::Tensor> parameters, const v1::JobSpec& spec, const std::string& optimizer_path) const {
+  absl::StatusOr<performer::OptimizerSettings> optimizer = wire::OptimizerSettingsFromProto(
+      StepOptimizer(spec), spec.has_local_steps() ? "spec.outer_optimizer" : "spec.optimizer");
+  if (!optimizer.ok()) return optimizer.status();
   absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
-      performer::Trainer::Create(config_, dtype_, std::move(parameters), StepOptimizer(spec), trainable_);
+      performer::Trainer::Create(config_, dtype_, std::move(parameters), *optimizer, trainable_);
   if (!trainer.ok()) return trainer.status();
   if (!optimizer_path.empty()) {
     if (absl::Status loaded = (*trainer)->LoadOptimizerState(optimizer_path); !loaded.ok()) return loaded;

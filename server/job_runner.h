@@ -38,7 +38,6 @@
 #include "base/thread.h"
 #include "performer/model_config.h"
 #include "performer/plan.h"
-#include "performer/tensor_codec.h"
 #include "performer/trainer.h"
 #include "planner/plan_search.h"
 #include "proto/slimfit.pb.h"
@@ -51,6 +50,7 @@
 #include "server/worker_leases.h"
 #include "server/worker_planner.h"
 #include "server/worker_registry.h"
+#include "wire/tensor_codec.h"
 
 namespace slimfit::server {
 

@@ -23,6 +23,7 @@
 #include "performer/trainer.h"
 #include "server/job_runner.h"
 #include "server/test_job_spec.h"
+#include "wire/engine_settings.h"
 
 namespace slimfit::server {
 namespace {
@@ -94,8 +95,9 @@ class JobRunnerResumeTest : public ::testing::Test {
     const std::string prefix = absl::StrFormat("%s/round-%06d", job_dir_, round);
     record.model_path = prefix + ".safetensors";
     record.optimizer_path = prefix + ".optimizer.safetensors";
-    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer = performer::Trainer::Create(
-        config_, performer::DType::kFloat32, Parameters(round), job_.spec().optimizer());
+    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
+        performer::Trainer::Create(config_, performer::DType::kFloat32, Parameters(round),
+                                   wire::OptimizerSettingsOf(job_.spec().optimizer()));
     EXPECT_TRUE(trainer.ok()) << trainer.status();
     const std::map<std::string, std::string> metadata = {{"tokens_trained", absl::StrCat(32 * round)}};
     EXPECT_TRUE(performer::Trainer::WriteCheckpoint((*trainer)->TakeCheckpoint(metadata), record.model_path,

@@ -35,6 +35,7 @@
 #include "server/test_job_spec.h"
 #include "server/test_worker_request.h"
 #include "server/test_worker_service.h"
+#include "wire/engine_settings.h"
 
 namespace slimfit::server {
 namespace {
@@ -198,8 +199,9 @@ class JobRunnerTest : public ::testing::Test {
   // The parameters after `rounds` optimizer steps on the exact whole-batch gradients, here.
   std::vector<at::Tensor> ReferenceParameters(int64_t rounds) {
     const JobData data = *Data();
-    std::unique_ptr<performer::Trainer> trainer = *performer::Trainer::Create(
-        TestModelConfig(), performer::DType::kFloat32, Initial(), job_.spec().optimizer());
+    std::unique_ptr<performer::Trainer> trainer =
+        *performer::Trainer::Create(TestModelConfig(), performer::DType::kFloat32, Initial(),
+                                    wire::OptimizerSettingsOf(job_.spec().optimizer()));
     for (int64_t round = 1; round <= rounds; ++round) {
       std::map<std::string, at::Tensor> tensors;
       for (size_t i = 0; i < trainer->names().size(); ++i) {

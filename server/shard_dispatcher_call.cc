@@ -10,12 +10,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
-#include "performer/tensor_chunks.h"
+#include "data_formats/token_codec.h"
 #include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
-#include "proto/token_codec.h"
+#include "rpc/rpc_util.h"
 #include "server/gradient_stream.h"
 #include "server/shard_dispatcher.h"
+#include "wire/tensor_chunks.h"
 
 namespace slimfit::server {
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "proto/token_codec.h"
+#include "data_formats/token_codec.h"
 #include "server/shard_dispatcher.h"
 #include "server/shard_split.h"
 #include "server/spot_checks.h"

@@ -198,12 +198,13 @@ base::HttpResponse StatusPage::Status(const base::HttpRequest& request) {
     refused.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"slimfit coordinator\"");
     return refused;
   }
-  return Html(RenderStatusFragment(Snapshot()), "default-src 'none'; style-src 'unsafe-inline'");
+  return Html(status_views::RenderStatusFragment(Snapshot()),
+              "default-src 'none'; style-src 'unsafe-inline'");
 }
 
-StatusSnapshot StatusPage::Snapshot() {
+status_views::StatusSnapshot StatusPage::Snapshot() {
   Coordinator& coordinator = *options_.coordinator;
-  StatusSnapshot snapshot;
+  status_views::StatusSnapshot snapshot;
   snapshot.now = absl::Now();
   for (v1::WorkerInfo& worker : coordinator.registry().List(/*include_gone=*/true)) {
     if (worker.state() != v1::WORKER_STATE_LEFT) snapshot.workers.push_back(std::move(worker));
@@ -229,7 +230,7 @@ StatusSnapshot StatusPage::Snapshot() {
   }
   std::set<std::string> active;
   for (const v1::Job* job : shown) {
-    JobDetail detail;
+    status_views::JobDetail detail;
     detail.job = *job;
     if (absl::StatusOr<std::vector<v1::JobEvent>> events = coordinator.JobEvents(job->job_id());
         events.ok()) {
@@ -252,14 +253,14 @@ StatusSnapshot StatusPage::Snapshot() {
   return snapshot;
 }
 
-WorkerPlanChart StatusPage::PlanChart(const v1::Job& job, const v1::WorkerInfo& worker) {
+status_views::WorkerPlanChart StatusPage::PlanChart(const v1::Job& job, const v1::WorkerInfo& worker) {
   const ChartKey key{job.job_id(), worker.worker_id(), worker.incarnation(), worker.memory_budget_bytes()};
   {
     absl::MutexLock lock(&mutex_);
     auto cached = charts_.find(key);
     if (cached != charts_.end()) return cached->second;
   }
-  WorkerPlanChart chart;
+  status_views::WorkerPlanChart chart;
   chart.worker_id = worker.worker_id();
   absl::StatusOr<WorkerPlanSearch> search =
       options_.coordinator->SearchPlansForJob(job.job_id(), worker.worker_id());

@@ -1,10 +1,10 @@
-// The coordinator's read-only status page, served on its metrics port (proto/http_endpoint.h):
+// The coordinator's read-only status page, served on its metrics port (rpc/http_endpoint.h):
 //
 //   GET /        the page: HTML with its own inline style and script, and no data. The script asks
 //                for the client token — from the URL fragment (`/#token=…`, which browsers never send
 //                to the server; the script removes it from the address bar) or a form — keeps it in
 //                the tab's sessionStorage, and every few seconds fetches /status with it.
-//   GET /status  the page's content (server/status_render.h) for a request that carries a client
+//   GET /status  the page's content (status_views/status_render.h) for a request that carries a client
 //                token as `Authorization: Bearer <token>`; 401 with no data otherwise.
 //
 // The token never travels in a URL or query string (so no access log, proxy log or Referer can hold
@@ -28,7 +28,7 @@
 #include "base/http_server.h"
 #include "server/access_tokens.h"
 #include "server/coordinator.h"
-#include "server/status_render.h"
+#include "status_views/status_render.h"
 
 namespace slimfit::server {
 
@@ -56,11 +56,11 @@ class StatusPage {
   bool Authorized(const std::string& authorization) const;
 
   // What /status shows now.
-  StatusSnapshot Snapshot();
+  status_views::StatusSnapshot Snapshot();
 
  private:
   // The plan search chart of a worker for a job, cached per worker incarnation and budget.
-  WorkerPlanChart PlanChart(const v1::Job& job, const v1::WorkerInfo& worker);
+  status_views::WorkerPlanChart PlanChart(const v1::Job& job, const v1::WorkerInfo& worker);
 
   const Options options_;
   const std::string page_;  // the HTML of "/"
@@ -69,7 +69,7 @@ class StatusPage {
   absl::Mutex mutex_;
   using ChartKey =
       std::tuple<std::string, std::string, uint64_t, int64_t>;  // job, worker, incarnation, budget
-  std::map<ChartKey, WorkerPlanChart> charts_ ABSL_GUARDED_BY(mutex_);
+  std::map<ChartKey, status_views::WorkerPlanChart> charts_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace slimfit::server

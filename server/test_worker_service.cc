@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "data_formats/token_codec.h"
 #include "performer/gradient_engine.h"
 #include "performer/packed_batch.h"
-#include "performer/tensor_chunks.h"
-#include "proto/rpc_util.h"
-#include "proto/token_codec.h"
+#include "rpc/rpc_util.h"
+#include "wire/tensor_chunks.h"
 
 namespace slimfit::server {
 

@@ -7,9 +7,9 @@
 #include "base/files.h"
 #include "base/log.h"
 #include "base/sha256.h"
-#include "proto/dataset_format.h"
-#include "proto/rpc_util.h"
-#include "proto/token_codec.h"
+#include "data_formats/dataset_format.h"
+#include "data_formats/token_codec.h"
+#include "rpc/rpc_util.h"
 #include "server/job_data.h"
 #include "server/job_record.h"
 

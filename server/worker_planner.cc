@@ -9,6 +9,7 @@
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_request_builder.h"
+#include "wire/engine_settings.h"
 
 namespace slimfit::server {
 
@@ -20,9 +21,9 @@ int64_t ReservedBytesPerWorker(const v1::JobSpec& spec, const performer::ModelCo
   if (!spec.has_local_steps()) return 0;
   const performer::DType dtype =
       spec.dtype() == v1::DTYPE_FLOAT64 ? performer::DType::kFloat64 : performer::DType::kFloat32;
-  return performer::LocalStepsExtraBytes(spec.optimizer(),
-                                         config.parameter_count() * performer::DTypeBytes(dtype),
-                                         spec.compression().pseudo_gradients());
+  return performer::LocalStepsExtraBytes(
+      wire::OptimizerSettingsOf(spec.optimizer()), config.parameter_count() * performer::DTypeBytes(dtype),
+      wire::TensorEncodingFromProto(spec.compression().pseudo_gradients()));
 }
 
 int64_t PlanSearchBudget(int64_t budget_bytes, int64_t reserved_bytes, double safety_margin) {

@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/test_util.h"
+#include "data_formats/dataset_format.h"
 #include "planner/plan_request_builder.h"
-#include "proto/dataset_format.h"
 #include "server/test_worker_request.h"
 
 namespace slimfit::server {

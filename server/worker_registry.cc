@@ -10,10 +10,10 @@
 #include "base/log.h"
 #include "base/secrets.h"
 #include "base/sha256.h"
+#include "data_formats/dataset_format.h"
 #include "google/protobuf/util/time_util.h"
 #include "planner/device_profile_io.h"
-#include "proto/dataset_format.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::server {
 namespace {

@@ -10,8 +10,8 @@
 #include "base/files.h"
 #include "base/sha256.h"
 #include "base/test_util.h"
-#include "proto/rpc_util.h"
-#include "proto/transport_security.h"
+#include "rpc/rpc_util.h"
+#include "rpc/transport_security.h"
 
 namespace slimfit::testing_util {
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/files.h"
+#include "data_formats/dataset_format.h"
 #include "gtest/gtest.h"
 #include "performer/gradient_engine.h"
 #include "performer/packed_batch.h"
@@ -13,10 +14,10 @@
 #include "performer/safetensors.h"
 #include "performer/trainer.h"
 #include "planner/plan_proto.h"
-#include "proto/dataset_format.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "server/job_data.h"
 #include "server/job_defaults.h"
+#include "wire/engine_settings.h"
 
 namespace slimfit::testing_util {
 
@@ -47,7 +48,7 @@ std::vector<at::Tensor> TrainLocally(const v1::JobSpec& submitted, const std::st
           : performer::SelectParameters(performer::ParameterNames(*config), spec.trainable());
   EXPECT_TRUE(trainable.ok()) << trainable.status();
   auto trainer = performer::Trainer::Create(*config, performer::DType::kFloat32, initial->parameters(),
-                                            spec.optimizer(), *trainable);
+                                            wire::OptimizerSettingsOf(spec.optimizer()), *trainable);
   EXPECT_TRUE(trainer.ok());
   for (int64_t round = 1; round <= spec.rounds(); ++round) {
     std::vector<server::SequenceRef> sequences = data->RoundSequences(round);

@@ -19,7 +19,7 @@
 #include "performer/parameter_selection.h"
 #include "performer/performer_model.h"
 #include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "tests/cluster.h"
 #include "tests/e2e_support.h"
 

@@ -16,7 +16,7 @@
 #include "base/files.h"
 #include "base/test_util.h"
 #include "gtest/gtest.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "tests/cluster.h"
 #include "tests/daemon_process.h"
 #include "tests/ops_support.h"

@@ -92,9 +92,7 @@ TEST_P(ReferenceInteropTest, CheckpointsAndSavedModelsScoreTheSameInTheReference
   const double engine = EngineLossSum(*model, tokens);
 
   // What a job's checkpoint (and so `slimfit export`) holds: the trainer's file.
-  v1::Optimizer optimizer;
-  optimizer.set_learning_rate(1e-3);
-  optimizer.mutable_adamw();
+  const performer::OptimizerSettings optimizer = performer::OptimizerSettings::AdamW(1e-3);
   std::vector<at::Tensor> parameters;
   for (const at::Tensor& p : model->parameters()) parameters.push_back(p.detach().clone());
   absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =

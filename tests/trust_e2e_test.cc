@@ -14,8 +14,8 @@
 #include "base/certificates.h"
 #include "base/files.h"
 #include "base/test_util.h"
-#include "proto/rpc_util.h"
-#include "proto/transport_security.h"
+#include "rpc/rpc_util.h"
+#include "rpc/transport_security.h"
 #include "tests/cluster.h"
 #include "tests/e2e_support.h"
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "server/spot_checks.h"
 #include "tests/cluster.h"
 #include "tests/e2e_support.h"

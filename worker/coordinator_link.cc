@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::worker {
 namespace {

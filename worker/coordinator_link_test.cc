@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/device_profile_io.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "worker/test_coordinator.h"
 
 namespace slimfit::worker {

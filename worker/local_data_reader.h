@@ -19,7 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "proto/dataset_format.h"
+#include "data_formats/dataset_format.h"
 #include "proto/slimfit.pb.h"
 #include "worker/local_datasets.h"
 

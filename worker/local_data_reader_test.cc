@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
 #include "base/test_util.h"
+#include "data_formats/dataset_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "proto/dataset_format.h"
 
 namespace slimfit::worker {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "proto/dataset_format.h"
+#include "data_formats/dataset_format.h"
 #include "proto/slimfit.pb.h"
 
 namespace slimfit::worker {

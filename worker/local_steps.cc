@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "base/log.h"
 #include "performer/safetensors.h"
+#include "wire/engine_settings.h"
 
 namespace slimfit::worker {
 namespace {
@@ -87,8 +88,8 @@ absl::Status LocalStepsTrainer::PrepareLocked(const std::string& job_id,
                                               const performer::PerformerModel& start,
                                               const v1::Optimizer& inner, Job* job) {
   if (job->trainer == nullptr) {
-    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer =
-        performer::Trainer::Create(start.config(), start.dtype(), start.parameters(), inner);
+    absl::StatusOr<std::unique_ptr<performer::Trainer>> trainer = performer::Trainer::Create(
+        start.config(), start.dtype(), start.parameters(), wire::OptimizerSettingsOf(inner));
     if (!trainer.ok()) return trainer.status();
     if (!dir_.empty()) {
       const std::string path = StatePath(job_id);
@@ -97,8 +98,8 @@ absl::Status LocalStepsTrainer::PrepareLocked(const std::string& job_id,
         if (absl::Status loaded = (*trainer)->LoadOptimizerState(path); !loaded.ok()) {
           // Moments only shape later steps: start afresh rather than refuse the job's shards.
           base::LogWarning("job ", job_id, ": starting its inner optimizer afresh: ", loaded.message());
-          absl::StatusOr<std::unique_ptr<performer::Trainer>> fresh =
-              performer::Trainer::Create(start.config(), start.dtype(), start.parameters(), inner);
+          absl::StatusOr<std::unique_ptr<performer::Trainer>> fresh = performer::Trainer::Create(
+              start.config(), start.dtype(), start.parameters(), wire::OptimizerSettingsOf(inner));
           if (!fresh.ok()) return fresh.status();
           trainer = std::move(fresh);
         } else {

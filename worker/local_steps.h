@@ -41,9 +41,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "performer/performer_model.h"
-#include "performer/tensor_codec.h"
 #include "performer/trainer.h"
 #include "proto/slimfit.pb.h"
+#include "wire/tensor_codec.h"
 
 namespace slimfit::worker {
 

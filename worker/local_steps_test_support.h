@@ -29,8 +29,8 @@
 #include "performer/packed_batch.h"
 #include "performer/performer_model.h"
 #include "performer/plan.h"
-#include "performer/tensor_codec.h"
 #include "proto/slimfit.pb.h"
+#include "wire/tensor_codec.h"
 #include "worker/local_steps.h"
 
 namespace slimfit::worker::local_steps_testing {

@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
-#include "performer/tensor_chunks.h"
-#include "performer/tensor_codec.h"
 #include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
+#include "wire/tensor_chunks.h"
+#include "wire/tensor_codec.h"
 
 namespace slimfit::worker {
 namespace {

@@ -11,8 +11,8 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "performer/tensor_codec.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
+#include "wire/tensor_codec.h"
 #include "worker/test_coordinator.h"
 
 namespace slimfit::worker {

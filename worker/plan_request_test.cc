@@ -2,7 +2,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::worker {
 namespace {

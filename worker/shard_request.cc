@@ -7,11 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/sha256.h"
+#include "data_formats/token_codec.h"
 #include "performer/trainer.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
-#include "proto/rpc_util.h"
-#include "proto/token_codec.h"
+#include "rpc/rpc_util.h"
+#include "wire/engine_settings.h"
 
 namespace slimfit::worker {
 namespace {
@@ -194,7 +195,7 @@ absl::StatusOr<performer::Plan> ValidateShardRequest(const v1::ComputeGradientRe
                           absl::StrCat("entries sum to ", total, " sequences; the shard holds ", sequences));
     }
     if (absl::Status optimizer =
-            performer::ValidateOptimizer(local.inner_optimizer(), "local_steps.inner_optimizer");
+            wire::ValidateOptimizer(local.inner_optimizer(), "local_steps.inner_optimizer");
         !optimizer.ok()) {
       return WithField(optimizer, "local_steps.inner_optimizer");
     }

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 
 namespace slimfit::worker {
 namespace {

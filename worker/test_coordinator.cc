@@ -3,9 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/secrets.h"
-#include "performer/tensor_chunks.h"
 #include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
+#include "wire/tensor_chunks.h"
 
 namespace slimfit::worker {
 

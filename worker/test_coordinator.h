@@ -47,8 +47,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "performer/performer_model.h"
-#include "performer/tensor_codec.h"
 #include "proto/slimfit.grpc.pb.h"
+#include "wire/tensor_codec.h"
 
 namespace slimfit::worker {
 

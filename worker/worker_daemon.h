@@ -26,7 +26,7 @@
 // token is needed again only if the coordinator forgets the worker. Security: off loopback the
 // Worker service is served over TLS (--tls_cert, --tls_key) unless --insecure; with --tls_ca the
 // caller must present a certificate signed by that CA, and the coordinator is reached over TLS
-// verified against it (proto/transport_security.h).
+// verified against it (rpc/transport_security.h).
 //
 // Exit statuses: 0 after a clean shutdown (also --help); 2 for a usage error (bad or missing
 // flag, unreadable --profile, a CUDA device without CUDA support, a coordinator that refuses the
@@ -48,8 +48,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "proto/dataset_format.h"
-#include "proto/transport_security.h"
+#include "data_formats/dataset_format.h"
+#include "rpc/transport_security.h"
 #include "worker/local_datasets.h"
 
 namespace slimfit::worker {

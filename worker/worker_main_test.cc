@@ -21,7 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
 #include "worker/test_coordinator.h"
 
 extern char** environ;

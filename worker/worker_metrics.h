@@ -2,7 +2,7 @@
 // GradientSummary its ComputeGradient returns — engine seconds and tokens by kind (gradient or
 // evaluation), parameter fetch and result streaming seconds, the shard's measured and predicted peak
 // and their ratio — and, read at each scrape, its memory budget, the bytes of its parameter cache
-// and who it is (id, device, version). RPC latencies and bytes come from proto/rpc_metrics.h on the
+// and who it is (id, device, version). RPC latencies and bytes come from rpc/rpc_metrics.h on the
 // same registry; the summaries reach ObserveSummary through its ComputeGradient observer, so the
 // service's code knows nothing of metrics.
 //

@@ -10,15 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
+#include "data_formats/token_codec.h"
 #include "performer/gradient_engine.h"
 #include "performer/memory_tracker.h"
-#include "performer/tensor_chunks.h"
 #include "planner/bptt_schedule.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
 #include "planner/plan_search.h"
-#include "proto/rpc_util.h"
-#include "proto/token_codec.h"
+#include "rpc/rpc_util.h"
+#include "wire/engine_settings.h"
+#include "wire/tensor_chunks.h"
 #include "worker/plan_request.h"
 #include "worker/shard_request.h"
 
@@ -240,11 +241,12 @@ absl::Status WorkerService::RunShard(grpc::ServerContext* context, const v1::Com
   absl::StatusOr<Shard> shard = CutRequestShard(request, parameters.config().vocab);
   if (!shard.ok()) return shard.status();
   const bool want_gradient = !request.evaluate_only();
-  const int64_t extra_bytes =
-      request.has_local_steps()
-          ? performer::LocalStepsExtraBytes(request.local_steps().inner_optimizer(),
-                                            parameters.parameter_bytes(), request.local_steps().compression())
-          : 0;
+  const int64_t extra_bytes = request.has_local_steps()
+                                  ? performer::LocalStepsExtraBytes(
+                                        wire::OptimizerSettingsOf(request.local_steps().inner_optimizer()),
+                                        parameters.parameter_bytes(),
+                                        wire::TensorEncodingFromProto(request.local_steps().compression()))
+                                  : 0;
   absl::StatusOr<BudgetCheck> budget =
       CheckBudget(parameters.config(), plan, request.sequence_length(), *shard, want_gradient,
                   options_.memory_budget_bytes, options_.profile, worker, extra_bytes);

@@ -14,10 +14,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "performer/gradient_engine.h"
-#include "performer/tensor_chunks.h"
 #include "planner/device_profile_io.h"
 #include "planner/plan_proto.h"
-#include "proto/rpc_util.h"
+#include "rpc/rpc_util.h"
+#include "wire/tensor_chunks.h"
 #include "worker/test_coordinator.h"
 
 namespace slimfit::worker {
