@@ -42,8 +42,10 @@ absl::Status ValidateOptimizerSettings(const OptimizerSettings& s, absl::string_
     return bad("gradient_clip_norm", absl::StrCat("must be > 0, got ", *s.gradient_clip_norm));
   }
   if (s.is_adamw()) {
-    if (!(s.beta1 >= 0 && s.beta1 < 1)) return bad("adamw.beta1", absl::StrCat("must be in [0, 1), got ", s.beta1));
-    if (!(s.beta2 >= 0 && s.beta2 < 1)) return bad("adamw.beta2", absl::StrCat("must be in [0, 1), got ", s.beta2));
+    if (!(s.beta1 >= 0 && s.beta1 < 1))
+      return bad("adamw.beta1", absl::StrCat("must be in [0, 1), got ", s.beta1));
+    if (!(s.beta2 >= 0 && s.beta2 < 1))
+      return bad("adamw.beta2", absl::StrCat("must be in [0, 1), got ", s.beta2));
     if (!(s.epsilon > 0)) return bad("adamw.epsilon", absl::StrCat("must be > 0, got ", s.epsilon));
   } else {
     if (!(s.momentum >= 0 && s.momentum < 1)) {

@@ -24,10 +24,10 @@ namespace slimfit::performer {
 struct OptimizerSettings {
   enum class Kind { kAdamW, kSgd };
   Kind kind = Kind::kAdamW;
-  double learning_rate = 3e-4;                // > 0
-  int64_t warmup_steps = 0;                   // ≥ 0; 0: no warm-up
-  double weight_decay = 0;                    // ≥ 0
-  std::optional<double> gradient_clip_norm;   // > 0; absent: no clipping
+  double learning_rate = 3e-4;               // > 0
+  int64_t warmup_steps = 0;                  // ≥ 0; 0: no warm-up
+  double weight_decay = 0;                   // ≥ 0
+  std::optional<double> gradient_clip_norm;  // > 0; absent: no clipping
   // AdamW only.
   double beta1 = 0.9;     // [0, 1)
   double beta2 = 0.999;   // [0, 1)

@@ -27,7 +27,8 @@ TEST(OptimizerSettingsTest, EachRangeIsCheckedAndNamed) {
   };
   const Case cases[] = {
       {"learning_rate", [](OptimizerSettings& s) { s.learning_rate = 0; }},
-      {"learning_rate", [](OptimizerSettings& s) { s.learning_rate = std::numeric_limits<double>::infinity(); }},
+      {"learning_rate",
+       [](OptimizerSettings& s) { s.learning_rate = std::numeric_limits<double>::infinity(); }},
       {"warmup_steps", [](OptimizerSettings& s) { s.warmup_steps = -1; }},
       {"weight_decay", [](OptimizerSettings& s) { s.weight_decay = -0.5; }},
       {"gradient_clip_norm", [](OptimizerSettings& s) { s.gradient_clip_norm = 0.0; }},
@@ -72,10 +73,12 @@ TEST(OptimizerSettingsTest, LocalStepsExtraBytesCountLossyPseudoGradients) {
   const OptimizerSettings plain = OptimizerSettings::Sgd(0.1);
   EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, TensorEncoding::kExact), 4000);
   // Lossy: the error feedback (parameter_bytes) and the encoded pseudo-gradient (half of it).
-  for (const TensorEncoding encoding : {TensorEncoding::kInt8, TensorEncoding::kFloat16, TensorEncoding::kBfloat16}) {
+  for (const TensorEncoding encoding :
+       {TensorEncoding::kInt8, TensorEncoding::kFloat16, TensorEncoding::kBfloat16}) {
     EXPECT_EQ(LocalStepsExtraBytes(adamw, 1000, encoding), 4000 + 1500);
     EXPECT_EQ(LocalStepsExtraBytes(plain, 1000, encoding), 2000 + 1500);
-    EXPECT_EQ(LocalStepsExtraBytes(adamw, int64_t{3} << 30, encoding) - LocalStepsExtraBytes(adamw, int64_t{3} << 30),
+    EXPECT_EQ(LocalStepsExtraBytes(adamw, int64_t{3} << 30, encoding) -
+                  LocalStepsExtraBytes(adamw, int64_t{3} << 30),
               (int64_t{9} << 30) / 2);
   }
 }

@@ -19,7 +19,7 @@ packages=(
   python3-torch python3-prometheus-client
   systemd procps
   chromium fonts-dejavu-core
-  clang-14 libclang-rt-14-dev llvm-14 clang-format
+  clang-14 libclang-rt-14-dev llvm-14 clang-format libtsan2
 )
 
 missing=()

@@ -3,7 +3,8 @@
 # CI machine. Before the tests: the clang-format check (scripts/check_format.sh) and the check
 # that the CUDA build's source list matches the Bazel targets (scripts/cuda/check_sources.sh).
 # After them: the check that docs/CLI.md matches the programs' help (scripts/gen_cli_docs.sh
-# --check), then every fuzz target briefly (scripts/fuzz.sh, $SLIMFIT_FUZZ_SECONDS seconds each,
+# --check), the unit tests of base/, server/ and worker/ under ThreadSanitizer (scripts/tsan.sh;
+# SLIMFIT_TSAN=0 skips it), then every fuzz target briefly (scripts/fuzz.sh, $SLIMFIT_FUZZ_SECONDS seconds each,
 # default 10; 0 skips it), so a decoder that now crashes, hangs or leaks on a mutated input fails
 # CI. The fuzz targets' clang build runs in the background meanwhile at the lowest CPU priority
 # (nice 19): it takes the cores only where the main suite leaves them idle (end-to-end tests
@@ -42,7 +43,8 @@ stop_fuzz_build() {
   fi
 }
 thread_safety_log="$(mktemp "${TMPDIR:-/tmp}/slimfit-thread-safety.XXXXXX.log")"
-trap 'stop_fuzz_build; rm -f "$log" "$fuzz_build_log" "$thread_safety_log" "$thread_safety_log.rc"' EXIT
+tsan_log="$(mktemp "${TMPDIR:-/tmp}/slimfit-tsan.XXXXXX.log")"
+trap 'stop_fuzz_build; rm -f "$log" "$fuzz_build_log" "$thread_safety_log" "$thread_safety_log.rc" "$tsan_log"' EXIT
 
 fuzz_seconds="${SLIMFIT_FUZZ_SECONDS:-10}"
 if [ "$fuzz_seconds" -gt 0 ]; then
@@ -94,6 +96,21 @@ fi
 cli_docs_rc=0
 bash scripts/gen_cli_docs.sh --check --no_build || cli_docs_rc=$?
 
+# The unit tests of base/, server/ and worker/ again under ThreadSanitizer (scripts/tsan.sh), in the
+# same output base: only those packages' sources are compiled again, instrumented. Skipped with
+# SLIMFIT_TSAN=0.
+tsan_rc=0
+if [ "${SLIMFIT_TSAN:-1}" != "0" ]; then
+  tsan_start=$SECONDS
+  bash scripts/tsan.sh >"$tsan_log" 2>&1 || tsan_rc=$?
+  if [ "$tsan_rc" -eq 0 ]; then
+    grep -a 'tsan.sh: ' "$tsan_log" | tail -1
+  else
+    echo "test.sh: the ThreadSanitizer run failed (exit $tsan_rc, $((SECONDS - tsan_start)) s):"
+    grep -aE 'FAILED|ERROR: |SUMMARY: ThreadSanitizer|tsan.sh: ' "$tsan_log" | head -30 | sed 's/^/    /'
+  fi
+fi
+
 fuzz_rc=0
 thread_safety_rc=0
 if [ "$fuzz_seconds" -gt 0 ]; then
@@ -134,9 +151,11 @@ if [ "$cuda_sources_rc" -ne 0 ]; then
   echo "test.sh: scripts/cuda/CMakeLists.txt and the Bazel targets disagree (see check_sources above)"
 fi
 if [ "$thread_safety_rc" -ne 0 ]; then echo "test.sh: thread-safety analysis failed (see above)"; fi
+if [ "$tsan_rc" -ne 0 ]; then echo "test.sh: ThreadSanitizer found a race or a test failed under it (see above)"; fi
 echo "${passed} passed, ${failed} failed"
 if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$format_rc" -ne 0 ] ||
-  [ "$cli_docs_rc" -ne 0 ] || [ "$cuda_sources_rc" -ne 0 ] || [ "$thread_safety_rc" -ne 0 ]; then
+  [ "$cli_docs_rc" -ne 0 ] || [ "$cuda_sources_rc" -ne 0 ] || [ "$thread_safety_rc" -ne 0 ] ||
+  [ "$tsan_rc" -ne 0 ]; then
   exit 1
 fi
 exit 0

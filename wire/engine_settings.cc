@@ -5,13 +5,14 @@
 namespace slimfit::wire {
 
 absl::StatusOr<performer::OptimizerSettings> OptimizerSettingsFromProto(const v1::Optimizer& optimizer,
-                                                                         absl::string_view field) {
+                                                                        absl::string_view field) {
   if (optimizer.kind_case() == v1::Optimizer::KIND_NOT_SET) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".kind: set adamw or sgd"));
   }
   if (!optimizer.has_learning_rate()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ".learning_rate: ", optimizer.has_sgd() ? "required for SGD (it has no default)" : "required"));
+        field,
+        ".learning_rate: ", optimizer.has_sgd() ? "required for SGD (it has no default)" : "required"));
   }
   performer::OptimizerSettings settings = OptimizerSettingsOf(optimizer);
   if (absl::Status valid = performer::ValidateOptimizerSettings(settings, field); !valid.ok()) return valid;

@@ -8,10 +8,10 @@
 namespace slimfit::wire {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using performer::OptimizerSettings;
 using performer::TensorEncoding;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 TEST(EngineSettingsTest, AdamWFieldsAndDefaults) {
   v1::Optimizer spec;
