@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
                                     coordinator->options_.upload_limit_bytes);
   coordinator->preparer_ = std::make_unique<JobPreparer>(
       coordinator->store_.get(), coordinator->registry_.get(), coordinator->options_.runner.safety_margin,
-      coordinator->options_.max_model_bytes);
+      coordinator->options_.max_model_bytes, coordinator->options_.runner.max_sequences_per_shard);
   if (absl::Status resumed = coordinator->ResumeJobs(); !resumed.ok()) return resumed;
   Coordinator* raw = coordinator.get();
   coordinator->liveness_ = base::Thread(

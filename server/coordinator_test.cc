@@ -6,6 +6,7 @@
 #include "server/coordinator.h"
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -612,6 +613,40 @@ TEST_F(CoordinatorTest, GetMemoryPlanForAJobHonoursTheShardCap) {
   ASSERT_NO_FATAL_FAILURE(gradient_bytes(&capped));
   EXPECT_GT(capped, 0);
   EXPECT_LT(capped, uncapped);  // no running gradient sum beside the call's own
+}
+
+// The submission's check that some live worker can run the job searches plans as the job's worker
+// planner will: a local-steps job's inner optimizer (held beside the plan on every worker) counts,
+// so a budget that fits the synchronous job refuses its local-steps variant at submission instead
+// of accepting a job no worker can run.
+TEST_F(CoordinatorTest, SubmissionCountsALocalStepsJobsInnerOptimizer) {
+  // What the least plan needs (ErrorDetail.required_bytes of a refusal on a tiny worker).
+  absl::StatusOr<v1::RegisterWorkerResponse> tiny =
+      coordinator_->registry().Register(TestWorkerRequest(/*budget_bytes=*/4096), std::nullopt);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  const absl::Status refused = coordinator_->SubmitJob(Request()).status();
+  ASSERT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  const std::optional<v1::ErrorDetail> detail = rpc::ErrorDetailOf(refused);
+  ASSERT_TRUE(detail.has_value());
+  const int64_t least_peak = detail->required_bytes();
+  ASSERT_GT(least_peak, 0);
+  v1::DeregisterWorkerRequest leave;
+  leave.set_worker_id(tiny->worker_id());
+  leave.set_incarnation(tiny->incarnation());
+  ASSERT_TRUE(coordinator_->registry().Deregister(leave).ok());
+
+  // A budget whose usable 90% holds the least plan, with less than the inner AdamW's
+  // 4 × parameter bytes to spare.
+  const int64_t budget = static_cast<int64_t>(std::ceil(static_cast<double>(least_peak) / 0.9)) + 1024;
+  ASSERT_TRUE(coordinator_->registry().Register(TestWorkerRequest(budget), std::nullopt).ok());
+  EXPECT_TRUE(coordinator_->SubmitJob(Request()).ok());
+
+  v1::SubmitJobRequest local = Request();
+  local.mutable_spec()->set_local_steps(2);
+  local.mutable_spec()->set_verify_fraction(0);
+  const absl::Status local_refused = coordinator_->SubmitJob(local).status();
+  EXPECT_EQ(local_refused.code(), absl::StatusCode::kResourceExhausted) << local_refused;
+  EXPECT_THAT(std::string(local_refused.message()), HasSubstr("for the local steps' inner optimizer"));
 }
 
 TEST_F(CoordinatorTest, GetMemoryPlanPagesOverEveryLiveWorker) {

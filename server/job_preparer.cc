@@ -21,6 +21,7 @@
 #include "rpc/rpc_util.h"
 #include "server/job_bounds.h"
 #include "server/upload_store.h"
+#include "server/worker_planner.h"
 #include "wire/engine_settings.h"
 #include "wire/tensor_codec.h"
 
@@ -332,13 +333,12 @@ absl::Status JobPreparer::CheckSomeWorkerFits(const v1::JobSpec& spec, const per
     return a.memory_budget_bytes > b.memory_budget_bytes;
   });
   std::optional<v1::MemoryPlan> largest;
+  const int64_t reserved = ReservedBytesPerWorker(spec, config);
   for (const WorkerHandle& worker : eligible) {
-    // Without the coordinator's --max_sequences_per_shard (not known here): a cap could only
-    // shrink the plan, so this check may refuse a job a capped fleet could run.
     absl::StatusOr<planner::PlanSearchRequest> request =
-        planner::JobPlanSearchRequest(spec, config, documents, /*max_sequences_per_shard=*/0, safety_margin_);
+        planner::JobPlanSearchRequest(spec, config, documents, max_sequences_per_shard_, safety_margin_);
     if (!request.ok()) return request.status();
-    request->memory_budget_bytes = worker.memory_budget_bytes;
+    request->memory_budget_bytes = PlanSearchBudget(worker.memory_budget_bytes, reserved, safety_margin_);
     absl::StatusOr<v1::MemoryPlan> plan = planner::SearchMemoryPlan(*request, worker.profile, false);
     if (!plan.ok()) return plan.status();
     if (!plan->has_refusal()) return absl::OkStatus();
@@ -354,7 +354,10 @@ absl::Status JobPreparer::CheckSomeWorkerFits(const v1::JobSpec& spec, const per
           "model needs at least ", planner::HumanBytes(largest->least_peak_bytes()),
           " at C = 1; the largest eligible budget allows ", planner::HumanBytes(largest->usable_bytes()),
           " (worker ", best.worker_id, ", ", planner::HumanBytes(best.memory_budget_bytes), " less a ",
-          static_cast<int>(safety_margin_ * 100 + 0.5), "% margin)")),
+          static_cast<int>(safety_margin_ * 100 + 0.5), "% margin",
+          reserved > 0 ? absl::StrCat(" and ", planner::HumanBytes(reserved), " for the local steps' inner optimizer")
+                       : "",
+          ")")),
       detail);
 }
 

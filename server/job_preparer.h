@@ -45,12 +45,15 @@ struct PreparedJob {
 class JobPreparer {
  public:
   // Models whose parameters take more than `max_model_bytes` in the job's dtype are refused.
+  // `safety_margin` and `max_sequences_per_shard` are the coordinator's (RunnerOptions): the
+  // submission check searches plans as the job's worker planner will.
   JobPreparer(StateStore* store, WorkerRegistry* registry, double safety_margin,
-              int64_t max_model_bytes = kDefaultMaxModelBytes)
+              int64_t max_model_bytes = kDefaultMaxModelBytes, int64_t max_sequences_per_shard = 0)
       : store_(store),
         registry_(registry),
         safety_margin_(safety_margin),
         max_model_bytes_(max_model_bytes),
+        max_sequences_per_shard_(max_sequences_per_shard),
         layouts_(store, registry) {}
 
   // `spec` with its local_datasets named by digest (LocalDataLayouts::Resolve): what SubmitJob
@@ -71,8 +74,9 @@ class JobPreparer {
   // (LocalDataLayouts::Source); DATA_LOSS for a stored file gone missing.
   absl::StatusOr<PreparedJob> Prepare(const v1::JobSpec& spec, bool load_initial) const;
 
-  // OK when no eligible worker is live (the job waits, QUEUED) or when one of them has a plan;
-  // otherwise RESOURCE_EXHAUSTED with what the least plan needs and the largest usable budget
+  // OK when no eligible worker is live (the job waits, QUEUED) or when one of them has a plan —
+  // searched as the job's worker planner searches it (server/worker_planner.h: the shard cap, and
+  // a local-steps job's inner optimizer held beside the plan); otherwise RESOURCE_EXHAUSTED with what the least plan needs and the largest usable budget
   // (ErrorDetail.required_bytes, budget_bytes, usable_bytes).
   absl::Status CheckSomeWorkerFits(const v1::JobSpec& spec, const performer::ModelConfig& config,
                                    int64_t documents) const;
@@ -95,6 +99,7 @@ class JobPreparer {
   StateStore* const store_;
   WorkerRegistry* const registry_;
   const double safety_margin_;
+  const int64_t max_sequences_per_shard_;
   const int64_t max_model_bytes_;
   const LocalDataLayouts layouts_;
 };
