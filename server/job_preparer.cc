@@ -355,8 +355,9 @@ absl::Status JobPreparer::CheckSomeWorkerFits(const v1::JobSpec& spec, const per
           " at C = 1; the largest eligible budget allows ", planner::HumanBytes(largest->usable_bytes()),
           " (worker ", best.worker_id, ", ", planner::HumanBytes(best.memory_budget_bytes), " less a ",
           static_cast<int>(safety_margin_ * 100 + 0.5), "% margin",
-          reserved > 0 ? absl::StrCat(" and ", planner::HumanBytes(reserved), " for the local steps' inner optimizer")
-                       : "",
+          reserved > 0
+              ? absl::StrCat(" and ", planner::HumanBytes(reserved), " for the local steps' inner optimizer")
+              : "",
           ")")),
       detail);
 }

@@ -76,8 +76,8 @@ class JobPreparer {
 
   // OK when no eligible worker is live (the job waits, QUEUED) or when one of them has a plan —
   // searched as the job's worker planner searches it (server/worker_planner.h: the shard cap, and
-  // a local-steps job's inner optimizer held beside the plan); otherwise RESOURCE_EXHAUSTED with what the least plan needs and the largest usable budget
-  // (ErrorDetail.required_bytes, budget_bytes, usable_bytes).
+  // a local-steps job's inner optimizer held beside the plan); otherwise RESOURCE_EXHAUSTED with what the
+  // least plan needs and the largest usable budget (ErrorDetail.required_bytes, budget_bytes, usable_bytes).
   absl::Status CheckSomeWorkerFits(const v1::JobSpec& spec, const performer::ModelConfig& config,
                                    int64_t documents) const;
 
