@@ -99,8 +99,8 @@ class JobPreparer {
   StateStore* const store_;
   WorkerRegistry* const registry_;
   const double safety_margin_;
-  const int64_t max_sequences_per_shard_;
   const int64_t max_model_bytes_;
+  const int64_t max_sequences_per_shard_;
   const LocalDataLayouts layouts_;
 };
 
